@@ -1,0 +1,390 @@
+// Package client is the Go client of the Quicksilver HTTP API. The qs CLI
+// uses it. Reads fail over across the configured servers; writes go to the
+// first server that accepts them.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one or more qs servers over HTTP.
+type Client struct {
+	servers []string // base URLs, "http://host:port"
+	db      string
+	hc      *http.Client
+}
+
+// Options configure a Client.
+type Options struct {
+	// Database is the database name. Default "default".
+	Database string
+	// Timeout bounds each request. Default 10s.
+	Timeout time.Duration
+	// HTTPClient overrides the HTTP client.
+	HTTPClient *http.Client
+}
+
+// New returns a client for servers given as host:port or URLs.
+func New(servers []string, o Options) (*Client, error) {
+	if len(servers) == 0 {
+		return nil, errors.New("client: no servers")
+	}
+	c := &Client{db: o.Database, hc: o.HTTPClient}
+	if c.db == "" {
+		c.db = "default"
+	}
+	if c.hc == nil {
+		t := o.Timeout
+		if t == 0 {
+			t = 10 * time.Second
+		}
+		c.hc = &http.Client{Timeout: t}
+	}
+	for _, s := range servers {
+		s = strings.TrimRight(strings.TrimSpace(s), "/")
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "http://" + s
+		}
+		c.servers = append(c.servers, s)
+	}
+	if len(c.servers) == 0 {
+		return nil, errors.New("client: no servers")
+	}
+	return c, nil
+}
+
+// Error is an error answered by a server.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	// AppliedIndex is the server's applied index, when it said.
+	AppliedIndex uint64
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("qs: %s (%d): %s", e.Code, e.Status, e.Message)
+}
+
+// IsNotFound reports whether err says the key does not exist.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound && e.Code == "not_found"
+}
+
+// Value is a value read with the indexes it was read at.
+type Value struct {
+	Value []byte
+	// Index is the index of the write that last changed the key.
+	Index uint64
+	// AppliedIndex is the index the server read at.
+	AppliedIndex uint64
+}
+
+// ReadOptions tune a read.
+type ReadOptions struct {
+	// MinIndex makes the server wait until it has applied this index
+	// (read-your-writes after a write acknowledged with that index).
+	MinIndex uint64
+	// Wait bounds that wait on the server. Default: the server's (2s).
+	Wait time.Duration
+}
+
+func (o ReadOptions) query(q url.Values) {
+	if o.MinIndex > 0 {
+		q.Set("min_index", strconv.FormatUint(o.MinIndex, 10))
+	}
+	if o.Wait > 0 {
+		q.Set("timeout", o.Wait.String())
+	}
+}
+
+func (c *Client) keyURL(key string) string {
+	return "/v1/" + url.PathEscape(c.db) + "/keys/" + url.PathEscape(key)
+}
+
+// Get reads one key.
+func (c *Client) Get(ctx context.Context, key string, o ReadOptions) (Value, error) {
+	q := url.Values{}
+	o.query(q)
+	var v Value
+	err := c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodGet, base+c.keyURL(key)+encodeQuery(q), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return decodeError(resp)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		v = Value{Value: body}
+		v.Index, _ = strconv.ParseUint(resp.Header.Get("Qs-Index"), 10, 64)
+		v.AppliedIndex, _ = strconv.ParseUint(resp.Header.Get("Qs-Applied-Index"), 10, 64)
+		return nil
+	})
+	return v, err
+}
+
+// WriteResult is the outcome of a durable write.
+type WriteResult struct {
+	Index   uint64 `json:"index"`
+	Changed bool   `json:"changed"`
+}
+
+// Put sets key to value. ifIndex, when not nil, is a compare-and-swap
+// condition on the key's index (0: the key must not exist).
+func (c *Client) Put(ctx context.Context, key string, value []byte, ifIndex *uint64) (WriteResult, error) {
+	return c.writeKey(ctx, http.MethodPut, key, value, ifIndex)
+}
+
+// Delete removes key.
+func (c *Client) Delete(ctx context.Context, key string, ifIndex *uint64) (WriteResult, error) {
+	return c.writeKey(ctx, http.MethodDelete, key, nil, ifIndex)
+}
+
+func (c *Client) writeKey(ctx context.Context, method, key string, value []byte, ifIndex *uint64) (WriteResult, error) {
+	q := url.Values{}
+	if ifIndex != nil {
+		q.Set("if_index", strconv.FormatUint(*ifIndex, 10))
+	}
+	var res WriteResult
+	err := c.write(ctx, func(base string) error {
+		resp, err := c.do(ctx, method, base+c.keyURL(key)+encodeQuery(q), value)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
+// Op is one operation of an atomic batch.
+type Op struct {
+	Delete bool
+	Key    string
+	Value  []byte
+}
+
+// Cond is a compare-and-swap condition of a batch.
+type Cond struct {
+	Key   string
+	Index uint64
+}
+
+// Batch applies ops atomically if every condition holds.
+func (c *Client) Batch(ctx context.Context, ops []Op, conds []Cond) (WriteResult, error) {
+	type jop struct {
+		Op    string  `json:"op"`
+		Key   string  `json:"key"`
+		Value *string `json:"value,omitempty"`
+	}
+	type jcond struct {
+		Key   string `json:"key"`
+		Index uint64 `json:"index"`
+	}
+	req := struct {
+		Ops []jop   `json:"ops"`
+		If  []jcond `json:"if,omitempty"`
+	}{}
+	for _, op := range ops {
+		if op.Delete {
+			req.Ops = append(req.Ops, jop{Op: "del", Key: op.Key})
+			continue
+		}
+		v := base64.StdEncoding.EncodeToString(op.Value)
+		req.Ops = append(req.Ops, jop{Op: "set", Key: op.Key, Value: &v})
+	}
+	for _, cd := range conds {
+		req.If = append(req.If, jcond{Key: cd.Key, Index: cd.Index})
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	var res WriteResult
+	err = c.write(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodPost, base+"/v1/"+url.PathEscape(c.db)+"/batch", body)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
+// Item is one key of a scan.
+type Item struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+	Index uint64 `json:"index"`
+}
+
+// ScanResult is one page of a scan.
+type ScanResult struct {
+	Index uint64  `json:"index"`
+	Items []Item  `json:"items"`
+	Next  *string `json:"next,omitempty"`
+}
+
+// Scan lists keys with prefix from start (inclusive), at most limit.
+func (c *Client) Scan(ctx context.Context, prefix, start string, limit int, o ReadOptions) (ScanResult, error) {
+	q := url.Values{}
+	q.Set("prefix", prefix)
+	if start != "" {
+		q.Set("start", start)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	o.query(q)
+	var res ScanResult
+	err := c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodGet, base+"/v1/"+url.PathEscape(c.db)+"/keys"+encodeQuery(q), nil)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
+// MGetResult holds the values of the keys that exist, read at one index.
+type MGetResult struct {
+	Index  uint64            `json:"index"`
+	Values map[string][]byte `json:"values"`
+}
+
+// MGet reads several keys at one index.
+func (c *Client) MGet(ctx context.Context, keys []string, o ReadOptions) (MGetResult, error) {
+	q := url.Values{}
+	o.query(q)
+	body, err := json.Marshal(map[string][]string{"keys": keys})
+	if err != nil {
+		return MGetResult{}, err
+	}
+	var res MGetResult
+	err = c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodPost, base+"/v1/"+url.PathEscape(c.db)+"/mget"+encodeQuery(q), body)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
+// Status returns the status document of the database on the first server
+// that answers.
+func (c *Client) Status(ctx context.Context) (map[string]any, error) {
+	var res map[string]any
+	err := c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodGet, base+"/v1/"+url.PathEscape(c.db)+"/status", nil)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
+// read tries each server in turn until one answers; an answer from a
+// server (even an error such as not found) ends the attempt, a transport
+// error or an unavailable server moves on.
+func (c *Client) read(ctx context.Context, f func(base string) error) error {
+	var errs []error
+	for _, s := range c.servers {
+		err := f(s)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", s, err))
+	}
+	return errors.Join(errs...)
+}
+
+// write sends to the servers in order, moving on only when a server says
+// it is not the root or cannot be reached before the request was sent.
+func (c *Client) write(ctx context.Context, f func(base string) error) error {
+	var errs []error
+	for _, s := range c.servers {
+		err := f(s)
+		var e *Error
+		if err == nil || ctx.Err() != nil || !(errors.As(err, &e) && e.Code == "not_root") {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", s, err))
+	}
+	return errors.Join(errs...)
+}
+
+func retryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout
+	}
+	return true // transport error
+}
+
+func (c *Client) do(ctx context.Context, method, u string, body []byte) (*http.Response, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, r)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	return c.hc.Do(req)
+}
+
+func encodeQuery(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+func decodeJSON(resp *http.Response, out any) error {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeError(resp)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<30)).Decode(out)
+}
+
+func decodeError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body))}
+	var j struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &j) == nil && j.Error.Code != "" {
+		e.Code, e.Message = j.Error.Code, j.Error.Message
+	}
+	e.AppliedIndex, _ = strconv.ParseUint(resp.Header.Get("Qs-Applied-Index"), 10, 64)
+	return e
+}

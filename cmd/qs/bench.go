@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/bench"
+)
+
+func init() {
+	register("bench", "measure qs against a memcached baseline, side by side", cmdBench)
+}
+
+const benchUsage = `usage: qs bench <scenario>... [flags]
+
+Scenarios (see internal/bench/doc.go): readlat, get, write, or all.
+
+Against servers that already run:
+  qs bench readlat get --target qs=127.0.0.1:11311,http=127.0.0.1:8080 --target mc=127.0.0.1:11211 --baseline mc
+Starting a qs server and a memcached baseline for this run only (the usual way):
+  qs bench all --spawn --markdown --out bench-out/run.json
+
+Flags:
+`
+
+func cmdBench(args []string) error {
+	cfg := bench.DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchUsage)
+		fs.PrintDefaults()
+	}
+	targets := (*bench.TargetList)(&cfg.Targets)
+	fs.Var(targets, "target", "a running server: name=memcache_addr[,http=addr] (repeatable; memcache_addr may be empty)")
+	fs.BoolVar(&cfg.Spawn, "spawn", cfg.Spawn, "start qs (qs serve) and memcached on loopback for this run and stop them at the end")
+	fs.BoolVar(&cfg.NoBaseline, "no-baseline", cfg.NoBaseline, "with --spawn: do not start memcached")
+	fs.StringVar(&cfg.QSBin, "qs-bin", cfg.QSBin, "qs binary to spawn (default: this executable)")
+	fs.StringVar(&cfg.MemcachedBin, "memcached-bin", cfg.MemcachedBin, "memcached binary to spawn (default: from PATH, then /usr/bin/memcached)")
+	fs.IntVar(&cfg.MemcachedMemMB, "memcached-mem", cfg.MemcachedMemMB, "memory of the spawned memcached, in MB (-m)")
+	fs.StringVar(&cfg.WorkDir, "work-dir", cfg.WorkDir, "parent of the spawned qs data directory (default: $TMPDIR or /tmp; use a real disk, not tmpfs)")
+	fs.DurationVar(&cfg.SpawnTimeout, "spawn-timeout", cfg.SpawnTimeout, "how long a spawned server may take to start")
+	fs.StringVar(&cfg.Baseline, "baseline", cfg.Baseline, "name of the target the others are compared to")
+	fs.BoolVar(&cfg.AllowRemote, "allow-remote", cfg.AllowRemote, "allow targets that are not on loopback")
+
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured phase")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "limit of an HTTP request, and of a memcache request past the end of its phase")
+	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "connections of the get scenario, HTTP clients of the write scenario")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the random keys and values")
+	fs.IntVar(&cfg.ReadLatKeys, "readlat-keys", cfg.ReadLatKeys, "readlat: number of 2-byte keys the reader cycles through")
+	fs.Var((*bench.IntList)(&cfg.ReadLatWriters), "readlat-writers", "readlat: writer connections of each phase, comma-separated")
+	fs.IntVar(&cfg.ReadLatValueSize, "readlat-value-size", cfg.ReadLatValueSize, "readlat: size of the writers' values in bytes")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "get: number of keys loaded and read")
+	fs.IntVar(&cfg.ValueSize, "value-size", cfg.ValueSize, "get and write: value size in bytes")
+	fs.IntVar(&cfg.MultiKeys, "multi-keys", cfg.MultiKeys, "get: keys per multi-get")
+	fs.IntVar(&cfg.MultiPct, "multi-pct", cfg.MultiPct, "get: percentage of requests that are multi-gets (the rest are single gets)")
+	fs.StringVar(&cfg.LoadVia, "load-via", cfg.LoadVia, "get: load keys via auto (http if the target has it), memcache or http")
+	fs.Var((*bench.IntList)(&cfg.BatchSizes), "batch-sizes", "write: operations per batch of each phase, comma-separated")
+	fs.StringVar(&cfg.DB, "db", cfg.DB, "write: database of the HTTP API")
+
+	out := fs.String("out", "", "write the full report as JSON to this file")
+	markdown := fs.Bool("markdown", false, "print the report as markdown (for docs/benchmarks.md) instead of text tables")
+
+	// Scenario names and flags may be interleaved.
+	var scenarios []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		scenarios = append(scenarios, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	cfg.Scenarios = bench.ExpandScenarios(scenarios)
+	if len(cfg.Scenarios) == 0 {
+		fs.Usage()
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	rep, runErr := bench.Run(ctx, cfg, benchCommandLine(), logf)
+	interrupted := ctx.Err() != nil
+	stop() // a second Ctrl-C from here on kills the process
+	if rep == nil || (runErr != nil && len(rep.Results) == 0) {
+		if interrupted {
+			return benchInterrupted{}
+		}
+		return runErr // nothing measured: the error says why
+	}
+	if *out != "" {
+		if err := writeBenchJSON(*out, rep); err != nil {
+			return err
+		}
+		logf("wrote %s", *out)
+	}
+	write := rep.WriteText
+	if *markdown {
+		write = rep.WriteMarkdown
+	}
+	if err := write(os.Stdout); err != nil {
+		return err
+	}
+	switch {
+	case rep.Interrupted:
+		return benchInterrupted{}
+	case runErr != nil:
+		return runErr
+	case rep.Failures() > 0:
+		return fmt.Errorf("%d targets could not run a scenario (see FAILED in the report)", rep.Failures())
+	case rep.Errors() > 0:
+		return fmt.Errorf("%d requests failed during the run (see ERRORS in the report)", rep.Errors())
+	}
+	return nil
+}
+
+// benchInterrupted exits 130, as a shell does for a command ended by Ctrl-C.
+type benchInterrupted struct{}
+
+func (benchInterrupted) Error() string { return "interrupted: the report is partial" }
+func (benchInterrupted) ExitCode() int { return 130 }
+
+func writeBenchJSON(path string, rep *bench.Report) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteJSON(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// benchCommandLine returns the command line, quoted for a POSIX shell.
+func benchCommandLine() string {
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		if i == 0 {
+			a = "qs"
+		}
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`|&;<>()*?[]#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		args[i] = a
+	}
+	return strings.Join(args, " ")
+}

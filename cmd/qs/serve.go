@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/server"
+)
+
+func init() {
+	register("serve", "run a server (with no flags: a root for database \"default\" in ./qs-data)", cmdServe)
+}
+
+func cmdServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var (
+		cfgFile  = fs.String("config", "", "TOML configuration file (several databases and every other setting)")
+		data     = fs.String("data", "", "data directory (default ./qs-data)")
+		httpAddr = fs.String("http", "", "HTTP API address (default 127.0.0.1:7380)")
+		mcAddr   = fs.String("memcache", "", "memcached protocol TCP address(es) of the first database, comma-separated (default 127.0.0.1:7311)")
+		unixPath = fs.String("unix", "", "memcached protocol Unix socket path(s) of the first database, comma-separated")
+		logLevel = fs.String("log-level", "", "debug, info, warn or error (default info)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg := &config.Config{}
+	if *cfgFile != "" {
+		var err error
+		if cfg, err = config.Load(*cfgFile); err != nil {
+			return err
+		}
+	}
+	cfg.EnsureDefaults()
+	if *data != "" {
+		cfg.Data = *data
+	}
+	if *httpAddr != "" {
+		cfg.HTTP = *httpAddr
+	}
+	if *mcAddr != "" {
+		cfg.Databases[0].Memcache = splitList(*mcAddr)
+	}
+	if *unixPath != "" {
+		cfg.Databases[0].Unix = splitList(*unixPath)
+	}
+	if *logLevel != "" {
+		cfg.LogLevel = *logLevel
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel)
+
+	srv, err := server.New(cfg, log, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
+		defer cancel()
+		srv.Shutdown(ctx)
+		return err
+	}
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var runErr error
+wait:
+	for {
+		select {
+		case s := <-sig:
+			log.Info("shutting down", "signal", s.String())
+			break wait
+		case <-tick.C:
+			if runErr = srv.Err(); runErr != nil {
+				break wait
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,20 @@
+package httpapi
+
+import "github.com/quicksilver-kv/qs/internal/store"
+
+// Database is one database as the HTTP API sees it.
+type Database struct {
+	Name  string
+	Store *store.Store
+	// CanWrite returns nil when this node accepts writes for the database,
+	// or an error wrapping store.ErrNotRoot that names the root.
+	CanWrite func() error
+	// Status adds role-specific fields (role, upstream, lag, ...) to
+	// GET /v1/{db}/status. May be nil.
+	Status func() map[string]any
+}
+
+// Catalog finds databases by name.
+type Catalog interface {
+	Database(name string) (*Database, bool)
+}

@@ -1,0 +1,145 @@
+// Package httpapi is the HTTP front door of Quicksilver: reads on every
+// node, writes on the root of each database. New returns one http.Handler
+// serving every database of a Catalog; the server wiring owns listeners and
+// timeouts.
+//
+// # Endpoints
+//
+//	GET    /v1/{db}/keys/{key}        the raw value (application/octet-stream)
+//	PUT    /v1/{db}/keys/{key}        set the value to the request body
+//	DELETE /v1/{db}/keys/{key}        delete the key
+//	POST   /v1/{db}/batch             atomic batch of sets and deletes, with conditions
+//	GET    /v1/{db}/keys?prefix=&start=&limit=   scan one page of keys in key order
+//	POST   /v1/{db}/mget              several values read at one index
+//	GET    /v1/{db}/status            position, counters and role of the database
+//	GET    /metrics                   Prometheus metrics of the process
+//	GET    /healthz                   200 "ok" while the process serves
+//
+// GET also answers HEAD. Other methods on these paths are answered 405 with
+// an Allow header; other paths 404 not_found.
+//
+// # Keys and values
+//
+// In a URL a key is the rest of the path after /keys/, percent-decoded; it
+// may contain '/'. ServeMux-style path cleaning is refused rather than
+// applied: a path with an empty, "." or ".." segment (such as
+// /v1/db/keys/a//b) is answered 400 bad_request, never redirected to a
+// different key. Clients should escape every byte of a key outside
+// [A-Za-z0-9_~-], '/' and '.' included (Go: url.PathEscape, then "." as
+// %2E). In query parameters (prefix, start) keys are query-escaped: '+'
+// means a space there, so escape '+' as %2B.
+//
+// In JSON bodies keys are strings and values are standard base64 with
+// padding (encoding/base64.StdEncoding). JSON strings hold UTF-8 text:
+// a key that is not valid UTF-8 can be written and read through the
+// /keys/{key} endpoints only, and appears in scan and mget answers with
+// its invalid bytes replaced by U+FFFD.
+//
+// # Reads
+//
+// Every read is served from one consistent view of the database at one log
+// index. GET answers 200 with the value as body and two headers:
+// Qs-Index, the index of the entry that last wrote the key, and
+// Qs-Applied-Index, the index of the view the read was served at. An
+// absent key is answered 404 not_found, with Qs-Applied-Index too.
+//
+// Reads take min_index=N (and optionally timeout=D, a Go duration such as
+// 2s or 500ms; default Config.DefaultWait, capped at Config.MaxWait): the
+// read waits until this node has applied index N, so that a client reads
+// its own writes (pass the index a write returned) from any node. If N is
+// not applied in time the answer is 504 timeout with the applied index in
+// the Qs-Applied-Index header and as "applied_index" in the error object.
+//
+// A scan answers
+//
+//	{"index": N, "items": [{"key": "k", "value": "<base64>", "index": I}, ...], "next": "k2"}
+//
+// with the keys with prefix P (default: all) from the first key ≥ start,
+// at most limit of them (default Config.DefaultScanLimit, capped at
+// Config.MaxScanLimit), in key order. "next" is present when there may be
+// more: pass it as start (with the same prefix) for the next page. A page
+// also ends early once it reaches Config.MaxResponseBytes, with "next" set;
+// it always holds at least one item. Pages are read at different indexes;
+// pass the first page's index as min_index to the next pages to never go
+// back in time when switching nodes.
+//
+// mget takes {"keys": ["a", "b"]} (at most Config.MaxMgetKeys) and answers
+// {"index": N, "values": {"a": "<base64>"}}, every value read at index N;
+// absent keys are left out, repeated keys are answered once. min_index and
+// timeout are query parameters.
+//
+// status answers a JSON object with at least db, role ("root" or "replica",
+// unless Database.Status says otherwise), db_id, applied_index,
+// applied_time (RFC 3339 with nanoseconds, or null before the first
+// entry), keys, key_bytes, value_bytes, log_first_index, log_bytes,
+// disk_bytes and disk_full, plus the fields of Database.Status.
+//
+// # Writes
+//
+// Writes are answered only after they are durable (fsynced), with
+//
+//	{"index": N, "changed": true}
+//
+// where N is the index of the log entry that holds the write. A write that
+// changes nothing (setting a key to its current value, deleting an absent
+// key) writes no entry and is answered 200 with "changed": false and the
+// applied index it was evaluated at; in particular DELETE of an absent key
+// is not an error.
+//
+// PUT and DELETE take if_index=N, a compare-and-swap condition: the write
+// applies only if the key was last written at index N (N=0: the key must
+// not exist); otherwise 409 condition_failed and nothing changes. A batch
+// is
+//
+//	{"ops": [{"op": "set", "key": "k", "value": "<base64>"}, {"op": "del", "key": "k2"}],
+//	 "if":  [{"key": "k", "index": 7}]}
+//
+// applied atomically: every condition of "if" holds and every op applies,
+// or nothing does. "value" is required for set and refused for del;
+// "index" is required in conditions.
+//
+// Request bodies are limited to Config.MaxBodyBytes. JSON bodies are
+// decoded strictly: unknown fields, wrong types and data after the
+// document are refused. Unknown or repeated query parameters are refused.
+// Stores also limit key, value and batch sizes (store.Options).
+//
+// # Errors
+//
+// Every error is answered with a JSON body
+//
+//	{"error": {"code": "condition_failed", "message": "..."}}
+//
+// with a stable code (also the kind label of qs_http_errors_total):
+//
+//	HTTP  code                when
+//	400   bad_request         bad query parameter, empty key, unknown op, value not base64,
+//	                          missing value or condition index, unclean path, store.ErrInvalid
+//	400   bad_json            body not one JSON document of the expected shape: syntax, wrong
+//	                          types, unknown fields, trailing data, empty body
+//	403   not_root            write on a node that is not the database's root; the message
+//	                          names the root when known
+//	404   not_found           key absent (GET; with Qs-Applied-Index), or no such endpoint
+//	404   unknown_database    no database of that name on this node
+//	405   method_not_allowed  method not served on that path (Allow header set)
+//	409   condition_failed    an if_index or batch condition did not hold; nothing changed
+//	413   too_large           body over Config.MaxBodyBytes; key, value or batch over the store's
+//	                          limits; mget over Config.MaxMgetKeys keys or Config.MaxResponseBytes
+//	499   canceled            the client went away before the answer was ready (a write may
+//	                          still have committed); seen in metrics and logs only
+//	500   integrity           stored data failed an integrity check (store.ErrCorrupt); the
+//	                          data is never served
+//	500   write_failed        the storage engine failed a durable commit; not acknowledged
+//	500   internal            anything else, including recovered panics
+//	503   unavailable         the store is closed (shutting down)
+//	504   timeout             min_index not applied in time (applied_index in the body and
+//	                          Qs-Applied-Index), or a write's context expired (it may still commit)
+//	507   disk_full           writes refused for lack of disk space; reads keep working
+//
+// # Metrics
+//
+// Declared in metrics.go with subsystem "http": requests_total{db, route,
+// code} (route is get, put, delete, batch, scan, mget, status or other;
+// db is empty for unknown databases), errors_total{kind},
+// request_duration_seconds{route}, min_index_wait_seconds and
+// min_index_timeouts_total.
+package httpapi

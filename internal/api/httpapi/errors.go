@@ -1,0 +1,164 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// errCode is a stable error code of the API, sent in error bodies and used
+// as the kind label of errors_total. doc.go lists them; keep it in step.
+type errCode uint8
+
+const (
+	codeBadRequest errCode = iota
+	codeBadJSON
+	codeNotRoot
+	codeNotFound
+	codeUnknownDatabase
+	codeMethodNotAllowed
+	codeConditionFailed
+	codeTooLarge
+	codeCanceled
+	codeIntegrity
+	codeWriteFailed
+	codeInternal
+	codeUnavailable
+	codeTimeout
+	codeDiskFull
+	numCodes
+)
+
+// statusClientClosed is nginx's "client closed request": the client went
+// away before the answer was ready. Nobody reads it; it keeps such requests
+// apart from real failures in metrics and logs.
+const statusClientClosed = 499
+
+var codeInfo = [numCodes]struct {
+	name   string
+	status int
+}{
+	codeBadRequest:       {"bad_request", http.StatusBadRequest},
+	codeBadJSON:          {"bad_json", http.StatusBadRequest},
+	codeNotRoot:          {"not_root", http.StatusForbidden},
+	codeNotFound:         {"not_found", http.StatusNotFound},
+	codeUnknownDatabase:  {"unknown_database", http.StatusNotFound},
+	codeMethodNotAllowed: {"method_not_allowed", http.StatusMethodNotAllowed},
+	codeConditionFailed:  {"condition_failed", http.StatusConflict},
+	codeTooLarge:         {"too_large", http.StatusRequestEntityTooLarge},
+	codeCanceled:         {"canceled", statusClientClosed},
+	codeIntegrity:        {"integrity", http.StatusInternalServerError},
+	codeWriteFailed:      {"write_failed", http.StatusInternalServerError},
+	codeInternal:         {"internal", http.StatusInternalServerError},
+	codeUnavailable:      {"unavailable", http.StatusServiceUnavailable},
+	codeTimeout:          {"timeout", http.StatusGatewayTimeout},
+	codeDiskFull:         {"disk_full", http.StatusInsufficientStorage},
+}
+
+func (c errCode) String() string { return codeInfo[c].name }
+
+// status is the HTTP status answered with the code.
+func (c errCode) status() int { return codeInfo[c].status }
+
+// apiError is an error the API found itself (bad parameters, bad JSON, ...)
+// and already knows the code of.
+type apiError struct {
+	code errCode
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(code errCode, format string, args ...any) error {
+	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// classify maps an error to its API code: the API's own errors, then the
+// store's sentinels, then transport and context errors. Anything else is
+// internal.
+func classify(err error) errCode {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.code
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return codeTooLarge
+	}
+	for _, m := range sentinelCodes {
+		if errors.Is(err, m.err) {
+			return m.code
+		}
+	}
+	return codeInternal
+}
+
+// sentinelCodes maps store sentinels (and context errors) to codes, in the
+// order they are tried. ErrCorrupt comes first: an integrity failure is
+// reported as such whatever else wraps it.
+var sentinelCodes = []struct {
+	err  error
+	code errCode
+}{
+	{store.ErrCorrupt, codeIntegrity},
+	{store.ErrNotRoot, codeNotRoot},
+	{store.ErrConditionFailed, codeConditionFailed},
+	{store.ErrTooLarge, codeTooLarge},
+	{store.ErrInvalid, codeBadRequest},
+	{store.ErrDiskFull, codeDiskFull},
+	{store.ErrWriteFailed, codeWriteFailed},
+	{store.ErrClosed, codeUnavailable},
+	{context.DeadlineExceeded, codeTimeout},
+	{context.Canceled, codeCanceled},
+}
+
+// errorBody is the JSON body of every error answer.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// AppliedIndex is set on timeouts of min_index waits.
+	AppliedIndex *uint64 `json:"applied_index,omitempty"`
+}
+
+// Bodies of frequent errors, encoded once.
+var (
+	notFoundKeyBody = mustErrorBody(codeNotFound, "key not found")
+	encodeErrorBody = mustErrorBody(codeInternal, "cannot encode the error")
+)
+
+func mustErrorBody(code errCode, msg string) []byte {
+	b, err := json.Marshal(errorBody{Error: errorDetail{Code: code.String(), Message: msg}})
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}
+
+// writeErrorBody sends a prepared JSON error body with the code's status.
+func writeErrorBody(w http.ResponseWriter, code errCode, body []byte) int {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h.Del("Content-Length")
+	w.WriteHeader(code.status())
+	w.Write(body)
+	errorsByCode[code].Inc()
+	return code.status()
+}
+
+// writeError answers with the JSON error for err and returns the status.
+// applied, when not nil, is added to the body as applied_index.
+func writeError(w http.ResponseWriter, code errCode, err error, applied *uint64) int {
+	body, merr := json.Marshal(errorBody{Error: errorDetail{Code: code.String(), Message: err.Error(), AppliedIndex: applied}})
+	if merr != nil { // cannot happen for these types; keep the answer JSON anyway
+		return writeErrorBody(w, codeInternal, encodeErrorBody)
+	}
+	return writeErrorBody(w, code, append(body, '\n'))
+}

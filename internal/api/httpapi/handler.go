@@ -1,0 +1,192 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+// handler serves the API for the databases of a Catalog.
+type handler struct {
+	cfg Config
+	cat Catalog
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// dbHandler serves one request for a known database and returns the HTTP
+// status it answered with (for metrics). It writes the whole answer,
+// success or JSON error.
+type dbHandler func(w http.ResponseWriter, r *http.Request, d *Database) int
+
+// New returns the handler of the HTTP API for the databases of cat, with
+// GET /metrics and GET /healthz mounted too. Zero fields of cfg take their
+// defaults; New panics if cfg is invalid after that (validate configuration
+// when it is loaded, with Config.Validate). A nil log discards log records.
+func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{cfg: cfg, cat: cat, log: log, mux: http.NewServeMux()}
+	m := h.mux
+	m.Handle("GET /v1/{db}/keys/{key...}", h.route(routeGet, h.get))
+	m.Handle("PUT /v1/{db}/keys/{key...}", h.route(routePut, h.put))
+	m.Handle("DELETE /v1/{db}/keys/{key...}", h.route(routeDelete, h.delete))
+	m.Handle("/v1/{db}/keys/{key...}", methodNotAllowed("GET, HEAD, PUT, DELETE"))
+	m.Handle("GET /v1/{db}/keys", h.route(routeScan, h.scan))
+	m.Handle("/v1/{db}/keys", methodNotAllowed("GET, HEAD"))
+	m.Handle("POST /v1/{db}/batch", h.route(routeBatch, h.batch))
+	m.Handle("/v1/{db}/batch", methodNotAllowed("POST"))
+	m.Handle("POST /v1/{db}/mget", h.route(routeMget, h.mget))
+	m.Handle("/v1/{db}/mget", methodNotAllowed("POST"))
+	m.Handle("GET /v1/{db}/status", h.route(routeStatus, h.status))
+	m.Handle("/v1/{db}/status", methodNotAllowed("GET, HEAD"))
+	m.Handle("GET /metrics", metrics.Handler())
+	m.Handle("/metrics", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("GET /healthz", healthz)
+	m.Handle("/healthz", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("/", notFound)
+	return h
+}
+
+// ServeHTTP refuses paths that ServeMux would redirect to their cleaned
+// form: "/v1/db/keys/a//b" would otherwise become a PUT of key "a/b".
+// Keys holding such sequences must escape them (see the package comment).
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
+		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(codeBadRequest.status())).Inc()
+		writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// isCleanPath reports whether p has no empty, "." or ".." segments after
+// its first byte (a trailing slash is fine), i.e. whether ServeMux would
+// leave it alone.
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		rest := p[i+1:]
+		switch {
+		case rest == "":
+		case rest[0] == '/':
+			return false
+		case rest[0] == '.':
+			if len(rest) == 1 || rest[1] == '/' {
+				return false
+			}
+			if rest[1] == '.' && (len(rest) == 2 || rest[2] == '/') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// route wraps a database handler: it finds the database, recovers panics
+// into JSON errors and records metrics under the route's name.
+func (h *handler) route(rt route, fn dbHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		name := r.PathValue("db")
+		var status int
+		if d, ok := h.cat.Database(name); ok {
+			status = h.call(fn, w, r, d, rt)
+		} else {
+			status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
+			name = "" // a label per unknown name would let clients grow the metrics without bound
+		}
+		requestsTotal.WithLabelValues(name, rt.String(), statusLabel(status)).Inc()
+		secondsByRoute[rt].Observe(time.Since(start).Seconds())
+	})
+}
+
+func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *Database, rt route) (status int) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.log.Error("panic serving request", "db", d.Name, "route", rt.String(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			status = writeError(w, codeInternal, errors.New("qs: internal error"), nil)
+		}
+	}()
+	return fn(w, r, d)
+}
+
+// fail answers with the JSON error for err and returns the status. Server
+// errors are logged; client errors are only counted.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, d *Database, err error) int {
+	code := classify(err)
+	if code.status() >= 500 {
+		lvl := slog.LevelWarn
+		if code == codeIntegrity || code == codeInternal {
+			lvl = slog.LevelError
+		}
+		h.log.Log(r.Context(), lvl, "request failed", "db", d.Name, "method", r.Method, "path", r.URL.Path, "code", code.String(), "err", err)
+	}
+	return writeError(w, code, err, nil)
+}
+
+func methodNotAllowed(allow string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		status := writeError(w, codeMethodNotAllowed, fmt.Errorf("qs: method %s not allowed; allowed: %s", r.Method, allow), nil)
+		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+	})
+}
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	status := writeError(w, codeNotFound, fmt.Errorf("qs: no such endpoint: %s", r.URL.Path), nil)
+	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok"))
+}
+
+// Header values shared by all answers. net/http only reads them.
+var (
+	jsonContentType  = []string{"application/json"}
+	octetContentType = []string{"application/octet-stream"}
+)
+
+// parseQuery parses a query string, refusing parameters not in allowed and
+// parameters given twice, so that a misspelt parameter is an error rather
+// than silently ignored.
+func parseQuery(raw string, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, errorf(codeBadRequest, "qs: bad query string: %v", err)
+	}
+next:
+	for name, vals := range q {
+		for _, a := range allowed {
+			if name == a {
+				if len(vals) > 1 {
+					return nil, errorf(codeBadRequest, "qs: query parameter %q given %d times", name, len(vals))
+				}
+				continue next
+			}
+		}
+		return nil, errorf(codeBadRequest, "qs: unknown query parameter %q (allowed here: %v)", name, allowed)
+	}
+	return q, nil
+}

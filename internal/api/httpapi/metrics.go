@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+const subsystem = "http"
+
+// route names a handled pattern for metrics. Labels carry route names,
+// never raw paths, so that their number stays fixed.
+type route uint8
+
+const (
+	routeGet route = iota
+	routePut
+	routeDelete
+	routeBatch
+	routeScan
+	routeMget
+	routeStatus
+	routeOther // unknown paths and methods
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{
+	routeGet:    "get",
+	routePut:    "put",
+	routeDelete: "delete",
+	routeBatch:  "batch",
+	routeScan:   "scan",
+	routeMget:   "mget",
+	routeStatus: "status",
+	routeOther:  "other",
+}
+
+func (r route) String() string { return routeNames[r] }
+
+// Collectors, shared by every handler of the process.
+var (
+	requestsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "requests_total",
+		Help: "Requests answered by the HTTP API, by database (empty if unknown), route and HTTP status.",
+	}, []string{"db", "route", "code"}))
+	errorsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
+		Help: "Error answers of the HTTP API, by error code.",
+	}, []string{"kind"}))
+	requestSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "request_duration_seconds",
+		Help:    "Time to answer a request, min_index waits and body reads included, by route.",
+		Buckets: metrics.LatencyBuckets,
+	}, []string{"route"}))
+	minIndexWaitSeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_wait_seconds",
+		Help:    "Time reads with min_index waited for the index to be applied (only reads that had to wait).",
+		Buckets: metrics.LatencyBuckets,
+	}))
+	minIndexTimeoutsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_timeouts_total",
+		Help: "Reads with min_index answered 504 because the index was not applied in time.",
+	}))
+)
+
+// Children resolved once, so that the read path does fewer label lookups,
+// and every error kind is exported (as 0) from the start.
+var (
+	secondsByRoute [numRoutes]prometheus.Observer
+	errorsByCode   [numCodes]prometheus.Counter
+	// statusText holds the decimal text of every HTTP status, so that the
+	// code label costs no allocation.
+	statusText [600]string
+)
+
+func init() {
+	for r := range numRoutes {
+		secondsByRoute[r] = requestSeconds.WithLabelValues(r.String())
+	}
+	for c := range numCodes {
+		errorsByCode[c] = errorsTotal.WithLabelValues(c.String())
+	}
+	for i := range statusText {
+		statusText[i] = strconv.Itoa(i)
+	}
+}
+
+func statusLabel(status int) string {
+	if status >= 0 && status < len(statusText) {
+		return statusText[status]
+	}
+	return strconv.Itoa(status)
+}

@@ -1,0 +1,138 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// put serves PUT /v1/{db}/keys/{key...}: the body is the new value.
+func (h *handler) put(w http.ResponseWriter, r *http.Request, d *Database) int {
+	return h.writeKey(w, r, d, wal.OpSet)
+}
+
+// delete serves DELETE /v1/{db}/keys/{key...}. Deleting an absent key is
+// not an error: it answers 200 with "changed": false.
+func (h *handler) delete(w http.ResponseWriter, r *http.Request, d *Database) int {
+	return h.writeKey(w, r, d, wal.OpDelete)
+}
+
+func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, op wal.OpType) int {
+	key := r.PathValue("key")
+	if key == "" {
+		return h.fail(w, r, d, errEmptyKey)
+	}
+	var conds []store.Cond
+	if r.URL.RawQuery != "" {
+		q, err := parseQuery(r.URL.RawQuery, "if_index")
+		if err != nil {
+			return h.fail(w, r, d, err)
+		}
+		if v, ok := q["if_index"]; ok {
+			n, err := strconv.ParseUint(v[0], 10, 64)
+			if err != nil {
+				return h.fail(w, r, d, errorf(codeBadRequest, "qs: if_index %q is not an index", v[0]))
+			}
+			conds = []store.Cond{{Key: []byte(key), Index: n}}
+		}
+	}
+	if err := checkWritable(d); err != nil {
+		return h.fail(w, r, d, err)
+	}
+	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key)}}, Conds: conds}
+	if op == wal.OpSet {
+		body, err := readBody(w, r, h.cfg.MaxBodyBytes)
+		if err != nil {
+			return h.fail(w, r, d, err)
+		}
+		b.Ops[0].Value = body
+	}
+	return h.commit(w, r, d, b)
+}
+
+// batch serves POST /v1/{db}/batch: several operations applied atomically,
+// under optional compare-and-swap conditions.
+func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *Database) int {
+	if r.URL.RawQuery != "" {
+		if _, err := parseQuery(r.URL.RawQuery); err != nil {
+			return h.fail(w, r, d, err)
+		}
+	}
+	if err := checkWritable(d); err != nil {
+		return h.fail(w, r, d, err)
+	}
+	body, err := readBody(w, r, h.cfg.MaxBodyBytes)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
+	b, err := decodeBatch(body)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
+	return h.commit(w, r, d, b)
+}
+
+// commit writes b and answers {"index":N,"changed":bool} once it is
+// durable.
+func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *Database, b store.Batch) int {
+	res, err := d.Store.Write(r.Context(), b)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
+	buf := make([]byte, 0, 48)
+	buf = append(buf, `{"index":`...)
+	buf = strconv.AppendUint(buf, res.Index, 10)
+	buf = append(buf, `,"changed":`...)
+	buf = strconv.AppendBool(buf, res.Changed)
+	buf = append(buf, "}\n"...)
+	hd := w.Header()
+	hd["Content-Type"] = jsonContentType
+	hd["Content-Length"] = []string{strconv.Itoa(len(buf))}
+	w.Write(buf)
+	return http.StatusOK
+}
+
+// checkWritable asks the database whether this node takes its writes. A
+// nil CanWrite means it does. A refusal is reported as not_root unless the
+// error says something more precise (a closed store, say).
+func checkWritable(d *Database) error {
+	if d.CanWrite == nil {
+		return nil
+	}
+	err := d.CanWrite()
+	if err == nil {
+		return nil
+	}
+	if classify(err) == codeInternal {
+		return fmt.Errorf("%w: %w", store.ErrNotRoot, err)
+	}
+	return err
+}
+
+// preallocMax bounds the buffer allocated up front from a Content-Length,
+// which a client can claim without sending the bytes.
+const preallocMax = 1 << 20
+
+// readBody reads the whole request body, up to limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, errorf(codeTooLarge, "qs: request body of %d bytes exceeds the limit of %d", r.ContentLength, limit)
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(min(r.ContentLength, preallocMax)) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errorf(codeTooLarge, "qs: request body exceeds the limit of %d bytes", limit)
+		}
+		return nil, errorf(codeBadRequest, "qs: read request body: %v", err)
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,31 @@
+package memcache
+
+import "context"
+
+// Backend is what the memcached front door needs from one database.
+//
+// Error contract: errors are (or wrap) the sentinels of package
+// internal/store and are told apart with errors.Is. ErrNotRoot, ErrTooLarge
+// and ErrInvalid are the client's fault and are answered with CLIENT_ERROR;
+// ErrDiskFull, ErrWriteFailed, ErrCorrupt, ErrClosed and anything else are
+// answered with SERVER_ERROR. A Get that returns an error is answered with
+// SERVER_ERROR only: values already passed to found are discarded, so a client
+// never sees part of a read that failed (in particular one that hit corrupt
+// data).
+//
+// Ownership: keys, values and the keys slice passed to the Backend are owned
+// by the server and valid only until the call returns; the key and value
+// passed to found are only read during the callback. A Backend copies what it
+// keeps. Methods are called concurrently from many connections.
+type Backend interface {
+	// Get reads keys at one consistent log index. found is called once per
+	// key that exists, in request order (duplicates in the request are looked
+	// up again). Returns the index the read was served at.
+	Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error)
+	// Set stores value under key and returns once it is durable.
+	Set(ctx context.Context, key, value []byte) (index uint64, err error)
+	// Delete removes key once durable; existed reports whether it was present.
+	Delete(ctx context.Context, key []byte) (index uint64, existed bool, err error)
+	// Stats returns extra name/value pairs for the `stats` command (e.g. applied_index, db_id, role).
+	Stats() [][2]string
+}

@@ -1,0 +1,141 @@
+package memcache
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config holds the limits of a Server. A zero field means "use the default";
+// DefaultConfig returns every default, EnsureDefaults fills zero fields and
+// Validate rejects values the server cannot work with.
+type Config struct {
+	// MaxLineBytes is the longest request line accepted, terminator
+	// included. A longer line is answered with "CLIENT_ERROR line too long"
+	// and the connection is closed, since the rest of the line cannot be
+	// told apart from the next request. Default 64 KiB; at least 512.
+	MaxLineBytes int
+	// MaxKeysPerGet is the most keys one get or gets may name. Default 1024.
+	MaxKeysPerGet int
+	// MaxValueBytes is the largest value a set may store. A larger set is
+	// answered with "SERVER_ERROR object too large for cache". Default 1 MiB.
+	MaxValueBytes int
+	// MaxSwallowBytes bounds how much of a rejected data block (a set that is
+	// too large or malformed, an unsupported storage command) is read and
+	// discarded to keep the connection in step. A larger block closes the
+	// connection after the error reply. Default 16 MiB; at least
+	// MaxValueBytes.
+	MaxSwallowBytes int
+	// MaxReplyBytes bounds the reply to one get or gets, which is built in
+	// memory before it is sent so that a failed read never sends part of its
+	// values. A larger reply is answered with SERVER_ERROR. Default 64 MiB;
+	// at least MaxValueBytes plus room for one VALUE line.
+	MaxReplyBytes int
+	// MaxConns is the most connections served at once, over all listeners.
+	// Beyond it a connection is accepted, told "SERVER_ERROR too many
+	// connections" and closed. Default 4096.
+	MaxConns int
+	// IdleTimeout is how long a connection may wait between requests before
+	// it is closed. Default 5 minutes.
+	IdleTimeout time.Duration
+	// RequestTimeout is how long a client has to send a whole request (line
+	// and data block) once its first byte arrived; it defeats slow-loris
+	// clients. Default 10 seconds.
+	RequestTimeout time.Duration
+	// WriteTimeout bounds each write of replies to a client that does not
+	// read. Default 10 seconds.
+	WriteTimeout time.Duration
+}
+
+// DefaultConfig returns the default limits.
+func DefaultConfig() Config {
+	return Config{
+		MaxLineBytes:    64 << 10,
+		MaxKeysPerGet:   1024,
+		MaxValueBytes:   1 << 20,
+		MaxSwallowBytes: 16 << 20,
+		MaxReplyBytes:   64 << 20,
+		MaxConns:        4096,
+		IdleTimeout:     5 * time.Minute,
+		RequestTimeout:  10 * time.Second,
+		WriteTimeout:    10 * time.Second,
+	}
+}
+
+// EnsureDefaults sets every zero field to its default.
+func (c *Config) EnsureDefaults() {
+	d := DefaultConfig()
+	setInt := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setInt(&c.MaxLineBytes, d.MaxLineBytes)
+	setInt(&c.MaxKeysPerGet, d.MaxKeysPerGet)
+	setInt(&c.MaxValueBytes, d.MaxValueBytes)
+	setInt(&c.MaxSwallowBytes, max(d.MaxSwallowBytes, c.MaxValueBytes))
+	setInt(&c.MaxReplyBytes, max(d.MaxReplyBytes, c.MaxValueBytes+minReplyRoom))
+	setInt(&c.MaxConns, d.MaxConns)
+	setDur(&c.IdleTimeout, d.IdleTimeout)
+	setDur(&c.RequestTimeout, d.RequestTimeout)
+	setDur(&c.WriteTimeout, d.WriteTimeout)
+}
+
+// Validate reports the first field that a server cannot work with. It
+// expects defaults to have been applied.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("memcache config: "+format, args...))
+		}
+	}
+	check(c.MaxLineBytes >= minLineBytes, "MaxLineBytes %d is below %d", c.MaxLineBytes, minLineBytes)
+	check(c.MaxKeysPerGet >= 1, "MaxKeysPerGet %d must be at least 1", c.MaxKeysPerGet)
+	check(c.MaxValueBytes >= 1 && c.MaxValueBytes <= maxValueLimit,
+		"MaxValueBytes %d must be in [1, %d]", c.MaxValueBytes, maxValueLimit)
+	check(c.MaxSwallowBytes >= c.MaxValueBytes, "MaxSwallowBytes %d is below MaxValueBytes %d", c.MaxSwallowBytes, c.MaxValueBytes)
+	check(c.MaxReplyBytes >= c.MaxValueBytes+minReplyRoom,
+		"MaxReplyBytes %d must be at least MaxValueBytes+%d", c.MaxReplyBytes, minReplyRoom)
+	check(c.MaxConns >= 1, "MaxConns %d must be at least 1", c.MaxConns)
+	check(c.IdleTimeout > 0, "IdleTimeout %v must be positive", c.IdleTimeout)
+	check(c.RequestTimeout > 0, "RequestTimeout %v must be positive", c.RequestTimeout)
+	check(c.WriteTimeout > 0, "WriteTimeout %v must be positive", c.WriteTimeout)
+	return errors.Join(errs...)
+}
+
+// Fixed sizes of the implementation, gathered here rather than scattered.
+const (
+	// maxKeyLen is memcached's key length limit.
+	maxKeyLen = 250
+	// minLineBytes leaves room for the longest valid set line.
+	minLineBytes = 512
+	// minReplyRoom is room for one "VALUE <key> 0 <bytes> <cas>\r\n...\r\nEND\r\n".
+	minReplyRoom = 512
+	// maxValueLimit keeps data block sizes far from int overflow.
+	maxValueLimit = 1 << 30
+	// initialBufBytes is the size of a new connection's input and output
+	// buffers. Buffers grow for long lines, large values and large replies
+	// and are given back once drained if they grew beyond retainBufBytes, so
+	// that thousands of mostly idle connections stay small.
+	initialBufBytes = 4 << 10
+	retainBufBytes  = 64 << 10
+	// flushBytes: pending replies are written once they reach this size even
+	// if more pipelined requests are buffered. Well below retainBufBytes, so
+	// that the output buffer of a pipelining client is kept, not reallocated.
+	flushBytes = 32 << 10
+	// maxErrorText bounds the backend error text copied into an error line;
+	// common clients read reply lines into 4 KiB buffers.
+	maxErrorText = 512
+	// lingerTimeout and lingerBytes bound how long and how much a connection
+	// closed after an error reply keeps reading (and discarding) what the
+	// client still sends, so that the kernel does not answer that data with
+	// a reset that destroys the error reply before the client read it.
+	lingerTimeout = 500 * time.Millisecond
+	lingerBytes   = 1 << 20
+)

@@ -1,0 +1,523 @@
+package memcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// conn is one client connection. Apart from mu, its fields belong to the
+// goroutine running serve.
+type conn struct {
+	s  *Server
+	nc net.Conn
+
+	// Input: buf[r:w] was received and not yet consumed. Request lines and
+	// data blocks are handed out as subslices of buf, valid until the next
+	// read.
+	buf  []byte
+	r, w int
+	// Output: replies not yet written. Replies are only ever appended whole,
+	// so every write ends at a reply boundary.
+	out      []byte
+	writeErr error
+
+	req     request
+	key     []byte // a set's key, copied because reading the data block may move buf
+	noreply bool   // the current request asked for no reply
+	linger  bool   // close after an error reply: half-close and drain first
+
+	// The current request.
+	inRequest   bool      // its first byte arrived
+	reqStart    time.Time // when it did
+	deadlineSet bool      // its read deadline is in place
+
+	// The get being served. found is c.foundValue, bound once so that a get
+	// does not allocate a closure.
+	found       func(key, value []byte, index uint64)
+	getActive   bool
+	getCAS      bool
+	getMark     int // len(out) before the get's reply
+	getHits     int
+	getOverflow bool
+
+	mu struct {
+		sync.Mutex
+		idle bool // blocked waiting for the first byte of a request
+	}
+}
+
+// Internal read outcomes that end a connection.
+var (
+	errIdle           = errors.New("idle timeout")
+	errShutdown       = errors.New("server shutting down")
+	errRequestTimeout = errors.New("request timeout")
+)
+
+// valueOverhead bounds the bytes a VALUE reply adds to its key and value:
+// "VALUE ", " 0 ", the length, " <cas>", two CRLFs and the final END.
+const valueOverhead = 64
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{
+		s:   s,
+		nc:  nc,
+		buf: make([]byte, initialBufBytes),
+		out: make([]byte, 0, initialBufBytes),
+	}
+	c.found = c.foundValue
+	return c
+}
+
+// serve reads and answers requests until the connection ends.
+func (c *conn) serve() {
+	defer c.finish()
+	for {
+		if c.s.closing.Load() {
+			return // between requests: pipelined ones not yet started are dropped
+		}
+		c.inRequest = false
+		if c.r < c.w {
+			c.beginRequest(time.Now())
+		} else {
+			c.r, c.w = 0, 0
+			if len(c.buf) > retainBufBytes {
+				c.buf = make([]byte, initialBufBytes)
+			}
+		}
+		line, err := c.readLine()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		if !c.handle(line) {
+			return
+		}
+		if len(c.out) >= flushBytes && c.flush() != nil {
+			return
+		}
+	}
+}
+
+// finish writes what is pending, closes the socket and forgets c.
+func (c *conn) finish() {
+	c.flush()
+	if c.linger && c.writeErr == nil {
+		c.drain()
+	}
+	c.nc.Close()
+	c.s.unregister(c)
+}
+
+// drain half-closes the socket and reads what the client still sends for a
+// short while, so that a reset does not destroy the error reply just sent.
+func (c *conn) drain() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || c.s.ctx.Err() != nil || cw.CloseWrite() != nil {
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+	buf := c.buf[:cap(c.buf)]
+	for total := 0; total < lingerBytes; {
+		n, err := c.nc.Read(buf)
+		total += n
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) beginRequest(now time.Time) {
+	c.inRequest = true
+	c.reqStart = now
+	c.deadlineSet = false
+}
+
+// handle serves one request line; it reports whether to keep the
+// connection open.
+func (c *conn) handle(line []byte) bool {
+	req := &c.req
+	perr := parseRequest(line, c.s.lim, req)
+	c.noreply = req.noreply
+	keep := true
+	if perr != nil {
+		keep = c.refuse(perr)
+	} else {
+		switch req.cmd {
+		case cmdGet, cmdGets:
+			c.get(req.keys, req.cmd == cmdGets)
+		case cmdSet:
+			keep = c.set(req)
+		case cmdDelete:
+			keep = c.delete(req.key)
+		case cmdVersion:
+			c.out = append(c.out, c.s.versionLine...)
+		case cmdStats:
+			c.out = c.s.statLines(c.out)
+		case cmdQuit:
+			keep = false
+		}
+	}
+	requestsByCmd[req.cmd].Inc()
+	secondsByCmd[req.cmd].Observe(time.Since(c.reqStart).Seconds())
+	c.noreply = false
+	return keep
+}
+
+// refuse answers a request the parser refused and skips its data block, or
+// closes the connection when the stream cannot be followed any more.
+func (c *conn) refuse(pe *protoError) bool {
+	errorsByKind[pe.kind].Inc()
+	c.debug("memcache: request refused", "cmd", c.req.cmd.String(), "reply", pe.msg)
+	n := c.req.dataLen
+	if pe.close || (n >= 0 && n+2 > c.s.cfg.MaxSwallowBytes) {
+		c.noreply = false // the client must learn why the connection ends
+		c.linger = true
+		c.replyLine(pe.msg)
+		return false
+	}
+	c.replyLine(pe.msg)
+	if n >= 0 {
+		if err := c.discard(n + 2); err != nil {
+			c.readFailed(err)
+			return false
+		}
+	}
+	return true
+}
+
+// get serves get and gets. The whole reply is built in c.out and cut away
+// again if the read fails, so a failed read never sends part of its values.
+func (c *conn) get(keys [][]byte, cas bool) {
+	c.getActive, c.getCAS, c.getMark, c.getHits, c.getOverflow = true, cas, len(c.out), 0, false
+	_, err := c.s.b.Get(keys, c.found)
+	c.getActive = false
+	if err != nil {
+		c.out = c.out[:c.getMark]
+		c.backendFailed(err)
+		return
+	}
+	if c.getOverflow {
+		c.out = c.out[:c.getMark]
+		errorsByKind[kindReplyTooLarge].Inc()
+		c.replyLine("SERVER_ERROR reply too large: ask for fewer keys per request")
+		return
+	}
+	hits := uint64(min(c.getHits, len(keys)))
+	misses := uint64(len(keys)) - hits
+	c.s.stats.getHits.Add(hits)
+	c.s.stats.getMisses.Add(misses)
+	getHitsTotal.Add(float64(hits))
+	getMissesTotal.Add(float64(misses))
+	c.out = append(c.out, "END\r\n"...)
+}
+
+// foundValue is the Backend's found callback: it appends one VALUE reply.
+func (c *conn) foundValue(key, value []byte, index uint64) {
+	if !c.getActive {
+		return // called after Get returned: a Backend bug, ignored
+	}
+	c.getHits++
+	if c.getOverflow {
+		return
+	}
+	if len(c.out)-c.getMark+len(key)+len(value)+valueOverhead > c.s.cfg.MaxReplyBytes {
+		c.getOverflow = true
+		return
+	}
+	out := append(c.out, "VALUE "...)
+	out = append(out, key...)
+	out = append(out, " 0 "...)
+	out = strconv.AppendInt(out, int64(len(value)), 10)
+	if c.getCAS {
+		out = append(out, ' ')
+		out = strconv.AppendUint(out, index, 10)
+	}
+	out = append(out, "\r\n"...)
+	out = append(out, value...)
+	c.out = append(out, "\r\n"...)
+}
+
+// set reads the data block of a parsed set and stores it.
+func (c *conn) set(req *request) bool {
+	n := req.dataLen
+	c.key = append(c.key[:0], req.key...)
+	data, err := c.readFull(n + 2)
+	if err != nil {
+		c.readFailed(err)
+		return false
+	}
+	if data[n] != '\r' || data[n+1] != '\n' {
+		errorsByKind[kindBadDataChunk].Inc()
+		c.debug("memcache: request refused", "cmd", "set", "reply", errBadDataChunk.msg)
+		c.replyLine(errBadDataChunk.msg)
+		return true
+	}
+	// Earlier replies go out before a write that waits for durability.
+	if c.flush() != nil {
+		return false
+	}
+	c.s.stats.cmdSet.Add(1)
+	if _, err := c.s.b.Set(c.s.ctx, c.key, data[:n]); err != nil {
+		c.backendFailed(err)
+		return true
+	}
+	c.replyLine("STORED")
+	return true
+}
+
+func (c *conn) delete(key []byte) bool {
+	if c.flush() != nil {
+		return false
+	}
+	c.s.stats.cmdDelete.Add(1)
+	_, existed, err := c.s.b.Delete(c.s.ctx, key)
+	switch {
+	case err != nil:
+		c.backendFailed(err)
+	case existed:
+		c.s.stats.deleteHits.Add(1)
+		c.replyLine("DELETED")
+	default:
+		c.replyLine("NOT_FOUND")
+	}
+	return true
+}
+
+func (c *conn) backendFailed(err error) {
+	kind, line := backendFailure(err)
+	errorsByKind[kind].Inc()
+	level := slog.LevelDebug
+	if kind == kindBackendCorrupt {
+		level = slog.LevelError
+	}
+	if c.s.log.Enabled(context.Background(), level) {
+		c.s.log.Log(context.Background(), level, "memcache: backend error",
+			"cmd", c.req.cmd.String(), "remote", remoteAddr(c.nc), "err", err)
+	}
+	c.replyLine(line)
+}
+
+// readFailed accounts for a read that ended the connection.
+func (c *conn) readFailed(err error) {
+	if pe, ok := err.(*protoError); ok { // line too long
+		errorsByKind[pe.kind].Inc()
+		c.debug("memcache: request refused", "reply", pe.msg)
+		c.noreply = false
+		c.linger = true
+		c.replyLine(pe.msg)
+		return
+	}
+	if err == errRequestTimeout {
+		errorsByKind[kindTimeout].Inc()
+	}
+	c.debug("memcache: connection closed", "reason", err.Error())
+}
+
+func (c *conn) debug(msg string, args ...any) {
+	if c.s.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.s.log.Debug(msg, append(args, "remote", remoteAddr(c.nc))...)
+	}
+}
+
+// replyLine appends line and its terminator unless the request asked for
+// no reply.
+func (c *conn) replyLine(line string) {
+	if c.noreply {
+		return
+	}
+	c.out = append(c.out, line...)
+	c.out = append(c.out, "\r\n"...)
+}
+
+// flush writes the pending replies. After a failed write the connection is
+// dead and every later flush fails.
+func (c *conn) flush() error {
+	if c.writeErr != nil || len(c.out) == 0 {
+		return c.writeErr
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	_, err := c.nc.Write(c.out)
+	if cap(c.out) > retainBufBytes {
+		c.out = make([]byte, 0, initialBufBytes)
+	} else {
+		c.out = c.out[:0]
+	}
+	if err != nil {
+		c.writeErr = err
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			errorsByKind[kindTimeout].Inc()
+		}
+	}
+	return err
+}
+
+// readLine returns the next request line without its terminator ("\r\n" or
+// "\n"), or errLineTooLong.
+func (c *conn) readLine() ([]byte, error) {
+	limit := c.s.cfg.MaxLineBytes
+	scanned := 0 // bytes after c.r known to hold no '\n'
+	for {
+		if i := bytes.IndexByte(c.buf[c.r+scanned:c.w], '\n'); i >= 0 {
+			end := c.r + scanned + i
+			if end+1-c.r > limit {
+				return nil, errLineTooLong
+			}
+			line := c.buf[c.r:end]
+			c.r = end + 1
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1]
+			}
+			return line, nil
+		}
+		scanned = c.w - c.r
+		if scanned >= limit {
+			return nil, errLineTooLong
+		}
+		if c.w == len(c.buf) {
+			c.makeRoom(limit)
+		}
+		if err := c.fill(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// makeRoom moves the unread input to the front of buf and, if buf is still
+// full, grows it towards limit (which exceeds the unread input).
+func (c *conn) makeRoom(limit int) {
+	if c.r > 0 {
+		c.w = copy(c.buf, c.buf[c.r:c.w])
+		c.r = 0
+	}
+	if c.w < len(c.buf) {
+		return
+	}
+	nb := make([]byte, min(2*len(c.buf), limit))
+	copy(nb, c.buf[:c.w])
+	c.buf = nb
+}
+
+// readFull returns the next n bytes of input.
+func (c *conn) readFull(n int) ([]byte, error) {
+	if len(c.buf)-c.r < n {
+		if c.r > 0 {
+			c.w = copy(c.buf, c.buf[c.r:c.w])
+			c.r = 0
+		}
+		if len(c.buf) < n {
+			nb := make([]byte, n)
+			copy(nb, c.buf[:c.w])
+			c.buf = nb
+		}
+	}
+	for c.w-c.r < n {
+		if err := c.fill(); err != nil {
+			return nil, err
+		}
+	}
+	p := c.buf[c.r : c.r+n]
+	c.r += n
+	return p, nil
+}
+
+// discard skips the next n bytes of input.
+func (c *conn) discard(n int) error {
+	for {
+		k := min(n, c.w-c.r)
+		c.r += k
+		n -= k
+		if n == 0 {
+			return nil
+		}
+		c.r, c.w = 0, 0
+		if err := c.fill(); err != nil {
+			return err
+		}
+	}
+}
+
+// fill writes the pending replies, then reads more input into buf[w:],
+// which must not be empty. Waiting for the first byte of a request is
+// bounded by IdleTimeout and interrupted by Shutdown; the rest of a request
+// must arrive within RequestTimeout of its first byte.
+func (c *conn) fill() error {
+	if err := c.flush(); err != nil {
+		return err
+	}
+	if !c.inRequest {
+		if !c.setIdle(true) {
+			return errShutdown
+		}
+		n, err := c.nc.Read(c.buf[c.w:])
+		c.setIdle(false)
+		if n > 0 {
+			c.w += n
+			c.beginRequest(time.Now())
+			return nil
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if c.s.closing.Load() {
+				return errShutdown
+			}
+			return errIdle
+		default:
+			return err
+		}
+	}
+	if !c.deadlineSet {
+		c.nc.SetReadDeadline(c.reqStart.Add(c.s.cfg.RequestTimeout))
+		c.deadlineSet = true
+	}
+	n, err := c.nc.Read(c.buf[c.w:])
+	c.w += n
+	switch {
+	case n > 0 || err == nil:
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errRequestTimeout
+	case err == io.EOF:
+		return io.ErrUnexpectedEOF
+	default:
+		return err
+	}
+}
+
+// setIdle records whether the connection waits for a new request. Going
+// idle fails once the server is shutting down; otherwise it arms the idle
+// timeout. See wakeIfIdle for the other half.
+func (c *conn) setIdle(idle bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if idle {
+		if c.s.closing.Load() {
+			return false
+		}
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	}
+	c.mu.idle = idle
+	return true
+}
+
+// wakeIfIdle interrupts the read of an idle connection so that it notices
+// the shutdown. A connection inside a request is left alone: it checks for
+// shutdown before it goes idle again.
+func (c *conn) wakeIfIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.idle {
+		c.nc.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)

@@ -1,0 +1,367 @@
+package memcache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+)
+
+// This file is the pure half of the protocol: it turns one request line into
+// a request, without I/O and without allocating on the success path.
+
+// command is a request's command; it is also the label of requests_total.
+type command uint8
+
+const (
+	cmdInvalid     command = iota // unknown or unparsable
+	cmdGet                        // get <key>*
+	cmdGets                       // gets <key>*
+	cmdSet                        // set <key> <flags> <exptime> <bytes> [noreply]
+	cmdDelete                     // delete <key> [0] [noreply]
+	cmdVersion                    // version
+	cmdStats                      // stats
+	cmdQuit                       // quit
+	cmdUnsupported                // a memcached command this server does not serve
+	numCommands
+)
+
+var commandNames = [numCommands]string{
+	cmdInvalid:     "invalid",
+	cmdGet:         "get",
+	cmdGets:        "gets",
+	cmdSet:         "set",
+	cmdDelete:      "delete",
+	cmdVersion:     "version",
+	cmdStats:       "stats",
+	cmdQuit:        "quit",
+	cmdUnsupported: "unsupported",
+}
+
+func (c command) String() string { return commandNames[c] }
+
+// request is one parsed request line. Its byte slices point into the line.
+type request struct {
+	cmd  command
+	keys [][]byte // get, gets: the keys in request order; backing array reused
+	key  []byte   // set, delete
+	// dataLen is the length of the data block that follows the line (set and
+	// the unsupported storage commands), or -1 if none follows or its length
+	// is unknown. It is set even when parsing fails, so that the caller can
+	// skip the block and stay in step with the client.
+	dataLen int
+	// noreply: the client asked for no reply. Once the token is recognised
+	// it also silences error replies to the request, as memcached does; a
+	// client that reads no reply must not receive one.
+	noreply bool
+}
+
+// protoError is a request the server refuses. msg is the whole reply line
+// without its terminator and never contains a line break.
+type protoError struct {
+	kind errKind
+	msg  string
+	// close: the byte stream can no longer be split into requests (unknown
+	// data block length, over-long line); reply and close the connection.
+	close bool
+}
+
+func (e *protoError) Error() string { return e.msg }
+
+// Refusals without variable text, allocated once.
+var (
+	errLineTooLong  = &protoError{kind: kindLineTooLong, msg: "CLIENT_ERROR line too long", close: true}
+	errUnknown      = &protoError{kind: kindBadCommand, msg: "ERROR"}
+	errFormat       = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format"}
+	errFormatClose  = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format", close: true}
+	errDeleteFormat = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format. Usage: delete <key> [noreply]"}
+	errNoKeys       = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR get needs at least one key"}
+	errFlags        = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR flags are not supported: values are stored as bytes only, use flags 0"}
+	errExptime      = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR exptime is not supported: keys never expire, use exptime 0"}
+	errTooLarge     = &protoError{kind: kindTooLarge, msg: "SERVER_ERROR object too large for cache"}
+	errStatsGroup   = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR stats groups are not supported, use stats without arguments"}
+	errBadDataChunk = &protoError{kind: kindBadDataChunk, msg: "CLIENT_ERROR bad data chunk"}
+)
+
+// unsupported lists memcached commands that are refused with a CLIENT_ERROR
+// naming them rather than with ERROR. dataTok is the index (after the
+// command) of the token holding the data block length for commands that
+// send one, -1 otherwise.
+var unsupported = map[string]struct {
+	err     *protoError
+	dataTok int
+}{}
+
+func init() {
+	add := func(dataTok int, names ...string) {
+		for _, n := range names {
+			unsupported[n] = struct {
+				err     *protoError
+				dataTok int
+			}{&protoError{kind: kindUnsupported, msg: "CLIENT_ERROR " + n + " is not supported"}, dataTok}
+		}
+	}
+	add(3, "add", "replace", "append", "prepend", "cas")
+	add(1, "ms")
+	add(-1, "incr", "decr", "touch", "gat", "gats", "flush_all", "verbosity", "shutdown",
+		"mg", "md", "ma", "mn", "me", "slabs", "lru", "lru_crawler", "watch",
+		"cache_memlimit", "misbehave", "debugtime", "extstore")
+}
+
+// limits are the Config fields the parser needs.
+type limits struct {
+	maxKeys  int
+	maxValue int
+}
+
+// parseRequest parses line, a request line without its terminator, into req.
+// On failure req.cmd and req.dataLen are still set when they are known.
+func parseRequest(line []byte, lim limits, req *request) *protoError {
+	req.cmd = cmdInvalid
+	req.keys = req.keys[:0]
+	req.key = nil
+	req.dataLen = -1
+	req.noreply = false
+
+	name, rest := nextToken(line)
+	switch string(name) {
+	case "get":
+		req.cmd = cmdGet
+		return parseKeys(rest, lim, req)
+	case "gets":
+		req.cmd = cmdGets
+		return parseKeys(rest, lim, req)
+	case "set":
+		req.cmd = cmdSet
+		return parseSet(rest, lim, req)
+	case "delete":
+		req.cmd = cmdDelete
+		return parseDelete(rest, req)
+	case "version":
+		req.cmd = cmdVersion
+		return noMoreTokens(rest)
+	case "quit":
+		req.cmd = cmdQuit
+		return noMoreTokens(rest)
+	case "stats":
+		req.cmd = cmdStats
+		if tok, _ := nextToken(rest); len(tok) > 0 {
+			return errStatsGroup
+		}
+		return nil
+	}
+	u, ok := unsupported[string(name)]
+	if !ok {
+		return errUnknown
+	}
+	req.cmd = cmdUnsupported
+	if u.dataTok >= 0 {
+		var toks [8][]byte
+		n := splitTokens(rest, toks[:])
+		if n <= u.dataTok {
+			return &protoError{kind: u.err.kind, msg: u.err.msg, close: true}
+		}
+		size, ok := parseUint(toks[u.dataTok], maxValueLimit)
+		if !ok {
+			return &protoError{kind: u.err.kind, msg: u.err.msg, close: true}
+		}
+		req.dataLen = int(size)
+	}
+	return u.err
+}
+
+// parseKeys parses the keys of get and gets.
+func parseKeys(rest []byte, lim limits, req *request) *protoError {
+	for {
+		var key []byte
+		key, rest = nextToken(rest)
+		if len(key) == 0 {
+			break
+		}
+		if len(req.keys) == lim.maxKeys {
+			return &protoError{kind: kindTooManyKeys,
+				msg: "CLIENT_ERROR too many keys: at most " + strconv.Itoa(lim.maxKeys) + " per request"}
+		}
+		if e := checkKey(key, len(req.keys)+1); e != nil {
+			return e
+		}
+		req.keys = append(req.keys, key)
+	}
+	if len(req.keys) == 0 {
+		return errNoKeys
+	}
+	return nil
+}
+
+// parseSet parses "<key> <flags> <exptime> <bytes> [noreply]". The data
+// block length is parsed first: without it the stream cannot be followed.
+func parseSet(rest []byte, lim limits, req *request) *protoError {
+	var toks [6][]byte
+	n := splitTokens(rest, toks[:])
+	if n < 4 || n > 5 {
+		return errFormatClose
+	}
+	size, ok := parseUint(toks[3], maxValueLimit)
+	if !ok {
+		return errFormatClose
+	}
+	req.dataLen = int(size)
+	req.key = toks[0]
+	if n == 5 {
+		if string(toks[4]) != "noreply" {
+			return errFormat
+		}
+		req.noreply = true
+	}
+	if e := checkKey(toks[0], 0); e != nil {
+		return e
+	}
+	if flags, ok := parseUint(toks[1], 1<<32-1); !ok {
+		return errFormat
+	} else if flags != 0 {
+		return errFlags
+	}
+	if exp, ok := parseInt(toks[2]); !ok {
+		return errFormat
+	} else if exp != 0 {
+		return errExptime
+	}
+	if req.dataLen > lim.maxValue {
+		return errTooLarge
+	}
+	return nil
+}
+
+// parseDelete parses "<key> [0] [noreply]"; the 0 is a time argument old
+// clients still send.
+func parseDelete(rest []byte, req *request) *protoError {
+	var toks [4][]byte
+	n := splitTokens(rest, toks[:])
+	switch {
+	case n == 1:
+	case n == 2 && string(toks[1]) == "noreply":
+		req.noreply = true
+	case n == 2 && string(toks[1]) == "0":
+	case n == 3 && string(toks[1]) == "0" && string(toks[2]) == "noreply":
+		req.noreply = true
+	default:
+		return errDeleteFormat
+	}
+	req.key = toks[0]
+	return checkKey(toks[0], 0)
+}
+
+func noMoreTokens(rest []byte) *protoError {
+	if tok, _ := nextToken(rest); len(tok) > 0 {
+		return errFormat
+	}
+	return nil
+}
+
+// checkKey applies memcached's key rules: 1 to 250 bytes, no control
+// characters and no spaces. n > 0 numbers the key in a multi-key request.
+func checkKey(key []byte, n int) *protoError {
+	var why string
+	switch {
+	case len(key) == 0:
+		why = "is empty"
+	case len(key) > maxKeyLen:
+		why = "is longer than 250 bytes"
+	case hasControl(key):
+		why = "contains a control character"
+	default:
+		return nil
+	}
+	if n > 0 {
+		return &protoError{kind: kindBadKey, msg: "CLIENT_ERROR bad key: key " + strconv.Itoa(n) + " " + why}
+	}
+	return &protoError{kind: kindBadKey, msg: "CLIENT_ERROR bad key: key " + why}
+}
+
+// hasControl reports whether b holds a byte <= ' ' or 0x7f. It tests eight
+// bytes at a time: keys are checked on every read.
+func hasControl(b []byte) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		y := x ^ (0x7f * ones)
+		// (v - n*ones) &^ v & highs is non-zero iff some byte of v is
+		// below n (n <= 0x80): bytes below 0x21, or x bytes equal to 0x7f.
+		if ((x-0x21*ones)&^x|(y-ones)&^y)&highs != 0 {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c <= ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// nextToken returns the first space-separated token of s and what follows
+// it. Runs of spaces separate like one, as in memcached. tok is empty when s
+// holds no more tokens.
+func nextToken(s []byte) (tok, rest []byte) {
+	i := 0
+	for i < len(s) && s[i] == ' ' {
+		i++
+	}
+	s = s[i:]
+	if j := bytes.IndexByte(s, ' '); j >= 0 {
+		return s[:j], s[j:]
+	}
+	return s, nil
+}
+
+// splitTokens stores the tokens of s in toks and returns how many there are;
+// a result above len(toks)-1 means "too many" (only len(toks)-1 are stored
+// reliably, the last slot is scratch).
+func splitTokens(s []byte, toks [][]byte) int {
+	n := 0
+	for n < len(toks) {
+		var tok []byte
+		tok, s = nextToken(s)
+		if len(tok) == 0 {
+			break
+		}
+		toks[n] = tok
+		n++
+	}
+	return n
+}
+
+// parseUint parses a decimal number of at most limit, digits only.
+func parseUint(b []byte, limit uint64) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if d > limit || v > (limit-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
+
+// parseInt parses a decimal number with an optional minus sign.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	v, ok := parseUint(b, 1<<63-1)
+	if neg {
+		return -int64(v), ok
+	}
+	return int64(v), ok
+}

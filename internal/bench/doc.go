@@ -1,0 +1,98 @@
+// Package bench is `qs bench`: a rerunnable benchmark that measures a qs
+// server and a baseline, memcached, side by side in the same run, on the
+// same machine, with the same client.
+//
+// # Scenarios
+//
+// Each scenario is a function (ReadLat, Get, Write) that runs a list of
+// phases against every target and returns a Result.
+//
+// readlat: one connection gets 20 two-byte keys (with two-byte values) one
+// at a time, in a cycle, for --duration, while 0, then 1, then 2 other
+// connections set new keys with 40 kB random values as fast as the server
+// acknowledges them (each waits for STORED before its next set). It
+// reports per phase the reads/s and read latency percentiles, and the
+// writers' writes/s, MB/s and latency. It mirrors the test in Cloudflare's
+// "Introducing Quicksilver" article, where reads of a few small keys on
+// Kyoto Tycoon slowed down as writers were added. The question it answers
+// for qs: do reads stay fast while large durable writes are in flight?
+// Watch how the read p99 and p99.9 move from the 0-writer phase to the
+// others, for qs and for memcached.
+//
+// get: loads 100k keys ("k%06d", 100-byte values; via HTTP batches when the
+// target has an HTTP address, else pipelined memcache sets), then 16
+// connections do random single gets and 100-key multi-gets (50% each, by
+// requests), reported separately as "get" and "mget". This is the read
+// path of the edge: throughput (ops/s and keys/s) and latency under
+// concurrency. Every returned value is checked against the loaded one.
+//
+// write: 16 HTTP clients POST /v1/{db}/batch with batches of 1, then of
+// 100, new keys, each waiting for {"index":N} before the next. It reports
+// batches/s, keys/s, MB/s and batch latency, i.e. what a durable commit
+// costs and how well batching amortizes it. memcached has no such API and
+// no durability, so this scenario has no baseline; it only runs against
+// targets with an HTTP address. Each client checks that the index of its
+// batches increases.
+//
+// # Targets and fresh servers
+//
+// With --spawn, every scenario gets a new qs (`qs serve` with an empty
+// temporary data directory, listening on loopback ports it announces on
+// stdout) and a new memcached (-m 1024 on a free loopback port); both are
+// stopped, and the data directory removed, when the scenario ends, on
+// error and on Ctrl-C. Fresh servers make a scenario's numbers independent
+// of what ran before it: the readlat writers fill memcached's memory (the
+// small items of get would then be evicted and show up as misses) and
+// leave compaction work behind in qs. With --target the servers are
+// whatever is running; run get before readlat against a memcached, or
+// give it memory for both.
+//
+// Within a phase the targets take turns (qs with 0 writers, memcached with
+// 0 writers, qs with 1 writer, ...), so that a slow minute of the machine
+// is shared rather than charged to one side.
+//
+// # Reading the ratios
+//
+// For every phase, each target is compared to the baseline: latency ratios
+// are target / baseline for p50, p99 and p99.9 (above 1: the target is
+// slower), the throughput ratio is target ops/s / baseline ops/s (above 1:
+// the target is faster). memcached is the floor: an in-memory cache that
+// shares the protocol and the loopback path but keeps no log, no history,
+// no durability and no replication. A read ratio near 1 means qs adds
+// little to the unavoidable cost of the protocol; a ratio that grows with
+// the number of writers means writes get in the way of reads, which is
+// what readlat exists to catch. Write ratios in readlat compare a fsynced
+// commit with a memory store and are expected to be far from 1; they are
+// there for completeness, not as a target.
+//
+// Tail percentiles need samples: p99.9 of a phase with 2,000 requests is
+// decided by the two slowest, and max is a single sample. Prefer longer
+// phases (the default is 20s) before reading much into p99.9 and max.
+//
+// # Measurement
+//
+// The client is closed-loop: each connection sends one request, waits for
+// the complete reply, checks it, then sends the next. Latency is taken per
+// request with time.Now() around it and recorded in per-goroutine
+// HdrHistograms (1µs to 60s, 3 significant digits) merged at the end of
+// the phase. A closed-loop client slows down with the server, so under
+// saturation latencies understate what an open-loop client would see
+// ("coordinated omission"); compare targets at the same phase, not
+// against an SLO. The memcache client is this package's own, small and
+// allocation-free on the read path, so that its cost is low and visible;
+// HTTP goes through net/http with keep-alive. Client and servers share the
+// machine's CPUs; on a small machine, the client's share is part of what
+// is measured (pin with taskset to separate them).
+//
+// Only successful requests count in throughput and latency. Failed
+// requests, misses and wrong values are counted by kind, with a first
+// example, per phase; a report with errors says so, and `qs bench` then
+// exits with status 1. MB is 10^6 bytes of values (keys and protocol
+// overhead excluded).
+//
+// If the qs data directory is on tmpfs, fsync costs nothing and the write
+// numbers mean little; the report warns about it (--work-dir moves it).
+//
+// The tool only talks to loopback addresses unless --allow-remote is
+// given.
+package bench

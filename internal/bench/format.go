@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the report as aligned tables for a terminal.
+func (r *Report) WriteText(w io.Writer) error {
+	return r.write(w, false)
+}
+
+// WriteMarkdown writes the report as markdown, ready for
+// docs/benchmarks.md.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	return r.write(w, true)
+}
+
+func (r *Report) write(w io.Writer, md bool) error {
+	table := textTable
+	if md {
+		table = markdownTable
+	}
+	ew := &errWriter{w: w}
+	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
+	code := func(s string) string {
+		if md {
+			return "`" + s + "`"
+		}
+		return s
+	}
+	if md {
+		p("## qs bench, %s\n\n", r.Started.Format("2006-01-02 15:04 MST"))
+	} else {
+		p("qs bench, %s\n", r.Started.Format("2006-01-02 15:04:05 MST"))
+	}
+	item := "  "
+	if md {
+		item = "- "
+	}
+	m := r.Machine
+	p("%smachine: %d CPUs, %s, %s/%s, kernel %s, %s\n", item, m.CPUs, orDash(m.CPUModel), m.OS, m.Arch, orDash(m.Kernel), m.GoVersion)
+	p("%scommand: %s\n", item, code(r.Command))
+	for _, t := range r.Targets {
+		var parts []string
+		for _, a := range [][2]string{{"memcache", t.Memcache}, {"http", t.HTTP}} {
+			switch {
+			case a[1] == "":
+			case t.Spawned: // on new ports for each scenario
+				parts = append(parts, a[0])
+			default:
+				parts = append(parts, a[0]+" "+a[1])
+			}
+		}
+		if t.Version != "" {
+			parts = append(parts, "version "+t.Version)
+		}
+		if t.Spawned {
+			parts = append(parts, "spawned afresh for each scenario")
+		}
+		if t.Baseline {
+			parts = append(parts, "**baseline**")
+			if !md {
+				parts[len(parts)-1] = "BASELINE"
+			}
+		}
+		p("%starget %s: %s\n", item, code(t.Name), strings.Join(parts, ", "))
+	}
+	for _, wn := range r.Warnings {
+		p("%sWARNING: %s\n", item, wn)
+	}
+	if r.Interrupted {
+		p("%sINTERRUPTED: the results below are partial\n", item)
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if md {
+			p("\n### %s\n\n%s.\n\n", res.Scenario, res.Description)
+		} else {
+			p("\n== %s: %s\n\n", res.Scenario, res.Description)
+		}
+		if len(res.Phases) > 0 {
+			table(ew, phaseHeader, phaseRows(res))
+		}
+		if len(res.Ratios) > 0 {
+			pairs := map[string]bool{}
+			for _, ra := range res.Ratios {
+				pairs[ra.Target+" / "+ra.Baseline] = true
+			}
+			p("\nRatios %s (latency above 1: slower than the baseline; throughput above 1: faster):\n\n", strings.Join(sortedKeys(pairs), ", "))
+			table(ew, ratioHeader, ratioRows(res))
+		}
+		if len(res.Notes) > 0 {
+			p("\n")
+			for _, n := range res.Notes {
+				p("%snote: %s\n", item, n)
+			}
+		}
+		if len(res.Failures) > 0 {
+			p("\n")
+			for _, f := range res.Failures {
+				p("%sFAILED: %s\n", item, f)
+			}
+		}
+		errs := errorLines(res)
+		if len(errs) > 0 {
+			p("\n")
+			for _, e := range errs {
+				p("%sERRORS: %s\n", item, e)
+			}
+		}
+	}
+	if n := r.Failures(); n > 0 {
+		p("\n%d targets could not run a scenario (see FAILED above).\n", n)
+	}
+	if n := r.Errors(); n > 0 {
+		p("\n%d failed requests in this run: the numbers above are not clean.\n", n)
+	}
+	return ew.err
+}
+
+var phaseHeader = []string{"phase", "target", "op", "ops/s", "keys/s", "MB/s", "p50", "p90", "p99", "p99.9", "max", "errors"}
+
+func phaseRows(r *Result) [][]string {
+	var rows [][]string
+	for _, ph := range r.Phases {
+		target := ph.Target
+		if ph.Baseline {
+			target += " (base)"
+		}
+		errs := fmt.Sprint(ph.Errors)
+		if ph.Errors > 0 {
+			errs += " !"
+		}
+		if len(ph.Ops) == 0 {
+			rows = append(rows, []string{ph.Name, target, "-", "-", "-", "-", "-", "-", "-", "-", "-", errs})
+		}
+		for i, op := range ph.Ops {
+			e := ""
+			if i == 0 {
+				e = errs
+			}
+			l := op.Latency
+			rows = append(rows, []string{
+				ph.Name, target, op.Op,
+				fmtRate(op.OpsPerSec), fmtRate(op.KeysPerSec), fmtMB(op.MBPerSec),
+				fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max), e,
+			})
+		}
+	}
+	return rows
+}
+
+var ratioHeader = []string{"phase", "op", "target / baseline", "p50", "p99", "p99.9", "ops/s"}
+
+func ratioRows(r *Result) [][]string {
+	var rows [][]string
+	for _, ra := range r.Ratios {
+		rows = append(rows, []string{
+			ra.Phase, ra.Op, ra.Target + " / " + ra.Baseline,
+			fmtRatio(ra.P50), fmtRatio(ra.P99), fmtRatio(ra.P999), fmtRatio(ra.Throughput),
+		})
+	}
+	return rows
+}
+
+// errorLines describes every phase with failed requests.
+func errorLines(r *Result) []string {
+	var out []string
+	for _, ph := range r.Phases {
+		if ph.Errors == 0 {
+			continue
+		}
+		var kinds []string
+		for _, k := range sortedKeys(ph.ErrorKinds) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, ph.ErrorKinds[k]))
+		}
+		out = append(out, fmt.Sprintf("%s returned errors in phase %q: %d failed requests (%s); first: %s",
+			ph.Target, ph.Name, ph.Errors, strings.Join(kinds, ", "), ph.FirstError))
+	}
+	return out
+}
+
+// phaseLine is the one-line progress summary of a phase.
+func phaseLine(ph *Phase) string {
+	var parts []string
+	for _, op := range ph.Ops {
+		l := op.Latency
+		s := fmt.Sprintf("%s %s/s p50 %s p99 %s p99.9 %s max %s", op.Op, fmtRate(op.OpsPerSec), fmtUs(l.P50), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max))
+		if op.MBPerSec >= 1 {
+			s += fmt.Sprintf(" (%s MB/s)", fmtMB(op.MBPerSec))
+		}
+		parts = append(parts, s)
+	}
+	parts = append(parts, plural(int(ph.Errors), "error"))
+	return strings.Join(parts, "; ")
+}
+
+func textTable(w io.Writer, header []string, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	upper := make([]string, len(header))
+	for i, h := range header {
+		upper[i] = strings.ToUpper(h)
+	}
+	fmt.Fprintln(tw, strings.Join(upper, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+func markdownTable(w io.Writer, header []string, rows [][]string) {
+	fmt.Fprintf(w, "| %s |\n", strings.Join(header, " | "))
+	sep := make([]string, len(header))
+	for i := range sep {
+		sep[i] = "---"
+		if i >= 3 {
+			sep[i] = "--:" // numbers, right-aligned
+		}
+	}
+	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
+	}
+}
+
+func fmtRate(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func fmtMB(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// fmtUs formats a latency given in microseconds.
+func fmtUs(us float64) string {
+	switch {
+	case us <= 0:
+		return "-"
+	case us < 1000:
+		return fmt.Sprintf("%.1fµs", us)
+	case us < 1e6:
+		return fmt.Sprintf("%.2fms", us/1e3)
+	default:
+		return fmt.Sprintf("%.2fs", us/1e6)
+	}
+}
+
+func fmtRatio(v float64) string {
+	if v <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// errWriter keeps the first write error and drops later writes.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return len(b), nil
+	}
+	n, err := e.w.Write(b)
+	e.err = err
+	return n, nil
+}

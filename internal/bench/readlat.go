@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// ReadLat measures the latency of small reads on one connection while 0, 1,
+// 2... other connections write large new values as fast as the server
+// stores them (see the package documentation).
+func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Result, error) {
+	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time, in a cycle, while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next; %s per phase",
+		cfg.ReadLatKeys, joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, cfg.Duration)
+	s := newScenarioRun(&cfg, ScenarioReadLat, desc, targets, logf)
+
+	keys := make([]string, cfg.ReadLatKeys)
+	vals := make([][]byte, cfg.ReadLatKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%02d", i)
+		vals[i] = []byte{'a' + byte(i/10), 'a' + byte(i%10)}
+	}
+	for _, t := range targets {
+		if t.Memcache == "" {
+			s.skip(t, "no memcache address")
+			continue
+		}
+		err := withConn(ctx, t.Memcache, cfg.Timeout, func(c *mcConn) error { return c.setMany(keys, vals) })
+		if err != nil {
+			if ctx.Err() != nil {
+				return s.finish(ctx.Err())
+			}
+			s.fail(t, "loading the %d keys: %v", len(keys), err)
+		}
+	}
+
+	names := make([]string, len(cfg.ReadLatWriters))
+	for i, w := range cfg.ReadLatWriters {
+		names[i] = plural(w, "writer")
+	}
+	// Writers add keys that are new even to a server that served earlier
+	// runs; their values are random, so that they do not compress.
+	runID := fmt.Sprintf("%08x", rand.Uint32())
+	pool := randomBytes(cfg.Seed, 4<<20+cfg.ReadLatValueSize)
+	err := s.phases(ctx, names, func(t *Target, i int) Phase {
+		p := &readLatPhase{
+			cfg: &cfg, addr: t.Memcache, keys: keys, vals: vals, pool: pool,
+			writers: cfg.ReadLatWriters[i], prefix: fmt.Sprintf("rl-%s-%d-", runID, i),
+		}
+		return p.run(ctx)
+	})
+	return s.finish(err)
+}
+
+type readLatPhase struct {
+	cfg     *Config
+	addr    string
+	keys    []string
+	vals    [][]byte
+	pool    []byte // random bytes the writers' values are cut from
+	writers int
+	prefix  string // of the writers' keys
+}
+
+func (p *readLatPhase) run(ctx context.Context) Phase {
+	env := newPhaseEnv(ctx, p.cfg)
+	n := 1 + p.writers
+	sessions := make([]*mcSession, n)
+	ops := make([]*opCounter, n)
+	errs := make([]errCounter, n)
+	for i := range sessions {
+		sessions[i] = &mcSession{addr: p.addr, env: env}
+		defer sessions[i].close()
+		_ = sessions[i].dial() // a failure is retried, and counted, by the worker
+		ops[i] = newOpCounter()
+	}
+	elapsed := env.work(p.cfg.Duration, n, func(i int) {
+		if i == 0 {
+			p.read(env, sessions[0], ops[0], &errs[0])
+		} else {
+			p.write(env, i-1, sessions[i], ops[i], &errs[i])
+		}
+	})
+
+	ph := Phase{Seconds: elapsed.Seconds()}
+	ph.Ops = append(ph.Ops, ops[0].stats("read", elapsed))
+	if p.writers > 0 {
+		w := newOpCounter()
+		for _, o := range ops[1:] {
+			w.merge(o)
+		}
+		ph.Ops = append(ph.Ops, w.stats("write", elapsed))
+	}
+	var ec errCounter
+	for i := range errs {
+		ec.merge(&errs[i])
+	}
+	ph.setErrors(&ec)
+	return ph
+}
+
+// read gets the keys one at a time, in a cycle, and checks every value.
+func (p *readLatPhase) read(env *phaseEnv, s *mcSession, oc *opCounter, ec *errCounter) {
+	for i := 0; env.ctx.Err() == nil; i++ {
+		c, err := s.conn()
+		if err != nil {
+			if !s.failed(err, ec) {
+				return
+			}
+			continue
+		}
+		k := i % len(p.keys)
+		start := time.Now()
+		v, found, err := c.getOne(p.keys[k])
+		d := time.Since(start)
+		switch {
+		case err != nil:
+		case !found:
+			err = errMiss
+		case !bytes.Equal(v, p.vals[k]):
+			err = errBadValue
+		}
+		if err != nil {
+			if !s.failed(fmt.Errorf("get %s: %w", p.keys[k], err), ec) {
+				return
+			}
+			continue
+		}
+		oc.add(d, 1, len(v))
+	}
+}
+
+// write sets new keys with random values, one at a time.
+func (p *readLatPhase) write(env *phaseEnv, w int, s *mcSession, oc *opCounter, ec *errCounter) {
+	rng := newRand(p.cfg.Seed, w)
+	size := p.cfg.ReadLatValueSize
+	for seq := 0; env.ctx.Err() == nil; seq++ {
+		c, err := s.conn()
+		if err != nil {
+			if !s.failed(err, ec) {
+				return
+			}
+			continue
+		}
+		key := fmt.Sprintf("%s%d-%d", p.prefix, w, seq)
+		off := rng.IntN(len(p.pool) - size + 1)
+		start := time.Now()
+		err = c.set(key, p.pool[off:off+size])
+		d := time.Since(start)
+		if err != nil {
+			if !s.failed(fmt.Errorf("set %s: %w", key, err), ec) {
+				return
+			}
+			continue
+		}
+		oc.add(d, 1, size)
+	}
+}
+
+// withConn runs fn on a new connection to addr whose I/O is bounded by
+// timeout and aborted when ctx ends.
+func withConn(ctx context.Context, addr string, timeout time.Duration, fn func(c *mcConn) error) error {
+	c, err := dialMC(ctx, addr)
+	if err != nil {
+		return errDial{err}
+	}
+	defer c.Close()
+	if err := c.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	return fn(c)
+}
+
+// joinInts writes 1, 2 and 3.
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

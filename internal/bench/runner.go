@@ -1,0 +1,238 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Logf prints progress. It must be safe for concurrent use.
+type Logf func(format string, args ...any)
+
+// reconnectPause is how long a worker waits after a failed connect before
+// trying again, so that a dead server does not turn into a busy loop.
+const reconnectPause = 20 * time.Millisecond
+
+// phaseEnv is the clock of one phase. run is the context of the whole run,
+// canceled when the run is interrupted; ctx ends when the phase does.
+// Workers stop starting requests when ctx ends and let the request in
+// flight finish, within the request timeout; an interrupt aborts it.
+type phaseEnv struct {
+	run     context.Context
+	ctx     context.Context
+	cancel  context.CancelFunc
+	begin   time.Time
+	end     time.Time
+	timeout time.Duration
+}
+
+func newPhaseEnv(run context.Context, cfg *Config) *phaseEnv {
+	return &phaseEnv{run: run, timeout: cfg.Timeout}
+}
+
+// interrupted reports whether the run was canceled; errors seen after
+// that are the interruption's, not the server's.
+func (e *phaseEnv) interrupted() bool { return e.run.Err() != nil }
+
+// work starts the phase clock, runs n workers for d and waits for all of
+// them. It returns the measured wall time.
+func (e *phaseEnv) work(d time.Duration, n int, worker func(i int)) time.Duration {
+	e.begin = time.Now()
+	e.end = e.begin.Add(d)
+	e.ctx, e.cancel = context.WithDeadline(e.run, e.end)
+	defer e.cancel()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { worker(i) })
+	}
+	wg.Wait()
+	return time.Since(e.begin)
+}
+
+// mcSession owns a worker's memcache connection during a phase: it bounds
+// its I/O by the end of the phase plus the request timeout, aborts it when
+// the run is interrupted, and redials after an error that broke it.
+type mcSession struct {
+	addr  string
+	env   *phaseEnv
+	c     *mcConn
+	armed bool
+	stop  func() bool
+}
+
+// dial connects ahead of the phase clock, so that the first request does
+// not pay for the connection.
+func (s *mcSession) dial() error {
+	if s.c != nil {
+		return nil
+	}
+	c, err := dialMC(s.env.run, s.addr)
+	if err != nil {
+		return errDial{err}
+	}
+	s.c = c
+	return nil
+}
+
+// conn returns the connection, dialing it if needed. Call it only while
+// the phase clock runs.
+func (s *mcSession) conn() (*mcConn, error) {
+	if err := s.dial(); err != nil {
+		return nil, err
+	}
+	if !s.armed {
+		c := s.c
+		if err := c.conn.SetDeadline(s.env.end.Add(s.env.timeout)); err != nil {
+			s.close()
+			return nil, errDial{err}
+		}
+		s.stop = context.AfterFunc(s.env.run, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+		s.armed = true
+	}
+	return s.c, nil
+}
+
+// failed records err and drops the connection if err broke it. It returns
+// false if the run was interrupted, in which case err is not counted.
+func (s *mcSession) failed(err error, ec *errCounter) bool {
+	if s.env.interrupted() {
+		return false
+	}
+	ec.add(err)
+	if s.c != nil && s.c.broken {
+		s.close()
+	}
+	if s.c == nil {
+		// A failed connect or a broken connection: pause before the next
+		// attempt, so that a failing server does not get a connection
+		// storm.
+		sleepCtx(s.env.ctx, reconnectPause)
+	}
+	return true
+}
+
+func (s *mcSession) close() {
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	if s.c != nil {
+		s.c.Close()
+		s.c = nil
+	}
+	s.armed = false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// scenarioRun runs the phases of one scenario, alternating targets within
+// each phase so that every target sees the same machine conditions.
+type scenarioRun struct {
+	cfg     *Config
+	res     *Result
+	targets []*Target
+	skipped map[*Target]bool
+	logf    Logf
+}
+
+func newScenarioRun(cfg *Config, name, desc string, targets []*Target, logf Logf) *scenarioRun {
+	return &scenarioRun{
+		cfg:     cfg,
+		res:     &Result{Scenario: name, Description: desc},
+		targets: targets,
+		skipped: map[*Target]bool{},
+		logf:    logf,
+	}
+}
+
+// skip leaves t out of the rest of the scenario, with a note saying why.
+func (s *scenarioRun) skip(t *Target, format string, args ...any) {
+	s.skipped[t] = true
+	s.note("%s: skipped: %s", t.Name, fmt.Sprintf(format, args...))
+}
+
+// fail leaves t out of the rest of the scenario because it failed: the
+// report lists it as a failure.
+func (s *scenarioRun) fail(t *Target, format string, args ...any) {
+	s.skipped[t] = true
+	msg := fmt.Sprintf("%s: %s", t.Name, fmt.Sprintf(format, args...))
+	if exit := t.alive(); exit != nil && !strings.Contains(msg, exit.Error()) {
+		msg += "; " + exit.Error()
+	}
+	s.res.Failures = append(s.res.Failures, msg)
+	s.logf("%s: FAILED: %s", s.res.Scenario, msg)
+}
+
+func (s *scenarioRun) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.res.Notes = append(s.res.Notes, msg)
+	s.logf("%s: %s", s.res.Scenario, msg)
+}
+
+func (s *scenarioRun) active() []*Target {
+	var out []*Target
+	for _, t := range s.targets {
+		if !s.skipped[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// phases runs run for every phase name and every active target, phase by
+// phase. A phase cut short by an interrupt is dropped.
+func (s *scenarioRun) phases(ctx context.Context, names []string, run func(t *Target, i int) Phase) error {
+	for i, name := range names {
+		for _, t := range s.active() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := t.alive(); err != nil {
+				s.fail(t, "%v", err)
+				continue
+			}
+			s.logf("%s: %s on %s for %s", s.res.Scenario, name, t.Name, s.cfg.Duration)
+			ph := run(t, i)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ph.Name, ph.Target, ph.Baseline = name, t.Name, t.Baseline
+			s.res.Phases = append(s.res.Phases, ph)
+			s.logf("%s: %s on %s: %s", s.res.Scenario, name, t.Name, phaseLine(&ph))
+		}
+	}
+	return nil
+}
+
+// finish computes the ratios and returns the result.
+func (s *scenarioRun) finish(err error) (*Result, error) {
+	s.res.Ratios = computeRatios(s.res.Phases)
+	return s.res, err
+}
+
+// randomBytes returns n bytes from a PCG seeded with seed.
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8 && i+j < n; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+func newRand(seed uint64, stream int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, uint64(stream)+1))
+}

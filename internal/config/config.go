@@ -1,0 +1,246 @@
+// Package config holds the configuration of a qs process: its structs, their
+// defaults, their validation and the TOML file format, in one place.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// Config is the whole configuration of one qs process.
+type Config struct {
+	// Data is the directory holding one subdirectory per database.
+	// Default "./qs-data".
+	Data string `toml:"data"`
+	// HTTP is the HTTP API address (reads, writes at the root, status,
+	// metrics). Default "127.0.0.1:7380".
+	HTTP string `toml:"http"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `toml:"log_level"`
+	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	// MaxHTTPConns caps concurrent HTTP connections. Default 4096.
+	MaxHTTPConns int `toml:"max_http_conns"`
+	// HTTPReadHeaderTimeout bounds receiving request headers (slow-loris).
+	// Default 5s.
+	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
+	// HTTPIdleTimeout closes idle keep-alive connections. Default 2m.
+	HTTPIdleTimeout Duration `toml:"http_idle_timeout"`
+
+	// Databases served by this process. Default: one named "default".
+	Databases []Database `toml:"database"`
+}
+
+// Database is the configuration of one database.
+type Database struct {
+	// Name is used in URLs and directory names: [a-zA-Z0-9_-]{1,64}.
+	Name string `toml:"name"`
+	// DBID, when set (32 hex digits), pins the database id: a store with
+	// another id is refused. Empty: a new database gets a random id.
+	DBID string `toml:"db_id"`
+	// Memcache lists TCP addresses serving this database over the
+	// memcached protocol. Default none; a configuration without any
+	// [[database]] gets one database "default" on 127.0.0.1:7311.
+	Memcache []string `toml:"memcache"`
+	// Unix lists Unix socket paths serving the memcached protocol.
+	Unix []string `toml:"unix"`
+
+	// Heartbeat is how often the root writes a heartbeat entry when no
+	// other entry was written. Default 1s; negative disables.
+	Heartbeat Duration `toml:"heartbeat"`
+	// BatchWindow: see store.Options.BatchWindow. Default 0.
+	BatchWindow Duration `toml:"batch_window"`
+	// Compression of log blocks: zstd (default), snappy or none.
+	Compression string `toml:"compression"`
+	// Limits; 0 means the store default (see store.Options).
+	MaxKeyBytes   int    `toml:"max_key_bytes"`
+	MaxValueBytes int    `toml:"max_value_bytes"`
+	MaxBatchOps   int    `toml:"max_batch_ops"`
+	ChunkBytes    int    `toml:"chunk_bytes"`
+	MinFreeBytes  uint64 `toml:"min_free_bytes"`
+	BallastBytes  int64  `toml:"ballast_bytes"`
+	CacheBytes    int64  `toml:"cache_bytes"`
+	// Retention of the log; 0 means the store default, negative no limit.
+	RetainEntries int64    `toml:"retain_entries"`
+	RetainBytes   int64    `toml:"retain_bytes"`
+	RetainAge     Duration `toml:"retain_age"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("1.5s").
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Default returns the configuration of `qs serve` with no arguments.
+func Default() *Config {
+	c := &Config{}
+	c.EnsureDefaults()
+	return c
+}
+
+// EnsureDefaults fills unset fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.Data == "" {
+		c.Data = "./qs-data"
+	}
+	if c.HTTP == "" {
+		c.HTTP = "127.0.0.1:7380"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.ShutdownTimeout.Duration == 0 {
+		c.ShutdownTimeout.Duration = 10 * time.Second
+	}
+	if c.MaxHTTPConns == 0 {
+		c.MaxHTTPConns = 4096
+	}
+	if c.HTTPReadHeaderTimeout.Duration == 0 {
+		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
+	}
+	if c.HTTPIdleTimeout.Duration == 0 {
+		c.HTTPIdleTimeout.Duration = 2 * time.Minute
+	}
+	if len(c.Databases) == 0 {
+		c.Databases = []Database{{Name: "default", Memcache: []string{"127.0.0.1:7311"}}}
+	}
+	for i := range c.Databases {
+		d := &c.Databases[i]
+		if d.Heartbeat.Duration == 0 {
+			d.Heartbeat.Duration = time.Second
+		}
+		if d.Compression == "" {
+			d.Compression = "zstd"
+		}
+	}
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Validate reports every problem in the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	names := map[string]bool{}
+	addrs := map[string]string{}
+	claim := func(addr, who string) {
+		if addr == "" {
+			return
+		}
+		if prev, ok := addrs[addr]; ok && !isPortZero(addr) {
+			errs = append(errs, fmt.Errorf("address %s used by both %s and %s", addr, prev, who))
+		}
+		addrs[addr] = who
+	}
+	claim(c.HTTP, "http")
+	for i, d := range c.Databases {
+		where := fmt.Sprintf("database[%d] %q", i, d.Name)
+		if !nameRE.MatchString(d.Name) {
+			errs = append(errs, fmt.Errorf("%s: name must match %s", where, nameRE))
+		}
+		if names[d.Name] {
+			errs = append(errs, fmt.Errorf("%s: duplicate name", where))
+		}
+		names[d.Name] = true
+		if d.DBID != "" {
+			if _, err := store.ParseDBID(d.DBID); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v", where, err))
+			}
+		}
+		if _, err := wal.ParseCompression(d.Compression); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", where, err))
+		}
+		for _, a := range d.Memcache {
+			claim(a, where+" memcache")
+		}
+		for _, a := range d.Unix {
+			claim("unix:"+a, where+" unix")
+		}
+		if _, err := c.StoreOptions(d); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", where, err))
+		}
+	}
+	if c.MaxHTTPConns < 1 {
+		errs = append(errs, errors.New("max_http_conns must be at least 1"))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+func isPortZero(addr string) bool {
+	return len(addr) >= 2 && addr[len(addr)-2:] == ":0"
+}
+
+// StoreOptions converts a database's configuration to store options.
+func (c *Config) StoreOptions(d Database) (store.Options, error) {
+	comp, err := wal.ParseCompression(d.Compression)
+	if err != nil {
+		return store.Options{}, err
+	}
+	o := store.Options{
+		Name:          d.Name,
+		Dir:           filepath.Join(c.Data, d.Name),
+		MaxKeyBytes:   d.MaxKeyBytes,
+		MaxValueBytes: d.MaxValueBytes,
+		MaxBatchOps:   d.MaxBatchOps,
+		ChunkBytes:    d.ChunkBytes,
+		BatchWindow:   d.BatchWindow.Duration,
+		Compression:   comp,
+		Retention: store.Retention{
+			MaxEntries: d.RetainEntries, MaxBytes: d.RetainBytes, MaxAge: d.RetainAge.Duration,
+		},
+		MinFreeBytes: d.MinFreeBytes,
+		BallastBytes: d.BallastBytes,
+		CacheBytes:   d.CacheBytes,
+	}
+	if d.DBID != "" {
+		if o.DBID, err = store.ParseDBID(d.DBID); err != nil {
+			return o, err
+		}
+	}
+	o.EnsureDefaults()
+	return o, o.Validate()
+}
+
+// Load reads a TOML file, refusing unknown keys, and applies defaults.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, path)
+}
+
+// Parse parses TOML text (name is used in errors).
+func Parse(b []byte, name string) (*Config, error) {
+	c := &Config{}
+	md, err := toml.Decode(string(b), c)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, fmt.Errorf("config %s: unknown keys %v", name, und)
+	}
+	c.EnsureDefaults()
+	return c, nil
+}

@@ -1,0 +1,42 @@
+// Package metrics holds the one Prometheus registry of the process. Each
+// package declares its own collectors at package level, in its metrics.go,
+// with namespace "qs" and the package's job as subsystem, and registers them
+// here with MustRegister.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Namespace is the prefix of every metric name.
+const Namespace = "qs"
+
+// Registry is the process-wide registry served at /metrics.
+var Registry = prometheus.NewRegistry()
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+}
+
+// MustRegister registers collectors with Registry and returns the first, so
+// a package can write `var x = metrics.MustRegister(prometheus.NewCounterVec(...))`.
+func MustRegister[T prometheus.Collector](c T, more ...prometheus.Collector) T {
+	Registry.MustRegister(c)
+	Registry.MustRegister(more...)
+	return c
+}
+
+// Handler serves Registry in the Prometheus text format.
+func Handler() http.Handler {
+	return promhttp.HandlerFor(Registry, promhttp.HandlerOpts{Registry: Registry})
+}
+
+// LatencyBuckets are histogram buckets for request latencies, from 10µs to 10s.
+var LatencyBuckets = prometheus.ExponentialBucketsRange(10e-6, 10, 25)

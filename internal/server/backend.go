@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// memcacheBackend adapts a database to the memcached front door.
+type memcacheBackend struct{ db *httpapi.Database }
+
+func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
+	v, err := b.db.Store.View()
+	if err != nil {
+		return 0, err
+	}
+	defer v.Close()
+	for _, k := range keys {
+		val, idx, ok, err := v.Get(k)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			found(k, val, idx)
+		}
+	}
+	return v.Index(), nil
+}
+
+func (b memcacheBackend) write(ctx context.Context, op wal.Op) (uint64, bool, error) {
+	if err := b.db.CanWrite(); err != nil {
+		return 0, false, err
+	}
+	r, err := b.db.Store.Write(ctx, storeBatch(op))
+	return r.Index, r.Changed, err
+}
+
+func (b memcacheBackend) Set(ctx context.Context, key, value []byte) (uint64, error) {
+	idx, _, err := b.write(ctx, wal.Op{Type: wal.OpSet, Key: key, Value: value})
+	return idx, err
+}
+
+func (b memcacheBackend) Delete(ctx context.Context, key []byte) (uint64, bool, error) {
+	return b.write(ctx, wal.Op{Type: wal.OpDelete, Key: key})
+}
+
+func (b memcacheBackend) Stats() [][2]string {
+	s := b.db.Store
+	role := "root"
+	if b.db.CanWrite() != nil {
+		role = "replica"
+	}
+	return [][2]string{
+		{"db", s.Name()},
+		{"db_id", s.DBID().String()},
+		{"role", role},
+		{"applied_index", strconv.FormatUint(s.AppliedIndex(), 10)},
+	}
+}

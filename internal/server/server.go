@@ -1,0 +1,280 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/api/memcache"
+	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+	"golang.org/x/net/netutil"
+)
+
+// Server is one qs process.
+type Server struct {
+	cfg *config.Config
+	log *slog.Logger
+	// Announce receives one line per listener ("http listening on ADDR").
+	announce io.Writer
+
+	dbs   map[string]*httpapi.Database
+	order []string
+
+	http       *http.Server
+	httpLn     net.Listener
+	httpServed chan struct{} // closed when http.Serve returned
+	httpBusy   connTracker
+	mc         []*memcache.Server
+
+	quit chan struct{}
+	wg   sync.WaitGroup
+	mu   struct {
+		sync.Mutex
+		serveErr error
+	}
+}
+
+// New opens every configured database. Nothing listens until Start.
+func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
+	for _, d := range cfg.Databases {
+		o, err := cfg.StoreOptions(d)
+		if err != nil {
+			s.closeStores()
+			return nil, err
+		}
+		o.Logger = log
+		st, err := store.Open(o)
+		if err != nil {
+			s.closeStores()
+			return nil, err
+		}
+		s.dbs[d.Name] = &httpapi.Database{
+			Name:     d.Name,
+			Store:    st,
+			CanWrite: func() error { return nil },
+			Status:   func() map[string]any { return map[string]any{"role": "root"} },
+		}
+		s.order = append(s.order, d.Name)
+		log.Info("database open", "db", d.Name, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
+	}
+	return s, nil
+}
+
+// Database implements httpapi.Catalog.
+func (s *Server) Database(name string) (*httpapi.Database, bool) {
+	d, ok := s.dbs[name]
+	return d, ok
+}
+
+// Start opens (or inherits) every listener, announces them and starts
+// serving. It returns once everything listens.
+func (s *Server) Start() error {
+	inherited, err := inheritedListeners()
+	if err != nil {
+		return err
+	}
+	ls := &listenerSet{inherited: inherited}
+	defer ls.closeUnused()
+
+	if s.cfg.HTTP != "" {
+		ln, err := ls.listen("http", "tcp", s.cfg.HTTP)
+		if err != nil {
+			return err
+		}
+		s.http = &http.Server{
+			Handler:           httpapi.New(httpapi.DefaultConfig(), s, s.log),
+			ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout.Duration,
+			IdleTimeout:       s.cfg.HTTPIdleTimeout.Duration,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			ConnState:         s.httpBusy.track,
+		}
+		s.announcef("http listening on %s\n", ln.Addr())
+		s.httpLn = netutil.LimitListener(ln, s.cfg.MaxHTTPConns)
+		s.httpServed = make(chan struct{})
+		s.goFunc(func() {
+			defer close(s.httpServed)
+			s.serveErr("http", s.http.Serve(s.httpLn))
+		})
+	}
+	for _, d := range s.cfg.Databases {
+		db := s.dbs[d.Name]
+		if len(d.Memcache) == 0 && len(d.Unix) == 0 {
+			continue
+		}
+		mc := memcache.New(memcache.DefaultConfig(), memcacheBackend{db}, s.log.With("db", d.Name))
+		s.mc = append(s.mc, mc)
+		for _, addr := range d.Memcache {
+			ln, err := ls.listen("memcache-"+d.Name, "tcp", addr)
+			if err != nil {
+				return err
+			}
+			s.announcef("memcache listening on %s db=%s\n", ln.Addr(), d.Name)
+			s.goFunc(func() { s.serveErr("memcache", mc.Serve(ln)) })
+		}
+		for _, path := range d.Unix {
+			ln, err := ls.listen("unix-"+d.Name, "unix", path)
+			if err != nil {
+				return err
+			}
+			s.announcef("unix listening on %s db=%s\n", path, d.Name)
+			s.goFunc(func() { s.serveErr("memcache unix", mc.Serve(ln)) })
+		}
+	}
+	for _, d := range s.cfg.Databases {
+		if hb := d.Heartbeat.Duration; hb > 0 {
+			db := s.dbs[d.Name]
+			s.goFunc(func() { s.heartbeatLoop(db, hb) })
+		}
+	}
+	return nil
+}
+
+func (s *Server) announcef(format string, args ...any) {
+	if s.announce != nil {
+		fmt.Fprintf(s.announce, format, args...)
+	}
+}
+
+func (s *Server) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+func (s *Server) serveErr(what string, err error) {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return
+	}
+	select {
+	case <-s.quit:
+		return
+	default:
+	}
+	s.log.Error("listener failed", "listener", what, "err", err)
+	s.mu.Lock()
+	if s.mu.serveErr == nil {
+		s.mu.serveErr = fmt.Errorf("%s: %w", what, err)
+	}
+	s.mu.Unlock()
+}
+
+// heartbeatLoop writes a heartbeat entry whenever the database has had no
+// entry for the interval, so replicas can tell lag from silence.
+func (s *Server) heartbeatLoop(db *httpapi.Database, every time.Duration) {
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		if db.CanWrite() != nil || time.Since(db.Store.AppliedTime()) < every {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		if _, err := db.Store.Heartbeat(ctx); err != nil && !errors.Is(err, store.ErrClosed) {
+			s.log.Warn("heartbeat not written", "db", db.Name, "err", err)
+		}
+		cancel()
+	}
+}
+
+// Shutdown stops accepting, lets requests in flight finish (bounded by
+// ctx), stops every goroutine and closes the databases.
+func (s *Server) Shutdown(ctx context.Context) error {
+	close(s.quit)
+	var errs []error
+	if s.http != nil {
+		// Stop accepting first and let Serve return, so that a connection
+		// accepted at this very moment is tracked before Shutdown looks
+		// for active connections (otherwise it can be dropped unanswered).
+		s.httpLn.Close()
+		<-s.httpServed
+		// net/http drops a request it reads after Shutdown began, even on
+		// a connection accepted before: let accepted connections get their
+		// answer first (bounded by ctx and the read-header timeout).
+		s.httpBusy.waitQuiet(ctx)
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			s.http.Close()
+		}
+	}
+	for _, mc := range s.mc {
+		if err := mc.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("memcache shutdown: %w", err))
+		}
+	}
+	s.wg.Wait()
+	errs = append(errs, s.closeStores())
+	return errors.Join(errs...)
+}
+
+// Err returns the first listener failure, if any.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.serveErr
+}
+
+func (s *Server) closeStores() error {
+	var errs []error
+	for _, name := range s.order {
+		if err := s.dbs[name].Store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func storeBatch(op wal.Op) store.Batch { return store.Batch{Ops: []wal.Op{op}} }
+
+// connTracker counts HTTP connections that are new (accepted, no request
+// read yet) or active (serving a request).
+type connTracker struct {
+	mu   sync.Mutex
+	busy map[net.Conn]bool
+}
+
+func (t *connTracker) track(c net.Conn, st http.ConnState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.busy == nil {
+		t.busy = map[net.Conn]bool{}
+	}
+	if st == http.StateNew || st == http.StateActive {
+		t.busy[c] = true
+	} else {
+		delete(t.busy, c)
+	}
+}
+
+func (t *connTracker) waitQuiet(ctx context.Context) {
+	for {
+		t.mu.Lock()
+		n := len(t.busy)
+		t.mu.Unlock()
+		if n == 0 || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+func TestQuotaFS(t *testing.T) {
+	fs := newQuotaFS(vfs.NewMem(), 100)
+	f, err := fs.Create("/a", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.Write(make([]byte, 60)); n != 60 || err != nil {
+		t.Fatal(n, err)
+	}
+	n, err := f.Write(make([]byte, 60))
+	if n != 40 || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write past the quota: %d, %v", n, err)
+	}
+	if du, _ := fs.GetDiskUsage("/"); du.AvailBytes != 0 || du.UsedBytes != 100 {
+		t.Fatalf("usage %+v", du)
+	}
+	f.Close()
+	if err := fs.Remove("/a"); err != nil {
+		t.Fatal(err)
+	}
+	if du, _ := fs.GetDiskUsage("/"); du.AvailBytes != 100 {
+		t.Fatalf("usage after remove %+v", du)
+	}
+}
+
+func diskFullEvents(t *testing.T, db string) float64 {
+	return counterValue(t, mDiskFullEvents.WithLabelValues(db))
+}
+
+func writeErrors(t *testing.T, db, kind string) float64 {
+	return counterValue(t, mWriteErrors.WithLabelValues(db, kind))
+}
+
+func ballastSize(t *testing.T, fs vfs.FS, s *Store) int64 {
+	t.Helper()
+	st, err := fs.Stat(s.ballast)
+	if err != nil {
+		return -1
+	}
+	return st.Size()
+}
+
+// (a) Free space below the reserve: writes are refused before anything is
+// written, reads go on, and writes resume once space returns.
+func TestDiskFullReserve(t *testing.T) {
+	const db = "diskfull-reserve"
+	const reserve, ballast = 1 << 20, 256 << 10
+	fs := newQuotaFS(vfs.NewMem(), 1<<30)
+	o := Options{Name: db, Dir: "/data/db", FS: fs, MinFreeBytes: reserve, BallastBytes: ballast, Logger: quietLogger()}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := ballastSize(t, fs, s); got != ballast {
+		t.Fatalf("ballast of %d bytes at open, want %d", got, ballast)
+	}
+	mustWrite(t, s, set("a", "1"), setb("big", pattern(1, 300<<10)))
+	before, _ := digest(t, s)
+	applied := s.AppliedIndex()
+
+	used, _ := fs.usage()
+	fs.setQuota(used + reserve/2)
+	refused := writeErrors(t, db, "disk_full")
+	for i := 0; i < 3; i++ {
+		_, err := writeBatch(context.Background(), s, set("a", "2"))
+		if !errors.Is(err, ErrDiskFull) {
+			t.Fatalf("write with %d bytes free: %v", reserve/2, err)
+		}
+	}
+	if !s.DiskFull() || writeErrors(t, db, "disk_full") != refused+3 {
+		t.Fatalf("disk full %v, disk_full errors %v -> %v", s.DiskFull(), refused, writeErrors(t, db, "disk_full"))
+	}
+	if _, enospc := fs.usage(); enospc != 0 {
+		t.Fatalf("the store wrote into the reserve: %d ENOSPC", enospc)
+	}
+	// Reads keep working and nothing changed.
+	if after, _ := digest(t, s); after != before || s.AppliedIndex() != applied {
+		t.Fatal("data changed while the disk was full")
+	}
+	if v, _, _ := get(t, s, "a"); v != "1" {
+		t.Fatalf("a = %q", v)
+	}
+
+	// Space back: writes resume.
+	fs.setQuota(used + 64<<20)
+	if r := mustWrite(t, s, set("a", "2")); r.Index != applied+1 {
+		t.Fatalf("write after space returned at %d", r.Index)
+	}
+	if s.DiskFull() {
+		t.Fatal("still refusing writes")
+	}
+	if got := ballastSize(t, fs, s); got != ballast {
+		t.Fatalf("ballast %d bytes", got)
+	}
+	mustVerify(t, s)
+}
+
+// (b) The reserve is bypassed and the disk really fills during a commit:
+// Pebble's write gets ENOSPC, the ballast is released so that write can
+// finish, further writes are refused until space returns, then writes
+// resume and the ballast comes back.
+func TestDiskFullBallast(t *testing.T) {
+	const db = "diskfull-ballast"
+	const ballast = 4 << 20
+	fs := newQuotaFS(vfs.NewMem(), 1<<30)
+	o := Options{Name: db, Dir: "/data/db", FS: fs, MinFreeBytes: 1, BallastBytes: ballast, Logger: quietLogger(), Compression: wal.CompressNone}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := ballastSize(t, fs, s); got != ballast {
+		t.Fatalf("ballast of %d bytes at open, want %d", got, ballast)
+	}
+	mustWrite(t, s, set("a", "1"))
+	events := diskFullEvents(t, db)
+
+	// 64 KiB free; the next write needs about 2 x 256 KiB (the value in
+	// the WAL, once as data and once in the log block).
+	used, _ := fs.usage()
+	fs.setQuota(used + 64<<10)
+	value := pattern(7, 256<<10)
+	r, err := writeBatch(context.Background(), s, setb("big", value))
+	if err != nil {
+		t.Fatalf("the write in flight when the disk filled failed: %v", err)
+	}
+	if _, enospc := fs.usage(); enospc == 0 {
+		t.Fatal("the disk never filled: the test did not test anything")
+	}
+	if got := ballastSize(t, fs, s); got != -1 {
+		t.Fatalf("ballast still there (%d bytes)", got)
+	}
+	if !s.DiskFull() || diskFullEvents(t, db) != events+1 {
+		t.Fatalf("disk full %v, events %v -> %v", s.DiskFull(), events, diskFullEvents(t, db))
+	}
+	if v, idx, ok := get(t, s, "big"); !ok || v != string(value) || idx != r.Index {
+		t.Fatal("the write in flight was acknowledged but is not readable")
+	}
+
+	// Until space returns, writes are refused: the released ballast is not
+	// room to write in.
+	for i := 0; i < 3; i++ {
+		if _, err := writeBatch(context.Background(), s, set("a", "2")); !errors.Is(err, ErrDiskFull) {
+			t.Fatalf("write after the ballast was released: %v", err)
+		}
+	}
+	if v, _, _ := get(t, s, "a"); v != "1" {
+		t.Fatalf("a = %q", v)
+	}
+
+	fs.setQuota(used + 64<<20)
+	if r2 := mustWrite(t, s, set("a", "2")); r2.Index != r.Index+1 {
+		t.Fatalf("write after space returned at %d, want %d", r2.Index, r.Index+1)
+	}
+	if s.DiskFull() {
+		t.Fatal("still refusing writes")
+	}
+	if got := ballastSize(t, fs, s); got != ballast {
+		t.Fatalf("ballast not recreated: %d bytes", got)
+	}
+	mustVerify(t, s)
+
+	// Everything acknowledged survives a restart.
+	s.Close()
+	s2, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if v, _, _ := get(t, s2, "big"); v != string(value) {
+		t.Fatal("big lost after restart")
+	}
+	mustVerify(t, s2)
+}
+
+// TestDiskFullWithoutBallastExits: with no ballast to release, an ENOSPC
+// inside Pebble's commit is fatal (Pebble cannot tell what reached its
+// WAL): the process exits with status 70, and a restart recovers every
+// acknowledged write. The store runs in a child process, on a real
+// directory behind the quota.
+func TestDiskFullWithoutBallastExits(t *testing.T) {
+	if dir := os.Getenv("QS_TEST_DISKFULL_CHILD"); dir != "" {
+		diskFullChild(dir)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDiskFullWithoutBallastExits$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "QS_TEST_DISKFULL_CHILD="+dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 70 {
+		t.Fatalf("child: %v (want exit status 70)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var acked uint64
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "acked "); ok {
+			acked, _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	if acked == 0 || !strings.Contains(stderr.String(), "no space left on device") {
+		t.Fatalf("child did not get as far as ENOSPC:\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+
+	s := openTest(t, Options{Dir: dir})
+	if s.AppliedIndex() != acked {
+		t.Fatalf("applied index %d after restart, %d acknowledged (the failed write was not)", s.AppliedIndex(), acked)
+	}
+	for i := uint64(1); i <= acked; i++ {
+		if v, idx, ok := get(t, s, fmt.Sprintf("k%d", i)); !ok || v != fmt.Sprint(i) || idx != i {
+			t.Fatalf("acknowledged k%d lost", i)
+		}
+	}
+	if _, _, ok := get(t, s, "big"); ok {
+		t.Fatal("the failed write is visible")
+	}
+	mustVerify(t, s)
+	if r := mustWrite(t, s, set("after", "restart")); r.Index != acked+1 {
+		t.Fatalf("write after restart at %d", r.Index)
+	}
+}
+
+func diskFullChild(dir string) {
+	fs := newQuotaFS(vfs.Default, 1<<40)
+	s, err := Open(Options{Dir: dir, FS: fs, MinFreeBytes: 1, BallastBytes: -1, Compression: wal.CompressNone,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		fmt.Println("open:", err)
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	for i := 1; i <= 5; i++ {
+		r, err := writeBatch(ctx, s, set(fmt.Sprintf("k%d", i), fmt.Sprint(i)))
+		if err != nil {
+			fmt.Println("write:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("acked %d\n", r.Index)
+	}
+	used, _ := fs.usage()
+	fs.setQuota(used + 64<<10)
+	_, err = writeBatch(ctx, s, setb("big", pattern(1, 1<<20)))
+	fmt.Println("the write past the quota returned:", err)
+	os.Exit(0)
+}

@@ -1,0 +1,34 @@
+package store
+
+import "errors"
+
+// Errors returned by the store. Callers at the API edge map them to stable
+// codes with errors.Is; every one of them is also counted in a metric.
+var (
+	// ErrNotRoot: the database is a replica; writes go to the root.
+	ErrNotRoot = errors.New("qs: this node is not the write root for the database")
+	// ErrConditionFailed: a compare-and-swap condition did not hold.
+	ErrConditionFailed = errors.New("qs: condition failed: key index does not match")
+	// ErrTooLarge: a key, value or batch exceeds the configured limits.
+	ErrTooLarge = errors.New("qs: too large")
+	// ErrInvalid: a request is malformed (empty key, unknown op, ...).
+	ErrInvalid = errors.New("qs: invalid request")
+	// ErrDiskFull: free disk space is below the configured reserve, or the
+	// disk returned ENOSPC. Nothing was written; reads keep working.
+	ErrDiskFull = errors.New("qs: disk full")
+	// ErrWriteFailed: the storage engine failed a durable commit for a reason
+	// other than a full disk. The write was not acknowledged.
+	ErrWriteFailed = errors.New("qs: durable commit failed")
+	// ErrCorrupt: stored data failed an integrity check (value CRC, chunk
+	// CRC, log hash chain). The data is never served.
+	ErrCorrupt = errors.New("qs: integrity check failed")
+	// ErrClosed: the store is closed.
+	ErrClosed = errors.New("qs: store closed")
+	// ErrLogTruncated: the requested log index is older than the retained log.
+	ErrLogTruncated = errors.New("qs: log entry no longer retained")
+	// ErrDBIDMismatch: the store belongs to another database.
+	ErrDBIDMismatch = errors.New("qs: database id mismatch")
+	// ErrNotContiguous: a replicated entry does not follow the applied index
+	// or its hash does not chain from the previous entry.
+	ErrNotContiguous = errors.New("qs: log entry does not follow the applied log")
+)

@@ -1,0 +1,180 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// Helpers shared by the store tests other than store_test.go.
+
+func setb(k string, v []byte) wal.Op { return wal.Op{Type: wal.OpSet, Key: []byte(k), Value: v} }
+
+// pattern returns n bytes that differ with seed, so chunks of one value and
+// values of different keys are all distinct.
+func pattern(seed, n int) []byte {
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// digest hashes every key, value and index of the data keyspace, through
+// the public read path.
+func digest(t *testing.T, s *Store) ([32]byte, int) {
+	t.Helper()
+	v, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	h := sha256.New()
+	n := 0
+	if _, err := v.Scan(nil, nil, 0, func(k, val []byte, idx uint64) error {
+		h.Write(binary.AppendUvarint(nil, uint64(len(k))))
+		h.Write(k)
+		h.Write(binary.AppendUvarint(nil, uint64(len(val))))
+		h.Write(val)
+		h.Write(binary.BigEndian.AppendUint64(nil, idx))
+		n++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out, n
+}
+
+// appliedHash reads the durable applied record.
+func appliedHash(t *testing.T, s *Store) appliedRecord {
+	t.Helper()
+	a, err := s.readApplied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// mustVerify runs Verify on the open store and fails on any problem.
+func mustVerify(t *testing.T, s *Store) *VerifyReport {
+	t.Helper()
+	r, err := s.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Clean() {
+		t.Fatalf("verify found %d problems:\n%s", r.ProblemCount, problemList(r))
+	}
+	return r
+}
+
+func problemList(r *VerifyReport) string {
+	var b strings.Builder
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "  %s\n", p)
+	}
+	return b.String()
+}
+
+// rawGet reads a key of any keyspace straight from Pebble.
+func rawGet(t *testing.T, s *Store, k []byte) []byte {
+	t.Helper()
+	v, c, err := s.db.Get(k)
+	if err != nil {
+		t.Fatalf("raw get %q: %v", k, err)
+	}
+	defer c.Close()
+	return append([]byte(nil), v...)
+}
+
+// rawSet overwrites a key behind the store's back: a stored record changed
+// without Pebble noticing (a bad disk block or RAM rewritten).
+func rawSet(t *testing.T, s *Store, k, v []byte) {
+	t.Helper()
+	if err := s.db.Set(k, v, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rawDelete(t *testing.T, s *Store, k []byte) {
+	t.Helper()
+	if err := s.db.Delete(k, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flip returns a copy of b with bit 0 of b[i] inverted.
+func flip(b []byte, i int) []byte {
+	out := append([]byte(nil), b...)
+	out[i] ^= 1
+	return out
+}
+
+// logBlocks lists the first index of every stored log block.
+func logBlocks(t *testing.T, s *Store) []uint64 {
+	t.Helper()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var out []uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		i, _ := logKeyIndex(it.Key())
+		out = append(out, i)
+	}
+	return out
+}
+
+// findProblem returns the first problem of kind about key (nil: any key).
+func findProblem(r *VerifyReport, kind string, key []byte) *Problem {
+	for i := range r.Problems {
+		p := &r.Problems[i]
+		if p.Kind == kind && (key == nil || bytes.Equal(p.Key, key)) {
+			return p
+		}
+	}
+	return nil
+}
+
+func writeBatch(ctx context.Context, s *Store, ops ...wal.Op) (WriteResult, error) {
+	return s.Write(ctx, Batch{Ops: ops})
+}
+
+// counterValue reads a counter, as prometheus/testutil.ToFloat64 does
+// (testutil itself needs a module this repository does not require yet).
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// integrityErrors reads qs_store_integrity_errors_total{db, kind}.
+func integrityErrors(t *testing.T, db, kind string) float64 {
+	t.Helper()
+	return counterValue(t, mIntegrityErrors.WithLabelValues(db, kind))
+}
+
+// quietLogger drops store and Pebble messages (tests that expect errors
+// would otherwise flood the output).
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

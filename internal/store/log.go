@@ -1,0 +1,173 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// LogRange is the retained log: entries First..Last. First is Last+1 when
+// nothing is retained yet. BaseHash is the hash of entry First-1.
+type LogRange struct {
+	First, Last uint64
+	BaseHash    wal.Hash
+}
+
+// LogRange returns the currently retained log.
+func (s *Store) LogRange() (LogRange, error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	return logRangeAt(snap)
+}
+
+func logRangeAt(snap *pebble.Snapshot) (LogRange, error) {
+	lv, c, err := snap.Get(metaLog)
+	if err != nil {
+		return LogRange{}, err
+	}
+	lr, err := decodeLogRecord(lv)
+	c.Close()
+	if err != nil {
+		return LogRange{}, err
+	}
+	av, c, err := snap.Get(metaApplied)
+	if err != nil {
+		return LogRange{}, err
+	}
+	a, err := decodeApplied(av)
+	c.Close()
+	if err != nil {
+		return LogRange{}, err
+	}
+	return LogRange{First: lr.first, Last: a.index, BaseHash: lr.baseHash}, nil
+}
+
+// ReadLog returns retained entries from index from on, in order, stopping
+// after maxEntries entries or once maxBytes of entry bodies are gathered
+// (at least one entry is returned if any exists). It returns
+// ErrLogTruncated if from is older than the retained log. It holds no
+// iterator after returning, so a slow reader pins nothing.
+func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	lr, err := logRangeAt(snap)
+	if err != nil {
+		return nil, err
+	}
+	if from < lr.First {
+		return nil, fmt.Errorf("%w: asked for %d, log starts at %d", ErrLogTruncated, from, lr.First)
+	}
+	if from > lr.Last {
+		return nil, nil
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: logKey(lr.First), UpperBound: logKey(lr.Last + 1)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []wal.Entry
+	size := 0
+	// The block holding `from` is the last block starting at or before it.
+	ok := it.SeekLT(logKey(from + 1))
+	for ; ok; ok = it.Next() {
+		first, valid := logKeyIndex(it.Key())
+		if !valid {
+			return nil, fmt.Errorf("%w: bad log key %x", ErrCorrupt, it.Key())
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		entries, err := wal.DecodeBlock(raw)
+		if err != nil {
+			s.m.integrityErrors.WithLabelValues("log_block").Inc()
+			return nil, fmt.Errorf("%w: log block %d: %v", ErrCorrupt, first, err)
+		}
+		for i := range entries {
+			e := &entries[i]
+			if e.Index != first+uint64(i) {
+				s.m.integrityErrors.WithLabelValues("log_block").Inc()
+				return nil, fmt.Errorf("%w: log block %d holds entry %d at position %d", ErrCorrupt, first, e.Index, i)
+			}
+			if e.Index < from {
+				continue
+			}
+			out = append(out, *e)
+			size += e.BodySize()
+			if len(out) >= maxEntries || size >= maxBytes {
+				return out, nil
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 || out[0].Index != from {
+		return nil, fmt.Errorf("%w: entry %d not found in the retained log", ErrCorrupt, from)
+	}
+	return out, nil
+}
+
+// truncateLog drops the oldest log blocks, inside the group's batch, while
+// the retained log exceeds a retention limit. The block the group is
+// writing is never dropped, so the log always holds the newest entries.
+// It runs at most once a second, and drops a bounded number of blocks per
+// run so a commit never stalls on it.
+func (c *committer) truncateLog() error {
+	r := c.s.opts.Retention
+	now := c.s.opts.Now() // the clock that stamps the entries it ages
+	count := int64(c.last.index - c.log.first + 1)
+	over := func(count, bytes int64) bool {
+		return (r.MaxEntries > 0 && count > r.MaxEntries) || (r.MaxBytes > 0 && bytes > r.MaxBytes)
+	}
+	if !over(count, c.log.bytes) && now.Sub(c.lastGC) < time.Second {
+		return nil
+	}
+	c.lastGC = now
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.blockFirst)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var cut []byte
+	var lastBlock []byte
+	first, bytes := c.log.first, c.log.bytes
+	cutoff := now.Add(-r.MaxAge).UnixNano()
+	const maxBlocksPerRun = 4096
+	n := 0
+	for ok := it.First(); ok && n < maxBlocksPerRun; ok = it.Next() {
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		h, _, _, err := wal.ParseBlockHeader(raw)
+		if err != nil {
+			return fmt.Errorf("%w: log block at %x: %v", ErrCorrupt, it.Key(), err)
+		}
+		blockFirst, _ := logKeyIndex(it.Key())
+		next := blockFirst + uint64(h.Count)
+		count := int64(c.last.index - blockFirst + 1) // retained, this block included
+		old := r.MaxAge > 0 && h.LastTime < cutoff
+		if !over(count, bytes) && !old {
+			break
+		}
+		bytes -= int64(len(raw) + 9)
+		first = next
+		cut = append(cut[:0], it.Key()...)
+		lastBlock = append(lastBlock[:0], raw...)
+		n++
+	}
+	if cut == nil {
+		return it.Error()
+	}
+	base, err := wal.BlockLastHash(lastBlock)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	c.batch.DeleteRange(logKey(c.log.first), logKey(first), nil)
+	c.s.m.logTruncated.Add(float64(first - c.log.first))
+	c.log = logRecord{first: first, bytes: bytes, baseHash: base}
+	return nil
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+const subsystem = "store"
+
+var (
+	mApplied = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "applied_index",
+		Help: "Index of the last durable log entry."}, []string{"db"}))
+	mKeys = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "keys",
+		Help: "Live keys in the database."}, []string{"db"}))
+	mLogBytes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_bytes",
+		Help: "Stored bytes of the retained log."}, []string{"db"}))
+	mLogEntries = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_entries",
+		Help: "Entries in the retained log."}, []string{"db"}))
+	mLogTruncated = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_truncated_entries_total",
+		Help: "Log entries removed by retention."}, []string{"db"}))
+	mEntries = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entries_total",
+		Help: "Log entries committed."}, []string{"db"}))
+	mCommits = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commits_total",
+		Help: "Durable commits (fsyncs) that wrote entries."}, []string{"db"}))
+	mNoopWrites = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "noop_writes_total",
+		Help: "Writes dropped because they would not change anything."}, []string{"db"}))
+	mWriteErrors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "write_errors_total",
+		Help: "Writes refused or failed, by kind."}, []string{"db", "kind"}))
+	mIntegrityErrors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "integrity_errors_total",
+		Help: "Integrity check failures (value CRC, chunk CRC, log block), never served."}, []string{"db", "kind"}))
+	mDiskFull = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "disk_full",
+		Help: "1 while writes are refused for lack of disk space."}, []string{"db"}))
+	mDiskFullEvents = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "disk_full_events_total",
+		Help: "Times the disk returned ENOSPC and the ballast was released."}, []string{"db"}))
+	mGroupSize = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_group_requests",
+		Help: "Requests committed together in one durable commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"db"}))
+	mCommitSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_seconds",
+		Help: "Time to evaluate and durably commit one group.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
+	mSyncSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "sync_seconds",
+		Help: "Time of the fsynced batch commit alone.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
+	mLogBlockBytes = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_block_bytes",
+		Help: "Stored (compressed) size of log blocks.", Buckets: prometheus.ExponentialBuckets(64, 4, 12)}, []string{"db"}))
+)
+
+// storeMetrics are the collectors of one database, curried with its name.
+type storeMetrics struct {
+	applied, keys, logBytes, logEntries, diskFull              prometheus.Gauge
+	logTruncated, entries, commits, noopWrites, diskFullEvents prometheus.Counter
+	writeErrors, integrityErrors                               *prometheus.CounterVec
+	groupSize, commitSeconds, syncSeconds, logBlockBytes       prometheus.Observer
+}
+
+func newStoreMetrics(db string) *storeMetrics {
+	l := prometheus.Labels{"db": db}
+	return &storeMetrics{
+		applied: mApplied.With(l), keys: mKeys.With(l), logBytes: mLogBytes.With(l),
+		logEntries: mLogEntries.With(l), diskFull: mDiskFull.With(l),
+		logTruncated: mLogTruncated.With(l), entries: mEntries.With(l), commits: mCommits.With(l),
+		noopWrites: mNoopWrites.With(l), diskFullEvents: mDiskFullEvents.With(l),
+		writeErrors: mWriteErrors.MustCurryWith(l), integrityErrors: mIntegrityErrors.MustCurryWith(l),
+		groupSize: mGroupSize.With(l), commitSeconds: mCommitSeconds.With(l),
+		syncSeconds: mSyncSeconds.With(l), logBlockBytes: mLogBlockBytes.With(l),
+	}
+}

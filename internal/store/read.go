@@ -1,0 +1,187 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// View is a consistent read of the database at one applied index. It pins
+// nothing a writer waits for: Pebble iterators read an immutable version.
+// A View is used by one goroutine and must be closed promptly.
+type View struct {
+	s     *Store
+	it    *pebble.Iterator
+	index uint64
+	kbuf  []byte
+	vbuf  []byte
+}
+
+// View opens a consistent view of the database.
+func (s *Store) View() (*View, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
+	if err != nil {
+		return nil, err
+	}
+	v := &View{s: s, it: it}
+	if !it.SeekGE(metaApplied) || !bytes.Equal(it.Key(), metaApplied) {
+		it.Close()
+		return nil, fmt.Errorf("%w: applied index missing", ErrCorrupt)
+	}
+	raw, err := it.ValueAndErr()
+	if err != nil {
+		it.Close()
+		return nil, err
+	}
+	a, err := decodeApplied(raw)
+	if err != nil {
+		it.Close()
+		return nil, err
+	}
+	v.index = a.index
+	return v, nil
+}
+
+// Index is the applied index the view reads at.
+func (v *View) Index() uint64 { return v.index }
+
+// Close releases the view.
+func (v *View) Close() error { return v.it.Close() }
+
+// Get returns the value of key and the index of the entry that wrote it.
+// The value is valid until the next call on the view. A value that fails
+// its integrity check is never returned: the error wraps ErrCorrupt.
+func (v *View) Get(key []byte) (value []byte, index uint64, found bool, err error) {
+	v.kbuf = dataKey(v.kbuf, key)
+	// SeekPrefixGE consults the bloom filters: absent keys cost no block read.
+	if !v.it.SeekPrefixGE(v.kbuf) || !bytes.Equal(v.it.Key(), v.kbuf) {
+		return nil, 0, false, v.it.Error()
+	}
+	raw, err := v.it.ValueAndErr()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	value, index, err = v.decode(key, raw)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return value, index, true, nil
+}
+
+func (v *View) decode(key, raw []byte) ([]byte, uint64, error) {
+	rec, err := decodeRecord(raw)
+	if err != nil {
+		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
+		return nil, 0, fmt.Errorf("key %q: %w", key, err)
+	}
+	if !rec.chunked {
+		return rec.inline, rec.index, nil
+	}
+	// A clone reads the same state as the view (a new iterator would read
+	// the latest one, whose chunks may belong to a newer value); the main
+	// iterator stays where it is.
+	it, err := v.it.Clone(pebble.CloneOptions{})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer it.Close()
+	v.vbuf, err = readChunks(it, key, rec.chunks, rec.valueLen, rec.valueCRC, v.vbuf[:0])
+	if err != nil {
+		v.s.m.integrityErrors.WithLabelValues("chunk_crc").Inc()
+		return nil, 0, fmt.Errorf("key %q: %w", key, err)
+	}
+	return v.vbuf, rec.index, nil
+}
+
+// readChunks reassembles a chunked value and checks every chunk CRC and the
+// CRC of the whole value.
+func readChunks(it *pebble.Iterator, key []byte, chunks, valueLen int, valueCRC uint32, dst []byte) ([]byte, error) {
+	for i := 0; i < chunks; i++ {
+		ck := chunkKey(nil, key, uint32(i))
+		if !it.SeekGE(ck) || !bytes.Equal(it.Key(), ck) {
+			if err := it.Error(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: chunk %d of %d missing", ErrCorrupt, i, chunks)
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		part, err := decodeChunk(raw)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d: %w", i, err)
+		}
+		dst = append(dst, part...)
+	}
+	if len(dst) != valueLen {
+		return nil, fmt.Errorf("%w: chunks hold %d bytes, record says %d", ErrCorrupt, len(dst), valueLen)
+	}
+	if crc(dst) != valueCRC {
+		return nil, fmt.Errorf("%w: reassembled value crc mismatch", ErrCorrupt)
+	}
+	return dst, nil
+}
+
+// Scan calls fn for keys with prefix, in key order, starting at the first
+// key ≥ start, for at most limit keys (limit ≤ 0: no limit). It returns the
+// key to continue from when it stopped at the limit, or nil at the end.
+// Values passed to fn are valid only during the call.
+func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) (next []byte, err error) {
+	lower := dataKey(nil, prefix)
+	if bytes.Compare(start, prefix) > 0 {
+		lower = dataKey(nil, start)
+	}
+	upper := prefixEnd(dataKey(nil, prefix))
+	n := 0
+	for ok := v.it.SeekGE(lower); ok; ok = v.it.Next() {
+		k := v.it.Key()
+		if upper != nil && bytes.Compare(k, upper) >= 0 {
+			break
+		}
+		if k[0] != prefixData {
+			break
+		}
+		key := k[1:]
+		if limit > 0 && n == limit {
+			return append([]byte(nil), key...), nil
+		}
+		raw, err := v.it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		key = append(v.kbuf[:0], key...)
+		v.kbuf = key
+		val, idx, err := v.decode(key, raw)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(key, val, idx); err != nil {
+			return nil, err
+		}
+		n++
+		// decode may have moved nothing on v.it, but fn may take time:
+		// the iterator stays valid regardless.
+	}
+	return nil, v.it.Error()
+}
+
+// WaitApplied blocks until the applied index reaches index or ctx ends,
+// and returns the applied index.
+func (s *Store) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
+	for {
+		ch := s.Changed()
+		if a := s.applied.Load(); a >= index {
+			return a, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return s.applied.Load(), ctx.Err()
+		case <-s.quit:
+			return s.applied.Load(), ErrClosed
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// A value record, stored under dataKey:
+//
+//	record := crc32c(rest)(4) flags(1) index(8 BE) body
+//	inline body  := value
+//	chunked body := valueLen(uvarint) chunks(uvarint) crc32c(value)(4)
+//
+// A chunk, stored under chunkKey: crc32c(bytes)(4) bytes.
+const (
+	recHeader    = 4 + 1 + 8
+	flagChunked  = 1 << 0
+	chunkOverhed = 4
+)
+
+// record is a decoded value record header.
+type record struct {
+	index    uint64
+	chunked  bool
+	inline   []byte // the value, when not chunked
+	valueLen int
+	chunks   int
+	valueCRC uint32
+}
+
+func encodeInline(dst []byte, index uint64, value []byte) []byte {
+	dst = append(dst[:0], 0, 0, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint64(dst, index)
+	dst = append(dst, value...)
+	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
+	return dst
+}
+
+func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint32) []byte {
+	dst = append(dst[:0], 0, 0, 0, 0, flagChunked)
+	dst = binary.BigEndian.AppendUint64(dst, index)
+	dst = binary.AppendUvarint(dst, uint64(valueLen))
+	dst = binary.AppendUvarint(dst, uint64(chunks))
+	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
+	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
+	return dst
+}
+
+// decodeRecord checks the record CRC and decodes it. inline aliases b.
+func decodeRecord(b []byte) (record, error) {
+	var r record
+	if len(b) < recHeader {
+		return r, fmt.Errorf("%w: value record of %d bytes is truncated", ErrCorrupt, len(b))
+	}
+	if got, want := crc(b[4:]), binary.BigEndian.Uint32(b); got != want {
+		return r, fmt.Errorf("%w: value record crc %08x, stored %08x", ErrCorrupt, got, want)
+	}
+	flags := b[4]
+	r.index = binary.BigEndian.Uint64(b[5:])
+	body := b[recHeader:]
+	if flags&flagChunked == 0 {
+		r.inline, r.valueLen = body, len(body)
+		r.valueCRC = 0 // computed lazily by callers that need it
+		return r, nil
+	}
+	r.chunked = true
+	l, n := binary.Uvarint(body)
+	if n <= 0 || l > wal.MaxValueLen {
+		return r, fmt.Errorf("%w: chunked record length", ErrCorrupt)
+	}
+	body = body[n:]
+	c, n := binary.Uvarint(body)
+	if n <= 0 || c == 0 || c > l+1 {
+		return r, fmt.Errorf("%w: chunked record chunk count", ErrCorrupt)
+	}
+	body = body[n:]
+	if len(body) != 4 {
+		return r, fmt.Errorf("%w: chunked record trailer", ErrCorrupt)
+	}
+	r.valueLen, r.chunks, r.valueCRC = int(l), int(c), binary.BigEndian.Uint32(body)
+	return r, nil
+}
+
+func encodeChunk(dst, part []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst[:0], crc(part))
+	return append(dst, part...)
+}
+
+func decodeChunk(b []byte) ([]byte, error) {
+	if len(b) < chunkOverhed {
+		return nil, fmt.Errorf("%w: chunk truncated", ErrCorrupt)
+	}
+	if got, want := crc(b[4:]), binary.BigEndian.Uint32(b); got != want {
+		return nil, fmt.Errorf("%w: chunk crc %08x, stored %08x", ErrCorrupt, got, want)
+	}
+	return b[4:], nil
+}
+
+// appliedRecord is the durable position of the database: the last entry
+// applied, its hash and its time. It is written in the same batch as the
+// entry, so it can never disagree with the data.
+type appliedRecord struct {
+	index uint64
+	hash  wal.Hash
+	time  int64
+}
+
+func (a appliedRecord) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, a.index)
+	b = append(b, a.hash[:]...)
+	return binary.BigEndian.AppendUint64(b, uint64(a.time))
+}
+
+func decodeApplied(b []byte) (appliedRecord, error) {
+	var a appliedRecord
+	if len(b) != 8+32+8 {
+		return a, fmt.Errorf("%w: applied record of %d bytes", ErrCorrupt, len(b))
+	}
+	a.index = binary.BigEndian.Uint64(b)
+	copy(a.hash[:], b[8:])
+	a.time = int64(binary.BigEndian.Uint64(b[40:]))
+	return a, nil
+}
+
+// logRecord describes the retained log: entries first..applied.index, their
+// stored size, and the hash of entry first-1 (zero when first is 1).
+type logRecord struct {
+	first    uint64
+	bytes    int64
+	baseHash wal.Hash
+}
+
+func (l logRecord) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, l.first)
+	b = binary.BigEndian.AppendUint64(b, uint64(l.bytes))
+	return append(b, l.baseHash[:]...)
+}
+
+func decodeLogRecord(b []byte) (logRecord, error) {
+	var l logRecord
+	if len(b) != 8+8+32 {
+		return l, fmt.Errorf("%w: log record of %d bytes", ErrCorrupt, len(b))
+	}
+	l.first = binary.BigEndian.Uint64(b)
+	l.bytes = int64(binary.BigEndian.Uint64(b[8:]))
+	copy(l.baseHash[:], b[16:])
+	return l, nil
+}
+
+// statsRecord counts live keys and the bytes of their keys and values.
+type statsRecord struct {
+	keys       int64
+	valueBytes int64
+	keyBytes   int64
+}
+
+func (s statsRecord) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(s.keys))
+	b = binary.BigEndian.AppendUint64(b, uint64(s.valueBytes))
+	return binary.BigEndian.AppendUint64(b, uint64(s.keyBytes))
+}
+
+func decodeStats(b []byte) (statsRecord, error) {
+	var s statsRecord
+	if len(b) != 24 {
+		return s, fmt.Errorf("%w: stats record of %d bytes", ErrCorrupt, len(b))
+	}
+	s.keys = int64(binary.BigEndian.Uint64(b))
+	s.valueBytes = int64(binary.BigEndian.Uint64(b[8:]))
+	s.keyBytes = int64(binary.BigEndian.Uint64(b[16:]))
+	return s, nil
+}

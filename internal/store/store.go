@@ -1,0 +1,363 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// DBID identifies a database across all its replicas.
+type DBID [16]byte
+
+func (id DBID) String() string { return hex.EncodeToString(id[:]) }
+
+// IsZero reports whether id is unset.
+func (id DBID) IsZero() bool { return id == DBID{} }
+
+// ParseDBID parses the 32 hex digits String produces.
+func ParseDBID(s string) (DBID, error) {
+	var id DBID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("qs: bad database id %q: want 32 hex digits", s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// memTableBytes is Pebble's memtable size: small enough that replaying the
+// WAL after a crash takes milliseconds.
+const memTableBytes = 16 << 20
+
+// Store is one database: its data, its log and its metadata in one Pebble
+// instance. Reads run concurrently with everything; all writes go through
+// one committer goroutine that owns the log tail (see commit.go).
+type Store struct {
+	opts Options
+	db   *pebble.DB
+	dbid DBID
+	m    *storeMetrics
+
+	// Published state, readable without locks. applied moves only after the
+	// entry is durable.
+	applied     atomic.Uint64
+	appliedTime atomic.Int64
+	diskFull    atomic.Bool
+
+	mu struct {
+		sync.Mutex
+		// changed is closed and replaced whenever applied moves.
+		changed chan struct{}
+		closed  bool
+	}
+
+	reqs    chan *request
+	quit    chan struct{}
+	stopped chan struct{}
+
+	ballast string
+}
+
+// Open opens or creates the database in o.Dir.
+func Open(o Options) (*Store, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts:    o,
+		reqs:    make(chan *request, 1024),
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		ballast: o.FS.PathJoin(o.Dir, "BALLAST"),
+	}
+	s.mu.changed = make(chan struct{})
+	// Pebble creates o.Dir and its missing parents, and syncs the parents
+	// so the new directories survive a power loss. (Creating them here
+	// first would hide them from that sync.)
+	cache := pebble.NewCache(o.CacheBytes)
+	defer cache.Unref()
+	fs := o.FS
+	if !o.ReadOnly && o.BallastBytes > 0 {
+		fs = vfs.OnDiskFull(o.FS, s.releaseBallast)
+	}
+	popts := &pebble.Options{
+		FS:                 fs,
+		Cache:              cache,
+		ReadOnly:           o.ReadOnly,
+		ErrorIfNotExists:   o.ReadOnly,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{o.Logger.With("db", o.Name)},
+		MemTableSize:       memTableBytes,
+	}
+	for i := range popts.Levels {
+		// Bloom filters make lookups of absent keys (the committer checks
+		// every written key; readers ask for missing keys) skip tables.
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(o.Dir, popts)
+	if err != nil {
+		if pebble.IsCorruptionError(err) {
+			err = fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+	}
+	s.db = db
+	s.m = newStoreMetrics(o.Name)
+	if err := s.loadMeta(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+	}
+	if !o.ReadOnly {
+		s.ensureBallast()
+		go s.commitLoop()
+	} else {
+		close(s.stopped)
+	}
+	s.m.applied.Set(float64(s.applied.Load()))
+	return s, nil
+}
+
+// loadMeta reads the metadata, creating it for a new database.
+func (s *Store) loadMeta() error {
+	id, err := s.getMeta(metaDBID)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if s.opts.ReadOnly {
+			return fmt.Errorf("%w: no database metadata", ErrCorrupt)
+		}
+		return s.create()
+	case err != nil:
+		return err
+	case len(id) != len(s.dbid):
+		return fmt.Errorf("%w: database id of %d bytes", ErrCorrupt, len(id))
+	}
+	copy(s.dbid[:], id)
+	if !s.opts.DBID.IsZero() && s.opts.DBID != s.dbid {
+		return fmt.Errorf("%w: store has %s, expected %s", ErrDBIDMismatch, s.dbid, s.opts.DBID)
+	}
+	if f, err := s.getMeta(metaFormat); err != nil || len(f) != 1 || f[0] != formatVersion {
+		return fmt.Errorf("%w: unsupported storage format %v (want %d)", ErrCorrupt, f, formatVersion)
+	}
+	a, err := s.readApplied()
+	if err != nil {
+		return err
+	}
+	s.applied.Store(a.index)
+	s.appliedTime.Store(a.time)
+	return nil
+}
+
+func (s *Store) create() error {
+	s.dbid = s.opts.DBID
+	if s.dbid.IsZero() {
+		if _, err := io.ReadFull(rand.Reader, s.dbid[:]); err != nil {
+			return err
+		}
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	b.Set(metaDBID, s.dbid[:], nil)
+	b.Set(metaFormat, []byte{formatVersion}, nil)
+	b.Set(metaApplied, appliedRecord{}.encode(), nil)
+	b.Set(metaLog, logRecord{first: 1}.encode(), nil)
+	b.Set(metaStats, statsRecord{}.encode(), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	s.opts.Logger.Info("created database", "db", s.opts.Name, "db_id", s.dbid.String(), "dir", s.opts.Dir)
+	return nil
+}
+
+func (s *Store) getMeta(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+func (s *Store) readApplied() (appliedRecord, error) {
+	v, err := s.getMeta(metaApplied)
+	if err != nil {
+		return appliedRecord{}, fmt.Errorf("read applied index: %w", err)
+	}
+	return decodeApplied(v)
+}
+
+// DBID returns the database id.
+func (s *Store) DBID() DBID { return s.dbid }
+
+// Name returns the database name.
+func (s *Store) Name() string { return s.opts.Name }
+
+// Options returns the options the store runs with (defaults filled in).
+func (s *Store) Options() Options { return s.opts }
+
+// AppliedIndex is the index of the last durable entry.
+func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
+
+// AppliedTime is the root's clock in the last durable entry (zero if none).
+func (s *Store) AppliedTime() time.Time {
+	t := s.appliedTime.Load()
+	if t == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, t)
+}
+
+// Changed returns a channel closed when the applied index next moves.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.changed
+}
+
+// publish makes index visible to readers and waiters. Called by the
+// committer only, after the entry is durable.
+func (s *Store) publish(a appliedRecord) {
+	s.applied.Store(a.index)
+	s.appliedTime.Store(a.time)
+	s.m.applied.Set(float64(a.index))
+	s.mu.Lock()
+	close(s.mu.changed)
+	s.mu.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Close stops the committer (pending writes fail with ErrClosed) and closes
+// the database. Views must be closed first.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	<-s.stopped
+	return s.db.Close()
+}
+
+// DiskBytes is the size of the database on disk.
+func (s *Store) DiskBytes() uint64 { return s.db.Metrics().DiskSpaceUsage() }
+
+// Stats are counters of the live data, kept exactly in every commit.
+type Stats struct {
+	Keys       int64
+	KeyBytes   int64
+	ValueBytes int64
+	LogFirst   uint64
+	LogBytes   int64
+}
+
+// Stats reads the current counters.
+func (s *Store) Stats() (Stats, error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	get := func(k []byte) ([]byte, error) {
+		v, c, err := snap.Get(k)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return append([]byte(nil), v...), nil
+	}
+	sv, err := get(metaStats)
+	if err != nil {
+		return Stats{}, err
+	}
+	st, err := decodeStats(sv)
+	if err != nil {
+		return Stats{}, err
+	}
+	lv, err := get(metaLog)
+	if err != nil {
+		return Stats{}, err
+	}
+	lr, err := decodeLogRecord(lv)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Keys: st.keys, KeyBytes: st.keyBytes, ValueBytes: st.valueBytes, LogFirst: lr.first, LogBytes: lr.bytes}, nil
+}
+
+// DiskFull reports whether writes are being refused for lack of space.
+func (s *Store) DiskFull() bool { return s.diskFull.Load() }
+
+// ensureBallast creates the ballast file if it is missing and there is room
+// for it above the free-space reserve.
+func (s *Store) ensureBallast() {
+	if s.opts.BallastBytes <= 0 {
+		return
+	}
+	if st, err := s.opts.FS.Stat(s.ballast); err == nil && st.Size() == s.opts.BallastBytes {
+		return
+	}
+	du, err := s.opts.FS.GetDiskUsage(s.opts.Dir)
+	if err != nil || du.AvailBytes < s.opts.MinFreeBytes+uint64(s.opts.BallastBytes) {
+		return
+	}
+	f, err := s.opts.FS.Create(s.ballast, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		s.opts.Logger.Warn("cannot create ballast", "err", err)
+		return
+	}
+	defer f.Close()
+	zero := make([]byte, 1<<20)
+	for left := s.opts.BallastBytes; left > 0; left -= int64(len(zero)) {
+		if left < int64(len(zero)) {
+			zero = zero[:left]
+		}
+		if _, err := f.Write(zero); err != nil {
+			s.opts.Logger.Warn("cannot write ballast", "err", err)
+			f.Close()
+			s.opts.FS.Remove(s.ballast)
+			return
+		}
+	}
+	if err := f.Sync(); err != nil {
+		s.opts.Logger.Warn("cannot sync ballast", "err", err)
+	}
+}
+
+// releaseBallast runs inside Pebble when the disk returned ENOSPC: it frees
+// the ballast so the write in flight can finish, and switches the store to
+// refusing writes until space returns.
+func (s *Store) releaseBallast() {
+	s.diskFull.Store(true)
+	s.m.diskFullEvents.Inc()
+	if err := s.opts.FS.Remove(s.ballast); err != nil {
+		s.opts.Logger.Error("disk full and no ballast to release", "err", err)
+		return
+	}
+	s.opts.Logger.Error("disk full: released ballast; refusing writes until space returns", "db", s.opts.Name)
+}
+
+// pebbleLogger routes Pebble's messages to slog. Fatalf must not return:
+// Pebble calls it when its state is undefined (a failed WAL write), and
+// the only safe continuation is a restart from the durable state, which
+// holds every acknowledged write.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) { p.l.Debug(fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error("storage engine failed; exiting to restart from durable state", "err", fmt.Sprintf(format, args...))
+	os.Exit(70)
+}

@@ -1,0 +1,558 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// Kinds of Problem found by Verify. They are stable: tools may match on them.
+const (
+	ProblemMeta         = "meta"          // a metadata record is missing or undecodable
+	ProblemKeyspace     = "keyspace"      // a key outside the known keyspaces, or a malformed key
+	ProblemValueRecord  = "value_record"  // a value record fails its CRC or does not decode
+	ProblemValueIndex   = "value_index"   // a value record's index is 0 or above the applied index
+	ProblemValue        = "value"         // a chunked value's length or whole-value CRC is wrong
+	ProblemChunk        = "chunk"         // a chunk fails its CRC
+	ProblemChunkMissing = "chunk_missing" // chunks a record counts are not stored
+	ProblemChunkOrphan  = "chunk_orphan"  // chunks no record refers to
+	ProblemLogMeta      = "log_meta"      // the log record disagrees with the blocks or the applied record
+	ProblemLogBlock     = "log_block"     // a log block does not decode or holds the wrong entries
+	ProblemLogGap       = "log_gap"       // log entries are missing, stale or beyond the applied index
+	ProblemLogChain     = "log_chain"     // an entry's hash does not chain from the previous one
+	ProblemApplied      = "applied"       // the applied record disagrees with the last log entry
+	ProblemStats        = "stats"         // the stats record disagrees with a recount
+	ProblemEngine       = "engine"        // the storage engine reported corruption
+)
+
+// verifyMaxProblems bounds VerifyReport.Problems; ProblemCount keeps
+// counting past it.
+const verifyMaxProblems = 1000
+
+// Problem is one integrity failure, located as exactly as Verify can.
+type Problem struct {
+	Kind   string
+	Key    []byte // the data key concerned, if any
+	Index  uint64 // the log index concerned, if any (0: none)
+	Chunk  int    // the chunk number concerned, or -1
+	Detail string // what was expected and what was found
+}
+
+func (p Problem) String() string {
+	var b bytes.Buffer
+	b.WriteString(p.Kind)
+	if p.Key != nil {
+		fmt.Fprintf(&b, " key %q", p.Key)
+	}
+	if p.Chunk >= 0 {
+		fmt.Fprintf(&b, " chunk %d", p.Chunk)
+	}
+	if p.Index != 0 {
+		fmt.Fprintf(&b, " index %d", p.Index)
+	}
+	b.WriteString(": ")
+	b.WriteString(p.Detail)
+	return b.String()
+}
+
+// VerifyReport is what Verify counted and found.
+type VerifyReport struct {
+	Dir  string
+	Name string
+	DBID DBID
+
+	AppliedIndex uint64
+	AppliedHash  wal.Hash
+
+	// Recounted from the data keyspace.
+	Keys          int64
+	KeyBytes      int64
+	ValueBytes    int64 // as the value records state them
+	ChunkedValues int64
+	Chunks        int64 // chunks belonging to a record
+	ChunkBytes    int64
+	OrphanChunks  int64
+
+	// The retained log as found.
+	LogFirst   uint64
+	LogBlocks  int64
+	LogEntries int64
+	LogBytes   int64 // stored bytes, counted like the log record counts them
+
+	// Problems holds the first problems found; ProblemCount counts all.
+	Problems     []Problem
+	ProblemCount int
+}
+
+// Clean reports whether no problem was found.
+func (r *VerifyReport) Clean() bool { return r.ProblemCount == 0 }
+
+func (r *VerifyReport) add(p Problem) {
+	r.ProblemCount++
+	if len(r.Problems) < verifyMaxProblems {
+		r.Problems = append(r.Problems, p)
+	}
+}
+
+// Verify opens the database in o.Dir read-only (o.ReadOnly is forced) and
+// checks it; see (*Store).Verify. It fails if the database cannot be opened,
+// for example because a server holds it (its lock) or its metadata is
+// unreadable (the error wraps ErrCorrupt then).
+func Verify(o Options) (*VerifyReport, error) {
+	o.ReadOnly = true
+	s, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := s.Verify()
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return rep, err
+}
+
+// Verify checks the whole database at one consistent point (a snapshot)
+// and reports what it counted and every integrity problem found:
+//
+//   - every value record's CRC, and its index against the applied index;
+//   - every chunk's CRC, chunks missing from a chunked value, its length and
+//     whole-value CRC, and chunks no record refers to;
+//   - the log: every block decodes and holds consecutive entries, entries
+//     are contiguous from the log record's first index, the hash chain runs
+//     from the stored base hash to the applied record's index and hash, and
+//     the log record's byte count matches the blocks;
+//   - the stats record against a recount of keys, key bytes, value bytes.
+//
+// It streams: memory use is bounded by one log block and one chunk, not the
+// database size. An error is returned only when the check itself could not
+// run (I/O); everything wrong with the data is a Problem.
+func (s *Store) Verify() (*VerifyReport, error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	v := &verifier{snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			if pebble.IsCorruptionError(err) {
+				v.r.add(Problem{Kind: ProblemEngine, Chunk: -1, Detail: err.Error()})
+				continue
+			}
+			return nil, fmt.Errorf("verify %s: %w", s.opts.Name, err)
+		}
+	}
+	return v.r, nil
+}
+
+type verifier struct {
+	snap *pebble.Snapshot
+	r    *VerifyReport
+
+	applied    appliedRecord
+	appliedOK  bool
+	logRec     logRecord
+	logOK      bool
+	statsRec   statsRecord
+	statsOK    bool
+	unreadable int64 // value records whose length is unknown
+}
+
+func (v *verifier) problem(kind string, key []byte, index uint64, chunk int, format string, args ...any) {
+	var k []byte
+	if key != nil {
+		k = append([]byte{}, key...)
+	}
+	v.r.add(Problem{Kind: kind, Key: k, Index: index, Chunk: chunk, Detail: fmt.Sprintf(format, args...)})
+}
+
+// get returns a copy of the value of key, or nil if it is missing.
+func (v *verifier) get(key []byte) ([]byte, error) {
+	val, c, err := v.snap.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return append([]byte{}, val...), nil
+}
+
+func (v *verifier) meta() error {
+	id, err := v.get(metaDBID)
+	if err != nil {
+		return err
+	}
+	if len(id) != len(DBID{}) {
+		v.problem(ProblemMeta, nil, 0, -1, "database id record is %d bytes, want %d", len(id), len(DBID{}))
+	}
+	if f, err := v.get(metaFormat); err != nil {
+		return err
+	} else if len(f) != 1 || f[0] != formatVersion {
+		v.problem(ProblemMeta, nil, 0, -1, "storage format record is %x, want %02x", f, formatVersion)
+	}
+	decode := func(key []byte, what string, dec func([]byte) error) (bool, error) {
+		b, err := v.get(key)
+		if err != nil {
+			return false, err
+		}
+		if b == nil {
+			v.problem(ProblemMeta, nil, 0, -1, "%s record missing", what)
+			return false, nil
+		}
+		if err := dec(b); err != nil {
+			v.problem(ProblemMeta, nil, 0, -1, "%s record: %v", what, err)
+			return false, nil
+		}
+		return true, nil
+	}
+	if v.appliedOK, err = decode(metaApplied, "applied", func(b []byte) (err error) {
+		v.applied, err = decodeApplied(b)
+		return err
+	}); err != nil {
+		return err
+	}
+	if v.logOK, err = decode(metaLog, "log", func(b []byte) (err error) {
+		v.logRec, err = decodeLogRecord(b)
+		return err
+	}); err != nil {
+		return err
+	}
+	if v.statsOK, err = decode(metaStats, "stats", func(b []byte) (err error) {
+		v.statsRec, err = decodeStats(b)
+		return err
+	}); err != nil {
+		return err
+	}
+	v.r.AppliedIndex, v.r.AppliedHash = v.applied.index, v.applied.hash
+	return nil
+}
+
+// keyspaces reports keys outside the four keyspaces.
+func (v *verifier) keyspaces() error {
+	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixLog}}, {{prefixLog + 1}, {prefixMeta}}, {{prefixMeta + 1}, nil}} {
+		it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: r[0], UpperBound: r[1]})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			v.problem(ProblemKeyspace, nil, 0, -1, "key %q is in no known keyspace", it.Key())
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// data checks every value record, and the chunks of chunked ones.
+func (v *verifier) data() error {
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixData}, UpperBound: []byte{prefixData + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	cit, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixChunk}, UpperBound: []byte{prefixChunk + 1}})
+	if err != nil {
+		return err
+	}
+	defer cit.Close()
+	var key []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		key = append(key[:0], it.Key()[1:]...)
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		v.r.Keys++
+		v.r.KeyBytes += int64(len(key))
+		if len(key) == 0 {
+			v.problem(ProblemKeyspace, key, 0, -1, "value record with an empty key")
+		}
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			v.unreadable++
+			v.problem(ProblemValueRecord, key, 0, -1, "%v", err)
+			continue
+		}
+		v.r.ValueBytes += int64(rec.valueLen)
+		if rec.index == 0 || (v.appliedOK && rec.index > v.applied.index) {
+			v.problem(ProblemValueIndex, key, rec.index, -1, "value written at index %d, applied index is %d", rec.index, v.applied.index)
+		}
+		if rec.chunked {
+			v.r.ChunkedValues++
+			if err := v.chunks(cit, key, rec); err != nil {
+				return err
+			}
+		}
+	}
+	return it.Error()
+}
+
+// chunkPrefix is the part of chunkKey common to all chunks of key.
+func chunkPrefix(key []byte) []byte {
+	k := chunkKey(nil, key, 0)
+	return k[:len(k)-4]
+}
+
+// chunks checks the chunks of one chunked value: each chunk's CRC, none
+// missing, none beyond the count, and the reassembled length and CRC.
+func (v *verifier) chunks(it *pebble.Iterator, key []byte, rec record) error {
+	prefix := chunkPrefix(key)
+	var sum uint32
+	total, next := 0, 0
+	whole := true // every chunk was readable: the whole value can be checked
+	missing := func(upto int) {
+		if next < upto {
+			whole = false
+			v.problem(ProblemChunkMissing, key, rec.index, next, "chunks %d..%d of %d missing", next, upto-1, rec.chunks)
+		}
+	}
+	orphans, firstOrphan := 0, -1
+	for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(prefix)+4 {
+			v.problem(ProblemKeyspace, key, 0, -1, "malformed chunk key %x", k)
+			continue
+		}
+		n := int(binary.BigEndian.Uint32(k[len(prefix):]))
+		if n >= rec.chunks {
+			if orphans == 0 {
+				firstOrphan = n
+			}
+			orphans++
+			continue
+		}
+		missing(n)
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		next = n + 1
+		part, err := decodeChunk(raw)
+		if err != nil {
+			whole = false
+			v.problem(ProblemChunk, key, rec.index, n, "%v", err)
+			continue
+		}
+		v.r.Chunks++
+		v.r.ChunkBytes += int64(len(part))
+		sum = crc32.Update(sum, castagnoli, part)
+		total += len(part)
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	missing(rec.chunks)
+	if orphans > 0 {
+		v.r.OrphanChunks += int64(orphans)
+		v.problem(ProblemChunkOrphan, key, rec.index, firstOrphan, "%d chunks beyond the %d the record counts", orphans, rec.chunks)
+	}
+	if !whole {
+		return nil
+	}
+	if total != rec.valueLen {
+		v.problem(ProblemValue, key, rec.index, -1, "chunks hold %d bytes, record says %d", total, rec.valueLen)
+	} else if sum != rec.valueCRC {
+		v.problem(ProblemValue, key, rec.index, -1, "reassembled value crc %08x, record says %08x", sum, rec.valueCRC)
+	}
+	return nil
+}
+
+// orphans reports chunks of keys that have no chunked value record. Chunks
+// of chunked records were checked by data and are skipped here.
+func (v *verifier) orphans() error {
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixChunk}, UpperBound: []byte{prefixChunk + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var key []byte
+	ok := it.First()
+	for ok {
+		k := it.Key()
+		l, n := binary.Uvarint(k[1:])
+		if n <= 0 || uint64(len(k)) != 1+uint64(n)+l+4 {
+			v.problem(ProblemKeyspace, nil, 0, -1, "malformed chunk key %x", k)
+			ok = it.Next()
+			continue
+		}
+		key = append(key[:0], k[1+n:len(k)-4]...)
+		prefix := chunkPrefix(key)
+		raw, err := v.get(dataKey(nil, key))
+		if err != nil {
+			return err
+		}
+		why := ""
+		switch rec, derr := decodeRecord(raw); {
+		case raw == nil:
+			why = "no value record"
+		case derr != nil:
+			// Reported by data; its chunks cannot be judged.
+		case !rec.chunked:
+			why = "value is stored inline"
+		}
+		if why == "" {
+			ok = it.SeekGE(prefixEnd(prefix))
+			continue
+		}
+		first := int(binary.BigEndian.Uint32(k[len(k)-4:]))
+		count := 0
+		for ; ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+			count++
+		}
+		v.r.OrphanChunks += int64(count)
+		v.problem(ProblemChunkOrphan, key, 0, first, "%d chunks but %s", count, why)
+	}
+	return it.Error()
+}
+
+// log checks the retained log block by block.
+func (v *verifier) log() error {
+	if !v.logOK || !v.appliedOK {
+		return nil
+	}
+	lr, a := v.logRec, v.applied
+	v.r.LogFirst = lr.first
+	switch {
+	case lr.first == 0:
+		v.problem(ProblemLogMeta, nil, 0, -1, "log record says the log starts at index 0")
+	case lr.first > a.index+1:
+		v.problem(ProblemLogMeta, nil, lr.first, -1, "log starts at %d, beyond applied index %d + 1", lr.first, a.index)
+	case lr.first == 1 && lr.baseHash != (wal.Hash{}):
+		v.problem(ProblemLogMeta, nil, 1, -1, "log starts at 1 but its base hash is %s, not zero", lr.baseHash)
+	}
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+
+	chain := wal.Verifier{Index: lr.first - 1, Hash: lr.baseHash}
+	synced := true // chain holds a trusted position
+	expect := lr.first
+	var last wal.Entry
+	var stored int64
+	for ok := it.First(); ok; ok = it.Next() {
+		first, valid := logKeyIndex(it.Key())
+		if !valid {
+			v.problem(ProblemKeyspace, nil, 0, -1, "malformed log key %x", it.Key())
+			continue
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		switch {
+		case first < lr.first:
+			v.problem(ProblemLogGap, nil, first, -1, "block at %d is before the log start %d (not removed by retention)", first, lr.first)
+			continue
+		case first > a.index:
+			v.problem(ProblemLogGap, nil, first, -1, "block at %d is beyond applied index %d", first, a.index)
+			continue
+		}
+		v.r.LogBlocks++
+		stored += int64(len(raw) + 9)
+		if expect != 0 && first != expect {
+			if first > expect {
+				v.problem(ProblemLogGap, nil, expect, -1, "entries %d..%d missing", expect, first-1)
+			} else {
+				v.problem(ProblemLogGap, nil, first, -1, "block at %d overlaps entries up to %d", first, expect-1)
+			}
+			synced = false
+		}
+		entries, err := wal.DecodeBlock(raw)
+		if err != nil {
+			v.problem(ProblemLogBlock, nil, first, -1, "block at %d: %v", first, err)
+			synced = false
+			expect = 0 // unknown: do not report the gap the bad block leaves
+			if h, _, _, herr := wal.ParseBlockHeader(raw); herr == nil {
+				expect = first + uint64(h.Count)
+			}
+			continue
+		}
+		v.r.LogEntries += int64(len(entries))
+		for i := range entries {
+			e := &entries[i]
+			if e.Index != first+uint64(i) {
+				v.problem(ProblemLogBlock, nil, first+uint64(i), -1, "block at %d holds entry %d at position %d", first, e.Index, i)
+				synced = false
+				break
+			}
+			if last.Index != 0 && e.Time < last.Time {
+				v.problem(ProblemLogBlock, nil, e.Index, -1, "entry time %d is before the previous entry's %d", e.Time, last.Time)
+			}
+			last = *e
+			if !synced {
+				// Resume checking from this entry's stored hash.
+				chain = wal.Verifier{Index: e.Index, Hash: e.Hash}
+				synced = true
+				continue
+			}
+			if err := chain.Check(e); err != nil {
+				v.problem(ProblemLogChain, nil, e.Index, -1, "%v", err)
+				chain = wal.Verifier{Index: e.Index, Hash: e.Hash}
+			}
+		}
+		if h, _, _, err := wal.ParseBlockHeader(raw); err == nil && h.LastTime != entries[len(entries)-1].Time {
+			v.problem(ProblemLogBlock, nil, first, -1, "block header time %d, last entry's %d", h.LastTime, entries[len(entries)-1].Time)
+		}
+		expect = first + uint64(len(entries))
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	v.r.LogBytes = stored
+	if stored != lr.bytes {
+		v.problem(ProblemLogMeta, nil, 0, -1, "log record counts %d stored bytes, blocks hold %d", lr.bytes, stored)
+	}
+	if a.index < lr.first {
+		// Nothing retained: the base hash is the applied hash.
+		if a.index+1 == lr.first && a.hash != lr.baseHash {
+			v.problem(ProblemApplied, nil, a.index, -1, "applied hash %s, but the empty log's base hash is %s", a.hash, lr.baseHash)
+		}
+		return nil
+	}
+	switch {
+	case expect == 0:
+		// The last block was unreadable; already reported.
+	case expect <= a.index:
+		v.problem(ProblemLogGap, nil, expect, -1, "entries %d..%d missing (applied index %d)", expect, a.index, a.index)
+	case expect > a.index+1:
+		v.problem(ProblemLogGap, nil, a.index+1, -1, "log holds entries %d..%d beyond the applied index", a.index+1, expect-1)
+	}
+	if last.Index == a.index {
+		if last.Hash != a.hash {
+			v.problem(ProblemApplied, nil, a.index, -1, "applied hash %s, last entry's hash %s", a.hash, last.Hash)
+		}
+		if last.Time != a.time {
+			v.problem(ProblemApplied, nil, a.index, -1, "applied time %d, last entry's time %d", a.time, last.Time)
+		}
+	}
+	return nil
+}
+
+// stats compares the stats record with the recount.
+func (v *verifier) stats() error {
+	if !v.statsOK {
+		return nil
+	}
+	st, r := v.statsRec, v.r
+	if st.keys != r.Keys {
+		v.problem(ProblemStats, nil, 0, -1, "stats record counts %d keys, found %d", st.keys, r.Keys)
+	}
+	if st.keyBytes != r.KeyBytes {
+		v.problem(ProblemStats, nil, 0, -1, "stats record counts %d key bytes, found %d", st.keyBytes, r.KeyBytes)
+	}
+	if v.unreadable > 0 {
+		return nil // the value bytes of unreadable records are unknown
+	}
+	if st.valueBytes != r.ValueBytes {
+		v.problem(ProblemStats, nil, 0, -1, "stats record counts %d value bytes, found %d", st.valueBytes, r.ValueBytes)
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package wal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// sampleEntries covers every shape of entry the format has: heartbeat, data
+// with sets and deletes, empty values, binary keys, long (multi-byte
+// varint) lengths, and extreme indexes and times.
+func sampleEntries() []Entry {
+	long := bytes.Repeat([]byte{0xab}, 300) // 2-byte length varints
+	return []Entry{
+		{Index: 1, Time: 1, Kind: KindHeartbeat},
+		{Index: 2, Time: 1_700_000_000_000_000_000, Kind: KindData, Ops: []Op{
+			{Type: OpSet, Key: []byte("a"), Value: []byte("1")},
+		}},
+		{Index: 3, Time: -5, Kind: KindData, Ops: []Op{
+			{Type: OpSet, Key: []byte("k"), Value: []byte{}},
+			{Type: OpDelete, Key: []byte("gone")},
+			{Type: OpSet, Key: []byte{0, 0xff, '\n'}, Value: long},
+			{Type: OpSet, Key: long, Value: []byte("v")},
+		}},
+		{Index: 1<<64 - 1, Time: -1 << 63, Kind: KindData},
+	}
+}
+
+func TestBodyRoundTrip(t *testing.T) {
+	for _, e := range sampleEntries() {
+		body := e.AppendBody(nil)
+		if len(body) != e.BodySize() {
+			t.Errorf("entry %d: BodySize %d, encoded %d bytes", e.Index, e.BodySize(), len(body))
+		}
+		got, err := DecodeBody(body)
+		if err != nil {
+			t.Fatalf("entry %d: %v", e.Index, err)
+		}
+		if !sameEntry(e, got) {
+			t.Fatalf("entry %d: decoded %+v, want %+v", e.Index, got, e)
+		}
+		if again := got.AppendBody(nil); !bytes.Equal(again, body) {
+			t.Fatalf("entry %d: re-encoding differs:\n%x\n%x", e.Index, again, body)
+		}
+		// AppendBody appends: a prefix is kept.
+		if b := e.AppendBody([]byte("xx")); !bytes.Equal(b[2:], body) || string(b[:2]) != "xx" {
+			t.Fatalf("entry %d: AppendBody does not append", e.Index)
+		}
+	}
+}
+
+// sameEntry compares entries, treating nil and empty values as equal (an
+// empty set value decodes as an empty, non-nil slice).
+func sameEntry(a, b Entry) bool {
+	if a.Index != b.Index || a.Time != b.Time || a.Kind != b.Kind || a.Hash != b.Hash || len(a.Ops) != len(b.Ops) {
+		return false
+	}
+	for i := range a.Ops {
+		x, y := a.Ops[i], b.Ops[i]
+		if x.Type != y.Type || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDecodeBodyRejects(t *testing.T) {
+	good := (&Entry{Index: 7, Time: 9, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v")}}}).AppendBody(nil)
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	header := func(kind byte) []byte {
+		b := []byte{bodyVersion, kind}
+		b = binary.BigEndian.AppendUint64(b, 1)
+		return binary.BigEndian.AppendUint64(b, 0)
+	}
+	cases := []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"empty", nil, "shorter than its header"},
+		{"short header", good[:17], "shorter than its header"},
+		{"version", mut(func(b []byte) []byte { b[0] = 2; return b }), "unknown body version"},
+		{"kind", mut(func(b []byte) []byte { b[1] = 9; return b }), "unknown entry kind"},
+		{"no op count", good[:18], "bad op count"},
+		{"op type", mut(func(b []byte) []byte { b[19] = 7; return b }), "unknown type"},
+		{"truncated value", good[:len(good)-1], "value"},
+		{"trailing", append(append([]byte(nil), good...), 0), "trailing"},
+		{"heartbeat with ops", append(header(byte(KindHeartbeat)), 1, byte(OpDelete), 1, 'k'), "heartbeat with"},
+		{"empty key", append(header(byte(KindData)), 1, byte(OpDelete), 0), "empty key"},
+		{"key too long", binary.AppendUvarint(append(header(byte(KindData)), 1, byte(OpDelete)), MaxKeyLen+1), "over limit"},
+		{"op count beyond input", append(header(byte(KindData)), 100, byte(OpDelete), 1, 'k'), "ops in"},
+		{"op count over MaxOps", binary.AppendUvarint(header(byte(KindData)), MaxOps+1), "bad op count"},
+		// Lengths must be minimal varints, or a decoded body would not
+		// re-encode to the bytes it came from.
+		{"non-minimal op count", append(header(byte(KindData)), 0x81, 0x00, byte(OpDelete), 1, 'k'), "bad op count"},
+		{"non-minimal key length", append(header(byte(KindData)), 1, byte(OpDelete), 0x81, 0x00, 'k'), "key"},
+	}
+	for _, c := range cases {
+		_, err := DecodeBody(c.body)
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: want ErrMalformed, got %v", c.name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q does not mention %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestSealAndVerifier(t *testing.T) {
+	entries := sampleEntries()[:3]
+	var prev Hash
+	var buf []byte
+	for i := range entries {
+		body := entries[i].Seal(prev, buf)
+		if want := ChainHash(prev, entries[i].AppendBody(nil)); entries[i].Hash != want || !bytes.Equal(body, entries[i].AppendBody(nil)) {
+			t.Fatalf("Seal of entry %d: hash %s, want %s", entries[i].Index, entries[i].Hash, want)
+		}
+		prev = entries[i].Hash
+		buf = body
+	}
+	if entries[0].Hash == entries[1].Hash || entries[0].Hash == (Hash{}) {
+		t.Fatal("hashes do not differ")
+	}
+
+	var v Verifier
+	for i := range entries {
+		if err := v.Check(&entries[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.Index != 3 || v.Hash != entries[2].Hash {
+		t.Fatalf("verifier at %d %s", v.Index, v.Hash)
+	}
+
+	// Each kind of break is refused and leaves the verifier where it was.
+	next := Entry{Index: 4, Time: 10, Kind: KindData, Ops: []Op{{Type: OpDelete, Key: []byte("a")}}}
+	next.Seal(v.Hash, nil)
+	breaks := map[string]func(e *Entry){
+		"gap":        func(e *Entry) { e.Index = 5 },
+		"duplicate":  func(e *Entry) { e.Index = 3 },
+		"bad hash":   func(e *Entry) { e.Hash[0] ^= 1 },
+		"body flip":  func(e *Entry) { e.Ops = []Op{{Type: OpDelete, Key: []byte("b")}} },
+		"time moved": func(e *Entry) { e.Time++ },
+	}
+	for name, br := range breaks {
+		e := next
+		e.Ops = append([]Op(nil), next.Ops...)
+		br(&e)
+		if err := v.Check(&e); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if v.Index != 3 || v.Hash != entries[2].Hash {
+			t.Fatalf("%s: verifier moved to %d", name, v.Index)
+		}
+	}
+	if err := v.Check(&next); err != nil {
+		t.Fatal(err)
+	}
+
+	// Chain from a non-zero base, as after log truncation.
+	w := Verifier{Index: entries[0].Index, Hash: entries[0].Hash}
+	for i := 1; i < 3; i++ {
+		if err := w.Check(&entries[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestOpAndKindNames(t *testing.T) {
+	if OpSet.String() != "set" || OpDelete.String() != "del" || OpType(9).String() != "op(9)" {
+		t.Fatal("op names")
+	}
+	if h := (Hash{1}).String(); len(h) != 64 || !strings.HasPrefix(h, "01") {
+		t.Fatalf("hash string %q", h)
+	}
+}
