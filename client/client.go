@@ -114,7 +114,13 @@ func (o ReadOptions) query(q url.Values) {
 }
 
 func (c *Client) keyURL(key string) string {
-	return "/v1/" + url.PathEscape(c.db) + "/keys/" + url.PathEscape(key)
+	return "/v1/" + url.PathEscape(c.db) + "/keys/" + escapeKey(key)
+}
+
+// escapeKey path-escapes a key, including the dots that would otherwise
+// form "." and ".." path segments (refused by the server).
+func escapeKey(key string) string {
+	return strings.ReplaceAll(url.PathEscape(key), ".", "%2E")
 }
 
 // Get reads one key.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,18 @@ func cmdServe(args []string) error {
 		return err
 	}
 	log := newLogger(cfg.LogLevel)
+	if path := os.Getenv("QS_CPUPROFILE"); path != "" {
+		// For performance work: a CPU profile of the whole run.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	srv, err := server.New(cfg, log, os.Stdout)
 	if err != nil {

@@ -171,6 +171,14 @@ func (s *Store) commitLoop() {
 		s.opts.Logger.Error("store cannot accept writes", "db", s.opts.Name, "err", err)
 	}
 	var group []*request
+	// expect is how many requests the previous round involved: the group
+	// it committed plus those that queued up during its commit. Writers
+	// that wait for each acknowledgement come back right after it; with
+	// BatchWindow 0 the committer lingers briefly for them (never for a
+	// lone writer) so that concurrent writers share an fsync instead of
+	// alternating.
+	expect := 1
+	var lastSync time.Duration
 	for {
 		group = group[:0]
 		select {
@@ -181,14 +189,18 @@ func (s *Store) commitLoop() {
 			return
 		}
 		size := group[0].size
-		var window <-chan time.Time
-		var timer *time.Timer
-		if s.opts.BatchWindow > 0 {
-			timer = time.NewTimer(s.opts.BatchWindow)
-			window = timer.C
+		var window time.Duration
+		switch {
+		case s.opts.BatchWindow > 0:
+			window = s.opts.BatchWindow
+		case expect > 1:
+			window = min(maxLinger, lastSync/2)
 		}
+		var deadline <-chan time.Time
+		var timer *time.Timer
+		lingerStart := time.Now()
 	gather:
-		for size < s.opts.MaxGroupBytes && len(group) < 4096 {
+		for size < s.opts.MaxGroupBytes && len(group) < maxGroupRequests {
 			select {
 			case r := <-s.reqs:
 				group = append(group, r)
@@ -196,14 +208,18 @@ func (s *Store) commitLoop() {
 				continue
 			default:
 			}
-			if window == nil {
+			if window <= 0 || (s.opts.BatchWindow == 0 && len(group) >= expect) {
 				break
+			}
+			if timer == nil {
+				timer = time.NewTimer(window)
+				deadline = timer.C
 			}
 			select {
 			case r := <-s.reqs:
 				group = append(group, r)
 				size += r.size
-			case <-window:
+			case <-deadline:
 				break gather
 			case <-s.quit:
 				break gather
@@ -211,6 +227,7 @@ func (s *Store) commitLoop() {
 		}
 		if timer != nil {
 			timer.Stop()
+			s.m.lingerSeconds.Observe(time.Since(lingerStart).Seconds())
 		}
 		if c == nil {
 			for _, r := range group {
@@ -219,9 +236,19 @@ func (s *Store) commitLoop() {
 			}
 			continue
 		}
+		syncStart := time.Now()
 		c.commit(group)
+		lastSync = time.Since(syncStart)
+		expect = len(group) + len(s.reqs)
 	}
 }
+
+const (
+	// maxLinger caps the adaptive wait for returning writers.
+	maxLinger = 500 * time.Microsecond
+	// maxGroupRequests caps the requests of one durable commit.
+	maxGroupRequests = 4096
+)
 
 func (s *Store) failQueued(err error) {
 	for {
@@ -392,6 +419,10 @@ func (c *committer) prepareWrite(r *request) error {
 		ks, err := c.state(cond.Key)
 		if err != nil {
 			return err
+		}
+		if ks.corrupt {
+			r.err = fmt.Errorf("%w: key %q: stored record is corrupt, so its index is unknown; write it without a condition to repair it", ErrCorrupt, cond.Key)
+			return nil
 		}
 		var cur uint64
 		if ks.exists {
@@ -611,11 +642,11 @@ func salvageLen(b []byte) int {
 
 // sameValue reports whether the key's current value equals v.
 func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) {
-	if ks.valueLen != len(v) {
+	if ks.corrupt || ks.valueLen != len(v) {
 		return false, nil
 	}
-	if ks.value != nil || ks.chunks == 0 {
-		return ks.value != nil && bytes.Equal(ks.value, v), nil
+	if ks.chunks == 0 {
+		return bytes.Equal(ks.value, v), nil // nil and empty are the same value
 	}
 	if ks.valueCRC != crc(v) {
 		return false, nil

@@ -50,6 +50,9 @@ func logRangeAt(snap *pebble.Snapshot) (LogRange, error) {
 // ErrLogTruncated if from is older than the retained log. It holds no
 // iterator after returning, so a slow reader pins nothing.
 func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	lr, err := logRangeAt(snap)

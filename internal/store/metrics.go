@@ -53,6 +53,9 @@ var (
 	mSyncSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "sync_seconds",
 		Help: "Time of the fsynced batch commit alone.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
+	mLingerSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_linger_seconds",
+		Help: "Time the committer waited for more writes before a durable commit.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
 	mLogBlockBytes = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_block_bytes",
 		Help: "Stored (compressed) size of log blocks.", Buckets: prometheus.ExponentialBuckets(64, 4, 12)}, []string{"db"}))
@@ -60,10 +63,10 @@ var (
 
 // storeMetrics are the collectors of one database, curried with its name.
 type storeMetrics struct {
-	applied, keys, logBytes, logEntries, diskFull              prometheus.Gauge
-	logTruncated, entries, commits, noopWrites, diskFullEvents prometheus.Counter
-	writeErrors, integrityErrors                               *prometheus.CounterVec
-	groupSize, commitSeconds, syncSeconds, logBlockBytes       prometheus.Observer
+	applied, keys, logBytes, logEntries, diskFull                       prometheus.Gauge
+	logTruncated, entries, commits, noopWrites, diskFullEvents          prometheus.Counter
+	writeErrors, integrityErrors                                        *prometheus.CounterVec
+	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds prometheus.Observer
 }
 
 func newStoreMetrics(db string) *storeMetrics {
@@ -76,5 +79,6 @@ func newStoreMetrics(db string) *storeMetrics {
 		writeErrors: mWriteErrors.MustCurryWith(l), integrityErrors: mIntegrityErrors.MustCurryWith(l),
 		groupSize: mGroupSize.With(l), commitSeconds: mCommitSeconds.With(l),
 		syncSeconds: mSyncSeconds.With(l), logBlockBytes: mLogBlockBytes.With(l),
+		lingerSeconds: mLingerSeconds.With(l),
 	}
 }

@@ -45,7 +45,8 @@ type Options struct {
 	// MaxGroupBytes caps the bytes committed in one durable commit.
 	// Default 16 MiB.
 	MaxGroupBytes int
-	// Compression of log blocks. Default zstd.
+	// Compression of log blocks. The zero value stores them uncompressed;
+	// the configuration default (config.Database.Compression) is zstd.
 	Compression wal.Compression
 
 	// Retention bounds the log. Entries are removed oldest first while any

@@ -21,12 +21,15 @@ type View struct {
 
 // View opens a consistent view of the database.
 func (s *Store) View() (*View, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
 		return nil, err
 	}
 	v := &View{s: s, it: it}
-	if !it.SeekGE(metaApplied) || !bytes.Equal(it.Key(), metaApplied) {
+	if !it.SeekPrefixGE(metaApplied) || !bytes.Equal(it.Key(), metaApplied) {
 		it.Close()
 		return nil, fmt.Errorf("%w: applied index missing", ErrCorrupt)
 	}

@@ -206,3 +206,15 @@ func TestReopenKeepsState(t *testing.T) {
 		t.Fatalf("want DBID mismatch, got %v", err)
 	}
 }
+
+func TestEmptyValueRewriteIsNoop(t *testing.T) {
+	s := openTest(t, Options{})
+	mustWrite(t, s, set("e", ""))
+	if r := mustWrite(t, s, set("e", "")); r.Changed {
+		t.Fatalf("rewriting an empty value produced entry %d", r.Index)
+	}
+	// A fresh committer (after reopen) loads the empty value from disk.
+	if r := mustWrite(t, s, set("e", "x")); !r.Changed {
+		t.Fatal("changing an empty value was dropped")
+	}
+}

@@ -1,0 +1,77 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Data != "./qs-data" || c.HTTP != "127.0.0.1:7380" || len(c.Databases) != 1 ||
+		c.Databases[0].Name != "default" || c.Databases[0].Memcache[0] != "127.0.0.1:7311" ||
+		c.Databases[0].Heartbeat.Duration != time.Second {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+	o, err := c.StoreOptions(c.Databases[0])
+	if err != nil || o.Dir != "qs-data/default" {
+		t.Fatalf("store options %+v %v", o, err)
+	}
+}
+
+func TestParse(t *testing.T) {
+	c, err := Parse([]byte(`
+data = "/var/lib/qs"
+http = "127.0.0.1:0"
+[[database]]
+name = "dns"
+memcache = ["127.0.0.1:0"]
+batch_window = "2ms"
+compression = "snappy"
+retain_age = "168h"
+[[database]]
+name = "waf"
+unix = ["/run/qs/waf.sock"]
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Databases[0].BatchWindow.Duration != 2*time.Millisecond || c.Databases[0].RetainAge.Duration != 168*time.Hour {
+		t.Fatalf("durations: %+v", c.Databases[0])
+	}
+	if len(c.Databases[1].Memcache) != 0 {
+		t.Fatal("second database got a default memcache address")
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for name, tc := range map[string]struct{ toml, want string }{
+		"unknown key":     {`datta = "x"`, "unknown keys"},
+		"bad duration":    {"[[database]]\nname = \"a\"\nheartbeat = \"soon\"", "soon"},
+		"bad syntax":      {`data = `, "config test"},
+		"bad name":        {"[[database]]\nname = \"a/b\"", "name must match"},
+		"duplicate name":  {"[[database]]\nname = \"a\"\n[[database]]\nname = \"a\"", "duplicate name"},
+		"bad db id":       {"[[database]]\nname = \"a\"\ndb_id = \"xyz\"", "bad database id"},
+		"bad compression": {"[[database]]\nname = \"a\"\ncompression = \"lz4\"", "unknown compression"},
+		"address twice":   {"http = \"127.0.0.1:7000\"\n[[database]]\nname = \"a\"\nmemcache = [\"127.0.0.1:7000\"]", "used by both"},
+		"bad log level":   {`log_level = "loud"`, "log_level"},
+		"bad store limit": {"[[database]]\nname = \"a\"\nchunk_bytes = 10", "ChunkBytes"},
+		"window too long": {"[[database]]\nname = \"a\"\nbatch_window = \"1m\"", "BatchWindow"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.toml), "test")
+			if err == nil {
+				err = c.Validate()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
