@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,5 +75,76 @@ func reportHist(b *testing.B, name, unit string) {
 			return
 		}
 		b.ReportMetric(sum/float64(n)*1e6, unit)
+	}
+}
+
+// BenchmarkMultiGet100 reads 100 random keys of 100k at one view, the
+// multi-get of the get benchmark, with the keys in request order and sorted.
+func BenchmarkMultiGet100(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir(), MinFreeBytes: 1, BallastBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const n = 100_000
+	val := make([]byte, 100)
+	for i := 0; i < n; i += 10_000 {
+		ops := make([]wal.Op, 10_000)
+		for j := range ops {
+			ops[j] = wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "k%06d", i+j), Value: val}
+		}
+		if _, err := s.Write(context.Background(), Batch{Ops: ops}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if flush := os.Getenv("QS_BENCH_FLUSH"); flush != "" {
+		s.db.Flush()
+	}
+	keys := make([][]byte, 100)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "k%06d", (i*7919+13)%n)
+	}
+	run := func(b *testing.B, keys [][]byte) {
+		for i := 0; i < b.N; i++ {
+			v, err := s.View()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, k := range keys {
+				if _, _, ok, err := v.Get(k); !ok || err != nil {
+					b.Fatal("missing", string(k), err)
+				}
+			}
+			v.Close()
+		}
+	}
+	b.Run("request-order", func(b *testing.B) { run(b, keys) })
+	sorted := append([][]byte(nil), keys...)
+	slices.SortFunc(sorted, bytes.Compare)
+	b.Run("sorted", func(b *testing.B) { run(b, sorted) })
+	b.Run("view-only", func(b *testing.B) { run(b, nil) })
+}
+
+// BenchmarkDiskWriteFsync is the floor under every durable commit: one
+// write and fsync of a file in the test's directory, per size.
+func BenchmarkDiskWriteFsync(b *testing.B) {
+	for _, size := range []int{4 << 10, 80 << 10, 160 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			f, err := os.Create(b.TempDir() + "/probe")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, size)
+			b.SetBytes(int64(size))
+			for i := 0; i < b.N; i++ {
+				if _, err := f.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
