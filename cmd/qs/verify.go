@@ -140,7 +140,7 @@ func printVerifyReport(w io.Writer, r *store.VerifyReport) {
 	fmt.Fprintf(w, "database %s (%s)\n", r.Name, r.Dir)
 	fmt.Fprintf(w, "  id %s, applied index %d, hash %s\n", r.DBID, r.AppliedIndex, r.AppliedHash)
 	fmt.Fprintf(w, "  keys %d (%d key bytes, %d value bytes)\n", r.Keys, r.KeyBytes, r.ValueBytes)
-	fmt.Fprintf(w, "  chunked values %d (%d chunks, %d bytes; %d orphan chunks)\n", r.ChunkedValues, r.Chunks, r.ChunkBytes, r.OrphanChunks)
+	fmt.Fprintf(w, "  chunked values %d (%d chunks, %d bytes; %d orphan chunks); values stored in the log %d\n", r.ChunkedValues, r.Chunks, r.ChunkBytes, r.OrphanChunks, r.InLogValues)
 	fmt.Fprintf(w, "  log %d..%d (%d entries in %d blocks, %d bytes)\n", r.LogFirst, r.AppliedIndex, r.LogEntries, r.LogBlocks, r.LogBytes)
 	if r.Clean() {
 		fmt.Fprintf(w, "  OK\n")

@@ -271,8 +271,13 @@ type committer struct {
 	stats statsRecord
 
 	// per group
-	batch      *pebble.Batch
-	it         *pebble.Iterator // lookups of committed state, per group
+	batch *pebble.Batch
+	it    *pebble.Iterator // lookups of committed state, per group
+	// inLog holds the value records to write once the group's block is
+	// finished: in-log records if it is stored uncompressed, inline ones
+	// otherwise. A later op on the same key in the group removes its entry.
+	inLog      map[string]pendingValue
+	offs       []int
 	overlay    map[string]*keyState
 	blk        wal.BlockBuilder
 	blockFirst uint64
@@ -290,11 +295,12 @@ type keyState struct {
 	valueLen int
 	valueCRC uint32 // valid when chunks > 0
 	chunks   int
-	corrupt  bool // the stored record failed its CRC: chunks unknown
+	corrupt  bool    // the stored record failed its CRC: chunks unknown
+	logRec   *record // the stored in-log record, when the value is in the log
 }
 
 func newCommitter(s *Store) (*committer, error) {
-	c := &committer{s: s, overlay: map[string]*keyState{}}
+	c := &committer{s: s, overlay: map[string]*keyState{}, inLog: map[string]pendingValue{}}
 	var err error
 	if c.last, err = s.readApplied(); err != nil {
 		return nil, err
@@ -329,6 +335,7 @@ func (c *committer) commit(group []*request) {
 		}
 	}()
 	clear(c.overlay)
+	clear(c.inLog)
 	c.blk.Reset()
 	c.entries = 0
 
@@ -361,6 +368,7 @@ func (c *committer) commit(group []*request) {
 		blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
 		c.buf = blk
 		c.batch.Set(logKey(c.blockFirst), blk, nil)
+		c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
 		c.log.bytes += int64(len(blk) + 9)
 		s.m.logBlockBytes.Observe(float64(len(blk)))
 		if err := c.truncateLog(); err != nil {
@@ -434,15 +442,27 @@ func (c *committer) prepareWrite(r *request) error {
 		}
 	}
 	kept := make([]wal.Op, 0, len(r.batch.Ops))
+	// An op is a no-op against the state left by the batch's earlier ops:
+	// "set k; del k" must keep the delete even if k did not exist before.
+	var earlier map[string]wal.Op
 	for _, op := range r.batch.Ops {
 		ks, err := c.state(op.Key)
 		if err != nil {
 			return err
 		}
-		if op.Type == wal.OpDelete && !ks.exists {
-			continue
+		exists := ks.exists
+		prev, touched := earlier[string(op.Key)]
+		if touched {
+			exists = prev.Type == wal.OpSet
 		}
-		if op.Type == wal.OpSet && ks.exists {
+		switch {
+		case op.Type == wal.OpDelete && !exists:
+			continue
+		case op.Type == wal.OpSet && touched && exists:
+			if bytes.Equal(prev.Value, op.Value) {
+				continue
+			}
+		case op.Type == wal.OpSet && exists:
 			same, err := c.sameValue(op.Key, ks, op.Value)
 			if err != nil {
 				return err
@@ -452,6 +472,12 @@ func (c *committer) prepareWrite(r *request) error {
 			}
 		}
 		kept = append(kept, op)
+		if len(r.batch.Ops) > 1 {
+			if earlier == nil {
+				earlier = map[string]wal.Op{}
+			}
+			earlier[string(op.Key)] = op
+		}
 	}
 	if len(kept) == 0 {
 		c.s.m.noopWrites.Inc()
@@ -498,9 +524,11 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 	if c.blk.Len() == 0 {
 		c.blockFirst = e.Index
 	}
+	at := c.blk.NextBodyOffset(len(c.buf))
 	c.blk.Add(c.buf, e.Hash, e.Time)
-	for _, op := range e.Ops {
-		if err := c.applyOp(op, e.Index); err != nil {
+	c.offs = e.ValueOffsets(c.offs[:0])
+	for i, op := range e.Ops {
+		if err := c.applyOp(op, e.Index, at+c.offs[i]); err != nil {
 			return err
 		}
 	}
@@ -509,11 +537,12 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 	return nil
 }
 
-func (c *committer) applyOp(op wal.Op, index uint64) error {
+func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	ks, err := c.state(op.Key)
 	if err != nil {
 		return err
 	}
+	delete(c.inLog, string(op.Key))
 	oldChunks := ks.chunks
 	if ks.corrupt {
 		// The corrupt record's chunk count is unknown: drop every chunk
@@ -526,10 +555,13 @@ func (c *committer) applyOp(op wal.Op, index uint64) error {
 	switch op.Type {
 	case wal.OpSet:
 		newChunks := 0
-		if len(op.Value) <= c.s.opts.ChunkBytes {
+		switch {
+		case len(op.Value) >= minInLogBytes && len(op.Value) <= c.s.opts.ChunkBytes:
+			c.inLog[string(op.Key)] = pendingValue{index: index, offset: valueOff, value: op.Value}
+		case len(op.Value) <= c.s.opts.ChunkBytes:
 			c.buf = encodeInline(c.buf, index, op.Value)
 			c.batch.Set(c.kbuf, c.buf, nil)
-		} else {
+		default:
 			cb := c.s.opts.ChunkBytes
 			newChunks = (len(op.Value) + cb - 1) / cb
 			for i := 0; i < newChunks; i++ {
@@ -594,9 +626,14 @@ func (c *committer) state(key []byte) (*keyState, error) {
 			ks.exists, ks.corrupt, ks.valueLen = true, true, salvageLen(v)
 		} else {
 			ks.exists, ks.index, ks.valueLen, ks.chunks = true, rec.index, rec.valueLen, rec.chunks
-			if rec.chunked {
+			switch {
+			case rec.chunked:
 				ks.valueCRC = rec.valueCRC
-			} else {
+			case rec.inLog:
+				ks.valueCRC = rec.valueCRC
+				r := rec
+				ks.logRec = &r
+			default:
 				ks.value = append([]byte(nil), rec.inline...)
 			}
 		}
@@ -610,12 +647,8 @@ func (c *committer) state(key []byte) (*keyState, error) {
 // common case for new writes, then cost no data block read). The value is
 // valid until the next lookup.
 func (c *committer) lookup(k []byte) ([]byte, bool, error) {
-	if c.it == nil {
-		it, err := c.s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
-		if err != nil {
-			return nil, false, err
-		}
-		c.it = it
+	if _, err := c.iter(); err != nil {
+		return nil, false, err
 	}
 	if !c.it.SeekPrefixGE(k) || !bytes.Equal(c.it.Key(), k) {
 		return nil, false, c.it.Error()
@@ -645,6 +678,20 @@ func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) 
 	if ks.corrupt || ks.valueLen != len(v) {
 		return false, nil
 	}
+	if ks.value == nil && ks.logRec != nil {
+		if ks.valueCRC != crc(v) {
+			return false, nil
+		}
+		it, err := c.iter()
+		if err != nil {
+			return false, err
+		}
+		cur, err := readInLog(it, *ks.logRec, nil)
+		if err != nil {
+			return false, nil // unreadable: treat as different, the write repairs it
+		}
+		return bytes.Equal(cur, v), nil
+	}
 	if ks.chunks == 0 {
 		return bytes.Equal(ks.value, v), nil // nil and empty are the same value
 	}
@@ -661,6 +708,45 @@ func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) 
 		return false, nil // unreadable: treat as different, the write repairs it
 	}
 	return bytes.Equal(cur, v), nil
+}
+
+// iter returns the group's iterator over the committed state.
+func (c *committer) iter() (*pebble.Iterator, error) {
+	if c.it == nil {
+		it, err := c.s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
+		if err != nil {
+			return nil, err
+		}
+		c.it = it
+	}
+	return c.it, nil
+}
+
+// minInLogBytes is the smallest value stored only in the log (smaller
+// values are cheap to write twice).
+const minInLogBytes = 1024
+
+// pendingValue is a value record to write once the group's block is done.
+type pendingValue struct {
+	index  uint64
+	offset int // of the value in the block's uncompressed payload
+	value  []byte
+}
+
+// writeInLogRecords writes the deferred value records of the group: in-log
+// records pointing into the group's block when it is stored uncompressed,
+// inline records otherwise.
+func (c *committer) writeInLogRecords(uncompressed bool) {
+	for key, p := range c.inLog {
+		c.kbuf = dataKey(c.kbuf, []byte(key))
+		if uncompressed {
+			c.buf = encodeInLog(c.buf[:0], p.index, c.blockFirst, p.offset, len(p.value), crc(p.value))
+		} else {
+			c.buf = encodeInline(c.buf, p.index, p.value)
+		}
+		c.batch.Set(c.kbuf, c.buf, nil)
+	}
+	clear(c.inLog)
 }
 
 // checkSpace refuses writes while free space is below the reserve, and

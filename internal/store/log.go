@@ -17,6 +17,9 @@ type LogRange struct {
 
 // LogRange returns the currently retained log.
 func (s *Store) LogRange() (LogRange, error) {
+	if s.closed.Load() {
+		return LogRange{}, ErrClosed
+	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	return logRangeAt(snap)
@@ -113,6 +116,46 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	return out, nil
 }
 
+// materialize rewrites, as inline records, the value records that still
+// point into a log block about to be dropped. Keys the group itself
+// rewrites are left alone: their new record is already in the batch.
+func (c *committer) materialize(blockFirst uint64, blk []byte) error {
+	if len(blk) < 2 || wal.Compression(blk[1]) != wal.CompressNone {
+		return nil // only uncompressed blocks hold values records point to
+	}
+	entries, err := wal.DecodeBlock(blk)
+	if err != nil {
+		return fmt.Errorf("%w: log block %d: %v", ErrCorrupt, blockFirst, err)
+	}
+	var k []byte
+	for _, e := range entries {
+		for _, op := range e.Ops {
+			if op.Type != wal.OpSet || len(op.Value) < minInLogBytes {
+				continue
+			}
+			if _, ok := c.overlay[string(op.Key)]; ok {
+				continue
+			}
+			k = dataKey(k, op.Key)
+			v, found, err := c.lookup(k)
+			if err != nil {
+				return err
+			}
+			if !found {
+				continue
+			}
+			rec, err := decodeRecord(v)
+			if err != nil || !rec.inLog || rec.block != blockFirst || rec.index != e.Index {
+				continue
+			}
+			c.buf = encodeInline(c.buf, rec.index, op.Value)
+			c.batch.Set(k, c.buf, nil)
+			c.s.m.materialized.Inc()
+		}
+	}
+	return nil
+}
+
 // truncateLog drops the oldest log blocks, inside the group's batch, while
 // the retained log exceeds a retention limit. The block the group is
 // writing is never dropped, so the log always holds the newest entries.
@@ -155,6 +198,9 @@ func (c *committer) truncateLog() error {
 		old := r.MaxAge > 0 && h.LastTime < cutoff
 		if !over(count, bytes) && !old {
 			break
+		}
+		if err := c.materialize(blockFirst, raw); err != nil {
+			return err
 		}
 		bytes -= int64(len(raw) + 9)
 		first = next

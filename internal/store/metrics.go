@@ -29,6 +29,9 @@ var (
 	mCommits = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commits_total",
 		Help: "Durable commits (fsyncs) that wrote entries."}, []string{"db"}))
+	mMaterialized = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "values_materialized_total",
+		Help: "Values copied out of log blocks dropped by retention into their own records."}, []string{"db"}))
 	mNoopWrites = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "noop_writes_total",
 		Help: "Writes dropped because they would not change anything."}, []string{"db"}))
@@ -63,10 +66,10 @@ var (
 
 // storeMetrics are the collectors of one database, curried with its name.
 type storeMetrics struct {
-	applied, keys, logBytes, logEntries, diskFull                       prometheus.Gauge
-	logTruncated, entries, commits, noopWrites, diskFullEvents          prometheus.Counter
-	writeErrors, integrityErrors                                        *prometheus.CounterVec
-	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds prometheus.Observer
+	applied, keys, logBytes, logEntries, diskFull                            prometheus.Gauge
+	logTruncated, entries, commits, noopWrites, diskFullEvents, materialized prometheus.Counter
+	writeErrors, integrityErrors                                             *prometheus.CounterVec
+	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
 }
 
 func newStoreMetrics(db string) *storeMetrics {
@@ -75,7 +78,7 @@ func newStoreMetrics(db string) *storeMetrics {
 		applied: mApplied.With(l), keys: mKeys.With(l), logBytes: mLogBytes.With(l),
 		logEntries: mLogEntries.With(l), diskFull: mDiskFull.With(l),
 		logTruncated: mLogTruncated.With(l), entries: mEntries.With(l), commits: mCommits.With(l),
-		noopWrites: mNoopWrites.With(l), diskFullEvents: mDiskFullEvents.With(l),
+		noopWrites: mNoopWrites.With(l), materialized: mMaterialized.With(l), diskFullEvents: mDiskFullEvents.With(l),
 		writeErrors: mWriteErrors.MustCurryWith(l), integrityErrors: mIntegrityErrors.MustCurryWith(l),
 		groupSize: mGroupSize.With(l), commitSeconds: mCommitSeconds.With(l),
 		syncSeconds: mSyncSeconds.With(l), logBlockBytes: mLogBlockBytes.With(l),

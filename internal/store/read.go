@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // View is a consistent read of the database at one applied index. It pins
@@ -79,7 +80,7 @@ func (v *View) decode(key, raw []byte) ([]byte, uint64, error) {
 		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 		return nil, 0, fmt.Errorf("key %q: %w", key, err)
 	}
-	if !rec.chunked {
+	if !rec.chunked && !rec.inLog {
 		return rec.inline, rec.index, nil
 	}
 	// A clone reads the same state as the view (a new iterator would read
@@ -90,12 +91,48 @@ func (v *View) decode(key, raw []byte) ([]byte, uint64, error) {
 		return nil, 0, err
 	}
 	defer it.Close()
+	if rec.inLog {
+		v.vbuf, err = readInLog(it, rec, v.vbuf[:0])
+		if err != nil {
+			v.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
+			return nil, 0, fmt.Errorf("key %q: %w", key, err)
+		}
+		return v.vbuf, rec.index, nil
+	}
 	v.vbuf, err = readChunks(it, key, rec.chunks, rec.valueLen, rec.valueCRC, v.vbuf[:0])
 	if err != nil {
 		v.s.m.integrityErrors.WithLabelValues("chunk_crc").Inc()
 		return nil, 0, fmt.Errorf("key %q: %w", key, err)
 	}
 	return v.vbuf, rec.index, nil
+}
+
+// readInLog reads the value of an in-log record from its log block and
+// checks its CRC.
+func readInLog(it *pebble.Iterator, rec record, dst []byte) ([]byte, error) {
+	k := logKey(rec.block)
+	if !it.SeekPrefixGE(k) || !bytes.Equal(it.Key(), k) {
+		if err := it.Error(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: log block %d holding the value is missing", ErrCorrupt, rec.block)
+	}
+	raw, err := it.ValueAndErr()
+	if err != nil {
+		return nil, err
+	}
+	_, c, payload, err := wal.ParseBlockHeader(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: log block %d: %v", ErrCorrupt, rec.block, err)
+	}
+	if c != wal.CompressNone || rec.offset+rec.valueLen > len(payload) {
+		return nil, fmt.Errorf("%w: log block %d cannot hold a value at %d+%d", ErrCorrupt, rec.block, rec.offset, rec.valueLen)
+	}
+	val := payload[rec.offset : rec.offset+rec.valueLen]
+	if crc(val) != rec.valueCRC {
+		return nil, fmt.Errorf("%w: value in log block %d: crc mismatch", ErrCorrupt, rec.block)
+	}
+	return append(dst, val...), nil
 }
 
 // readChunks reassembles a chunked value and checks every chunk CRC and the

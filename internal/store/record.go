@@ -17,11 +17,19 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 //	record := crc32c(rest)(4) flags(1) index(8 BE) body
 //	inline body  := value
 //	chunked body := valueLen(uvarint) chunks(uvarint) crc32c(value)(4)
+//	in-log body  := block(8 BE) offset(uvarint) valueLen(uvarint) crc32c(value)(4)
+//
+// An in-log record stores no value: the value is read from the log block
+// whose first index is block, at offset in its (uncompressed) payload. The
+// log holds every value anyway, so a large value is written once per
+// commit instead of twice. Before log retention drops such a block it
+// rewrites the records still pointing into it as inline records.
 //
 // A chunk, stored under chunkKey: crc32c(bytes)(4) bytes.
 const (
 	recHeader    = 4 + 1 + 8
 	flagChunked  = 1 << 0
+	flagInLog    = 1 << 1
 	chunkOverhed = 4
 )
 
@@ -33,12 +41,27 @@ type record struct {
 	valueLen int
 	chunks   int
 	valueCRC uint32
+	// in-log records: the value is in log block `block` at `offset`.
+	inLog  bool
+	block  uint64
+	offset int
 }
 
 func encodeInline(dst []byte, index uint64, value []byte) []byte {
 	dst = append(dst[:0], 0, 0, 0, 0, 0)
 	dst = binary.BigEndian.AppendUint64(dst, index)
 	dst = append(dst, value...)
+	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
+	return dst
+}
+
+func encodeInLog(dst []byte, index, block uint64, offset, valueLen int, valueCRC uint32) []byte {
+	dst = append(dst[:0], 0, 0, 0, 0, flagInLog)
+	dst = binary.BigEndian.AppendUint64(dst, index)
+	dst = binary.BigEndian.AppendUint64(dst, block)
+	dst = binary.AppendUvarint(dst, uint64(offset))
+	dst = binary.AppendUvarint(dst, uint64(valueLen))
+	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
 	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
 	return dst
 }
@@ -65,6 +88,29 @@ func decodeRecord(b []byte) (record, error) {
 	flags := b[4]
 	r.index = binary.BigEndian.Uint64(b[5:])
 	body := b[recHeader:]
+	if flags&flagInLog != 0 {
+		if flags != flagInLog || len(body) < 8+1+1+4 {
+			return r, fmt.Errorf("%w: in-log record malformed", ErrCorrupt)
+		}
+		r.inLog = true
+		r.block = binary.BigEndian.Uint64(body)
+		body = body[8:]
+		off, n := binary.Uvarint(body)
+		if n <= 0 || off > wal.MaxBlockRaw {
+			return r, fmt.Errorf("%w: in-log record offset", ErrCorrupt)
+		}
+		body = body[n:]
+		l, n := binary.Uvarint(body)
+		if n <= 0 || l > wal.MaxValueLen {
+			return r, fmt.Errorf("%w: in-log record length", ErrCorrupt)
+		}
+		body = body[n:]
+		if len(body) != 4 {
+			return r, fmt.Errorf("%w: in-log record trailer", ErrCorrupt)
+		}
+		r.offset, r.valueLen, r.valueCRC = int(off), int(l), binary.BigEndian.Uint32(body)
+		return r, nil
+	}
 	if flags&flagChunked == 0 {
 		r.inline, r.valueLen = body, len(body)
 		r.valueCRC = 0 // computed lazily by callers that need it

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // DBID identifies a database across all its replicas.
@@ -225,6 +226,26 @@ func (s *Store) Options() Options { return s.opts }
 
 // AppliedIndex is the index of the last durable entry.
 func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
+
+// Head is the durable position of the database: the index, hash and time
+// of the last applied entry, read at one point in time.
+type Head struct {
+	Index uint64
+	Hash  wal.Hash
+	Time  int64
+}
+
+// Head returns the durable position (zero for an empty database).
+func (s *Store) Head() (Head, error) {
+	if s.closed.Load() {
+		return Head{}, ErrClosed
+	}
+	a, err := s.readApplied()
+	if err != nil {
+		return Head{}, err
+	}
+	return Head{Index: a.index, Hash: a.hash, Time: a.time}, nil
+}
 
 // AppliedTime is the root's clock in the last durable entry (zero if none).
 func (s *Store) AppliedTime() time.Time {

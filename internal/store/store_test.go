@@ -218,3 +218,27 @@ func TestEmptyValueRewriteIsNoop(t *testing.T) {
 		t.Fatal("changing an empty value was dropped")
 	}
 }
+
+func TestNoopDetectionFollowsTheBatch(t *testing.T) {
+	s := openTest(t, Options{})
+	// Set then delete of a new key: the delete is not a no-op.
+	mustWrite(t, s, set("n", "1"), del("n"))
+	if _, _, ok := get(t, s, "n"); ok {
+		t.Fatal("set;del of a new key left it behind")
+	}
+	mustWrite(t, s, set("k", "v"))
+	// Delete then set back to the same value: both are real ops.
+	if r := mustWrite(t, s, del("k"), set("k", "v")); !r.Changed {
+		t.Fatal("del;set was dropped")
+	}
+	if v, _, ok := get(t, s, "k"); !ok || v != "v" {
+		t.Fatalf("k = %q %v", v, ok)
+	}
+	// set a; set a (same): the second is dropped, the first kept.
+	if r := mustWrite(t, s, set("k", "w"), set("k", "w")); !r.Changed {
+		t.Fatal("set;set dropped both")
+	}
+	if v, _, _ := get(t, s, "k"); v != "w" {
+		t.Fatalf("k = %q", v)
+	}
+}

@@ -17,7 +17,7 @@ const (
 	ProblemKeyspace     = "keyspace"      // a key outside the known keyspaces, or a malformed key
 	ProblemValueRecord  = "value_record"  // a value record fails its CRC or does not decode
 	ProblemValueIndex   = "value_index"   // a value record's index is 0 or above the applied index
-	ProblemValue        = "value"         // a chunked value's length or whole-value CRC is wrong
+	ProblemValue        = "value"         // a chunked or in-log value's length or CRC is wrong, or its log block is gone
 	ProblemChunk        = "chunk"         // a chunk fails its CRC
 	ProblemChunkMissing = "chunk_missing" // chunks a record counts are not stored
 	ProblemChunkOrphan  = "chunk_orphan"  // chunks no record refers to
@@ -74,6 +74,7 @@ type VerifyReport struct {
 	KeyBytes      int64
 	ValueBytes    int64 // as the value records state them
 	ChunkedValues int64
+	InLogValues   int64 // values stored only in their log block
 	Chunks        int64 // chunks belonging to a record
 	ChunkBytes    int64
 	OrphanChunks  int64
@@ -261,6 +262,11 @@ func (v *verifier) data() error {
 		return err
 	}
 	defer cit.Close()
+	lit, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLog}, UpperBound: []byte{prefixLog + 1}})
+	if err != nil {
+		return err
+	}
+	defer lit.Close()
 	var key []byte
 	for ok := it.First(); ok; ok = it.Next() {
 		key = append(key[:0], it.Key()[1:]...)
@@ -287,6 +293,12 @@ func (v *verifier) data() error {
 			v.r.ChunkedValues++
 			if err := v.chunks(cit, key, rec); err != nil {
 				return err
+			}
+		}
+		if rec.inLog {
+			v.r.InLogValues++
+			if _, err := readInLog(lit, rec, nil); err != nil {
+				v.problem(ProblemValue, key, rec.index, -1, "value stored in log block %d: %v", rec.block, err)
 			}
 		}
 	}
@@ -394,7 +406,7 @@ func (v *verifier) orphans() error {
 		case derr != nil:
 			// Reported by data; its chunks cannot be judged.
 		case !rec.chunked:
-			why = "value is stored inline"
+			why = "the value is not chunked"
 		}
 		if why == "" {
 			ok = it.SeekGE(prefixEnd(prefix))

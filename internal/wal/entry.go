@@ -95,6 +95,23 @@ func (e *Entry) AppendBody(dst []byte) []byte {
 	return dst
 }
 
+// ValueOffsets appends to dst, for each op, the offset of its value within
+// the body AppendBody produces (-1 for ops without a value).
+func (e *Entry) ValueOffsets(dst []int) []int {
+	off := 2 + 16 + uvarintLen(uint64(len(e.Ops)))
+	for _, op := range e.Ops {
+		off += 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+		if op.Type != OpSet {
+			dst = append(dst, -1)
+			continue
+		}
+		off += uvarintLen(uint64(len(op.Value)))
+		dst = append(dst, off)
+		off += len(op.Value)
+	}
+	return dst
+}
+
 // BodySize returns len(e.AppendBody(nil)) without encoding.
 func (e *Entry) BodySize() int {
 	n := 2 + 16 + uvarintLen(uint64(len(e.Ops)))

@@ -177,3 +177,36 @@ func TestOpAndKindNames(t *testing.T) {
 		t.Fatalf("hash string %q", h)
 	}
 }
+
+func TestValueOffsets(t *testing.T) {
+	e := Entry{Index: 7, Time: 1, Kind: KindData, Ops: []Op{
+		{Type: OpSet, Key: []byte("a"), Value: []byte("first")},
+		{Type: OpDelete, Key: []byte("bb")},
+		{Type: OpSet, Key: []byte("ccc"), Value: bytes.Repeat([]byte("x"), 300)},
+	}}
+	body := e.AppendBody(nil)
+	offs := e.ValueOffsets(nil)
+	if len(offs) != 3 || offs[1] != -1 {
+		t.Fatalf("offsets %v", offs)
+	}
+	for i, op := range e.Ops {
+		if offs[i] < 0 {
+			continue
+		}
+		if got := body[offs[i] : offs[i]+len(op.Value)]; !bytes.Equal(got, op.Value) {
+			t.Fatalf("op %d: value at offset %d is %q", i, offs[i], got)
+		}
+	}
+	var b BlockBuilder
+	b.Add([]byte("padding-body"), Hash{}, 0)
+	at := b.NextBodyOffset(len(body))
+	b.Add(body, e.Hash, e.Time)
+	blk := b.Finish(nil, CompressNone)
+	_, c, payload, err := ParseBlockHeader(blk)
+	if err != nil || c != CompressNone {
+		t.Fatal(err, c)
+	}
+	if got := payload[at+offs[2] : at+offs[2]+300]; !bytes.Equal(got, e.Ops[2].Value) {
+		t.Fatal("value not found at body offset in the block payload")
+	}
+}

@@ -1,0 +1,408 @@
+package repl
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// ReplicaConfig configures a Replica. The zero value of every field but
+// Sources means its default, filled in by EnsureDefaults.
+type ReplicaConfig struct {
+	// Database is the name asked for in the Hello. Default: the store's name.
+	Database string
+	// Sources are the addresses to replicate from, in order of preference.
+	// After a failure the replica moves on to the next one. Required.
+	Sources []string
+	// ProcessID identifies this process. Default DefaultProcessID.
+	ProcessID ProcessID
+	// IdleTimeout: a source that sent neither entries nor progress for this
+	// long is dropped. Default 30s.
+	IdleTimeout time.Duration
+	// DialTimeout bounds a TCP connect. Default 5s.
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds sending the Hello and receiving the answer.
+	// Default 10s.
+	HandshakeTimeout time.Duration
+	// BackoffMin and BackoffMax bound the jittered, doubling pause between
+	// connection attempts; a session that applied entries resets it.
+	// Defaults 100ms and 5s.
+	BackoffMin, BackoffMax time.Duration
+	// Dial opens a connection. Default: a net.Dialer (TLS will wrap it here).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// EnsureDefaults fills zero fields with their defaults and returns c.
+func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
+	if c.Database == "" && st != nil {
+		c.Database = st.Name()
+	}
+	if c.ProcessID.IsZero() {
+		c.ProcessID = DefaultProcessID
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = 100 * time.Millisecond
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 5 * time.Second
+	}
+	if c.Dial == nil {
+		var d net.Dialer
+		c.Dial = d.DialContext
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c *ReplicaConfig) Validate() error {
+	switch {
+	case len(c.Sources) == 0:
+		return errors.New("repl: no replication sources")
+	case len(c.Database) > MaxDatabaseName:
+		return fmt.Errorf("repl: database name of %d bytes over %d", len(c.Database), MaxDatabaseName)
+	case c.IdleTimeout < time.Millisecond:
+		return fmt.Errorf("repl: IdleTimeout %v below 1ms", c.IdleTimeout)
+	case c.DialTimeout < time.Millisecond:
+		return fmt.Errorf("repl: DialTimeout %v below 1ms", c.DialTimeout)
+	case c.HandshakeTimeout < time.Millisecond:
+		return fmt.Errorf("repl: HandshakeTimeout %v below 1ms", c.HandshakeTimeout)
+	case c.BackoffMin < time.Millisecond || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("repl: backoff %v..%v invalid", c.BackoffMin, c.BackoffMax)
+	}
+	return nil
+}
+
+// Status is what a Replica is doing.
+type Status int
+
+const (
+	StatusDisconnected Status = iota
+	StatusConnecting
+	StatusStreaming
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusConnecting:
+		return "connecting"
+	case StatusStreaming:
+		return "streaming"
+	}
+	return "disconnected"
+}
+
+// ReplicaState is a snapshot of a Replica for status pages and tests.
+type ReplicaState struct {
+	Status       Status
+	Source       string        // current (or last) source address
+	LastError    error         // last session error, nil if none yet
+	AppliedIndex uint64        // the store's applied index
+	Lag          time.Duration // now − root time of the last applied entry (0 if none)
+	ServerIndex  uint64        // the source's applied index, last reported
+	Sessions     int           // connection attempts so far
+}
+
+// Replica keeps one store replicating from an ordered list of sources.
+type Replica struct {
+	cfg ReplicaConfig
+	st  *store.Store
+	log *slog.Logger
+
+	running sync.Mutex // held by Run
+
+	mu struct {
+		sync.Mutex
+		state ReplicaState
+	}
+}
+
+// NewReplica returns a replica of st; it does nothing until Run.
+func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica, error) {
+	cfg.EnsureDefaults(st)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if st.DBID().IsZero() {
+		return nil, errors.New("repl: store has no database id")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Replica{cfg: cfg, st: st, log: log.With("component", "repl-client", "db", cfg.Database)}, nil
+}
+
+// State returns the replica's current state.
+func (r *Replica) State() ReplicaState {
+	r.mu.Lock()
+	s := r.mu.state
+	r.mu.Unlock()
+	s.AppliedIndex = r.st.AppliedIndex()
+	s.Lag = r.lag()
+	return s
+}
+
+func (r *Replica) lag() time.Duration {
+	t := r.st.AppliedTime()
+	if t.IsZero() {
+		return 0
+	}
+	return max(time.Since(t), 0)
+}
+
+func (r *Replica) update(fn func(s *ReplicaState)) {
+	r.mu.Lock()
+	fn(&r.mu.state)
+	r.mu.Unlock()
+}
+
+func (r *Replica) export() {
+	mLag.WithLabelValues(r.cfg.Database).Set(r.lag().Seconds())
+	mAppliedIndex.WithLabelValues(r.cfg.Database).Set(float64(r.st.AppliedIndex()))
+}
+
+// Run replicates until ctx ends, then returns nil. The store must stay open
+// until Run returns. Run may be called once at a time.
+func (r *Replica) Run(ctx context.Context) error {
+	if !r.running.TryLock() {
+		return errors.New("repl: replica already running")
+	}
+	defer r.running.Unlock()
+	db := r.cfg.Database
+	// Lag grows while no entry arrives: export it on a clock, not only on
+	// applies. The goroutine is owned by Run and waited for below.
+	var wg sync.WaitGroup
+	lctx, stopLag := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			r.export()
+			select {
+			case <-t.C:
+			case <-lctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		stopLag()
+		wg.Wait()
+		mStreaming.WithLabelValues(db).Set(0)
+		r.update(func(s *ReplicaState) { s.Status = StatusDisconnected })
+	}()
+
+	backoff := r.cfg.BackoffMin
+	for i := 0; ; i++ {
+		if ctx.Err() != nil {
+			return nil
+		}
+		src := r.cfg.Sources[i%len(r.cfg.Sources)]
+		if i > 0 {
+			mReconnects.WithLabelValues(db).Inc()
+		}
+		r.update(func(s *ReplicaState) { s.Status, s.Source, s.Sessions = StatusConnecting, src, s.Sessions+1 })
+		progressed, err := r.session(ctx, src)
+		mStreaming.WithLabelValues(db).Set(0)
+		r.update(func(s *ReplicaState) { s.Status = StatusDisconnected })
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: source ended the stream", ErrMalformed)
+		}
+		kind := errorKind(err)
+		mErrors.WithLabelValues(db, kind).Inc()
+		r.update(func(s *ReplicaState) { s.LastError = err })
+		var refused *RefusedError
+		switch {
+		case errors.As(err, &refused):
+			mClientRefused.WithLabelValues(db, refused.Code.String()).Inc()
+			lvl := slog.LevelWarn
+			if refused.Code == RefuseWrongDBID || refused.Code == RefuseSelf || refused.Code == RefuseLogTruncated {
+				lvl = slog.LevelError
+			}
+			r.log.Log(ctx, lvl, "replication source refused us", "source", src, "code", refused.Code.String(), "reason", refused.Reason)
+		default:
+			r.log.Warn("replication session ended; trying the next source", "source", src, "kind", kind, "err", err)
+		}
+		if progressed {
+			backoff = r.cfg.BackoffMin
+		}
+		// Full jitter in [backoff/2, backoff).
+		d := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, r.cfg.BackoffMax)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// streamError is a verification failure of received entries.
+type streamError struct {
+	kind string
+	err  error
+}
+
+func (e *streamError) Error() string { return e.err.Error() }
+func (e *streamError) Unwrap() error { return e.err }
+
+// errorKind maps a session error to the "kind" label of errors_total.
+func errorKind(err error) string {
+	var se *streamError
+	var ne net.Error
+	switch {
+	case errors.As(err, &se):
+		return se.kind
+	case errors.Is(err, ErrChecksum):
+		return kindCRC
+	case errors.Is(err, ErrMalformed):
+		return kindDecode
+	case errors.Is(err, ErrRefused):
+		return kindRefused
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return kindTimeout
+	}
+	return kindIO
+}
+
+// receiver holds the stream bookkeeping of one session, free of I/O: it
+// checks each received batch against the chain of everything accepted so
+// far.
+type receiver struct {
+	v wal.Verifier
+}
+
+// check verifies a whole batch; on failure nothing of it is accepted.
+func (rc *receiver) check(entries []wal.Entry) error {
+	v := wal.Verifier{Index: rc.v.Index, Hash: rc.v.Hash}
+	for i := range entries {
+		e := &entries[i]
+		if e.Index != v.Index+1 {
+			return &streamError{kindGap, fmt.Errorf("qs: replication gap: entry %d after %d", e.Index, v.Index)}
+		}
+		if err := v.Check(e); err != nil {
+			return &streamError{kindHash, fmt.Errorf("qs: replication hash mismatch: %v", err)}
+		}
+	}
+	rc.v.Index, rc.v.Hash = v.Index, v.Hash
+	return nil
+}
+
+// appliedHead returns the store's applied index and the hash of that
+// entry. The store exports no accessor for the hash, so it is read from
+// the log: the newest entry is always retained, and before any entry is
+// retained the log's base hash is the hash of entry First-1 = Last.
+func appliedHead(st *store.Store) (uint64, wal.Hash, error) {
+	h, err := st.Head()
+	return h.Index, h.Hash, err
+}
+
+// session runs one connection to src. progressed reports whether it
+// applied anything.
+func (r *Replica) session(ctx context.Context, src string) (progressed bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
+	c, err := r.cfg.Dial(dctx, "tcp", src)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("dial %s: %w", src, err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+
+	applied, hash, err := appliedHead(r.st)
+	if err != nil {
+		return false, fmt.Errorf("read applied head: %w", err)
+	}
+	hello := &Hello{Version: ProtocolVersion, Database: r.cfg.Database, DBID: r.st.DBID(),
+		ProcessID: r.cfg.ProcessID, LastIndex: applied}
+	deadline := time.Now().Add(r.cfg.HandshakeTimeout)
+	c.SetDeadline(deadline)
+	if err := WriteMessage(c, hello); err != nil {
+		return false, fmt.Errorf("send hello to %s: %w", src, err)
+	}
+	br := bufio.NewReaderSize(c, 256<<10)
+	m, err := ReadMessage(br)
+	if err != nil {
+		return false, fmt.Errorf("handshake with %s: %w", src, err)
+	}
+	var w *Welcome
+	switch m := m.(type) {
+	case *Refuse:
+		return false, &RefusedError{Code: m.Code, Reason: m.Reason}
+	case *Welcome:
+		w = m
+	default:
+		return false, fmt.Errorf("%w: %s answered hello with %s", ErrMalformed, src, m.Type())
+	}
+	switch {
+	case w.DBID != r.st.DBID():
+		return false, &RefusedError{Code: RefuseWrongDBID, Reason: fmt.Sprintf("source %s serves database id %s, we have %s", src, w.DBID, r.st.DBID())}
+	case w.ProcessID == r.cfg.ProcessID:
+		return false, &RefusedError{Code: RefuseSelf, Reason: fmt.Sprintf("source %s is this process", src)}
+	case w.NextIndex != applied+1:
+		return false, fmt.Errorf("%w: source %s would start at %d, we need %d", ErrMalformed, src, w.NextIndex, applied+1)
+	}
+	r.log.Info("replicating", "source", src, "from", applied+1, "source_applied", w.AppliedIndex)
+	r.update(func(s *ReplicaState) { s.Status, s.ServerIndex = StatusStreaming, w.AppliedIndex })
+	mStreaming.WithLabelValues(r.cfg.Database).Set(1)
+	c.SetWriteDeadline(time.Time{})
+
+	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
+	db := r.cfg.Database
+	for {
+		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		m, err := ReadMessage(br)
+		if err != nil {
+			return progressed, fmt.Errorf("stream from %s: %w", src, err)
+		}
+		switch m := m.(type) {
+		case *Entries:
+			if err := rc.check(m.Entries); err != nil {
+				return progressed, fmt.Errorf("stream from %s: %w", src, err)
+			}
+			t0 := time.Now()
+			if err := r.st.Apply(ctx, m.Entries); err != nil {
+				return progressed, &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", m.Entries[0].Index, rc.v.Index, err)}
+			}
+			mApplySeconds.Observe(time.Since(t0).Seconds())
+			mBatchSize.Observe(float64(len(m.Entries)))
+			mEntriesApplied.WithLabelValues(db).Add(float64(len(m.Entries)))
+			progressed = true
+			r.export()
+		case *Progress:
+			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
+		case *Refuse:
+			return progressed, &RefusedError{Code: m.Code, Reason: m.Reason}
+		case *Done:
+			return progressed, nil
+		default:
+			return progressed, fmt.Errorf("%w: unexpected %s in stream from %s", ErrMalformed, m.Type(), src)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package repl
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+const subsystem = "repl"
+
+// Stream error kinds, the values of the "kind" label of errors_total.
+const (
+	kindGap     = "gap"     // an entry did not follow the previous index
+	kindHash    = "hash"    // an entry's hash did not chain
+	kindCRC     = "crc"     // a frame failed its checksum
+	kindDecode  = "decode"  // a frame or message could not be decoded
+	kindTimeout = "timeout" // no entry or progress within the idle timeout
+	kindRefused = "refused" // the server refused the handshake
+	kindIO      = "io"      // dial, read or write failed
+	kindApply   = "apply"   // the store failed to apply a verified batch
+	kindProto   = "protocol"
+)
+
+var (
+	mServerConns = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "server_connections",
+		Help: "Replication clients connected to this server."}))
+	mRefusals = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "refusals_total",
+		Help: "Handshakes refused by this server, by code."}, []string{"code"}))
+	mEntriesSent = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entries_sent_total",
+		Help: "Log entries sent to replication clients."}))
+	mEntriesApplied = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entries_applied_total",
+		Help: "Replicated entries verified and applied."}, []string{"db"}))
+	mBatchSize = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "apply_batch_entries",
+		Help:    "Entries per durable replicated commit.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14)}))
+	mApplySeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "apply_seconds",
+		Help: "Latency of one durable replicated commit.", Buckets: metrics.LatencyBuckets}))
+	mErrors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
+		Help: "Replication stream errors on the client side, by kind."}, []string{"db", "kind"}))
+	mClientRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "client_refusals_total",
+		Help: "Refusals received from sources, by code."}, []string{"db", "code"}))
+	mReconnects = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reconnects_total",
+		Help: "Connection attempts after the first."}, []string{"db"}))
+	mLag = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "lag_seconds",
+		Help: "Now minus the root time of the last applied entry."}, []string{"db"}))
+	mAppliedIndex = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "applied_index",
+		Help: "Applied index of the replica."}, []string{"db"}))
+	mStreaming = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "streaming",
+		Help: "1 while the replica streams from a source."}, []string{"db"}))
+)

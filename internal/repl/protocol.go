@@ -1,0 +1,494 @@
+package repl
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// Wire format constants. See doc.go for the full description.
+const (
+	// Magic opens every Hello.
+	Magic = "QSR1"
+	// ProtocolVersion is the version this package speaks. A server accepts
+	// Hello versions MinProtocolVersion..ProtocolVersion.
+	ProtocolVersion    uint16 = 1
+	MinProtocolVersion uint16 = 1
+	// MaxPayload is the hard limit on one message payload. It must hold the
+	// largest single entry the store accepts (64 MiB of keys and values by
+	// default) plus its encoding.
+	MaxPayload = 128 << 20
+	// MaxDatabaseName is the longest database name a Hello may carry.
+	MaxDatabaseName = 255
+
+	frameHeader  = 5 // type(1) length(4 BE)
+	frameTrailer = 4 // CRC-32C(type || payload)
+)
+
+// Errors of the wire format.
+var (
+	// ErrChecksum: a frame's CRC-32C does not match (corruption in transit).
+	ErrChecksum = errors.New("qs: replication frame checksum mismatch")
+	// ErrMalformed: a frame or message cannot be decoded.
+	ErrMalformed = errors.New("qs: malformed replication message")
+	// ErrRefused is wrapped by every *RefusedError.
+	ErrRefused = errors.New("qs: replication refused")
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// MsgType is the first byte of every frame.
+type MsgType uint8
+
+const (
+	MsgHello    MsgType = 1 // client → server, first and only client message
+	MsgWelcome  MsgType = 2 // server → client, accepts the Hello
+	MsgRefuse   MsgType = 3 // server → client, then the server closes
+	MsgEntries  MsgType = 4 // server → client, consecutive log entries
+	MsgProgress MsgType = 5 // server → client, keepalive with the server's applied index
+	MsgDone     MsgType = 6 // server → client, StopIndex reached, then the server closes
+)
+
+func (t MsgType) String() string {
+	switch t {
+	case MsgHello:
+		return "hello"
+	case MsgWelcome:
+		return "welcome"
+	case MsgRefuse:
+		return "refuse"
+	case MsgEntries:
+		return "entries"
+	case MsgProgress:
+		return "progress"
+	case MsgDone:
+		return "done"
+	}
+	return fmt.Sprintf("msg(%d)", uint8(t))
+}
+
+// ProcessID identifies one running process; a server refuses a client
+// carrying its own id (a node replicating from itself).
+type ProcessID [16]byte
+
+func (id ProcessID) String() string { return hex.EncodeToString(id[:]) }
+
+// IsZero reports whether id is unset.
+func (id ProcessID) IsZero() bool { return id == ProcessID{} }
+
+// NewProcessID returns a random id.
+func NewProcessID() ProcessID {
+	var id ProcessID
+	if _, err := rand.Read(id[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return id
+}
+
+// DefaultProcessID is this process's id, the default of ServerConfig and
+// ReplicaConfig, so a process's servers and replicas recognise each other.
+var DefaultProcessID = NewProcessID()
+
+// RefuseCode says why a server refused a client. Codes are stable.
+type RefuseCode uint8
+
+const (
+	RefuseVersion         RefuseCode = 1 // protocol version not supported
+	RefuseUnknownDatabase RefuseCode = 2 // the server has no such database
+	RefuseWrongDBID       RefuseCode = 3 // the database has another id
+	RefuseSelf            RefuseCode = 4 // the client has the server's process id
+	RefuseLogTruncated    RefuseCode = 5 // LastIndex+1 is older than the retained log: bootstrap
+	RefuseAhead           RefuseCode = 6 // LastIndex is beyond the server's applied index
+	RefuseBadHello        RefuseCode = 7 // the Hello could not be decoded
+	RefuseShuttingDown    RefuseCode = 8 // the server is stopping
+)
+
+var refuseNames = map[RefuseCode]string{
+	RefuseVersion:         "version",
+	RefuseUnknownDatabase: "unknown_database",
+	RefuseWrongDBID:       "wrong_dbid",
+	RefuseSelf:            "self_replication",
+	RefuseLogTruncated:    "log_truncated",
+	RefuseAhead:           "ahead",
+	RefuseBadHello:        "bad_hello",
+	RefuseShuttingDown:    "shutting_down",
+}
+
+func (c RefuseCode) String() string {
+	if s, ok := refuseNames[c]; ok {
+		return s
+	}
+	return fmt.Sprintf("code_%d", uint8(c))
+}
+
+// RefusedError is a Refuse received from a server.
+type RefusedError struct {
+	Code   RefuseCode
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("qs: replication refused: %s: %s", e.Code, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrRefused) hold.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// Message is one protocol message.
+type Message interface {
+	Type() MsgType
+	// AppendPayload appends the message's payload encoding to dst.
+	AppendPayload(dst []byte) []byte
+}
+
+// Hello opens a replication stream.
+//
+//	payload := magic "QSR1" version(2 BE) flags(1) dbid(16) pid(16) last(8 BE) stop(8 BE) namelen(uvarint) name
+//	flags   := bit 0 NewestOnly
+type Hello struct {
+	Version   uint16
+	Database  string
+	DBID      store.DBID // zero: accept any and learn it from Welcome
+	ProcessID ProcessID
+	LastIndex uint64 // the client's applied index; streaming starts at LastIndex+1
+	StopIndex uint64 // 0: stream forever; else the server sends Done after this index
+	// NewestOnly asks for no history: streaming starts after the server's
+	// applied index, whatever LastIndex says (for caches that only want
+	// changes from now on; a replica never sets it).
+	NewestOnly bool
+}
+
+// Welcome accepts a Hello.
+//
+//	payload := version(2 BE) pid(16) dbid(16) applied(8 BE) time(8 BE) logfirst(8 BE) next(8 BE)
+type Welcome struct {
+	Version      uint16 // the version the stream will use
+	ProcessID    ProcessID
+	DBID         store.DBID
+	AppliedIndex uint64 // the server's applied index at the handshake
+	AppliedTime  int64  // root clock of that entry, Unix ns
+	LogFirst     uint64 // first retained log index
+	NextIndex    uint64 // index of the first entry the server will send
+}
+
+// Refuse rejects a Hello (or ends a stream); the server closes afterwards.
+//
+//	payload := code(1) reasonlen(uvarint) reason
+type Refuse struct {
+	Code   RefuseCode
+	Reason string
+}
+
+// Entries carries consecutive log entries, exactly as the wal encodes them.
+//
+//	payload := count(uvarint) record*
+//	record  := bodylen(uvarint) body hash(32)
+type Entries struct {
+	Entries []wal.Entry
+}
+
+// Progress tells an idle client the server is alive and where it is.
+//
+//	payload := applied(8 BE) time(8 BE)
+type Progress struct {
+	AppliedIndex uint64
+	AppliedTime  int64
+}
+
+// Done ends a stream that reached its StopIndex.
+//
+//	payload := last(8 BE)
+type Done struct {
+	LastIndex uint64
+}
+
+func (*Hello) Type() MsgType    { return MsgHello }
+func (*Welcome) Type() MsgType  { return MsgWelcome }
+func (*Refuse) Type() MsgType   { return MsgRefuse }
+func (*Entries) Type() MsgType  { return MsgEntries }
+func (*Progress) Type() MsgType { return MsgProgress }
+func (*Done) Type() MsgType     { return MsgDone }
+
+const helloFixed = 4 + 2 + 1 + 16 + 16 + 8 + 8
+
+func (m *Hello) AppendPayload(dst []byte) []byte {
+	dst = append(dst, Magic...)
+	dst = binary.BigEndian.AppendUint16(dst, m.Version)
+	var flags byte
+	if m.NewestOnly {
+		flags |= 1
+	}
+	dst = append(dst, flags)
+	dst = append(dst, m.DBID[:]...)
+	dst = append(dst, m.ProcessID[:]...)
+	dst = binary.BigEndian.AppendUint64(dst, m.LastIndex)
+	dst = binary.BigEndian.AppendUint64(dst, m.StopIndex)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Database)))
+	return append(dst, m.Database...)
+}
+
+func decodeHello(p []byte) (*Hello, error) {
+	if len(p) < helloFixed+1 {
+		return nil, fmt.Errorf("%w: hello of %d bytes", ErrMalformed, len(p))
+	}
+	if string(p[:4]) != Magic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrMalformed, p[:4])
+	}
+	m := &Hello{Version: binary.BigEndian.Uint16(p[4:])}
+	flags := p[6]
+	if flags&^1 != 0 {
+		return nil, fmt.Errorf("%w: unknown hello flags %#x", ErrMalformed, flags)
+	}
+	m.NewestOnly = flags&1 != 0
+	copy(m.DBID[:], p[7:23])
+	copy(m.ProcessID[:], p[23:39])
+	m.LastIndex = binary.BigEndian.Uint64(p[39:])
+	m.StopIndex = binary.BigEndian.Uint64(p[47:])
+	name, rest, err := readString(p[helloFixed:], MaxDatabaseName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: hello database name: %v", ErrMalformed, err)
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after hello", ErrMalformed, len(rest))
+	}
+	m.Database = name
+	return m, nil
+}
+
+const welcomeLen = 2 + 16 + 16 + 8*4
+
+func (m *Welcome) AppendPayload(dst []byte) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, m.Version)
+	dst = append(dst, m.ProcessID[:]...)
+	dst = append(dst, m.DBID[:]...)
+	dst = binary.BigEndian.AppendUint64(dst, m.AppliedIndex)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.AppliedTime))
+	dst = binary.BigEndian.AppendUint64(dst, m.LogFirst)
+	return binary.BigEndian.AppendUint64(dst, m.NextIndex)
+}
+
+func decodeWelcome(p []byte) (*Welcome, error) {
+	if len(p) != welcomeLen {
+		return nil, fmt.Errorf("%w: welcome of %d bytes, want %d", ErrMalformed, len(p), welcomeLen)
+	}
+	m := &Welcome{Version: binary.BigEndian.Uint16(p)}
+	copy(m.ProcessID[:], p[2:18])
+	copy(m.DBID[:], p[18:34])
+	m.AppliedIndex = binary.BigEndian.Uint64(p[34:])
+	m.AppliedTime = int64(binary.BigEndian.Uint64(p[42:]))
+	m.LogFirst = binary.BigEndian.Uint64(p[50:])
+	m.NextIndex = binary.BigEndian.Uint64(p[58:])
+	return m, nil
+}
+
+// maxReason bounds a Refuse reason.
+const maxReason = 4096
+
+func (m *Refuse) AppendPayload(dst []byte) []byte {
+	dst = append(dst, byte(m.Code))
+	r := m.Reason
+	if len(r) > maxReason {
+		r = r[:maxReason]
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(r)))
+	return append(dst, r...)
+}
+
+func decodeRefuse(p []byte) (*Refuse, error) {
+	if len(p) < 2 {
+		return nil, fmt.Errorf("%w: refuse of %d bytes", ErrMalformed, len(p))
+	}
+	reason, rest, err := readString(p[1:], maxReason)
+	if err != nil {
+		return nil, fmt.Errorf("%w: refuse reason: %v", ErrMalformed, err)
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after refuse", ErrMalformed, len(rest))
+	}
+	return &Refuse{Code: RefuseCode(p[0]), Reason: reason}, nil
+}
+
+func (m *Entries) AppendPayload(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		dst = binary.AppendUvarint(dst, uint64(e.BodySize()))
+		dst = e.AppendBody(dst)
+		dst = append(dst, e.Hash[:]...)
+	}
+	return dst
+}
+
+// minRecord is the smallest encoded record: a length byte, an 18-byte body
+// header, an op count byte and the hash.
+const minRecord = 1 + 18 + 1 + len(wal.Hash{})
+
+// decodeEntries decodes an Entries payload. Keys and values alias p.
+func decodeEntries(p []byte) (*Entries, error) {
+	count, n := binary.Uvarint(p)
+	if n <= 0 || count == 0 {
+		return nil, fmt.Errorf("%w: bad entry count", ErrMalformed)
+	}
+	p = p[n:]
+	if count > uint64(len(p)/minRecord) {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", ErrMalformed, count, len(p))
+	}
+	m := &Entries{Entries: make([]wal.Entry, 0, count)}
+	for i := uint64(0); i < count; i++ {
+		l, n := binary.Uvarint(p)
+		if n <= 0 || l > uint64(len(p)-n) {
+			return nil, fmt.Errorf("%w: entry record %d: bad length", ErrMalformed, i)
+		}
+		body := p[n : n+int(l)]
+		p = p[n+int(l):]
+		if len(p) < len(wal.Hash{}) {
+			return nil, fmt.Errorf("%w: entry record %d: hash truncated", ErrMalformed, i)
+		}
+		e, err := wal.DecodeBody(body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry record %d: %v", ErrMalformed, i, err)
+		}
+		copy(e.Hash[:], p)
+		p = p[len(wal.Hash{}):]
+		m.Entries = append(m.Entries, e)
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last entry", ErrMalformed, len(p))
+	}
+	return m, nil
+}
+
+func (m *Progress) AppendPayload(dst []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, m.AppliedIndex)
+	return binary.BigEndian.AppendUint64(dst, uint64(m.AppliedTime))
+}
+
+func decodeProgress(p []byte) (*Progress, error) {
+	if len(p) != 16 {
+		return nil, fmt.Errorf("%w: progress of %d bytes", ErrMalformed, len(p))
+	}
+	return &Progress{AppliedIndex: binary.BigEndian.Uint64(p), AppliedTime: int64(binary.BigEndian.Uint64(p[8:]))}, nil
+}
+
+func (m *Done) AppendPayload(dst []byte) []byte {
+	return binary.BigEndian.AppendUint64(dst, m.LastIndex)
+}
+
+func decodeDone(p []byte) (*Done, error) {
+	if len(p) != 8 {
+		return nil, fmt.Errorf("%w: done of %d bytes", ErrMalformed, len(p))
+	}
+	return &Done{LastIndex: binary.BigEndian.Uint64(p)}, nil
+}
+
+func readString(b []byte, max int) (string, []byte, error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 {
+		return "", nil, errors.New("bad length")
+	}
+	if l > uint64(max) {
+		return "", nil, fmt.Errorf("length %d over limit %d", l, max)
+	}
+	b = b[n:]
+	if uint64(len(b)) < l {
+		return "", nil, fmt.Errorf("length %d but %d bytes left", l, len(b))
+	}
+	return string(b[:l]), b[l:], nil
+}
+
+// DecodePayload decodes the payload of a message of type t.
+func DecodePayload(t MsgType, p []byte) (Message, error) {
+	switch t {
+	case MsgHello:
+		return decodeHello(p)
+	case MsgWelcome:
+		return decodeWelcome(p)
+	case MsgRefuse:
+		return decodeRefuse(p)
+	case MsgEntries:
+		return decodeEntries(p)
+	case MsgProgress:
+		return decodeProgress(p)
+	case MsgDone:
+		return decodeDone(p)
+	}
+	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
+}
+
+// AppendFrame appends the frame of m to dst:
+//
+//	frame := type(1) length(4 BE) payload crc32c(type || payload)(4 BE)
+func AppendFrame(dst []byte, m Message) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, byte(m.Type()), 0, 0, 0, 0)
+	dst = m.AppendPayload(dst)
+	n := len(dst) - start - frameHeader
+	if n > MaxPayload {
+		return dst[:start], fmt.Errorf("%w: %s payload of %d bytes over the %d limit", ErrMalformed, m.Type(), n, MaxPayload)
+	}
+	binary.BigEndian.PutUint32(dst[start+1:], uint32(n))
+	crc := crc32.Update(0, crcTable, dst[start:start+1])
+	crc = crc32.Update(crc, crcTable, dst[start+frameHeader:])
+	return binary.BigEndian.AppendUint32(dst, crc), nil
+}
+
+// WriteMessage writes m as one frame with one Write call.
+func WriteMessage(w io.Writer, m Message) error {
+	buf, err := AppendFrame(nil, m)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame and checks its length limit and checksum. It
+// returns io.EOF only if r ended cleanly before the frame; a frame cut
+// short gives io.ErrUnexpectedEOF. The payload is freshly allocated, grown
+// as bytes arrive, so a corrupted length costs no memory up front.
+func ReadFrame(r io.Reader) (MsgType, []byte, error) {
+	var hdr [frameHeader]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	t := MsgType(hdr[0])
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > MaxPayload {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes over the %d limit", ErrMalformed, n, MaxPayload)
+	}
+	var buf bytes.Buffer
+	if n > 0 {
+		buf.Grow(int(min(n, 64<<10)) + frameTrailer)
+	}
+	if _, err := io.CopyN(&buf, r, int64(n)+frameTrailer); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	b := buf.Bytes()
+	payload, sum := b[:n], binary.BigEndian.Uint32(b[n:])
+	crc := crc32.Update(0, crcTable, hdr[:1])
+	crc = crc32.Update(crc, crcTable, payload)
+	if crc != sum {
+		return 0, nil, fmt.Errorf("%w: %s frame of %d bytes", ErrChecksum, t, n)
+	}
+	return t, payload[:n:n], nil
+}
+
+// ReadMessage reads and decodes one message.
+func ReadMessage(r io.Reader) (Message, error) {
+	t, p, err := ReadFrame(r)
+	if err != nil {
+		return nil, err
+	}
+	return DecodePayload(t, p)
+}

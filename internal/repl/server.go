@@ -1,0 +1,414 @@
+package repl
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("qs: replication server closed")
+
+// ServerConfig configures a replication server. The zero value of every
+// field means its default, filled in by EnsureDefaults.
+type ServerConfig struct {
+	// ProcessID identifies this process. Default DefaultProcessID.
+	ProcessID ProcessID
+	// MaxBatchEntries is the most entries in one Entries message.
+	// Default 1000.
+	MaxBatchEntries int
+	// MaxBatchBytes is the entry body size after which an Entries message
+	// is sent (one entry may exceed it). Default 4 MiB; at most MaxPayload/2.
+	MaxBatchBytes int
+	// ProgressInterval is how often an idle stream sends Progress.
+	// Default 1s.
+	ProgressInterval time.Duration
+	// HandshakeTimeout bounds reading the Hello. Default 10s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds each message write. Default 30s.
+	WriteTimeout time.Duration
+}
+
+// EnsureDefaults fills zero fields with their defaults and returns c.
+func (c *ServerConfig) EnsureDefaults() *ServerConfig {
+	if c.ProcessID.IsZero() {
+		c.ProcessID = DefaultProcessID
+	}
+	if c.MaxBatchEntries == 0 {
+		c.MaxBatchEntries = 1000
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 4 << 20
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = time.Second
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c *ServerConfig) Validate() error {
+	switch {
+	case c.MaxBatchEntries < 1:
+		return fmt.Errorf("repl: MaxBatchEntries %d below 1", c.MaxBatchEntries)
+	case c.MaxBatchBytes < 1 || c.MaxBatchBytes > MaxPayload/2:
+		return fmt.Errorf("repl: MaxBatchBytes %d out of range 1..%d", c.MaxBatchBytes, MaxPayload/2)
+	case c.ProgressInterval < time.Millisecond:
+		return fmt.Errorf("repl: ProgressInterval %v below 1ms", c.ProgressInterval)
+	case c.HandshakeTimeout < time.Millisecond:
+		return fmt.Errorf("repl: HandshakeTimeout %v below 1ms", c.HandshakeTimeout)
+	case c.WriteTimeout < time.Millisecond:
+		return fmt.Errorf("repl: WriteTimeout %v below 1ms", c.WriteTimeout)
+	}
+	return nil
+}
+
+// Server serves the replication stream of the stores lookup finds.
+type Server struct {
+	cfg    ServerConfig
+	lookup func(db string) (*store.Store, bool)
+	log    *slog.Logger
+
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the server starts
+
+	mu struct {
+		sync.Mutex
+		closed    bool
+		listeners map[net.Listener]struct{}
+		conns     map[net.Conn]struct{}
+	}
+}
+
+// NewServer returns a server; cfg must be valid after EnsureDefaults.
+func NewServer(cfg ServerConfig, lookup func(db string) (*store.Store, bool), log *slog.Logger) (*Server, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, lookup: lookup, log: log.With("component", "repl-server")}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.mu.listeners = make(map[net.Listener]struct{})
+	s.mu.conns = make(map[net.Conn]struct{})
+	return s, nil
+}
+
+// ProcessID is the server's process id.
+func (s *Server) ProcessID() ProcessID { return s.cfg.ProcessID }
+
+// goTracked starts fn as a goroutine: every goroutine of the server starts here, so
+// Shutdown can wait for all of them. It refuses once the server is closed.
+func (s *Server) goTracked(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// Serve accepts connections on ln until Shutdown; it returns
+// ErrServerClosed then, or the accept error that stopped it.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.mu.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.mu.listeners, ln)
+		s.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+				select {
+				case <-time.After(delay):
+				case <-s.ctx.Done():
+					return ErrServerClosed
+				}
+				continue
+			}
+			return fmt.Errorf("repl: accept: %w", err)
+		}
+		delay = 0
+		if !s.track(c) {
+			c.Close()
+			return ErrServerClosed
+		}
+		if !s.goTracked(func() { s.handle(c) }) {
+			s.untrack(c)
+			c.Close()
+			return ErrServerClosed
+		}
+	}
+}
+
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return false
+	}
+	s.mu.conns[c] = struct{}{}
+	mServerConns.Inc()
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.mu.conns[c]; ok {
+		delete(s.mu.conns, c)
+		mServerConns.Dec()
+	}
+}
+
+// Shutdown stops accepting, closes every stream and waits for the server's
+// goroutines, or for ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.cancel()
+	s.mu.Lock()
+	s.mu.closed = true
+	for ln := range s.mu.listeners {
+		ln.Close()
+	}
+	for c := range s.mu.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("repl: shutdown: %w", ctx.Err())
+	}
+}
+
+// conn is one client stream, owned by its handle goroutine.
+type conn struct {
+	s   *Server
+	c   net.Conn
+	w   *bufio.Writer
+	log *slog.Logger
+	buf []byte
+}
+
+func (cn *conn) send(m Message) error {
+	var err error
+	if cn.buf, err = AppendFrame(cn.buf[:0], m); err != nil {
+		return err
+	}
+	if err := cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.WriteTimeout)); err != nil {
+		return err
+	}
+	if _, err := cn.w.Write(cn.buf); err != nil {
+		return err
+	}
+	if cap(cn.buf) > 1<<20 {
+		cn.buf = nil // do not pin a large batch buffer on an idle stream
+	}
+	return cn.w.Flush()
+}
+
+func (cn *conn) refuse(code RefuseCode, format string, args ...any) {
+	reason := fmt.Sprintf(format, args...)
+	mRefusals.WithLabelValues(code.String()).Inc()
+	cn.log.Warn("refused replication client", "code", code.String(), "reason", reason)
+	if err := cn.send(&Refuse{Code: code, Reason: reason}); err != nil {
+		cn.log.Debug("cannot send refusal", "err", err)
+	}
+}
+
+func (s *Server) handle(c net.Conn) {
+	defer s.untrack(c)
+	defer c.Close()
+	cn := &conn{s: s, c: c, w: bufio.NewWriterSize(c, 64<<10), log: s.log.With("remote", c.RemoteAddr().String())}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+
+	c.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	r := bufio.NewReader(c)
+	m, err := ReadMessage(r)
+	if err != nil {
+		cn.log.Info("replication handshake failed", "err", err)
+		return
+	}
+	hello, ok := m.(*Hello)
+	if !ok {
+		cn.refuse(RefuseBadHello, "first message is %s, want hello", m.Type())
+		return
+	}
+	st, next, ok := cn.accept(hello)
+	if !ok {
+		return
+	}
+	// The client sends nothing after its Hello: anything it sends, or its
+	// hanging up, ends the stream at once rather than at the next write.
+	c.SetReadDeadline(time.Time{})
+	if !s.goTracked(func() {
+		defer cancel()
+		var b [1]byte
+		if _, err := r.Read(b[:]); err == nil {
+			cn.log.Info("replication client sent data after hello; closing")
+		}
+	}) {
+		return
+	}
+	cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+	cn.log.Info("replication client connected", "from", next, "stop", hello.StopIndex)
+	if err := cn.stream(ctx, st, next, hello.StopIndex); err != nil && ctx.Err() == nil {
+		cn.log.Info("replication stream ended", "err", err)
+	}
+}
+
+// accept validates the Hello and sends Welcome or Refuse. It returns the
+// store and the first index to send.
+func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
+	s := cn.s
+	if h.Version < MinProtocolVersion || h.Version > ProtocolVersion {
+		cn.refuse(RefuseVersion, "protocol version %d not supported (server speaks %d..%d)", h.Version, MinProtocolVersion, ProtocolVersion)
+		return nil, 0, false
+	}
+	if h.ProcessID == s.cfg.ProcessID {
+		cn.refuse(RefuseSelf, "client process id %s is this server's own: a node cannot replicate from itself", h.ProcessID)
+		return nil, 0, false
+	}
+	if s.ctx.Err() != nil {
+		cn.refuse(RefuseShuttingDown, "server is shutting down")
+		return nil, 0, false
+	}
+	st, ok := s.lookup(h.Database)
+	if !ok {
+		cn.refuse(RefuseUnknownDatabase, "no database %q on this server", h.Database)
+		return nil, 0, false
+	}
+	if !h.DBID.IsZero() && h.DBID != st.DBID() {
+		cn.refuse(RefuseWrongDBID, "database %q has id %s, client expects %s", h.Database, st.DBID(), h.DBID)
+		return nil, 0, false
+	}
+	lr, err := st.LogRange()
+	if err != nil {
+		cn.log.Error("cannot read log range", "db", h.Database, "err", err)
+		return nil, 0, false
+	}
+	next := h.LastIndex + 1
+	switch {
+	case h.NewestOnly:
+		next = lr.Last + 1
+	case h.LastIndex > lr.Last:
+		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's %d: the client has entries the server does not", h.LastIndex, lr.Last)
+		return nil, 0, false
+	case next < lr.First:
+		cn.refuse(RefuseLogTruncated, "client needs entry %d but the retained log starts at %d: bootstrap from a snapshot", next, lr.First)
+		return nil, 0, false
+	}
+	w := &Welcome{Version: h.Version, ProcessID: s.cfg.ProcessID, DBID: st.DBID(),
+		AppliedIndex: lr.Last, AppliedTime: st.AppliedTime().UnixNano(), LogFirst: lr.First, NextIndex: next}
+	if st.AppliedTime().IsZero() {
+		w.AppliedTime = 0
+	}
+	if err := cn.send(w); err != nil {
+		cn.log.Info("cannot send welcome", "err", err)
+		return nil, 0, false
+	}
+	return st, next, true
+}
+
+// stream sends entries from next on, and Progress when idle, until ctx
+// ends, a write fails or StopIndex is sent.
+func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) error {
+	cfg := cn.s.cfg
+	idle := time.NewTimer(cfg.ProgressInterval)
+	defer idle.Stop()
+	for {
+		if stop > 0 && next > stop {
+			return cn.send(&Done{LastIndex: stop})
+		}
+		changed := st.Changed() // before reading, so no commit is missed
+		entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+		if errors.Is(err, store.ErrLogTruncated) {
+			// Retention overtook a slow client.
+			cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("read log at %d: %w", next, err)
+		}
+		if stop > 0 {
+			for len(entries) > 0 && entries[len(entries)-1].Index > stop {
+				entries = entries[:len(entries)-1]
+			}
+		}
+		if len(entries) > 0 {
+			if err := cn.send(&Entries{Entries: entries}); err != nil {
+				return err
+			}
+			mEntriesSent.Add(float64(len(entries)))
+			next = entries[len(entries)-1].Index + 1
+			resetTimer(idle, cfg.ProgressInterval)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-idle.C:
+			p := &Progress{AppliedIndex: st.AppliedIndex()}
+			if t := st.AppliedTime(); !t.IsZero() {
+				p.AppliedTime = t.UnixNano()
+			}
+			if err := cn.send(p); err != nil {
+				return err
+			}
+			idle.Reset(cfg.ProgressInterval)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(d)
+}
