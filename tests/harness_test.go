@@ -75,8 +75,8 @@ var announceRE = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 // extra...` and waits until every listener is announced.
 func startQS(t *testing.T, dir string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--log-level", "warn"}, extra...)
-	return startCmd(t, dir, exec.Command(qsBin, args...), 2)
+	args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	return startCmd(t, dir, exec.Command(qsBin, args...), 3)
 }
 
 // startCmd starts cmd and waits for `want` announce lines on its stdout.

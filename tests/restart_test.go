@@ -41,10 +41,10 @@ func TestSocketActivationRestartDropsNothing(t *testing.T) {
 	start := func() *proc {
 		// LISTEN_PID must be the server's own pid: sh sets it to $$ and
 		// exec keeps that pid.
-		cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, qsBin, "serve", "--data", dir, "--log-level", "warn")
+		cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, qsBin, "serve", "--data", dir, "--repl", "127.0.0.1:0", "--log-level", "warn")
 		cmd.Env = append(os.Environ(), "LISTEN_FDS=2", "LISTEN_FDNAMES=http:memcache-default")
 		cmd.ExtraFiles = []*os.File{httpFile, mcFile}
-		p := startCmd(t, dir, cmd, 2)
+		p := startCmd(t, dir, cmd, 3)
 		if p.Addr["http"] != httpLn.Addr().String() || p.Addr["memcache"] != mcLn.Addr().String() {
 			t.Fatalf("qs did not use the passed sockets: %v (passed %s, %s)", p.Addr, httpLn.Addr(), mcLn.Addr())
 		}
@@ -144,7 +144,7 @@ func timeToFirstRead(t *testing.T, dir string) time.Duration {
 	addr := ln.Addr().String()
 	ln.Close()
 	defer f.Close()
-	cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, qsBin, "serve", "--data", dir, "--memcache", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, qsBin, "serve", "--data", dir, "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES=http")
 	cmd.ExtraFiles = []*os.File{f}
 	hc := &http.Client{Timeout: 5 * time.Second}

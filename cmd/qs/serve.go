@@ -29,6 +29,9 @@ func cmdServe(args []string) error {
 		mcAddr   = fs.String("memcache", "", "memcached protocol TCP address(es) of the first database, comma-separated (default 127.0.0.1:7311)")
 		unixPath = fs.String("unix", "", "memcached protocol Unix socket path(s) of the first database, comma-separated")
 		logLevel = fs.String("log-level", "", "debug, info, warn or error (default info)")
+		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
+		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
+		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -58,6 +61,15 @@ func cmdServe(args []string) error {
 	}
 	if *logLevel != "" {
 		cfg.LogLevel = *logLevel
+	}
+	if *replAddr != "" {
+		cfg.Repl = *replAddr
+	}
+	if *upstream != "" {
+		cfg.Databases[0].Upstream = splitList(*upstream)
+	}
+	if *second != "" {
+		cfg.Databases[0].Secondary = splitList(*second)
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

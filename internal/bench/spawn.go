@@ -118,7 +118,7 @@ func SpawnQS(ctx context.Context, bin, workDir string, wait time.Duration) (*Tar
 	}
 	out := &tailBuffer{max: 64 << 10}
 	lw := newLineWatcher(out)
-	cmd := exec.Command(bin, "serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0")
+	cmd := exec.Command(bin, "serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off")
 	cmd.Stdout = lw
 	p, err := startProcess("qs serve", cmd, out)
 	if err != nil {

@@ -23,6 +23,9 @@ type Config struct {
 	// HTTP is the HTTP API address (reads, writes at the root, status,
 	// metrics). Default "127.0.0.1:7380".
 	HTTP string `toml:"http"`
+	// Repl is the replication listener: any node can feed replicas.
+	// Default "127.0.0.1:7390"; "off" disables it.
+	Repl string `toml:"repl"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -52,6 +55,16 @@ type Database struct {
 	Memcache []string `toml:"memcache"`
 	// Unix lists Unix socket paths serving the memcached protocol.
 	Unix []string `toml:"unix"`
+	// Upstream lists the replication addresses (host:port of a --repl
+	// listener) this database replicates from, tried in order. Empty: this
+	// node is the database's root and accepts writes.
+	Upstream []string `toml:"upstream"`
+	// Secondary lists sources used when no upstream can serve (nodes that
+	// keep a long log, retain_age = "168h").
+	Secondary []string `toml:"secondary"`
+	// ReplIdleTimeout: no entry or progress from the source for this long
+	// means it is stuck; the replica moves to the next source. Default 30s.
+	ReplIdleTimeout Duration `toml:"repl_idle_timeout"`
 
 	// Heartbeat is how often the root writes a heartbeat entry when no
 	// other entry was written. Default 1s; negative disables.
@@ -103,6 +116,9 @@ func (c *Config) EnsureDefaults() {
 	if c.HTTP == "" {
 		c.HTTP = "127.0.0.1:7380"
 	}
+	if c.Repl == "" {
+		c.Repl = "127.0.0.1:7390"
+	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
@@ -129,6 +145,9 @@ func (c *Config) EnsureDefaults() {
 		if d.Compression == "" {
 			d.Compression = "zstd"
 		}
+		if d.ReplIdleTimeout.Duration == 0 {
+			d.ReplIdleTimeout.Duration = 30 * time.Second
+		}
 	}
 }
 
@@ -149,6 +168,9 @@ func (c *Config) Validate() error {
 		addrs[addr] = who
 	}
 	claim(c.HTTP, "http")
+	if c.Repl != "off" {
+		claim(c.Repl, "repl")
+	}
 	for i, d := range c.Databases {
 		where := fmt.Sprintf("database[%d] %q", i, d.Name)
 		if !nameRE.MatchString(d.Name) {
@@ -168,6 +190,9 @@ func (c *Config) Validate() error {
 		}
 		for _, a := range d.Memcache {
 			claim(a, where+" memcache")
+		}
+		if d.ReplIdleTimeout.Duration < 0 {
+			errs = append(errs, fmt.Errorf("%s: repl_idle_timeout must be positive", where))
 		}
 		for _, a := range d.Unix {
 			claim("unix:"+a, where+" unix")
@@ -190,6 +215,9 @@ func (c *Config) Validate() error {
 func isPortZero(addr string) bool {
 	return len(addr) >= 2 && addr[len(addr)-2:] == ":0"
 }
+
+// IsReplica reports whether the database replicates from other nodes.
+func (d Database) IsReplica() bool { return len(d.Upstream)+len(d.Secondary) > 0 }
 
 // StoreOptions converts a database's configuration to store options.
 func (c *Config) StoreOptions(d Database) (store.Options, error) {

@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 	"golang.org/x/net/netutil"
@@ -34,6 +37,9 @@ type Server struct {
 	httpServed chan struct{} // closed when http.Serve returned
 	httpBusy   connTracker
 	mc         []*memcache.Server
+	repl       *repl.Server
+	replicas   map[string]*repl.Replica
+	stopRepl   context.CancelFunc
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -49,28 +55,79 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
+	s.replicas = map[string]*repl.Replica{}
 	for _, d := range cfg.Databases {
-		o, err := cfg.StoreOptions(d)
-		if err != nil {
+		if err := s.openDatabase(d); err != nil {
 			s.closeStores()
 			return nil, err
 		}
-		o.Logger = log
-		st, err := store.Open(o)
-		if err != nil {
-			s.closeStores()
-			return nil, err
-		}
-		s.dbs[d.Name] = &httpapi.Database{
-			Name:     d.Name,
-			Store:    st,
-			CanWrite: func() error { return nil },
-			Status:   func() map[string]any { return map[string]any{"role": "root"} },
-		}
-		s.order = append(s.order, d.Name)
-		log.Info("database open", "db", d.Name, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 	}
 	return s, nil
+}
+
+// openDatabase opens one database and gives it its role: root (accepts
+// writes, writes heartbeats) or replica (follows its upstream).
+func (s *Server) openDatabase(d config.Database) error {
+	o, err := s.cfg.StoreOptions(d)
+	if err != nil {
+		return err
+	}
+	o.Logger = s.log
+	if d.IsReplica() && o.DBID.IsZero() {
+		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
+			// A new replica takes the root's database id from a source.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, nil)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
+			}
+		}
+	}
+	st, err := store.Open(o)
+	if err != nil {
+		return err
+	}
+	db := &httpapi.Database{Name: d.Name, Store: st}
+	s.dbs[d.Name] = db
+	s.order = append(s.order, d.Name)
+	if !d.IsReplica() {
+		db.CanWrite = func() error { return nil }
+		db.Status = func() map[string]any { return map[string]any{"role": "root"} }
+		s.log.Info("database open", "db", d.Name, "role", "root", "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
+		return nil
+	}
+	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
+	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration}, st, s.log.With("db", d.Name))
+	if err != nil {
+		return err
+	}
+	s.replicas[d.Name] = r
+	db.CanWrite = func() error {
+		return fmt.Errorf("%w: database %s replicates from %s; write to its root", store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","))
+	}
+	db.Status = func() map[string]any {
+		rs := r.State()
+		m := map[string]any{
+			"role":        "replica",
+			"upstream":    d.Upstream,
+			"secondary":   d.Secondary,
+			"state":       rs.Status.String(),
+			"source":      rs.Source,
+			"lag_seconds": rs.Lag.Seconds(),
+		}
+		if t := st.AppliedTime(); !t.IsZero() {
+			m["last_heartbeat"] = t.UTC().Format(time.RFC3339Nano)
+		} else {
+			m["last_heartbeat"] = nil
+		}
+		if rs.LastError != nil {
+			m["last_error"] = rs.LastError.Error()
+		}
+		return m
+	}
+	s.log.Info("database open", "db", d.Name, "role", "replica", "upstream", sources, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
+	return nil
 }
 
 // Database implements httpapi.Catalog.
@@ -133,8 +190,35 @@ func (s *Server) Start() error {
 			s.goFunc(func() { s.serveErr("memcache unix", mc.Serve(ln)) })
 		}
 	}
+	if s.cfg.Repl != "off" {
+		ln, err := ls.listen("repl", "tcp", s.cfg.Repl)
+		if err != nil {
+			return err
+		}
+		rs, err := repl.NewServer(repl.ServerConfig{}, func(name string) (*store.Store, bool) {
+			d, ok := s.dbs[name]
+			if !ok {
+				return nil, false
+			}
+			return d.Store, true
+		}, s.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		s.repl = rs
+		s.announcef("repl listening on %s\n", ln.Addr())
+		s.goFunc(func() { s.serveErr("repl", rs.Serve(ln)) })
+	}
+	replCtx, stopRepl := context.WithCancel(context.Background())
+	s.stopRepl = stopRepl
+	for _, name := range s.order {
+		if r, ok := s.replicas[name]; ok {
+			s.goFunc(func() { r.Run(replCtx) })
+		}
+	}
 	for _, d := range s.cfg.Databases {
-		if hb := d.Heartbeat.Duration; hb > 0 {
+		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() {
 			db := s.dbs[d.Name]
 			s.goFunc(func() { s.heartbeatLoop(db, hb) })
 		}
@@ -200,6 +284,14 @@ func (s *Server) heartbeatLoop(db *httpapi.Database, every time.Duration) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	close(s.quit)
 	var errs []error
+	if s.stopRepl != nil {
+		s.stopRepl()
+	}
+	if s.repl != nil {
+		if err := s.repl.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("repl shutdown: %w", err))
+		}
+	}
 	if s.http != nil {
 		// Stop accepting first and let Serve return, so that a connection
 		// accepted at this very moment is tracked before Shutdown looks
