@@ -1,43 +1,230 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
 )
 
 func init() {
-	register("dev", "try Quicksilver locally: a root with data in ./qs-dev and a short guide", cmdDev)
+	register("dev", "start a local tree (root, 2 intermediates, 4 leaves) on loopback and show each node's index and lag", cmdDev)
 }
 
-// cmdDev runs a local root for trying Quicksilver out. The replication tree
-// (intermediates, leaves, a proxy) joins it once replication exists; until
-// then it is one node. Ctrl-C stops it; the data directory is kept.
+// devNode is one qs serve child process of the dev tree.
+type devNode struct {
+	name     string
+	upstream []string // names of its sources, in order
+	cmd      *exec.Cmd
+	addr     map[string]string
+	done     chan struct{}
+}
+
+var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
+
+// cmdDev runs a local replication tree: the root takes writes on the
+// well-known ports, intermediates replicate from it, leaves from an
+// intermediate (the other intermediate and the root as fall-backs). Every
+// node is a real `qs serve` process with its data under --data; Ctrl-C stops
+// them all and keeps the data.
 func cmdDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	data := fs.String("data", "./qs-dev", "data directory (kept after exit)")
-	httpAddr := fs.String("http", "127.0.0.1:7380", "HTTP API address")
-	mcAddr := fs.String("memcache", "127.0.0.1:7311", "memcached protocol address")
+	data := fs.String("data", "./qs-dev", "data directory, one subdirectory per node (kept after exit)")
+	httpAddr := fs.String("http", "127.0.0.1:7380", "HTTP address of the root")
+	mcAddr := fs.String("memcache", "127.0.0.1:7311", "memcached address of the root")
+	replAddr := fs.String("repl", "127.0.0.1:7390", "replication address of the root")
+	every := fs.Duration("every", 2*time.Second, "how often to print the nodes' state")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, `Quicksilver dev: one root node, data in %s (kept when you stop).
-Try, in another terminal:
-  go run ./cmd/qs put --addr %s greeting hello
-  go run ./cmd/qs get --addr %s greeting
-  curl -s http://%s/v1/default/status
-  printf 'get greeting\r\n' | nc %s
-Metrics: http://%s/metrics    Stop: Ctrl-C
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	nodes := []*devNode{
+		{name: "root"},
+		{name: "mid1", upstream: []string{"root"}},
+		{name: "mid2", upstream: []string{"root"}},
+		{name: "leaf1", upstream: []string{"mid1", "mid2", "root"}},
+		{name: "leaf2", upstream: []string{"mid1", "mid2", "root"}},
+		{name: "leaf3", upstream: []string{"mid2", "mid1", "root"}},
+		{name: "leaf4", upstream: []string{"mid2", "mid1", "root"}},
+	}
+	byName := map[string]*devNode{}
+	defer func() {
+		for _, n := range nodes {
+			n.stop()
+		}
+	}()
+	for _, n := range nodes {
+		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
+			"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0"}
+		if n.name == "root" {
+			a = []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
+				"--http", *httpAddr, "--memcache", *mcAddr, "--repl", *replAddr}
+		}
+		var ups []string
+		for _, u := range n.upstream {
+			ups = append(ups, byName[u].addr["repl"])
+		}
+		if len(ups) > 0 {
+			a = append(a, "--upstream", ups[0])
+			if len(ups) > 1 {
+				a = append(a, "--secondary", strings.Join(ups[1:], ","))
+			}
+		}
+		if err := n.start(self, a, filepath.Join(*data, n.name+".log")); err != nil {
+			return fmt.Errorf("start %s: %w", n.name, err)
+		}
+		byName[n.name] = n
+		fmt.Printf("%-6s http %-21s memcache %-21s repl %-21s", n.name, n.addr["http"], n.addr["memcache"], n.addr["repl"])
+		if len(n.upstream) > 0 {
+			fmt.Printf(" from %s", strings.Join(n.upstream, " > "))
+		}
+		fmt.Println()
+	}
+	root := byName["root"].addr["http"]
+	fmt.Printf(`
+Write at the root, read anywhere:
+  qs put --addr %s greeting hello
+  qs get --addr %s --min-index <index from put> greeting
+Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 
-`, *data, *httpAddr, *httpAddr, *httpAddr, hostPortSpace(*mcAddr), *httpAddr)
-	return cmdServe([]string{"--data", *data, "--http", *httpAddr, "--memcache", *mcAddr})
-}
+`, root, byName["leaf4"].addr["http"], *data, *data)
 
-func hostPortSpace(addr string) string {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[:i] + " " + addr[i+1:]
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	hc := &http.Client{Timeout: time.Second}
+	t := time.NewTicker(*every)
+	defer t.Stop()
+	for {
+		var line []string
+		for _, n := range nodes {
+			select {
+			case <-n.done:
+				line = append(line, n.name+"=DOWN")
+				continue
+			default:
+			}
+			line = append(line, n.name+"="+devState(hc, n.addr["http"]))
+		}
+		fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), strings.Join(line, "  "))
+		select {
+		case <-ctx.Done():
+			fmt.Println("stopping")
+			return nil
+		case <-t.C:
 		}
 	}
-	return addr
+}
+
+// devState is "index" for the root and "index/lag" for replicas.
+func devState(hc *http.Client, addr string) string {
+	resp, err := hc.Get("http://" + addr + "/v1/default/status")
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Role    string   `json:"role"`
+		Applied uint64   `json:"applied_index"`
+		Lag     *float64 `json:"lag_seconds"`
+		State   string   `json:"state"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return "?"
+	}
+	if st.Role == "root" {
+		return fmt.Sprint(st.Applied)
+	}
+	lag := "-"
+	if st.Lag != nil {
+		lag = (time.Duration(*st.Lag * float64(time.Second))).Round(time.Millisecond).String()
+	}
+	if st.State != "streaming" {
+		return fmt.Sprintf("%d/%s(%s)", st.Applied, lag, st.State)
+	}
+	return fmt.Sprintf("%d/%s", st.Applied, lag)
+}
+
+func (n *devNode) start(bin string, args []string, logPath string) error {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	n.cmd = exec.Command(bin, args...)
+	n.cmd.Stderr = logf
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to us; we stop the children
+	out, err := n.cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	if err := n.cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	n.done = make(chan struct{})
+	n.addr = map[string]string{}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-n.done:
+			}
+		}
+	}()
+	go func() {
+		n.cmd.Wait()
+		logf.Close()
+		close(n.done)
+	}()
+	deadline := time.After(60 * time.Second)
+	for len(n.addr) < 3 {
+		select {
+		case l := <-lines:
+			if m := devAnnounce.FindStringSubmatch(l); m != nil {
+				n.addr[m[1]] = m[2]
+			}
+		case <-n.done:
+			return fmt.Errorf("exited early; see %s", logPath)
+		case <-deadline:
+			return errors.New("no listeners announced within 60s; see " + logPath)
+		}
+	}
+	return nil
+}
+
+func (n *devNode) stop() {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-n.done:
+		return
+	default:
+	}
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(15 * time.Second):
+		n.cmd.Process.Kill()
+		<-n.done
+	}
 }
