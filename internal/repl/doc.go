@@ -84,7 +84,7 @@
 //
 // # Liveness
 //
-// The root writes a heartbeat entry every second (RunHeartbeats), so a
+// The root writes a heartbeat entry every second (internal/server writes it when nothing else was written), so a
 // replica's lag is now − the root time of its last applied entry. A replica
 // that receives neither Entries nor Progress for its IdleTimeout (default
 // 30 s) disconnects and tries the next source, after a jittered, doubling,
