@@ -1,9 +1,12 @@
 package tests
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -102,4 +105,57 @@ func assertSameContent(t *testing.T, a, b *client.Client, index uint64) {
 			t.Fatalf("item %d differs: %+v vs %+v", i, x, y)
 		}
 	}
+}
+
+// TestWatchOnLeaf watches a prefix on a leaf and sees a write made at the
+// root, with its index, then a delete.
+func TestWatchOnLeaf(t *testing.T) {
+	root := startQS(t, t.TempDir())
+	leaf := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	rc := root.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+leaf.Addr["http"]+"/v1/default/watch?prefix=cfg/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("watch: %s", resp.Status)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	w1, err := rc.Put(ctx, "cfg/a", []byte("1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Put(ctx, "other", []byte("x"), nil)
+	w2, err := rc.Delete(ctx, "cfg/a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type event struct {
+		Index    uint64 `json:"index"`
+		Key      string `json:"key"`
+		Value    []byte `json:"value"`
+		Deleted  bool   `json:"deleted"`
+		Progress bool   `json:"progress"`
+	}
+	var got []event
+	for len(got) < 2 && lines.Scan() {
+		var e event
+		if err := json.Unmarshal(lines.Bytes(), &e); err != nil {
+			t.Fatalf("bad line %q: %v", lines.Text(), err)
+		}
+		if !e.Progress {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 2 || got[0].Index != w1.Index || got[0].Key != "cfg/a" || string(got[0].Value) != "1" ||
+		got[1].Index != w2.Index || !got[1].Deleted {
+		t.Fatalf("events %+v, want set at %d and delete at %d", got, w1.Index, w2.Index)
+	}
+	cancel()
+	leaf.stop()
+	root.stop()
 }

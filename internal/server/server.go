@@ -19,6 +19,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
+	"github.com/quicksilver-kv/qs/internal/watch"
 	"golang.org/x/net/netutil"
 )
 
@@ -32,14 +33,14 @@ type Server struct {
 	dbs   map[string]*httpapi.Database
 	order []string
 
-	http       *http.Server
-	httpLn     net.Listener
-	httpServed chan struct{} // closed when http.Serve returned
-	httpBusy   connTracker
-	mc         []*memcache.Server
-	repl       *repl.Server
-	replicas   map[string]*repl.Replica
-	stopRepl   context.CancelFunc
+	http           *http.Server
+	httpLn         net.Listener
+	httpServed     chan struct{} // closed when http.Serve returned
+	httpBusy       connTracker
+	mc             []*memcache.Server
+	repl           *repl.Server
+	replicas       map[string]*repl.Replica
+	stopBackground context.CancelFunc // ends replicas and watch hubs
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -88,7 +89,8 @@ func (s *Server) openDatabase(d config.Database) error {
 	if err != nil {
 		return err
 	}
-	db := &httpapi.Database{Name: d.Name, Store: st}
+	hub := watch.NewHub(st, watch.Config{}, s.log.With("db", d.Name))
+	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
 	if !d.IsReplica() {
@@ -210,12 +212,14 @@ func (s *Server) Start() error {
 		s.announcef("repl listening on %s\n", ln.Addr())
 		s.goFunc(func() { s.serveErr("repl", rs.Serve(ln)) })
 	}
-	replCtx, stopRepl := context.WithCancel(context.Background())
-	s.stopRepl = stopRepl
+	replCtx, stopBackground := context.WithCancel(context.Background())
+	s.stopBackground = stopBackground
 	for _, name := range s.order {
 		if r, ok := s.replicas[name]; ok {
 			s.goFunc(func() { r.Run(replCtx) })
 		}
+		hub := s.dbs[name].Watch
+		s.goFunc(func() { hub.Run(replCtx) })
 	}
 	for _, d := range s.cfg.Databases {
 		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() {
@@ -284,8 +288,8 @@ func (s *Server) heartbeatLoop(db *httpapi.Database, every time.Duration) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	close(s.quit)
 	var errs []error
-	if s.stopRepl != nil {
-		s.stopRepl()
+	if s.stopBackground != nil {
+		s.stopBackground()
 	}
 	if s.repl != nil {
 		if err := s.repl.Shutdown(ctx); err != nil {

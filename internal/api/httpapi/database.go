@@ -1,6 +1,9 @@
 package httpapi
 
-import "github.com/quicksilver-kv/qs/internal/store"
+import (
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/watch"
+)
 
 // Database is one database as the HTTP API sees it.
 type Database struct {
@@ -12,6 +15,10 @@ type Database struct {
 	// Status adds role-specific fields (role, upstream, lag, ...) to
 	// GET /v1/{db}/status. May be nil.
 	Status func() map[string]any
+	// Watch serves GET /v1/{db}/watch: the database's watch hub, created
+	// and run by the server wiring. Nil answers the endpoint 503
+	// unavailable.
+	Watch *watch.Hub
 }
 
 // Catalog finds databases by name.

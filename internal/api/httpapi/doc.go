@@ -12,6 +12,7 @@
 //	GET    /v1/{db}/keys?prefix=&start=&limit=   scan one page of keys in key order
 //	POST   /v1/{db}/mget              several values read at one index
 //	GET    /v1/{db}/status            position, counters and role of the database
+//	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
 //	GET    /metrics                   Prometheus metrics of the process
 //	GET    /healthz                   200 "ok" while the process serves
 //
@@ -74,6 +75,40 @@
 // entry), keys, key_bytes, value_bytes, log_first_index, log_bytes,
 // disk_bytes and disk_full, plus the fields of Database.Status.
 //
+// # Watch
+//
+// GET /v1/{db}/watch?prefix=P&from_index=N streams the changes to keys
+// with prefix P (default: all) after index N (default: the applied index,
+// i.e. only future changes) as application/x-ndjson, one JSON object per
+// line, flushed as they come:
+//
+//	{"index": I, "key": "k", "value": "<base64>"}   a set
+//	{"index": I, "key": "k", "deleted": true}       a delete
+//	{"progress": true, "index": N, "time": "2026-01-02T15:04:05.999999999Z"}
+//
+// Changes come in index order; the changes of one atomic batch share its
+// index and are written together. A progress line says the stream holds
+// every change under P through index N (time: that entry's commit time on
+// the root, left out when unknown); one is sent first, then whenever the
+// stream has been idle for the hub's ProgressInterval (default 1s), so an
+// idle watcher still knows how fresh it is. Keys are JSON strings as in
+// scan answers. The database's watch hub reads each log entry once for all
+// watchers of the node.
+//
+// A from_index older than the retained log is answered 410 reread: scan
+// the prefix, then watch from the scan's index. Beyond the hub's
+// MaxWatchers the answer is 503 too_many_watchers. Once the stream has
+// started, the server ends it with one error line
+//
+//	{"error": {"code": "too_slow", "message": "...", "index": N}}
+//
+// when the client reads too slowly for its buffer (too_slow), when the
+// server shuts down (unavailable), when the log was truncated under a
+// catching-up watcher (reread, no index) or on a read error (internal).
+// N is the index the stream was complete through: reconnect with
+// from_index=N to miss nothing. A client that does not read for the hub's
+// WriteTimeout (default 10s) is disconnected.
+//
 // # Writes
 //
 // Writes are answered only after they are durable (fsynced), with
@@ -130,7 +165,10 @@
 //	                          data is never served
 //	500   write_failed        the storage engine failed a durable commit; not acknowledged
 //	500   internal            anything else, including recovered panics
-//	503   unavailable         the store is closed (shutting down)
+//	410   reread              watch from_index older than the retained log: scan, then watch
+//	                          from the scan's index
+//	503   unavailable         the store is closed (shutting down), or watch not served here
+//	503   too_many_watchers   the database's watch hub already serves MaxWatchers streams
 //	504   timeout             min_index not applied in time (applied_index in the body and
 //	                          Qs-Applied-Index), or a write's context expired (it may still commit)
 //	507   disk_full           writes refused for lack of disk space; reads keep working
@@ -138,8 +176,11 @@
 // # Metrics
 //
 // Declared in metrics.go with subsystem "http": requests_total{db, route,
-// code} (route is get, put, delete, batch, scan, mget, status or other;
+// code} (route is get, put, delete, batch, scan, mget, status, watch or other;
 // db is empty for unknown databases), errors_total{kind},
 // request_duration_seconds{route}, min_index_wait_seconds and
-// min_index_timeouts_total.
+// min_index_timeouts_total. Watch streams are not timed in
+// request_duration_seconds; their metrics are the watch package's
+// (subsystem "watch"). The codes of stream error lines (too_slow,
+// unavailable, reread, internal) are counted in errors_total too.
 package httpapi

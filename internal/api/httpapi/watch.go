@@ -1,0 +1,229 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/watch"
+)
+
+// Codes of the watch endpoint. They share the error body and the
+// errors_total{kind} metric with the codes of errors.go.
+const (
+	watchCodeReread          = "reread"
+	watchCodeTooManyWatchers = "too_many_watchers"
+	// Codes of the error line that ends a stream already under way.
+	watchCodeSlow        = "too_slow"
+	watchCodeUnavailable = "unavailable"
+	watchCodeInternal    = "internal"
+)
+
+// watchCoalesceBytes bounds one write of a watch stream that is catching
+// up with queued batches.
+const watchCoalesceBytes = 256 << 10
+
+var (
+	ndjsonContentType = []string{"application/x-ndjson"}
+	noCacheValue      = []string{"no-cache"}
+)
+
+// watchRoute serves GET /v1/{db}/watch. It is not wrapped by route: a
+// stream's duration is not a request latency.
+func (h *handler) watchRoute(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("db")
+	var status int
+	if d, ok := h.cat.Database(name); ok {
+		status = h.call(h.watch, w, r, d, routeOther)
+	} else {
+		status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
+		name = ""
+	}
+	requestsTotal.WithLabelValues(name, "watch", statusLabel(status)).Inc()
+}
+
+// watch serves GET /v1/{db}/watch?prefix=P&from_index=N: the changes under
+// P after index N as newline-delimited JSON, with progress lines while
+// idle, until the client goes away or the hub stops.
+func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int {
+	var prefix string
+	from := d.Store.AppliedIndex()
+	if r.URL.RawQuery != "" {
+		q, err := parseQuery(r.URL.RawQuery, "prefix", "from_index")
+		if err != nil {
+			return h.fail(w, r, d, err)
+		}
+		prefix = q.Get("prefix")
+		if v, ok := q["from_index"]; ok {
+			n, err := strconv.ParseUint(v[0], 10, 64)
+			if err != nil {
+				return h.fail(w, r, d, errorf(codeBadRequest, "qs: from_index %q is not an index", v[0]))
+			}
+			from = n
+		}
+	}
+	if d.Watch == nil {
+		return writeError(w, codeUnavailable, errors.New("qs: watch is not served for this database on this node"), nil)
+	}
+	sub, err := d.Watch.Subscribe([]byte(prefix), from)
+	switch {
+	case errors.Is(err, store.ErrLogTruncated):
+		return writeWatchError(w, http.StatusGone, watchCodeReread, err)
+	case errors.Is(err, watch.ErrTooManyWatchers):
+		return writeWatchError(w, http.StatusServiceUnavailable, watchCodeTooManyWatchers, err)
+	case errors.Is(err, watch.ErrClosed):
+		return writeError(w, codeUnavailable, err, nil)
+	case err != nil:
+		return h.fail(w, r, d, err)
+	}
+	defer sub.Close()
+
+	cfg := d.Watch.Config()
+	hdr := w.Header()
+	hdr["Content-Type"] = ndjsonContentType
+	hdr["Cache-Control"] = noCacheValue
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	ctx := r.Context()
+	var buf []byte
+	wait := time.Duration(0) // the first line comes at once: where the stream starts
+	for {
+		u, err := sub.Next(ctx, wait)
+		wait = cfg.ProgressInterval
+		buf = buf[:0]
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return http.StatusOK // the client went away
+		case err != nil:
+			buf = appendStreamError(buf, err, sub.LastIndex())
+		case len(u.Events) == 0:
+			buf = appendProgress(buf, u)
+		default:
+			buf = appendEvents(buf, u.Events)
+			// Behind: coalesce what is queued into one write and flush.
+			for sub.Pending() > 0 && len(buf) < watchCoalesceBytes {
+				more, merr := sub.Next(ctx, 0)
+				if merr != nil || len(more.Events) == 0 {
+					break // an error shows again on the next call
+				}
+				sub.Delivered(u, time.Now())
+				u = more
+				buf = appendEvents(buf, u.Events)
+			}
+		}
+		rc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout)) // best effort: not every writer supports it
+		if _, werr := w.Write(buf); werr != nil {
+			return http.StatusOK
+		}
+		if ferr := rc.Flush(); ferr != nil {
+			return http.StatusOK
+		}
+		if err != nil {
+			return http.StatusOK
+		}
+		sub.Delivered(u, time.Now())
+	}
+}
+
+// writeWatchError answers with a JSON error of a watch-only code.
+func writeWatchError(w http.ResponseWriter, status int, code string, err error) int {
+	body, merr := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
+	if merr != nil {
+		return writeErrorBody(w, codeInternal, encodeErrorBody)
+	}
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+	errorsTotal.WithLabelValues(code).Inc()
+	return status
+}
+
+// streamErrorLine is the last line of a stream the server ends:
+// {"error": {"code": ..., "message": ..., "index": N}}, N being the index
+// the stream was complete through, to resume from (absent for reread).
+type streamErrorLine struct {
+	Error struct {
+		Code    string  `json:"code"`
+		Message string  `json:"message"`
+		Index   *uint64 `json:"index,omitempty"`
+	} `json:"error"`
+}
+
+func appendStreamError(dst []byte, err error, last uint64) []byte {
+	var l streamErrorLine
+	l.Error.Message = err.Error()
+	l.Error.Index = &last
+	switch {
+	case errors.Is(err, store.ErrLogTruncated):
+		l.Error.Code = watchCodeReread
+		l.Error.Index = nil
+	case errors.Is(err, watch.ErrSlow):
+		l.Error.Code = watchCodeSlow
+		l.Error.Message = fmt.Sprintf("%s: reconnect with from_index=%d", err, last)
+	case errors.Is(err, watch.ErrClosed):
+		l.Error.Code = watchCodeUnavailable
+		l.Error.Message = fmt.Sprintf("%s: reconnect with from_index=%d", err, last)
+	default:
+		l.Error.Code = watchCodeInternal
+	}
+	b, merr := json.Marshal(l)
+	if merr != nil {
+		return append(dst, `{"error":{"code":"internal","message":"cannot encode the error"}}`+"\n"...)
+	}
+	errorsTotal.WithLabelValues(l.Error.Code).Inc()
+	return append(append(dst, b...), '\n')
+}
+
+// appendProgress appends {"progress":true,"index":N,"time":"..."}; time is
+// left out when unknown.
+func appendProgress(dst []byte, u watch.Update) []byte {
+	dst = append(dst, `{"progress":true,"index":`...)
+	dst = strconv.AppendUint(dst, u.Index, 10)
+	if !u.Time.IsZero() {
+		dst = append(dst, `,"time":"`...)
+		dst = u.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
+	return append(dst, "}\n"...)
+}
+
+// appendEvents appends one line per change:
+// {"index":I,"key":"k","value":"<base64>"} or {"index":I,"key":"k","deleted":true}.
+func appendEvents(dst []byte, evs []watch.Event) []byte {
+	for i := range evs {
+		e := &evs[i]
+		dst = append(dst, `{"index":`...)
+		dst = strconv.AppendUint(dst, e.Index, 10)
+		dst = append(dst, `,"key":`...)
+		dst = appendKey(dst, e.Key)
+		if e.Deleted {
+			dst = append(dst, `,"deleted":true}`+"\n"...)
+			continue
+		}
+		dst = append(dst, `,"value":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, e.Value)
+		dst = append(dst, "\"}\n"...)
+	}
+	return dst
+}
+
+// appendKey appends key as a JSON string: plain ASCII directly, anything
+// else through appendJSONString (invalid UTF-8 becomes U+FFFD).
+func appendKey(dst, key []byte) []byte {
+	for _, c := range key {
+		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return appendJSONString(dst, key)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, key...)
+	return append(dst, '"')
+}

@@ -1,0 +1,339 @@
+package watch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// Errors of the watch hub. A from index older than the retained log is
+// reported with store.ErrLogTruncated (wrapped); test it with errors.Is.
+var (
+	// ErrSlow: the subscriber did not keep up and its buffer overflowed.
+	// Changes up to the last one it received were delivered in order; it
+	// may resume from that index.
+	ErrSlow = errors.New("qs: watcher too slow: its buffer overflowed; resume from the last index received")
+	// ErrTooManyWatchers: the hub already serves Config.MaxWatchers.
+	ErrTooManyWatchers = errors.New("qs: too many watchers on this node")
+	// ErrClosed: the hub stopped (server shutdown).
+	ErrClosed = errors.New("qs: watch hub closed")
+)
+
+// Event is one change: a key set to a value, or deleted. Key and Value
+// are shared between subscribers and must not be modified.
+type Event struct {
+	Index   uint64
+	Time    int64 // the entry's commit time (root clock), Unix nanoseconds
+	Key     []byte
+	Value   []byte
+	Deleted bool
+}
+
+// position is how far the hub has fanned out: every entry through index.
+type position struct {
+	index uint64
+	time  int64
+}
+
+// Hub follows the log of one store and fans its changes out to
+// subscribers. One goroutine (Run) reads each entry once; subscribers
+// behind it catch up from the log on their own goroutine.
+type Hub struct {
+	st  *store.Store
+	cfg Config
+	log *slog.Logger
+
+	watchers prometheus.Gauge
+	lag      prometheus.Gauge
+
+	// pos is stored under mu, after the batch it covers was sent (or its
+	// subscribers cut), so that a reader that loads pos and then finds its
+	// channel empty and itself not cut has received everything through pos.
+	pos  atomic.Pointer[position]
+	done chan struct{}
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		n      int               // subscribers, live or catching up
+		groups map[string]*group // live subscribers by prefix
+	}
+}
+
+// group is the live subscribers of one prefix: the changes of a batch are
+// filtered once per prefix, not once per subscriber.
+type group struct {
+	prefix []byte
+	subs   map[*Sub]struct{}
+}
+
+// NewHub returns the hub of st, positioned at its applied index. Zero
+// fields of cfg take their defaults; NewHub panics if cfg is invalid after
+// that. A nil log discards records. Call Run to start it.
+func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Hub{
+		st: st, cfg: cfg, log: log,
+		watchers: watchersGauge.WithLabelValues(st.Name()),
+		lag:      hubLagEntries.WithLabelValues(st.Name()),
+		done:     make(chan struct{}),
+	}
+	h.mu.groups = map[string]*group{}
+	p := &position{index: st.AppliedIndex()}
+	if t := st.AppliedTime(); !t.IsZero() {
+		p.time = t.UnixNano()
+	}
+	h.pos.Store(p)
+	return h
+}
+
+// Config returns the configuration the hub runs with (defaults filled in).
+func (h *Hub) Config() Config { return h.cfg }
+
+// Done is closed once the hub has stopped; every subscriber is then cut
+// with ErrClosed.
+func (h *Hub) Done() <-chan struct{} { return h.done }
+
+// Position returns the index the hub has fanned out through and that
+// entry's commit time (zero if unknown).
+func (h *Hub) Position() (uint64, time.Time) {
+	p := h.pos.Load()
+	return p.index, unixTime(p.time)
+}
+
+// Run follows the log until ctx is done or the store closes, then cuts
+// every subscriber with ErrClosed. It returns nil on ctx cancellation and
+// store.ErrClosed if the store closed first.
+func (h *Hub) Run(ctx context.Context) error {
+	defer h.shutdown()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		changed := h.st.Changed()
+		pos := h.pos.Load().index
+		applied := h.st.AppliedIndex()
+		if applied <= pos {
+			h.lag.Set(0)
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		entries, err := h.st.ReadLog(pos+1, h.cfg.ReadBatchEntries, h.cfg.ReadBatchBytes)
+		switch {
+		case errors.Is(err, store.ErrClosed):
+			return err
+		case errors.Is(err, store.ErrLogTruncated):
+			h.skipTruncated(err)
+			continue
+		case err == nil && (len(entries) == 0 || entries[0].Index != pos+1):
+			// Cannot happen: ReadLog returns from pos+1 on, up to applied.
+			err = fmt.Errorf("log read from %d returned no entries (applied %d)", pos+1, applied)
+		}
+		if err != nil {
+			h.log.Warn("watch hub cannot read the log; retrying", "db", h.st.Name(), "from", pos+1, "err", err)
+			select {
+			case <-time.After(h.cfg.RetryInterval):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		h.fanOut(entries)
+		last := entries[len(entries)-1].Index
+		if a := h.st.AppliedIndex(); a > last {
+			h.lag.Set(float64(a - last))
+		} else {
+			h.lag.Set(0)
+		}
+	}
+}
+
+// skipTruncated handles a hub so far behind that its next entry was
+// dropped from the log: live subscribers missed changes, so they are cut
+// with the error (they must re-read), and the hub resumes at the log start.
+func (h *Hub) skipTruncated(err error) {
+	lr, lerr := h.st.LogRange()
+	if lerr != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, g := range h.mu.groups {
+		for s := range g.subs {
+			h.cutLocked(s, fmt.Errorf("watch: %w: re-read the data (scan) and watch from the scan's index", err), cutTruncated)
+		}
+	}
+	p := h.pos.Load()
+	h.pos.Store(&position{index: lr.First - 1, time: p.time})
+	h.log.Warn("watch hub fell behind the retained log; cut its watchers", "db", h.st.Name(), "resume_at", lr.First)
+}
+
+// fanOut sends the changes of entries (consecutive, after pos) to every
+// live subscriber whose prefix matches, without ever waiting.
+func (h *Hub) fanOut(entries []wal.Entry) {
+	last := &entries[len(entries)-1]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, g := range h.mu.groups {
+		evs := appendMatching(nil, entries, g.prefix)
+		if len(evs) == 0 {
+			continue
+		}
+		for s := range g.subs {
+			e := evs
+			if s.after >= e[0].Index { // it read these from the log itself
+				i := sort.Search(len(e), func(i int) bool { return e[i].Index > s.after })
+				e = e[i:]
+				if len(e) == 0 {
+					continue
+				}
+			}
+			select {
+			case s.ch <- e:
+			default:
+				h.cutLocked(s, ErrSlow, cutSlow)
+			}
+		}
+	}
+	h.pos.Store(&position{index: last.Index, time: last.Time})
+}
+
+// appendMatching appends the changes of entries under prefix to dst.
+// Heartbeats carry no changes.
+func appendMatching(dst []Event, entries []wal.Entry, prefix []byte) []Event {
+	for i := range entries {
+		e := &entries[i]
+		if e.Kind != wal.KindData {
+			continue
+		}
+		for _, op := range e.Ops {
+			if !bytes.HasPrefix(op.Key, prefix) {
+				continue
+			}
+			dst = append(dst, Event{Index: e.Index, Time: e.Time, Key: op.Key, Value: op.Value, Deleted: op.Type == wal.OpDelete})
+		}
+	}
+	return dst
+}
+
+// Subscribe starts a subscription to the changes under prefix after index
+// from (from = the applied index: only future changes). A from older than
+// the retained log fails with an error wrapping store.ErrLogTruncated: the
+// caller must re-read the data and watch from the read's index. The
+// subscriber must be closed.
+func (h *Hub) Subscribe(prefix []byte, from uint64) (*Sub, error) {
+	s := &Sub{
+		h:      h,
+		prefix: bytes.Clone(prefix),
+		ch:     make(chan []Event, h.cfg.BufferBatches),
+		done:   make(chan struct{}),
+		next:   from + 1,
+		last:   from,
+	}
+	h.mu.Lock()
+	switch {
+	case h.mu.closed:
+		h.mu.Unlock()
+		return nil, ErrClosed
+	case h.mu.n >= h.cfg.MaxWatchers:
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w (limit %d)", ErrTooManyWatchers, h.cfg.MaxWatchers)
+	}
+	h.mu.n++
+	h.watchers.Inc()
+	s.live = h.tryJoinLocked(s)
+	h.mu.Unlock()
+	if !s.live {
+		lr, err := h.st.LogRange()
+		if err == nil && from+1 < lr.First {
+			err = fmt.Errorf("%w: watch from index %d, but the log starts at %d: re-read the data (scan) and watch from the scan's index",
+				store.ErrLogTruncated, from, lr.First)
+		}
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// tryJoinLocked registers s for live delivery if the hub has not fanned
+// out anything s has yet to read from the log.
+func (h *Hub) tryJoinLocked(s *Sub) bool {
+	p := h.pos.Load()
+	if s.next-1 < p.index {
+		return false
+	}
+	s.after = s.next - 1
+	k := string(s.prefix)
+	g := h.mu.groups[k]
+	if g == nil {
+		g = &group{prefix: s.prefix, subs: map[*Sub]struct{}{}}
+		h.mu.groups[k] = g
+	}
+	g.subs[s] = struct{}{}
+	s.g = g
+	return true
+}
+
+// cutLocked ends s's live delivery with err.
+func (h *Hub) cutLocked(s *Sub, err error, reason string) {
+	h.leaveLocked(s)
+	if s.err == nil {
+		s.err = err
+		close(s.done)
+		subscribersCutTotal.WithLabelValues(reason).Inc()
+	}
+}
+
+// leaveLocked removes s from live delivery.
+func (h *Hub) leaveLocked(s *Sub) {
+	if s.g == nil {
+		return
+	}
+	delete(s.g.subs, s)
+	if len(s.g.subs) == 0 {
+		delete(h.mu.groups, string(s.g.prefix))
+	}
+	s.g = nil
+}
+
+func (h *Hub) shutdown() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mu.closed = true
+	for _, g := range h.mu.groups {
+		for s := range g.subs {
+			h.cutLocked(s, ErrClosed, cutShutdown)
+		}
+	}
+	close(h.done)
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}

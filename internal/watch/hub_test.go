@@ -1,0 +1,464 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+func openStore(t testing.TB, o store.Options) *store.Store {
+	t.Helper()
+	o.Dir = t.TempDir()
+	o.MinFreeBytes = 1
+	o.BallastBytes = -1
+	o.Logger = slog.New(slog.DiscardHandler)
+	s, err := store.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// startHub runs a hub on st until the test ends; stop stops it early and
+// waits for Run to return.
+func startHub(t testing.TB, st *store.Store, cfg Config) (h *Hub, stop func()) {
+	t.Helper()
+	h = NewHub(st, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		h.Run(ctx)
+	}()
+	stop = func() {
+		cancel()
+		select {
+		case <-ran:
+		case <-time.After(5 * time.Second):
+			t.Error("hub did not stop within 5s")
+		}
+	}
+	t.Cleanup(stop)
+	return h, stop
+}
+
+func set(k, v string) wal.Op { return wal.Op{Type: wal.OpSet, Key: []byte(k), Value: []byte(v)} }
+func del(k string) wal.Op    { return wal.Op{Type: wal.OpDelete, Key: []byte(k)} }
+
+func write(t testing.TB, st *store.Store, ops ...wal.Op) uint64 {
+	t.Helper()
+	r, err := st.Write(context.Background(), store.Batch{Ops: ops})
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	return r.Index
+}
+
+// collect reads from s until it has returned every change through index
+// until, failing after 10s.
+func collect(t testing.TB, s *Sub, until uint64) []Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []Event
+	for s.LastIndex() < until {
+		u, err := s.Next(ctx, 20*time.Millisecond)
+		if err != nil {
+			t.Errorf("Next after %d events (last %d, want %d): %v", len(out), s.LastIndex(), until, err)
+			return out
+		}
+		out = append(out, u.Events...)
+	}
+	return out
+}
+
+func describe(evs []Event) []string {
+	var out []string
+	for _, e := range evs {
+		if e.Deleted {
+			out = append(out, fmt.Sprintf("%d del %s", e.Index, e.Key))
+		} else {
+			out = append(out, fmt.Sprintf("%d set %s=%s", e.Index, e.Key, e.Value))
+		}
+	}
+	return out
+}
+
+// TestEvents checks sets, deletes and batches arrive in order with their
+// values, for a live subscriber and one catching up from index 0.
+func TestEvents(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{})
+	live, err := h.Subscribe(nil, st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	i1 := write(t, st, set("a", "1"))
+	i2 := write(t, st, set("b", "2"), set("c", "3"), del("a"))
+	i3 := write(t, st, del("b"))
+	want := fmt.Sprint([]string{
+		fmt.Sprintf("%d set a=1", i1),
+		fmt.Sprintf("%d set b=2", i2), fmt.Sprintf("%d set c=3", i2), fmt.Sprintf("%d del a", i2),
+		fmt.Sprintf("%d del b", i3),
+	})
+	if got := fmt.Sprint(describe(collect(t, live, i3))); got != want {
+		t.Fatalf("live got %s, want %s", got, want)
+	}
+	back, err := h.Subscribe(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if got := fmt.Sprint(describe(collect(t, back, i3))); got != want {
+		t.Fatalf("catch-up got %s, want %s", got, want)
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{})
+	s, err := h.Subscribe([]byte("app/"), st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	write(t, st, set("other", "x"))
+	i2 := write(t, st, set("app/a", "1"), set("ap", "no"), set("app/b", "2"))
+	write(t, st, set("zzz", "x"))
+	i4 := write(t, st, del("app/a"))
+	want := fmt.Sprint([]string{fmt.Sprintf("%d set app/a=1", i2), fmt.Sprintf("%d set app/b=2", i2), fmt.Sprintf("%d del app/a", i4)})
+	if got := fmt.Sprint(describe(collect(t, s, i4))); got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+// TestHandoff subscribes from past and current indexes while a writer
+// runs, with tiny read batches so that catching up takes many rounds and
+// races the hub: each subscriber must see exactly the matching entries
+// after its from index, strictly increasing, no gap and no duplicate.
+func TestHandoff(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{ReadBatchEntries: 3, BufferBatches: 100000})
+	const writes, nsubs = 400, 40
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var writerDone atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range writes {
+			k := "a/" + fmt.Sprint(i)
+			if i%3 == 0 {
+				k = "b/" + fmt.Sprint(i)
+			}
+			if _, err := st.Write(ctx, store.Batch{Ops: []wal.Op{set(k, fmt.Sprint(i))}}); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%50 == 0 {
+				st.Heartbeat(ctx)
+			}
+		}
+	}()
+	type result struct {
+		from uint64
+		got  []uint64
+		err  error
+	}
+	results := make(chan result, nsubs)
+	var subs sync.WaitGroup
+	for i := range nsubs {
+		time.Sleep(time.Millisecond)
+		applied := st.AppliedIndex()
+		from := applied / 2 // behind the hub: catches up
+		if i%2 == 1 {
+			from = applied
+		}
+		s, err := h.Subscribe([]byte("a/"), from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs.Add(1)
+		go func() {
+			defer subs.Done()
+			defer s.Close()
+			r := result{from: from}
+			rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+			defer rcancel()
+			for {
+				u, err := s.Next(rctx, 10*time.Millisecond)
+				if err != nil {
+					r.err = err
+					break
+				}
+				for _, e := range u.Events {
+					r.got = append(r.got, e.Index)
+				}
+				if u.Events == nil && writerDone.Load() && u.Index >= st.AppliedIndex() {
+					break
+				}
+			}
+			results <- r
+		}()
+	}
+	wg.Wait()
+	writerDone.Store(true)
+	subs.Wait()
+	close(results)
+	all, err := st.ReadLog(1, 1<<30, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for r := range results {
+		n++
+		if r.err != nil {
+			t.Fatalf("subscriber from %d: %v", r.from, r.err)
+		}
+		var want []uint64
+		for _, e := range all {
+			if e.Index > r.from && e.Kind == wal.KindData && string(e.Ops[0].Key[:2]) == "a/" {
+				want = append(want, e.Index)
+			}
+		}
+		if fmt.Sprint(r.got) != fmt.Sprint(want) {
+			t.Fatalf("subscriber from %d got %v\nwant %v", r.from, r.got, want)
+		}
+	}
+	if n != nsubs {
+		t.Fatalf("%d results", n)
+	}
+}
+
+// TestTruncated: a from index older than the retained log is refused with
+// store.ErrLogTruncated; one at the log start minus one is fine.
+func TestTruncated(t *testing.T) {
+	st := openStore(t, store.Options{Retention: store.Retention{MaxEntries: 5, MaxBytes: -1, MaxAge: -1}})
+	h, _ := startHub(t, st, Config{})
+	var last uint64
+	for i := range 20 {
+		last = write(t, st, set("k", fmt.Sprint(i)))
+	}
+	lr, err := st.LogRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.First <= 2 {
+		t.Fatalf("log not truncated: %+v", lr)
+	}
+	if _, err := h.Subscribe(nil, lr.First-2); !errors.Is(err, store.ErrLogTruncated) {
+		t.Fatalf("Subscribe below the log: %v", err)
+	}
+	if _, err := h.Subscribe(nil, 0); !errors.Is(err, store.ErrLogTruncated) {
+		t.Fatalf("Subscribe from 0: %v", err)
+	}
+	s, err := h.Subscribe(nil, lr.First-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := collect(t, s, last); len(got) != int(last-lr.First+1) || got[0].Index != lr.First {
+		t.Fatalf("from the log start got %q", describe(got))
+	}
+}
+
+// waitPos waits until the hub has fanned out index.
+func waitPos(t *testing.T, h *Hub, index uint64) {
+	t.Helper()
+	for range 1000 {
+		if p, _ := h.Position(); p >= index {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("hub did not reach %d", index)
+}
+
+// TestSlowCut: a subscriber that does not read is cut once its buffer is
+// full; it still gets the changes it had queued, then ErrSlow; the others
+// and the hub go on, and it resumes from its last index without a gap.
+func TestSlowCut(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{BufferBatches: 2})
+	slow, err := h.Subscribe(nil, st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fast, err := h.Subscribe(nil, st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	var got []Event
+	var last uint64
+	for i := range 10 {
+		last = write(t, st, set("k", fmt.Sprint(i)))
+		waitPos(t, h, last) // one hub batch per write
+		got = append(got, collect(t, fast, last)...)
+	}
+	if len(got) != 10 {
+		t.Fatalf("fast subscriber got %d events", len(got))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var queued int
+	for {
+		u, err := slow.Next(ctx, 0)
+		if errors.Is(err, ErrSlow) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Events) == 0 {
+			t.Fatalf("progress %d before the cut was reported", u.Index)
+		}
+		queued += len(u.Events)
+	}
+	if queued != 2 || slow.LastIndex() != last-8 {
+		t.Fatalf("slow subscriber got %d events through %d before the cut", queued, slow.LastIndex())
+	}
+	again, err := h.Subscribe(nil, slow.LastIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if rest := collect(t, again, last); len(rest) != 8 {
+		t.Fatalf("resumed subscriber got %d events", len(rest))
+	}
+}
+
+// TestProgress: an idle subscriber gets progress updates, which move with
+// heartbeats and changes under other prefixes.
+func TestProgress(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{})
+	waitPos(t, h, write(t, st, set("x", "1")))
+	s, err := h.Subscribe([]byte("p/"), st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	u, err := s.Next(ctx, 10*time.Millisecond)
+	if err != nil || len(u.Events) != 0 || u.Index != st.AppliedIndex() || u.Time.IsZero() {
+		t.Fatalf("first progress %+v, %v", u, err)
+	}
+	hb, err := st.Heartbeat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPos(t, h, hb)
+	if u, err = s.Next(ctx, 10*time.Millisecond); err != nil || len(u.Events) != 0 || u.Index != hb {
+		t.Fatalf("progress after heartbeat %d: %+v, %v", hb, u, err)
+	}
+	i := write(t, st, set("y", "2"))
+	waitPos(t, h, i)
+	if u, err = s.Next(ctx, 10*time.Millisecond); err != nil || len(u.Events) != 0 || u.Index != i {
+		t.Fatalf("progress after write %d: %+v, %v", i, u, err)
+	}
+}
+
+// TestShutdown: stopping the hub ends waiting subscribers promptly and
+// refuses new ones.
+func TestShutdown(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, stop := startHub(t, st, Config{})
+	s, err := h.Subscribe(nil, st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Next(context.Background(), time.Minute)
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	stop()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Next after shutdown: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Next did not return within 2s of shutdown")
+	}
+	if _, err := h.Subscribe(nil, 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Subscribe after shutdown: %v", err)
+	}
+}
+
+func TestTooManyWatchers(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{MaxWatchers: 2})
+	a, err := h.Subscribe(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Subscribe(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := h.Subscribe(nil, 0); !errors.Is(err, ErrTooManyWatchers) {
+		t.Fatalf("third watcher: %v", err)
+	}
+	a.Close()
+	a.Close() // idempotent
+	c, err := h.Subscribe(nil, 0)
+	if err != nil {
+		t.Fatalf("after a Close: %v", err)
+	}
+	c.Close()
+}
+
+// TestManyWatchers: 500 concurrent watchers all receive every change of
+// their prefix.
+func TestManyWatchers(t *testing.T) {
+	st := openStore(t, store.Options{})
+	h, _ := startHub(t, st, Config{})
+	const n, writes = 500, 50
+	from := st.AppliedIndex()
+	subs := make([]*Sub, n)
+	for i := range subs {
+		s, err := h.Subscribe([]byte(fmt.Sprintf("k%d", i%3)), from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs[i] = s
+	}
+	var last uint64
+	want := map[string]int{}
+	for i := range writes {
+		k := fmt.Sprintf("k%d/%d", i%3, i)
+		want[k[:2]]++
+		last = write(t, st, set(k, "v"))
+	}
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := collect(t, s, last)
+			if w := want[fmt.Sprintf("k%d", i%3)]; len(got) != w {
+				t.Errorf("watcher %d got %d events, want %d", i, len(got), w)
+			}
+		}()
+	}
+	wg.Wait()
+}
