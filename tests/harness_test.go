@@ -162,7 +162,14 @@ func (p *proc) client(t *testing.T) *client.Client {
 // exit code.
 func runQS(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runQSTimeout(t, 2*time.Minute, args...)
+}
+
+// runQSTimeout is runQS with a time limit; a command still running then is
+// killed and reported with exit code -1.
+func runQSTimeout(t *testing.T, limit time.Duration, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, qsBin, args...).CombinedOutput()
 	code := 0

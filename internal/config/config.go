@@ -26,6 +26,9 @@ type Config struct {
 	// Repl is the replication listener: any node can feed replicas.
 	// Default "127.0.0.1:7390"; "off" disables it.
 	Repl string `toml:"repl"`
+	// ReplTLS secures replication traffic, both the listener and the
+	// connections of this node's replicas to their sources.
+	ReplTLS TLS `toml:"repl_tls"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -86,6 +89,20 @@ type Database struct {
 	RetainBytes   int64    `toml:"retain_bytes"`
 	RetainAge     Duration `toml:"retain_age"`
 }
+
+// TLS names the certificate files of a node. With Cert and Key set the
+// replication listener speaks TLS and replicas present that certificate;
+// with CA set, peers are verified against it, and the listener requires
+// clients to present a certificate it signed (mutual TLS). Replicas of a
+// TLS source must have CA (or the system roots must trust the source).
+type TLS struct {
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
+	CA   string `toml:"ca"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLS) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
 // Duration is a time.Duration written as a Go duration string ("1.5s").
 type Duration struct{ time.Duration }
@@ -200,6 +217,9 @@ func (c *Config) Validate() error {
 		if _, err := c.StoreOptions(d); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", where, err))
 		}
+	}
+	if t := c.ReplTLS; t.Enabled() && (t.Cert == "") != (t.Key == "") {
+		errs = append(errs, errors.New("repl_tls: cert and key go together"))
 	}
 	if c.MaxHTTPConns < 1 {
 		errs = append(errs, errors.New("max_http_conns must be at least 1"))

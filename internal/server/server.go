@@ -41,6 +41,7 @@ type Server struct {
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
 	stopBackground context.CancelFunc // ends replicas and watch hubs
+	tls            replTLS
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -57,6 +58,10 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	}
 	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
 	s.replicas = map[string]*repl.Replica{}
+	var err error
+	if s.tls, err = loadReplTLS(cfg.ReplTLS); err != nil {
+		return nil, err
+	}
 	for _, d := range cfg.Databases {
 		if err := s.openDatabase(d); err != nil {
 			s.closeStores()
@@ -78,7 +83,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
 			// A new replica takes the root's database id from a source.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, nil)
+			o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.tls.dial())
 			cancel()
 			if err != nil {
 				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
@@ -100,7 +105,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		return nil
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
-	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration}, st, s.log.With("db", d.Name))
+	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration, Dial: s.tls.dial()}, st, s.log.With("db", d.Name))
 	if err != nil {
 		return err
 	}
@@ -210,7 +215,8 @@ func (s *Server) Start() error {
 		}
 		s.repl = rs
 		s.announcef("repl listening on %s\n", ln.Addr())
-		s.goFunc(func() { s.serveErr("repl", rs.Serve(ln)) })
+		tln := s.tls.listener(ln)
+		s.goFunc(func() { s.serveErr("repl", rs.Serve(tln)) })
 	}
 	replCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
