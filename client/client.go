@@ -219,7 +219,7 @@ func (c *Client) Batch(ctx context.Context, ops []Op, conds []Cond) (WriteResult
 		req.Ops = append(req.Ops, jop{Op: "set", Key: op.Key, Value: &v})
 	}
 	for _, cd := range conds {
-		req.If = append(req.If, jcond{Key: cd.Key, Index: cd.Index})
+		req.If = append(req.If, jcond(cd))
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

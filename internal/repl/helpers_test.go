@@ -2,8 +2,6 @@ package repl
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -198,27 +196,11 @@ func waitCaughtUp(t *testing.T, replica, root *store.Store) {
 // read path.
 func digest(t *testing.T, s *store.Store) ([32]byte, int) {
 	t.Helper()
-	v, err := s.View()
+	d, err := s.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v.Close()
-	h := sha256.New()
-	n := 0
-	if _, err := v.Scan(nil, nil, 0, func(k, val []byte, idx uint64) error {
-		h.Write(binary.AppendUvarint(nil, uint64(len(k))))
-		h.Write(k)
-		h.Write(binary.AppendUvarint(nil, uint64(len(val))))
-		h.Write(val)
-		h.Write(binary.BigEndian.AppendUint64(nil, idx))
-		n++
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out, n
+	return d.Hash, d.Keys
 }
 
 // assertSame checks that two stores have the same applied index, the same
@@ -352,12 +334,4 @@ func rawSession(t *testing.T, addr string, h *Hello) (net.Conn, Message) {
 		t.Fatal(err)
 	}
 	return c, m
-}
-
-func frame(t *testing.T, m Message) []byte {
-	b, err := AppendFrame(nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

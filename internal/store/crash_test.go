@@ -48,7 +48,7 @@ const crashWriters = 4
 
 // crashBatch is batch i of writer g:
 //
-//	w/<g>/<i>/<j>  set, j < 3; one value in five is chunked
+//	w/<g>/<i>/<j>  set, j < 3; one value in five is chunked, one in five in-log
 //	marker/<g>/<i> set to i
 //	last/<g>       set to i (overwritten by every batch of g)
 //	tmp/<g>/<i>    set; tmp/<g>/<i-1> deleted
@@ -68,8 +68,11 @@ func crashBatch(g, i int) []wal.Op {
 }
 
 func crashValue(g, i, j int) []byte {
-	if (i+j)%5 == 0 {
-		return pattern(g*1_000_000+i*10+j, 2500) // 3 chunks of 1 KiB
+	switch (i + j) % 5 {
+	case 0:
+		return pattern(g*1_000_000+i*10+j, 10000) // 3 chunks of 4 KiB
+	case 1:
+		return pattern(g*1_000_000+i*10+j, 1500) // stored only in its log block
 	}
 	return []byte(fmt.Sprintf("v-%d-%d-%d", g, i, j))
 }
@@ -78,7 +81,7 @@ func powerLossRound(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	fs := vfs.NewCrashableMem()
 	o := Options{
-		Name: "crash", Dir: "/data/db", FS: fs, ChunkBytes: 1024,
+		Name: "crash", Dir: "/data/db", FS: fs, ChunkBytes: 4096,
 		MinFreeBytes: 1, BallastBytes: -1, Logger: quietLogger(),
 		Compression: wal.Compression(rng.IntN(3)),
 	}

@@ -3,8 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,27 +37,11 @@ func pattern(seed, n int) []byte {
 // the public read path.
 func digest(t *testing.T, s *Store) ([32]byte, int) {
 	t.Helper()
-	v, err := s.View()
+	d, err := s.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v.Close()
-	h := sha256.New()
-	n := 0
-	if _, err := v.Scan(nil, nil, 0, func(k, val []byte, idx uint64) error {
-		h.Write(binary.AppendUvarint(nil, uint64(len(k))))
-		h.Write(k)
-		h.Write(binary.AppendUvarint(nil, uint64(len(val))))
-		h.Write(val)
-		h.Write(binary.BigEndian.AppendUint64(nil, idx))
-		n++
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out, n
+	return d.Hash, d.Keys
 }
 
 // appliedHash reads the durable applied record.

@@ -5,7 +5,7 @@ import "encoding/binary"
 // The keyspaces of one database inside its Pebble instance. Each starts with
 // one byte; docs/storage.md describes the layout.
 const (
-	prefixMeta  = 'm' // m<name>: metadata, see the meta* keys
+	metaPrefix  = 'm' // m<name>: metadata, see the meta* keys
 	prefixData  = 'd' // d<key>: value record of a live key
 	prefixChunk = 'c' // c<uvarint len(key)><key><BE32 chunk#>: chunk of a large value
 	prefixLog   = 'l' // l<BE64 index of first entry>: log block

@@ -104,10 +104,9 @@ func reblock(t *testing.T, s *Store, first uint64, mutate func(es []wal.Entry)) 
 
 func TestVerifyFindsEachProblem(t *testing.T) {
 	type fixture struct {
-		s   *Store
-		lr  LogRange
-		a   appliedRecord
-		big record // the chunked record of "big"
+		s  *Store
+		lr LogRange
+		a  appliedRecord
 	}
 	cases := []struct {
 		name   string
