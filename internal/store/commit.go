@@ -42,6 +42,7 @@ const (
 	reqWrite requestKind = iota
 	reqApply
 	reqHeartbeat
+	reqReplace // install the ready snapshot (see snapshot.go)
 )
 
 type request struct {
@@ -236,10 +237,31 @@ func (s *Store) commitLoop() {
 			}
 			continue
 		}
-		syncStart := time.Now()
-		c.commit(group)
-		lastSync = time.Since(syncStart)
+		// A replace runs alone, after the requests gathered with it.
+		var replaces []*request
+		n := 0
+		for _, r := range group {
+			if r.kind == reqReplace {
+				replaces = append(replaces, r)
+			} else {
+				group[n] = r
+				n++
+			}
+		}
+		group = group[:n]
+		if len(group) > 0 {
+			syncStart := time.Now()
+			c.commit(group)
+			lastSync = time.Since(syncStart)
+		}
 		expect = len(group) + len(s.reqs)
+		for _, r := range replaces {
+			r.err = s.replace()
+			if c, err = newCommitter(s); err != nil {
+				s.opts.Logger.Error("store cannot accept writes", "db", s.opts.Name, "err", err)
+			}
+			close(r.done)
+		}
 	}
 }
 

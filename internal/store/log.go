@@ -20,6 +20,8 @@ func (s *Store) LogRange() (LogRange, error) {
 	if s.closed.Load() {
 		return LogRange{}, ErrClosed
 	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	return logRangeAt(snap)
@@ -56,6 +58,8 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	lr, err := logRangeAt(snap)

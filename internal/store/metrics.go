@@ -47,6 +47,12 @@ var (
 	mDiskFullEvents = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "disk_full_events_total",
 		Help: "Times the disk returned ENOSPC and the ballast was released."}, []string{"db"}))
+	mCheckpoints = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "checkpoints_total",
+		Help: "Snapshots (checkpoints) made of the database, for bootstrapping replicas."}, []string{"db"}))
+	mSnapshotsInstalled = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshots_installed_total",
+		Help: "Bootstrap snapshots installed in place of the live database."}, []string{"db"}))
 	mGroupSize = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_group_requests",
 		Help: "Requests committed together in one durable commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"db"}))
@@ -68,6 +74,7 @@ var (
 type storeMetrics struct {
 	applied, keys, logBytes, logEntries, diskFull                            prometheus.Gauge
 	logTruncated, entries, commits, noopWrites, diskFullEvents, materialized prometheus.Counter
+	checkpoints, snapshotsInstalled                                          prometheus.Counter
 	writeErrors, integrityErrors                                             *prometheus.CounterVec
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
 }
@@ -83,5 +90,6 @@ func newStoreMetrics(db string) *storeMetrics {
 		groupSize: mGroupSize.With(l), commitSeconds: mCommitSeconds.With(l),
 		syncSeconds: mSyncSeconds.With(l), logBlockBytes: mLogBlockBytes.With(l),
 		lingerSeconds: mLingerSeconds.With(l),
+		checkpoints:   mCheckpoints.With(l), snapshotsInstalled: mSnapshotsInstalled.With(l),
 	}
 }

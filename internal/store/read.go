@@ -27,24 +27,28 @@ func (s *Store) View() (*View, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
+	s.engine.RLock()
 	it, err := s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
+		s.engine.RUnlock()
 		return nil, err
 	}
 	v := &View{s: s, it: it}
-	if !it.SeekPrefixGE(metaApplied) || !bytes.Equal(it.Key(), metaApplied) {
+	fail := func(err error) (*View, error) {
 		it.Close()
-		return nil, fmt.Errorf("%w: applied index missing", ErrCorrupt)
+		s.engine.RUnlock()
+		return nil, err
+	}
+	if !it.SeekPrefixGE(metaApplied) || !bytes.Equal(it.Key(), metaApplied) {
+		return fail(fmt.Errorf("%w: applied index missing", ErrCorrupt))
 	}
 	raw, err := it.ValueAndErr()
 	if err != nil {
-		it.Close()
-		return nil, err
+		return fail(err)
 	}
 	a, err := decodeApplied(raw)
 	if err != nil {
-		it.Close()
-		return nil, err
+		return fail(err)
 	}
 	v.index = a.index
 	return v, nil
@@ -53,8 +57,12 @@ func (s *Store) View() (*View, error) {
 // Index is the applied index the view reads at.
 func (v *View) Index() uint64 { return v.index }
 
-// Close releases the view.
-func (v *View) Close() error { return v.it.Close() }
+// Close releases the view; it must be called exactly once.
+func (v *View) Close() error {
+	err := v.it.Close()
+	v.s.engine.RUnlock()
+	return err
+}
 
 // Get returns the value of key and the index of the entry that wrote it.
 // The value is valid until the next call on the view. A value that fails

@@ -59,6 +59,11 @@ type Store struct {
 	// racing a shutdown gets ErrClosed; callers must still stop reading
 	// before Close (Pebble refuses to close with iterators open).
 	closed atomic.Bool
+	// engine guards db against Replace: readers hold it shared for the
+	// duration of a call (a View until Close); the committer holds it
+	// exclusively while it swaps in a bootstrapped database. Nothing that
+	// holds it shared may call another store method that takes it.
+	engine sync.RWMutex
 
 	mu struct {
 		sync.Mutex
@@ -88,9 +93,39 @@ func Open(o Options) (*Store, error) {
 		ballast: o.FS.PathJoin(o.Dir, "BALLAST"),
 	}
 	s.mu.changed = make(chan struct{})
-	// Pebble creates o.Dir and its missing parents, and syncs the parents
-	// so the new directories survive a power loss. (Creating them here
-	// first would hide them from that sync.)
+	if !o.ReadOnly {
+		// A snapshot downloaded completely before a crash is installed now.
+		if err := installReady(o); err != nil {
+			return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+		}
+	}
+	db, err := s.openEngine(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+	}
+	s.db = db
+	s.m = newStoreMetrics(o.Name)
+	if err := s.loadMeta(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+	}
+	if !o.ReadOnly {
+		removeReplaced(o)
+		s.ensureBallast()
+		go s.commitLoop()
+	} else {
+		close(s.stopped)
+	}
+	s.m.applied.Set(float64(s.applied.Load()))
+	return s, nil
+}
+
+// openEngine opens the Pebble instance in dir with the store's options.
+// Pebble creates dir and its missing parents, and syncs the parents so the
+// new directories survive a power loss. (Creating them here first would
+// hide them from that sync.)
+func (s *Store) openEngine(dir string) (*pebble.DB, error) {
+	o := s.opts
 	cache := pebble.NewCache(o.CacheBytes)
 	defer cache.Unref()
 	fs := o.FS
@@ -124,27 +159,11 @@ func Open(o Options) (*Store, error) {
 		// every written key; readers ask for missing keys) skip tables.
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	db, err := pebble.Open(o.Dir, popts)
-	if err != nil {
-		if pebble.IsCorruptionError(err) {
-			err = fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+	db, err := pebble.Open(dir, popts)
+	if err != nil && pebble.IsCorruptionError(err) {
+		err = fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	s.db = db
-	s.m = newStoreMetrics(o.Name)
-	if err := s.loadMeta(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
-	}
-	if !o.ReadOnly {
-		s.ensureBallast()
-		go s.commitLoop()
-	} else {
-		close(s.stopped)
-	}
-	s.m.applied.Set(float64(s.applied.Load()))
-	return s, nil
+	return db, err
 }
 
 // loadMeta reads the metadata, creating it for a new database.
@@ -240,6 +259,8 @@ func (s *Store) Head() (Head, error) {
 	if s.closed.Load() {
 		return Head{}, ErrClosed
 	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
 	a, err := s.readApplied()
 	if err != nil {
 		return Head{}, err
@@ -296,6 +317,8 @@ func (s *Store) DiskBytes() uint64 {
 	if s.closed.Load() {
 		return 0
 	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
 	return s.db.Metrics().DiskSpaceUsage()
 }
 
@@ -313,6 +336,8 @@ func (s *Store) Stats() (Stats, error) {
 	if s.closed.Load() {
 		return Stats{}, ErrClosed
 	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	get := func(k []byte) ([]byte, error) {

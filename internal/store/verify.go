@@ -133,6 +133,8 @@ func Verify(o Options) (*VerifyReport, error) {
 // database size. An error is returned only when the check itself could not
 // run (I/O); everything wrong with the data is a Problem.
 func (s *Store) Verify() (*VerifyReport, error) {
+	s.engine.RLock()
+	defer s.engine.RUnlock()
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
