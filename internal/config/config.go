@@ -29,6 +29,17 @@ type Config struct {
 	// ReplTLS secures replication traffic, both the listener and the
 	// connections of this node's replicas to their sources.
 	ReplTLS TLS `toml:"repl_tls"`
+	// BootstrapRate caps the bytes per second this node sends to
+	// bootstrapping replicas, all together. Default 100 MiB/s; -1: no cap.
+	BootstrapRate int64 `toml:"bootstrap_rate"`
+	// BootstrapLock is the lock file that lets one bootstrap per host run
+	// at a time (all qs processes of the host must name the same file).
+	// Default qs-bootstrap.lock in the temporary directory.
+	BootstrapLock string `toml:"bootstrap_lock"`
+	// SnapshotKeep: a snapshot made for bootstrapping is reused for this
+	// long and kept this long after its last use, so an interrupted
+	// bootstrap resumes. Default 10m.
+	SnapshotKeep Duration `toml:"snapshot_keep"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -68,6 +79,10 @@ type Database struct {
 	// ReplIdleTimeout: no entry or progress from the source for this long
 	// means it is stuck; the replica moves to the next source. Default 30s.
 	ReplIdleTimeout Duration `toml:"repl_idle_timeout"`
+	// BootstrapMinEntries: a new replica whose source is more than this
+	// many entries ahead bootstraps from a snapshot rather than replaying
+	// the log. Default 10000; -1: only when the source lacks the log.
+	BootstrapMinEntries int64 `toml:"bootstrap_min_entries"`
 
 	// Heartbeat is how often the root writes a heartbeat entry when no
 	// other entry was written. Default 1s; negative disables.
@@ -138,6 +153,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.BootstrapRate == 0 {
+		c.BootstrapRate = 100 << 20
+	}
+	if c.SnapshotKeep.Duration == 0 {
+		c.SnapshotKeep.Duration = 10 * time.Minute
 	}
 	if c.ShutdownTimeout.Duration == 0 {
 		c.ShutdownTimeout.Duration = 10 * time.Second
@@ -220,6 +241,12 @@ func (c *Config) Validate() error {
 	}
 	if t := c.ReplTLS; t.Enabled() && (t.Cert == "") != (t.Key == "") {
 		errs = append(errs, errors.New("repl_tls: cert and key go together"))
+	}
+	if c.BootstrapRate < -1 {
+		errs = append(errs, errors.New("bootstrap_rate must be positive, or -1 for no limit"))
+	}
+	if c.SnapshotKeep.Duration < time.Second {
+		errs = append(errs, errors.New("snapshot_keep must be at least 1s"))
 	}
 	if c.MaxHTTPConns < 1 {
 		errs = append(errs, errors.New("max_http_conns must be at least 1"))

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -40,6 +41,14 @@ type ReplicaConfig struct {
 	BackoffMin, BackoffMax time.Duration
 	// Dial opens a connection. Default: a net.Dialer (TLS will wrap it here).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// BootstrapLock is the file whose lock allows one bootstrap per host
+	// at a time. Default qs-bootstrap.lock in os.TempDir().
+	BootstrapLock string
+	// BootstrapMinEntries: a new replica (applied index 0) whose source
+	// is more entries ahead than this bootstraps from a snapshot instead
+	// of replaying the log. Default 10000; negative: only when the source
+	// no longer retains the log it needs.
+	BootstrapMinEntries int64
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -68,6 +77,12 @@ func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
 	if c.Dial == nil {
 		var d net.Dialer
 		c.Dial = d.DialContext
+	}
+	if c.BootstrapLock == "" {
+		c.BootstrapLock = filepath.Join(os.TempDir(), "qs-bootstrap.lock")
+	}
+	if c.BootstrapMinEntries == 0 {
+		c.BootstrapMinEntries = 10000
 	}
 	return c
 }
@@ -98,6 +113,8 @@ const (
 	StatusDisconnected Status = iota
 	StatusConnecting
 	StatusStreaming
+	StatusCatchingUp // streaming, behind the source's last reported index
+	StatusBootstrapping
 )
 
 func (s Status) String() string {
@@ -106,6 +123,10 @@ func (s Status) String() string {
 		return "connecting"
 	case StatusStreaming:
 		return "streaming"
+	case StatusCatchingUp:
+		return "catching_up"
+	case StatusBootstrapping:
+		return "bootstrapping"
 	}
 	return "disconnected"
 }
@@ -119,6 +140,7 @@ type ReplicaState struct {
 	Lag          time.Duration // now − root time of the last applied entry (0 if none)
 	ServerIndex  uint64        // the source's applied index, last reported
 	Sessions     int           // connection attempts so far
+	Bootstrap    BootstrapProgress
 }
 
 // Replica keeps one store replicating from an ordered list of sources.
@@ -157,6 +179,9 @@ func (r *Replica) State() ReplicaState {
 	r.mu.Unlock()
 	s.AppliedIndex = r.st.AppliedIndex()
 	s.Lag = r.lag()
+	if s.Status == StatusStreaming && s.AppliedIndex < s.ServerIndex {
+		s.Status = StatusCatchingUp
+	}
 	return s
 }
 
@@ -213,20 +238,49 @@ func (r *Replica) Run(ctx context.Context) error {
 	}()
 
 	backoff := r.cfg.BackoffMin
-	for i := 0; ; i++ {
+	// bootstrapping: the last session found the replica must bootstrap,
+	// from the same source (whose snapshot a broken download resumes).
+	bootstrapping := false
+	next := 0
+	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
 			return nil
 		}
-		src := r.cfg.Sources[i%len(r.cfg.Sources)]
-		if i > 0 {
+		src := r.cfg.Sources[next%len(r.cfg.Sources)]
+		if attempt > 0 {
 			mReconnects.WithLabelValues(db).Inc()
 		}
 		r.update(func(s *ReplicaState) { s.Status, s.Source, s.Sessions = StatusConnecting, src, s.Sessions+1 })
-		progressed, err := r.session(ctx, src)
+		var progressed bool
+		var err error
+		if bootstrapping {
+			progressed, err = r.bootstrap(ctx, src)
+		} else {
+			progressed, err = r.session(ctx, src)
+		}
 		mStreaming.WithLabelValues(db).Set(0)
 		r.update(func(s *ReplicaState) { s.Status = StatusDisconnected })
 		if ctx.Err() != nil {
 			return nil
+		}
+		var refused *RefusedError
+		switch {
+		case bootstrapping && err == nil:
+			// Installed: stream the log from the snapshot on, at once.
+			bootstrapping = false
+			backoff = r.cfg.BackoffMin
+			r.update(func(s *ReplicaState) { s.LastError = nil })
+			continue
+		case !bootstrapping && (errors.Is(err, errNeedBootstrap) || errors.As(err, &refused) && refused.Code == RefuseLogTruncated):
+			r.log.Warn("replica must bootstrap from a snapshot", "source", src, "reason", err)
+			mErrors.WithLabelValues(db, kindBootstrap).Inc()
+			bootstrapping = true
+			r.update(func(s *ReplicaState) { s.LastError = err })
+			continue
+		case bootstrapping && progressed:
+			// Resume with the same source after the backoff.
+		default:
+			next++
 		}
 		if err == nil {
 			err = fmt.Errorf("%w: source ended the stream", ErrMalformed)
@@ -234,7 +288,6 @@ func (r *Replica) Run(ctx context.Context) error {
 		kind := errorKind(err)
 		mErrors.WithLabelValues(db, kind).Inc()
 		r.update(func(s *ReplicaState) { s.LastError = err })
-		var refused *RefusedError
 		switch {
 		case errors.As(err, &refused):
 			mClientRefused.WithLabelValues(db, refused.Code.String()).Inc()
@@ -367,6 +420,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 		return false, &RefusedError{Code: RefuseSelf, Reason: fmt.Sprintf("source %s is this process", src)}
 	case w.NextIndex != applied+1:
 		return false, fmt.Errorf("%w: source %s would start at %d, we need %d", ErrMalformed, src, w.NextIndex, applied+1)
+	}
+	if applied == 0 && r.cfg.BootstrapMinEntries >= 0 && w.AppliedIndex > uint64(r.cfg.BootstrapMinEntries) {
+		return false, errNeedBootstrap
 	}
 	r.log.Info("replicating", "source", src, "from", applied+1, "source_applied", w.AppliedIndex)
 	r.update(func(s *ReplicaState) { s.Status, s.ServerIndex = StatusStreaming, w.AppliedIndex })

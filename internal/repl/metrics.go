@@ -9,15 +9,16 @@ const subsystem = "repl"
 
 // Stream error kinds, the values of the "kind" label of errors_total.
 const (
-	kindGap     = "gap"     // an entry did not follow the previous index
-	kindHash    = "hash"    // an entry's hash did not chain
-	kindCRC     = "crc"     // a frame failed its checksum
-	kindDecode  = "decode"  // a frame or message could not be decoded
-	kindTimeout = "timeout" // no entry or progress within the idle timeout
-	kindRefused = "refused" // the server refused the handshake
-	kindIO      = "io"      // dial, read or write failed
-	kindApply   = "apply"   // the store failed to apply a verified batch
-	kindProto   = "protocol"
+	kindGap       = "gap"     // an entry did not follow the previous index
+	kindHash      = "hash"    // an entry's hash did not chain
+	kindCRC       = "crc"     // a frame failed its checksum
+	kindDecode    = "decode"  // a frame or message could not be decoded
+	kindTimeout   = "timeout" // no entry or progress within the idle timeout
+	kindRefused   = "refused" // the server refused the handshake
+	kindIO        = "io"      // dial, read or write failed
+	kindApply     = "apply"   // the store failed to apply a verified batch
+	kindProto     = "protocol"
+	kindBootstrap = "bootstrap_needed" // the source cannot serve the log we need
 )
 
 var (
@@ -58,4 +59,28 @@ var (
 	mStreaming = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "streaming",
 		Help: "1 while the replica streams from a source."}, []string{"db"}))
+	mSnapshotsHeld = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshots_held",
+		Help: "Snapshots this server keeps on disk for bootstrapping replicas."}))
+	mSnapshotsActive = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_transfers",
+		Help: "Snapshot transfers this server is sending."}))
+	mSnapshotsServed = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_transfers_total",
+		Help: "Snapshot transfers this server ended, by result (complete, broken, unavailable, bad_resume)."}, []string{"result"}))
+	mSnapshotBytesSent = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_bytes_sent_total",
+		Help: "Snapshot file bytes sent to bootstrapping replicas."}))
+	mBootstraps = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstraps_total",
+		Help: "Bootstrap sessions of this replica, by result (installed, interrupted, failed)."}, []string{"db", "result"}))
+	mBootstrapBytes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstrap_bytes_total",
+		Help: "Snapshot file bytes received and written."}, []string{"db"}))
+	mBootstrapResumedBytes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstrap_resumed_bytes_total",
+		Help: "Snapshot bytes already on disk when a bootstrap resumed (not sent again)."}, []string{"db"}))
+	mBootstrapping = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstrapping",
+		Help: "1 while the replica downloads or installs a snapshot (or waits for the host's bootstrap lock)."}, []string{"db"}))
 )

@@ -55,6 +55,9 @@ const (
 	MsgEntries  MsgType = 4 // server → client, consecutive log entries
 	MsgProgress MsgType = 5 // server → client, keepalive with the server's applied index
 	MsgDone     MsgType = 6 // server → client, StopIndex reached, then the server closes
+	MsgSnapshot MsgType = 7 // server → client, bootstrap: the snapshot's manifest
+	MsgChunk    MsgType = 8 // server → client, bootstrap: bytes of one snapshot file
+	MsgFileEnd  MsgType = 9 // server → client, bootstrap: a file is complete, with its CRC
 )
 
 func (t MsgType) String() string {
@@ -71,6 +74,12 @@ func (t MsgType) String() string {
 		return "progress"
 	case MsgDone:
 		return "done"
+	case MsgSnapshot:
+		return "snapshot"
+	case MsgChunk:
+		return "chunk"
+	case MsgFileEnd:
+		return "file_end"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -109,6 +118,7 @@ const (
 	RefuseAhead           RefuseCode = 6 // LastIndex is beyond the server's applied index
 	RefuseBadHello        RefuseCode = 7 // the Hello could not be decoded
 	RefuseShuttingDown    RefuseCode = 8 // the server is stopping
+	RefuseUnavailable     RefuseCode = 9 // the server cannot make a snapshot now
 )
 
 var refuseNames = map[RefuseCode]string{
@@ -120,6 +130,7 @@ var refuseNames = map[RefuseCode]string{
 	RefuseAhead:           "ahead",
 	RefuseBadHello:        "bad_hello",
 	RefuseShuttingDown:    "shutting_down",
+	RefuseUnavailable:     "unavailable",
 }
 
 func (c RefuseCode) String() string {
@@ -149,10 +160,11 @@ type Message interface {
 	AppendPayload(dst []byte) []byte
 }
 
-// Hello opens a replication stream.
+// Hello opens a replication stream, or a bootstrap.
 //
-//	payload := magic "QSR1" version(2 BE) flags(1) dbid(16) pid(16) last(8 BE) stop(8 BE) namelen(uvarint) name
-//	flags   := bit 0 NewestOnly
+//	payload := magic "QSR1" version(2 BE) flags(1) dbid(16) pid(16) last(8 BE) stop(8 BE) namelen(uvarint) name [resume]
+//	flags   := bit 0 NewestOnly, bit 1 Bootstrap
+//	resume  := snapshot(16) file(4 BE) offset(8 BE)   (present iff Bootstrap)
 type Hello struct {
 	Version   uint16
 	Database  string
@@ -164,7 +176,27 @@ type Hello struct {
 	// applied index, whatever LastIndex says (for caches that only want
 	// changes from now on; a replica never sets it).
 	NewestOnly bool
+	// Bootstrap asks for a snapshot instead of the log (see Resume).
+	Bootstrap bool
+	// Resume is where an interrupted download of a snapshot stopped; the
+	// zero value asks for a new snapshot.
+	Resume ResumePoint
 }
+
+// ResumePoint is a position in a snapshot's files.
+type ResumePoint struct {
+	Snapshot SnapshotID
+	File     uint32 // index into the manifest's files
+	Offset   uint64 // bytes of that file already held
+}
+
+// SnapshotID names one snapshot on one server.
+type SnapshotID [16]byte
+
+func (id SnapshotID) String() string { return hex.EncodeToString(id[:]) }
+
+// IsZero reports whether id is unset.
+func (id SnapshotID) IsZero() bool { return id == SnapshotID{} }
 
 // Welcome accepts a Hello.
 //
@@ -203,6 +235,45 @@ type Progress struct {
 	AppliedTime  int64
 }
 
+// Snapshot is the manifest of a bootstrap: the snapshot's id and head,
+// and its files, sent in this order. The client continues through the log
+// from Index+1 once every file arrived.
+//
+//	payload := id(16) index(8 BE) time(8 BE) hash(32) count(uvarint) file*
+//	file    := name(string ≤ 255) size(8 BE)
+type Snapshot struct {
+	ID    SnapshotID
+	Index uint64
+	Time  int64
+	Hash  wal.Hash
+	Files []SnapshotFile
+}
+
+// SnapshotFile is one file of a snapshot.
+type SnapshotFile struct {
+	Name string
+	Size uint64
+}
+
+// Chunk carries bytes of one snapshot file, in order.
+//
+//	payload := file(uvarint) offset(uvarint) data
+type Chunk struct {
+	File   uint32
+	Offset uint64
+	Data   []byte
+}
+
+// FileEnd says a snapshot file is complete: the receiver checks the size
+// and the CRC-32C of the whole file before keeping it.
+//
+//	payload := file(uvarint) size(8 BE) crc32c(4 BE)
+type FileEnd struct {
+	File uint32
+	Size uint64
+	CRC  uint32
+}
+
 // Done ends a stream that reached its StopIndex.
 //
 //	payload := last(8 BE)
@@ -216,6 +287,9 @@ func (*Refuse) Type() MsgType   { return MsgRefuse }
 func (*Entries) Type() MsgType  { return MsgEntries }
 func (*Progress) Type() MsgType { return MsgProgress }
 func (*Done) Type() MsgType     { return MsgDone }
+func (*Snapshot) Type() MsgType { return MsgSnapshot }
+func (*Chunk) Type() MsgType    { return MsgChunk }
+func (*FileEnd) Type() MsgType  { return MsgFileEnd }
 
 const helloFixed = 4 + 2 + 1 + 16 + 16 + 8 + 8
 
@@ -226,14 +300,25 @@ func (m *Hello) AppendPayload(dst []byte) []byte {
 	if m.NewestOnly {
 		flags |= 1
 	}
+	if m.Bootstrap {
+		flags |= 2
+	}
 	dst = append(dst, flags)
 	dst = append(dst, m.DBID[:]...)
 	dst = append(dst, m.ProcessID[:]...)
 	dst = binary.BigEndian.AppendUint64(dst, m.LastIndex)
 	dst = binary.BigEndian.AppendUint64(dst, m.StopIndex)
 	dst = binary.AppendUvarint(dst, uint64(len(m.Database)))
-	return append(dst, m.Database...)
+	dst = append(dst, m.Database...)
+	if m.Bootstrap {
+		dst = append(dst, m.Resume.Snapshot[:]...)
+		dst = binary.BigEndian.AppendUint32(dst, m.Resume.File)
+		dst = binary.BigEndian.AppendUint64(dst, m.Resume.Offset)
+	}
+	return dst
 }
+
+const resumeLen = 16 + 4 + 8
 
 func decodeHello(p []byte) (*Hello, error) {
 	if len(p) < helloFixed+1 {
@@ -244,10 +329,11 @@ func decodeHello(p []byte) (*Hello, error) {
 	}
 	m := &Hello{Version: binary.BigEndian.Uint16(p[4:])}
 	flags := p[6]
-	if flags&^1 != 0 {
+	if flags&^3 != 0 {
 		return nil, fmt.Errorf("%w: unknown hello flags %#x", ErrMalformed, flags)
 	}
 	m.NewestOnly = flags&1 != 0
+	m.Bootstrap = flags&2 != 0
 	copy(m.DBID[:], p[7:23])
 	copy(m.ProcessID[:], p[23:39])
 	m.LastIndex = binary.BigEndian.Uint64(p[39:])
@@ -255,6 +341,15 @@ func decodeHello(p []byte) (*Hello, error) {
 	name, rest, err := readString(p[helloFixed:], MaxDatabaseName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: hello database name: %v", ErrMalformed, err)
+	}
+	if m.Bootstrap {
+		if len(rest) < resumeLen {
+			return nil, fmt.Errorf("%w: bootstrap hello without its resume point", ErrMalformed)
+		}
+		copy(m.Resume.Snapshot[:], rest)
+		m.Resume.File = binary.BigEndian.Uint32(rest[16:])
+		m.Resume.Offset = binary.BigEndian.Uint64(rest[20:])
+		rest = rest[resumeLen:]
 	}
 	if len(rest) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after hello", ErrMalformed, len(rest))
@@ -378,6 +473,89 @@ func decodeProgress(p []byte) (*Progress, error) {
 	return &Progress{AppliedIndex: binary.BigEndian.Uint64(p), AppliedTime: int64(binary.BigEndian.Uint64(p[8:]))}, nil
 }
 
+// Limits of a snapshot manifest.
+const (
+	MaxSnapshotFiles = 1 << 20
+	maxFileName      = 255
+)
+
+func (m *Snapshot) AppendPayload(dst []byte) []byte {
+	dst = append(dst, m.ID[:]...)
+	dst = binary.BigEndian.AppendUint64(dst, m.Index)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.Time))
+	dst = append(dst, m.Hash[:]...)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Files)))
+	for _, f := range m.Files {
+		dst = binary.AppendUvarint(dst, uint64(len(f.Name)))
+		dst = append(dst, f.Name...)
+		dst = binary.BigEndian.AppendUint64(dst, f.Size)
+	}
+	return dst
+}
+
+func decodeSnapshot(p []byte) (*Snapshot, error) {
+	const fixed = 16 + 8 + 8 + 32
+	if len(p) < fixed+1 {
+		return nil, fmt.Errorf("%w: snapshot of %d bytes", ErrMalformed, len(p))
+	}
+	m := &Snapshot{}
+	copy(m.ID[:], p)
+	m.Index = binary.BigEndian.Uint64(p[16:])
+	m.Time = int64(binary.BigEndian.Uint64(p[24:]))
+	copy(m.Hash[:], p[32:64])
+	count, n := binary.Uvarint(p[fixed:])
+	if n <= 0 || count > MaxSnapshotFiles || count > uint64(len(p)) {
+		return nil, fmt.Errorf("%w: bad snapshot file count", ErrMalformed)
+	}
+	p = p[fixed+n:]
+	m.Files = make([]SnapshotFile, 0, count)
+	for i := uint64(0); i < count; i++ {
+		name, rest, err := readString(p, maxFileName)
+		if err != nil || len(rest) < 8 {
+			return nil, fmt.Errorf("%w: snapshot file %d: bad entry", ErrMalformed, i)
+		}
+		m.Files = append(m.Files, SnapshotFile{Name: name, Size: binary.BigEndian.Uint64(rest)})
+		p = rest[8:]
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the snapshot manifest", ErrMalformed, len(p))
+	}
+	return m, nil
+}
+
+func (m *Chunk) AppendPayload(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(m.File))
+	dst = binary.AppendUvarint(dst, m.Offset)
+	return append(dst, m.Data...)
+}
+
+// decodeChunk decodes a Chunk; Data aliases p.
+func decodeChunk(p []byte) (*Chunk, error) {
+	f, n := binary.Uvarint(p)
+	if n <= 0 || f > MaxSnapshotFiles {
+		return nil, fmt.Errorf("%w: chunk file number", ErrMalformed)
+	}
+	off, n2 := binary.Uvarint(p[n:])
+	if n2 <= 0 {
+		return nil, fmt.Errorf("%w: chunk offset", ErrMalformed)
+	}
+	return &Chunk{File: uint32(f), Offset: off, Data: p[n+n2:]}, nil
+}
+
+func (m *FileEnd) AppendPayload(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(m.File))
+	dst = binary.BigEndian.AppendUint64(dst, m.Size)
+	return binary.BigEndian.AppendUint32(dst, m.CRC)
+}
+
+func decodeFileEnd(p []byte) (*FileEnd, error) {
+	f, n := binary.Uvarint(p)
+	if n <= 0 || f > MaxSnapshotFiles || len(p)-n != 12 {
+		return nil, fmt.Errorf("%w: file end of %d bytes", ErrMalformed, len(p))
+	}
+	return &FileEnd{File: uint32(f), Size: binary.BigEndian.Uint64(p[n:]), CRC: binary.BigEndian.Uint32(p[n+8:])}, nil
+}
+
 func (m *Done) AppendPayload(dst []byte) []byte {
 	return binary.BigEndian.AppendUint64(dst, m.LastIndex)
 }
@@ -419,6 +597,12 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeProgress(p)
 	case MsgDone:
 		return decodeDone(p)
+	case MsgSnapshot:
+		return decodeSnapshot(p)
+	case MsgChunk:
+		return decodeChunk(p)
+	case MsgFileEnd:
+		return decodeFileEnd(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

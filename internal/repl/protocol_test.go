@@ -38,6 +38,10 @@ func sampleMessages() []Message {
 		&Entries{Entries: sealed(1, wal.Hash{}, 5)},
 		&Progress{AppliedIndex: 5, AppliedTime: -1},
 		&Done{LastIndex: 77},
+		&Hello{Version: 1, Database: "db", Bootstrap: true, Resume: ResumePoint{Snapshot: SnapshotID{7}, File: 3, Offset: 1 << 33}},
+		&Snapshot{ID: SnapshotID{1, 2}, Index: 1000, Time: 99, Hash: wal.Hash{5}, Files: []SnapshotFile{{"MANIFEST-000001", 39}, {"000005.sst", 1 << 30}}},
+		&Chunk{File: 1, Offset: 1 << 20, Data: []byte("table bytes")},
+		&FileEnd{File: 1, Size: 1 << 30, CRC: 0xdeadbeef},
 	}
 }
 

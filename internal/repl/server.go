@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"golang.org/x/time/rate"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -34,6 +35,15 @@ type ServerConfig struct {
 	HandshakeTimeout time.Duration
 	// WriteTimeout bounds each message write. Default 30s.
 	WriteTimeout time.Duration
+	// BootstrapRate caps the bytes per second of snapshot files sent, all
+	// bootstraps together, so bootstrapping replicas cannot starve the
+	// disk or the network of this server. 0: unlimited.
+	BootstrapRate int64
+	// SnapshotKeep is how long a snapshot is reused for new bootstraps and
+	// kept after its last use so interrupted ones can resume. Default 10m.
+	SnapshotKeep time.Duration
+	// ChunkBytes is the size of the snapshot file chunks. Default 512 KiB.
+	ChunkBytes int
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -56,6 +66,12 @@ func (c *ServerConfig) EnsureDefaults() *ServerConfig {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
+	if c.SnapshotKeep == 0 {
+		c.SnapshotKeep = 10 * time.Minute
+	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = 512 << 10
+	}
 	return c
 }
 
@@ -72,6 +88,12 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("repl: HandshakeTimeout %v below 1ms", c.HandshakeTimeout)
 	case c.WriteTimeout < time.Millisecond:
 		return fmt.Errorf("repl: WriteTimeout %v below 1ms", c.WriteTimeout)
+	case c.BootstrapRate < 0:
+		return fmt.Errorf("repl: BootstrapRate %d is negative", c.BootstrapRate)
+	case c.SnapshotKeep < time.Second:
+		return fmt.Errorf("repl: SnapshotKeep %v below 1s", c.SnapshotKeep)
+	case c.ChunkBytes < 1 || c.ChunkBytes > MaxPayload/2:
+		return fmt.Errorf("repl: ChunkBytes %d out of range 1..%d", c.ChunkBytes, MaxPayload/2)
 	}
 	return nil
 }
@@ -81,6 +103,10 @@ type Server struct {
 	cfg    ServerConfig
 	lookup func(db string) (*store.Store, bool)
 	log    *slog.Logger
+
+	snaps *snapshotCache
+	// limit paces snapshot bytes; nil when BootstrapRate is 0.
+	limit *rate.Limiter
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -104,7 +130,25 @@ func NewServer(cfg ServerConfig, lookup func(db string) (*store.Store, bool), lo
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, lookup: lookup, log: log.With("component", "repl-server")}
+	s.snaps = newSnapshotCache(cfg.SnapshotKeep, s.log)
+	if cfg.BootstrapRate > 0 {
+		s.limit = rate.NewLimiter(rate.Limit(cfg.BootstrapRate), max(cfg.ChunkBytes, int(min(cfg.BootstrapRate, MaxPayload/2))))
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				s.snaps.gc()
+			case <-s.ctx.Done():
+				return
+			}
+		}
+	}()
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[net.Conn]struct{})
 	return s, nil
@@ -218,6 +262,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.snaps.removeAll()
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("repl: shutdown: %w", ctx.Err())
@@ -295,6 +340,12 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+	if hello.Bootstrap {
+		if err := cn.bootstrap(ctx, st, hello); err != nil && ctx.Err() == nil {
+			cn.log.Info("bootstrap transfer ended", "err", err)
+		}
+		return
+	}
 	cn.log.Info("replication client connected", "from", next, "stop", hello.StopIndex)
 	if err := cn.stream(ctx, st, next, hello.StopIndex); err != nil && ctx.Err() == nil {
 		cn.log.Info("replication stream ended", "err", err)
@@ -325,6 +376,9 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	if !h.DBID.IsZero() && h.DBID != st.DBID() {
 		cn.refuse(RefuseWrongDBID, "database %q has id %s, client expects %s", h.Database, st.DBID(), h.DBID)
 		return nil, 0, false
+	}
+	if h.Bootstrap {
+		return st, 0, true // bootstrap sends its own Welcome
 	}
 	lr, err := st.LogRange()
 	if err != nil {

@@ -105,7 +105,8 @@ func (s *Server) openDatabase(d config.Database) error {
 		return nil
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
-	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration, Dial: s.tls.dial()}, st, s.log.With("db", d.Name))
+	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
+		Dial: s.tls.dial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: d.BootstrapMinEntries}, st, s.log.With("db", d.Name))
 	if err != nil {
 		return err
 	}
@@ -131,10 +132,37 @@ func (s *Server) openDatabase(d config.Database) error {
 		if rs.LastError != nil {
 			m["last_error"] = rs.LastError.Error()
 		}
+		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
 		return m
 	}
 	s.log.Info("database open", "db", d.Name, "role", "replica", "upstream", sources, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 	return nil
+}
+
+// bootstrapStatus is the "bootstrap" object of a replica's status: null
+// if it never bootstrapped since the process started.
+func bootstrapStatus(b repl.BootstrapProgress) map[string]any {
+	if b.Started.IsZero() {
+		return nil
+	}
+	m := map[string]any{
+		"active":        b.Active,
+		"waiting":       b.Waiting,
+		"source":        b.Source,
+		"snapshot":      b.Snapshot,
+		"index":         b.Index,
+		"bytes_done":    b.BytesDone,
+		"bytes_total":   b.BytesTotal,
+		"files_done":    b.FilesDone,
+		"files_total":   b.FilesTotal,
+		"resumed_bytes": b.Resumed,
+		"started":       b.Started.UTC().Format(time.RFC3339Nano),
+		"finished":      nil,
+	}
+	if !b.Finished.IsZero() {
+		m["finished"] = b.Finished.UTC().Format(time.RFC3339Nano)
+	}
+	return m
 }
 
 // Database implements httpapi.Catalog.
@@ -202,7 +230,11 @@ func (s *Server) Start() error {
 		if err != nil {
 			return err
 		}
-		rs, err := repl.NewServer(repl.ServerConfig{}, func(name string) (*store.Store, bool) {
+		rate := s.cfg.BootstrapRate
+		if rate < 0 {
+			rate = 0 // no limit
+		}
+		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
