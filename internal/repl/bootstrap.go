@@ -201,16 +201,23 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	r.log.Info("bootstrapping", "source", d.src, "snapshot", snap.ID.String(), "index", snap.Index,
 		"bytes", total, "files", len(snap.Files), "resume_file", resume.File, "resume_offset", resume.Offset)
 
+	// Files are fsynced in the background, in order, while the next ones
+	// arrive; the record counts a file done only once it is synced.
+	sy := newSyncer(d)
 	for i := d.state.Done; i < len(snap.Files); i++ {
 		off := uint64(0)
 		if i == int(resume.File) {
 			off = resume.Offset
 		}
-		got, err := d.receiveFile(ctx, c, br, i, off)
+		f, got, err := d.receiveFile(ctx, c, br, i, off)
 		progressed = progressed || got
 		if err != nil {
-			return progressed, err
+			return progressed, errors.Join(err, sy.wait())
 		}
+		sy.add(f, i)
+	}
+	if err := sy.wait(); err != nil {
+		return progressed, err
 	}
 	c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 	if m, err = ReadMessage(br); err != nil {
@@ -286,38 +293,93 @@ func (d *download) save() error {
 	return syncPath(d.staging)
 }
 
-// receiveFile receives file i from offset off on. got reports whether any
-// byte arrived.
-func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline(time.Time) error }, br *bufio.Reader, i int, off uint64) (got bool, err error) {
+// syncer fsyncs received files in order and records each as done.
+type syncer struct {
+	d    *download
+	next chan syncJob
+	done chan error
+}
+
+type syncJob struct {
+	f *os.File
+	i int
+}
+
+func newSyncer(d *download) *syncer {
+	next := make(chan syncJob, 64)
+	s := &syncer{d: d, next: next, done: make(chan error, 1)}
+	go func() {
+		var err error
+		for j := range next {
+			if err == nil {
+				err = j.f.Sync()
+			}
+			if cerr := j.f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				continue // drain, closing the rest
+			}
+			s.d.state.Done = j.i + 1
+			if err = s.d.save(); err == nil {
+				s.d.r.progress(func(p *BootstrapProgress) { p.FilesDone = j.i + 1 })
+			}
+		}
+		s.done <- err
+	}()
+	return s
+}
+
+// add queues f (file i, complete and checked) for syncing.
+func (s *syncer) add(f *os.File, i int) { s.next <- syncJob{f, i} }
+
+// wait syncs everything queued and returns the first error.
+func (s *syncer) wait() error {
+	if s.next != nil {
+		close(s.next)
+		s.next = nil
+	}
+	err := <-s.done
+	s.done <- err
+	return err
+}
+
+// receiveFile receives file i from offset off on and returns it, open,
+// once its size and CRC checked. got reports whether any byte arrived.
+func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline(time.Time) error }, br *bufio.Reader, i int, off uint64) (_ *os.File, got bool, err error) {
 	r := d.r
 	sf := d.state.Files[i]
 	path := filepath.Join(d.staging, sf.Name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	defer f.Close()
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
 	if err := f.Truncate(int64(off)); err != nil {
-		return false, err
+		return nil, false, err
 	}
 	crc, err := crcPrefix(f, off)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	db := r.cfg.Database
 	for {
 		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		m, err := ReadMessage(br)
 		if err != nil {
-			return got, fmt.Errorf("bootstrap from %s: %w", d.src, err)
+			return nil, got, fmt.Errorf("bootstrap from %s: %w", d.src, err)
 		}
 		switch m := m.(type) {
 		case *Chunk:
 			if int(m.File) != i || m.Offset != off || off+uint64(len(m.Data)) > sf.Size {
-				return got, fmt.Errorf("%w: chunk of file %d at %d (+%d), expected file %d at %d of %d", ErrMalformed, m.File, m.Offset, len(m.Data), i, off, sf.Size)
+				return nil, got, fmt.Errorf("%w: chunk of file %d at %d (+%d), expected file %d at %d of %d", ErrMalformed, m.File, m.Offset, len(m.Data), i, off, sf.Size)
 			}
 			if _, err := f.Write(m.Data); err != nil {
-				return got, &streamError{kindApply, fmt.Errorf("write %s: %w", path, err)}
+				return nil, got, &streamError{kindApply, fmt.Errorf("write %s: %w", path, err)}
 			}
 			crc = crc32.Update(crc, crcTable, m.Data)
 			off += uint64(len(m.Data))
@@ -326,29 +388,21 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 			r.progress(func(p *BootstrapProgress) { p.BytesDone += uint64(len(m.Data)) })
 		case *FileEnd:
 			if int(m.File) != i || m.Size != sf.Size || off != sf.Size {
-				return got, fmt.Errorf("%w: end of file %d (%d bytes) after %d of %d bytes of file %d", ErrMalformed, m.File, m.Size, off, sf.Size, i)
+				return nil, got, fmt.Errorf("%w: end of file %d (%d bytes) after %d of %d bytes of file %d", ErrMalformed, m.File, m.Size, off, sf.Size, i)
 			}
 			if m.CRC != crc {
 				// Start this file over next time.
 				f.Truncate(0)
-				return got, &streamError{kindCRC, fmt.Errorf("qs: snapshot file %s: CRC %08x, source says %08x", sf.Name, crc, m.CRC)}
+				return nil, got, &streamError{kindCRC, fmt.Errorf("qs: snapshot file %s: CRC %08x, source says %08x", sf.Name, crc, m.CRC)}
 			}
-			if err := f.Sync(); err != nil {
-				return got, err
-			}
-			d.state.Done = i + 1
-			if err := d.save(); err != nil {
-				return got, err
-			}
-			r.progress(func(p *BootstrapProgress) { p.FilesDone = i + 1 })
-			return got, nil
+			return f, got, nil
 		case *Refuse:
-			return got, &RefusedError{Code: m.Code, Reason: m.Reason}
+			return nil, got, &RefusedError{Code: m.Code, Reason: m.Reason}
 		default:
-			return got, fmt.Errorf("%w: unexpected %s during bootstrap from %s", ErrMalformed, m.Type(), d.src)
+			return nil, got, fmt.Errorf("%w: unexpected %s during bootstrap from %s", ErrMalformed, m.Type(), d.src)
 		}
 		if ctx.Err() != nil {
-			return got, ctx.Err()
+			return nil, got, ctx.Err()
 		}
 	}
 }
