@@ -104,6 +104,7 @@ type download struct {
 	src     string
 	staging string
 	state   *bootstrapState
+	fr      frameReader // for the chunks: one buffer reused
 }
 
 func (d *download) run(ctx context.Context) (progressed bool, err error) {
@@ -369,7 +370,7 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 	db := r.cfg.Database
 	for {
 		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
-		m, err := ReadMessage(br)
+		m, err := d.fr.message(br)
 		if err != nil {
 			return nil, got, fmt.Errorf("bootstrap from %s: %w", d.src, err)
 		}

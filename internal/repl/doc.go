@@ -22,7 +22,7 @@
 //
 // # Wire protocol (version 1)
 //
-// One TCP connection per stream (TLS, when added, wraps the connection and
+// One TCP connection per stream (TLS, when configured, wraps the connection and
 // changes nothing below). The client sends exactly one message, Hello; the
 // server answers Welcome or Refuse, then sends Entries, Progress, and
 // finally Done (if a StopIndex was asked) or Refuse (if retention overtook
@@ -42,7 +42,9 @@
 // Messages (type byte, payload):
 //
 //	1 Hello    magic "QSR1" version(2) flags(1) dbid(16) pid(16) last(8) stop(8) name(string ≤ 255)
-//	           flags bit 0: NewestOnly; other bits must be zero.
+//	           flags bit 0: NewestOnly, bit 1: Bootstrap; other bits must be zero.
+//	           With Bootstrap the name is followed by the resume point:
+//	           snapshot(16) file(4) offset(8), all zero for a new download.
 //	           dbid: the database id the client expects; all zero = accept any
 //	           (learn it from Welcome). pid: the client's process id, 16 random
 //	           bytes per process. last: the client's applied index; streaming
@@ -61,7 +63,15 @@
 //	5 Progress applied(8) time(8): sent when the stream has been idle for the
 //	           server's ProgressInterval (default 1s), so the client knows the
 //	           server is alive even without root heartbeats.
-//	6 Done     last(8): the StopIndex was reached; the server closes.
+//	6 Done     last(8): the StopIndex was reached (or, for a bootstrap, the snapshot sent); the server closes.
+//	7 Snapshot  id(16) index(8) time(8) hash(32) count(uvarint) file*;  file := name(string ≤ 255) size(8)
+//	           Bootstrap only: the snapshot's id, the index, root time and hash
+//	           of its last entry, and its files in the order they will be sent.
+//	8 Chunk     file(uvarint) offset(uvarint) data: the next bytes of file
+//	           number file (an index into the manifest), at offset.
+//	9 FileEnd   file(uvarint) size(8) crc(4): file is complete; crc is the
+//	           CRC-32C of the whole file. The receiver checks size and crc
+//	           before keeping the file.
 //
 // Unknown message types, trailing bytes and malformed fields are decode
 // errors; the receiver drops the connection.
@@ -81,6 +91,44 @@
 //	6 ahead             last is beyond the server's applied index
 //	7 bad_hello         the first message was not a Hello
 //	8 shutting_down     the server is stopping
+//	9 unavailable       the server cannot make a snapshot now
+//
+// # Bootstrap
+//
+// A replica bootstraps when a source refuses it with log_truncated (it is
+// behind the retained log), or when it is new (applied index 0) and the
+// source is more than bootstrap_min_entries (default 10,000) ahead. It sends
+// a Hello with the Bootstrap flag and its resume point; the server answers
+// Welcome (next = the snapshot's index + 1), the Snapshot manifest, then for
+// each file from the resume point on: Chunk messages in order and a FileEnd,
+// and finally Done(last = the snapshot's index). The client then opens an
+// ordinary stream from index + 1.
+//
+// The server's snapshot is a checkpoint of its store (immutable files hard
+// linked, the write-ahead log copied) made in milliseconds, in
+// <store dir>.snapshots/<id>. Reading its files holds no read transaction on
+// the live database. A snapshot is shared by every bootstrap while it is
+// younger than snapshot_keep (default 10 minutes) and the log still continues
+// from its index; it is kept snapshot_keep after its last use so that an
+// interrupted download can resume, and removed when superseded and unused,
+// or when the server stops. A resume point naming a snapshot the server no
+// longer has gets a new snapshot: the client discards its partial download
+// and starts over. Snapshot bytes are paced by the server's bootstrap_rate
+// (default 100 MiB/s, all transfers together).
+//
+// The client writes the files into <store dir>.bootstrap, with a record
+// (QS-BOOTSTRAP.json) of the snapshot and of the files complete, checked and
+// fsynced. A file name that is empty, ".", "..", contains a path separator,
+// or names the record is refused. After a broken connection or a restart,
+// the resume point is the first incomplete file and its size on disk; the
+// CRC of a resumed file covers the bytes already on disk, read again by both
+// sides. When every file is in, the directory is synced and renamed to
+// <store dir>.ready (the commit point), and the store swaps it in: readers
+// wait for the swap (milliseconds) and never see the applied index go back.
+// A crash at any point leaves either the old database or the new one; the
+// next start finishes the install. Only one bootstrap runs per host at a
+// time: the client holds an flock on bootstrap_lock (default
+// $TMPDIR/qs-bootstrap.lock) while it downloads and installs.
 //
 // # Liveness
 //
@@ -90,7 +138,6 @@
 // 30 s) disconnects and tries the next source, after a jittered, doubling,
 // bounded backoff.
 //
-// Not yet here: bootstrap from a snapshot (after log_truncated), TLS,
-// source discovery, and forwarding verified entries downstream before the
-// local commit finishes.
+// Not yet here: source discovery, and forwarding verified entries
+// downstream before the local commit finishes.
 package repl

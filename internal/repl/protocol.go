@@ -1,7 +1,6 @@
 package repl
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -639,6 +638,18 @@ func WriteMessage(w io.Writer, m Message) error {
 // short gives io.ErrUnexpectedEOF. The payload is freshly allocated, grown
 // as bytes arrive, so a corrupted length costs no memory up front.
 func ReadFrame(r io.Reader) (MsgType, []byte, error) {
+	var fr frameReader
+	t, p, err := fr.next(r)
+	return t, p[:len(p):len(p)], err
+}
+
+// frameReader reads frames into one reused buffer: a payload is valid
+// until the next call. The buffer grows only as bytes actually arrive.
+type frameReader struct {
+	buf []byte
+}
+
+func (fr *frameReader) next(r io.Reader) (MsgType, []byte, error) {
 	var hdr [frameHeader]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
@@ -648,24 +659,38 @@ func ReadFrame(r io.Reader) (MsgType, []byte, error) {
 	if n > MaxPayload {
 		return 0, nil, fmt.Errorf("%w: frame of %d bytes over the %d limit", ErrMalformed, n, MaxPayload)
 	}
-	var buf bytes.Buffer
-	if n > 0 {
-		buf.Grow(int(min(n, 64<<10)) + frameTrailer)
-	}
-	if _, err := io.CopyN(&buf, r, int64(n)+frameTrailer); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	want := int(n) + frameTrailer
+	b := fr.buf[:0]
+	for len(b) < want {
+		if len(b) == cap(b) {
+			b = append(b, make([]byte, min(max(cap(b), 64<<10), want-len(b)))...)[:len(b)]
 		}
-		return 0, nil, err
+		k, err := io.ReadFull(r, b[len(b):min(cap(b), want)])
+		b = b[:len(b)+k]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, nil, err
+		}
 	}
-	b := buf.Bytes()
+	fr.buf = b
 	payload, sum := b[:n], binary.BigEndian.Uint32(b[n:])
 	crc := crc32.Update(0, crcTable, hdr[:1])
 	crc = crc32.Update(crc, crcTable, payload)
 	if crc != sum {
 		return 0, nil, fmt.Errorf("%w: %s frame of %d bytes", ErrChecksum, t, n)
 	}
-	return t, payload[:n:n], nil
+	return t, payload, nil
+}
+
+// message reads and decodes one message; it may alias the buffer.
+func (fr *frameReader) message(r io.Reader) (Message, error) {
+	t, p, err := fr.next(r)
+	if err != nil {
+		return nil, err
+	}
+	return DecodePayload(t, p)
 }
 
 // ReadMessage reads and decodes one message.
