@@ -245,8 +245,11 @@ func TestWatchHTTPErrors(t *testing.T) {
 // too_slow line naming the index to resume from, without slowing a
 // reading client; resuming from that index misses nothing.
 func TestWatchHTTPSlowClient(t *testing.T) {
+	// A write timeout longer than the test: the slow client is cut by its
+	// buffer overflowing, never by its socket (60 writes of 512 KiB take
+	// over 10 s under the race detector on a busy machine).
 	e := newEnv(t, Config{}, store.Options{})
-	withHub(t, e, watch.Config{BufferBatches: 2})
+	withHub(t, e, watch.Config{BufferBatches: 2, WriteTimeout: 5 * time.Minute})
 	from := e.st.AppliedIndex()
 	slow := e.watchPaused(t, "")
 	fast := e.watch(t, "")
