@@ -1,12 +1,18 @@
 // Package client is the Go client of the Quicksilver HTTP API. The qs CLI
 // uses it. Reads fail over across the configured servers; writes go to the
-// first server that accepts them.
+// first server that accepts them (moving on from a server that says it is
+// not the root) and are retried safely: every write carries an
+// Idempotency-Key, kept across its retries, so a write whose answer was
+// lost (a timeout, a connection reset, a 503) is applied once even when
+// it is sent again.
 package client
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +29,8 @@ type Client struct {
 	servers []string // base URLs, "http://host:port"
 	db      string
 	hc      *http.Client
+	retries int
+	backoff time.Duration
 }
 
 // Options configure a Client.
@@ -33,6 +41,13 @@ type Options struct {
 	Timeout time.Duration
 	// HTTPClient overrides the HTTP client.
 	HTTPClient *http.Client
+	// WriteAttempts bounds the rounds over the servers a write makes when
+	// it fails in a way a retry may fix (connection error, timeout, 503,
+	// 504). Default 3; 1 disables retries.
+	WriteAttempts int
+	// RetryBackoff is the pause before the second round, doubled for each
+	// next one. Default 100ms.
+	RetryBackoff time.Duration
 }
 
 // New returns a client for servers given as host:port or URLs.
@@ -40,9 +55,15 @@ func New(servers []string, o Options) (*Client, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("client: no servers")
 	}
-	c := &Client{db: o.Database, hc: o.HTTPClient}
+	c := &Client{db: o.Database, hc: o.HTTPClient, retries: o.WriteAttempts, backoff: o.RetryBackoff}
 	if c.db == "" {
 		c.db = "default"
+	}
+	if c.retries <= 0 {
+		c.retries = 3
+	}
+	if c.backoff <= 0 {
+		c.backoff = 100 * time.Millisecond
 	}
 	if c.hc == nil {
 		t := o.Timeout
@@ -153,6 +174,9 @@ func (c *Client) Get(ctx context.Context, key string, o ReadOptions) (Value, err
 type WriteResult struct {
 	Index   uint64 `json:"index"`
 	Changed bool   `json:"changed"`
+	// Duplicate: the server had already applied this write (an earlier
+	// attempt whose answer was lost); Index and Changed are from then.
+	Duplicate bool `json:"duplicate"`
 }
 
 // Put sets key to value. ifIndex, when not nil, is a compare-and-swap
@@ -172,8 +196,8 @@ func (c *Client) writeKey(ctx context.Context, method, key string, value []byte,
 		q.Set("if_index", strconv.FormatUint(*ifIndex, 10))
 	}
 	var res WriteResult
-	err := c.write(ctx, func(base string) error {
-		resp, err := c.do(ctx, method, base+c.keyURL(key)+encodeQuery(q), value)
+	err := c.write(ctx, func(base string, h http.Header) error {
+		resp, err := c.doHeader(ctx, method, base+c.keyURL(key)+encodeQuery(q), value, h)
 		if err != nil {
 			return err
 		}
@@ -226,8 +250,8 @@ func (c *Client) Batch(ctx context.Context, ops []Op, conds []Cond) (WriteResult
 		return WriteResult{}, err
 	}
 	var res WriteResult
-	err = c.write(ctx, func(base string) error {
-		resp, err := c.do(ctx, http.MethodPost, base+"/v1/"+url.PathEscape(c.db)+"/batch", body)
+	err = c.write(ctx, func(base string, h http.Header) error {
+		resp, err := c.doHeader(ctx, http.MethodPost, base+"/v1/"+url.PathEscape(c.db)+"/batch", body, h)
 		if err != nil {
 			return err
 		}
@@ -326,17 +350,41 @@ func (c *Client) read(ctx context.Context, f func(base string) error) error {
 	return errors.Join(errs...)
 }
 
-// write sends to the servers in order, moving on only when a server says
-// it is not the root or cannot be reached before the request was sent.
-func (c *Client) write(ctx context.Context, f func(base string) error) error {
+// write sends one logical write to the servers in order, with one
+// Idempotency-Key for all its attempts: it moves on from a server that
+// says it is not the root, and retries (up to WriteAttempts rounds, with
+// backoff) when the outcome is unknown or the server was unavailable.
+// Any other answer, success or error, is final.
+func (c *Client) write(ctx context.Context, f func(base string, h http.Header) error) error {
+	var id [16]byte
+	rand.Read(id[:])
+	h := http.Header{"Idempotency-Key": {hex.EncodeToString(id[:])}}
 	var errs []error
-	for _, s := range c.servers {
-		err := f(s)
-		var e *Error
-		if err == nil || ctx.Err() != nil || !(errors.As(err, &e) && e.Code == "not_root") {
-			return err
+	pause := c.backoff
+	for round := 0; round < c.retries; round++ {
+		if round > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return errors.Join(append(errs, ctx.Err())...)
+			}
+			pause *= 2
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", s, err))
+		for _, s := range c.servers {
+			err := f(s, h)
+			var e *Error
+			switch {
+			case err == nil || ctx.Err() != nil:
+				return err
+			case errors.As(err, &e) && e.Code == "not_root":
+			case retryable(err):
+			default:
+				return err
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", s, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -350,6 +398,10 @@ func retryable(err error) bool {
 }
 
 func (c *Client) do(ctx context.Context, method, u string, body []byte) (*http.Response, error) {
+	return c.doHeader(ctx, method, u, body, nil)
+}
+
+func (c *Client) doHeader(ctx context.Context, method, u string, body []byte, h http.Header) (*http.Response, error) {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
@@ -360,6 +412,9 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte) (*http.R
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	return c.hc.Do(req)
 }

@@ -2,10 +2,15 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/quicksilver-kv/qs/client"
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
@@ -113,4 +118,118 @@ func Example() {
 	v, _ := c.Get(ctx, "feature/dark-mode", client.ReadOptions{MinIndex: w.Index})
 	fmt.Printf("%s, read at the write's index: %v\n", v.Value, v.Index == w.Index)
 	// Output: on, read at the write's index: true
+}
+
+// lossy forwards requests but, for the first n writes, throws the answer
+// away and reports a broken connection: the server applied the write, the
+// client cannot know.
+type lossy struct {
+	n    int
+	seen []string // Idempotency-Key of every write sent
+}
+
+func (l *lossy) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if r.Method == http.MethodGet || err != nil {
+		return resp, err
+	}
+	l.seen = append(l.seen, r.Header.Get("Idempotency-Key"))
+	if l.n > 0 {
+		l.n--
+		resp.Body.Close()
+		return nil, errors.New("connection reset by peer (injected)")
+	}
+	return resp, nil
+}
+
+func TestClientRetriesWritesOnce(t *testing.T) {
+	srv := newServer(t)
+	tr := &lossy{n: 2}
+	c, _ := client.New([]string{srv.URL}, client.Options{HTTPClient: &http.Client{Transport: tr}, RetryBackoff: time.Millisecond})
+	ctx := context.Background()
+	direct, _ := client.New([]string{srv.URL}, client.Options{})
+	before, _ := direct.Put(ctx, "other", []byte("x"), nil)
+
+	w, err := c.Batch(ctx, []client.Op{{Key: "a", Value: []byte("1")}, {Key: "n", Value: []byte("1")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three attempts, one key; applied by the first, answered by the third.
+	if len(tr.seen) != 3 || tr.seen[0] == "" || tr.seen[0] != tr.seen[1] || tr.seen[1] != tr.seen[2] {
+		t.Fatalf("attempts carried keys %q", tr.seen)
+	}
+	if !w.Duplicate || !w.Changed || w.Index != before.Index+1 {
+		t.Fatalf("retried write: %+v (previous write at %d)", w, before.Index)
+	}
+	st, _ := direct.Status(ctx)
+	if st["applied_index"].(float64) != float64(before.Index+1) {
+		t.Fatalf("the write was applied more than once: applied index %v", st["applied_index"])
+	}
+	// A new logical write gets a new key.
+	tr.n = 1
+	w2, err := c.Put(ctx, "a", []byte("2"), nil)
+	if err != nil || !w2.Duplicate || w2.Index != w.Index+1 || tr.seen[3] == tr.seen[0] {
+		t.Fatalf("second write: %+v %v keys %q", w2, err, tr.seen)
+	}
+	// Out of attempts: the error says what happened.
+	tr.n = 10
+	if _, err := c.Put(ctx, "a", []byte("3"), nil); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("write with every answer lost: %v", err)
+	}
+	// A refusal is final: no retry.
+	n := len(tr.seen)
+	tr.n = 0
+	zero := uint64(0)
+	if _, err := c.Put(ctx, "a", []byte("4"), &zero); err == nil || len(tr.seen) != n+1 {
+		t.Fatalf("failed condition: %v after %d attempts", err, len(tr.seen)-n)
+	}
+}
+
+func TestServerAnswersDuplicates(t *testing.T) {
+	srv := newServer(t)
+	put := func(key string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/default/keys/k", strings.NewReader("v"))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	if code, body := put("same"); code != 200 || body != `{"index":1,"changed":true}` {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	if code, body := put("same"); code != 200 || body != `{"index":1,"changed":true,"duplicate":true}` {
+		t.Fatalf("retry: %d %s", code, body)
+	}
+	if code, body := put(strings.Repeat("x", 65)); code != 400 || !strings.Contains(body, "bad_request") {
+		t.Fatalf("long key: %d %s", code, body)
+	}
+}
+
+// ExampleClient_Batch writes two keys atomically, only if the first does
+// not exist yet. The client retries the batch safely if its answer is
+// lost: the server recognises the retry by its Idempotency-Key.
+func ExampleClient_Batch() {
+	dir := tempDir()
+	defer os.RemoveAll(dir)
+	st, _ := store.Open(store.Options{Dir: dir, MinFreeBytes: 1, BallastBytes: -1})
+	defer st.Close()
+	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), catalog{"default": {Name: "default", Store: st}}, nil))
+	defer srv.Close()
+
+	c, _ := client.New([]string{srv.URL}, client.Options{})
+	ctx := context.Background()
+	ops := []client.Op{{Key: "routes/eu", Value: []byte("v2")}, {Key: "routes/us", Value: []byte("v2")}}
+	w, err := c.Batch(ctx, ops, []client.Cond{{Key: "routes/eu", Index: 0}})
+	fmt.Println(w.Index, w.Changed, err)
+	_, err = c.Batch(ctx, ops, []client.Cond{{Key: "routes/eu", Index: 0}})
+	fmt.Println(err != nil)
+	// Output:
+	// 1 true <nil>
+	// true
 }

@@ -26,6 +26,10 @@ type Cond struct {
 type Batch struct {
 	Ops   []wal.Op
 	Conds []Cond
+	// ID, when set, makes the batch idempotent: a batch with an ID seen in
+	// the last IdempotencyWindow is not applied again; it gets the first
+	// outcome, with Duplicate set (see idempotency.go).
+	ID []byte
 }
 
 // WriteResult tells where a write landed. Changed is false when every op
@@ -34,6 +38,9 @@ type Batch struct {
 type WriteResult struct {
 	Index   uint64
 	Changed bool
+	// Duplicate: the batch's ID was seen before; nothing was applied now
+	// and Index and Changed are those of the first attempt.
+	Duplicate bool
 }
 
 type requestKind uint8
@@ -119,6 +126,9 @@ func (s *Store) validate(b Batch) (int, error) {
 	}
 	if len(b.Ops) > s.opts.MaxBatchOps {
 		return 0, fmt.Errorf("%w: %d ops in a batch, limit %d", ErrTooLarge, len(b.Ops), s.opts.MaxBatchOps)
+	}
+	if len(b.ID) > MaxBatchIDBytes {
+		return 0, fmt.Errorf("%w: batch id of %d bytes, limit %d", ErrTooLarge, len(b.ID), MaxBatchIDBytes)
 	}
 	if len(b.Conds) > s.opts.MaxBatchOps {
 		return 0, fmt.Errorf("%w: %d conditions in a batch, limit %d", ErrTooLarge, len(b.Conds), s.opts.MaxBatchOps)
@@ -306,6 +316,9 @@ type committer struct {
 	entries    int
 	buf, kbuf  []byte
 	lastGC     time.Time
+	// ids are the outcomes of the group's batches with an ID.
+	ids          map[string]batchOutcome
+	lastIDExpiry time.Time
 }
 
 // keyState is what the committer knows of a key: from the store, then
@@ -358,6 +371,7 @@ func (c *committer) commit(group []*request) {
 	}()
 	clear(c.overlay)
 	clear(c.inLog)
+	clear(c.ids)
 	c.blk.Reset()
 	c.entries = 0
 
@@ -375,6 +389,7 @@ func (c *committer) commit(group []*request) {
 		switch r.kind {
 		case reqWrite:
 			groupErr = c.prepareWrite(r)
+			c.recordBatch(r)
 		case reqApply:
 			groupErr = c.prepareApply(r)
 		case reqHeartbeat:
@@ -386,19 +401,24 @@ func (c *committer) commit(group []*request) {
 			break
 		}
 	}
-	if groupErr == nil && c.blk.Len() > 0 {
-		blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
-		c.buf = blk
-		c.batch.Set(logKey(c.blockFirst), blk, nil)
-		c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
-		c.log.bytes += int64(len(blk) + 9)
-		s.m.logBlockBytes.Observe(float64(len(blk)))
-		if err := c.truncateLog(); err != nil {
-			s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
+	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0) {
+		if c.blk.Len() > 0 {
+			blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
+			c.buf = blk
+			c.batch.Set(logKey(c.blockFirst), blk, nil)
+			c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
+			c.log.bytes += int64(len(blk) + 9)
+			s.m.logBlockBytes.Observe(float64(len(blk)))
+			if err := c.truncateLog(); err != nil {
+				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
+			}
+			c.batch.Set(metaApplied, c.last.encode(), nil)
+			c.batch.Set(metaLog, c.log.encode(), nil)
+			c.batch.Set(metaStats, c.stats.encode(), nil)
 		}
-		c.batch.Set(metaApplied, c.last.encode(), nil)
-		c.batch.Set(metaLog, c.log.encode(), nil)
-		c.batch.Set(metaStats, c.stats.encode(), nil)
+		if err := c.writeBatchIDs(); err != nil {
+			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
+		}
 		syncStart := time.Now()
 		if err := c.batch.Commit(pebble.Sync); err != nil {
 			groupErr = classifyCommitError(err)
@@ -445,6 +465,18 @@ func (c *committer) now() int64 {
 // Only storage errors are returned (they abort the group); a failed
 // condition is the request's own error.
 func (c *committer) prepareWrite(r *request) error {
+	if len(r.batch.ID) > 0 {
+		o, seen, err := c.seenBatch(r.batch.ID)
+		if err != nil {
+			return err
+		}
+		if seen {
+			c.s.m.duplicateWrites.Inc()
+			r.res = WriteResult{Index: o.index, Changed: o.changed, Duplicate: true}
+			r.batch.ID = nil // nothing new to record
+			return nil
+		}
+	}
 	for _, cond := range r.batch.Conds {
 		ks, err := c.state(cond.Key)
 		if err != nil {

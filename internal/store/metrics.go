@@ -53,6 +53,12 @@ var (
 	mSnapshotsInstalled = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshots_installed_total",
 		Help: "Bootstrap snapshots installed in place of the live database."}, []string{"db"}))
+	mDuplicateWrites = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "duplicate_writes_total",
+		Help: "Batches whose ID was seen before: answered with the first outcome, not applied again."}, []string{"db"}))
+	mBatchIDsExpired = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "batch_ids_expired_total",
+		Help: "Batch ID outcomes removed after the idempotency window."}, []string{"db"}))
 	mGroupSize = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_group_requests",
 		Help: "Requests committed together in one durable commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"db"}))
@@ -74,7 +80,7 @@ var (
 type storeMetrics struct {
 	applied, keys, logBytes, logEntries, diskFull                            prometheus.Gauge
 	logTruncated, entries, commits, noopWrites, diskFullEvents, materialized prometheus.Counter
-	checkpoints, snapshotsInstalled                                          prometheus.Counter
+	checkpoints, snapshotsInstalled, duplicateWrites, batchIDsExpired        prometheus.Counter
 	writeErrors, integrityErrors                                             *prometheus.CounterVec
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
 }
@@ -91,5 +97,6 @@ func newStoreMetrics(db string) *storeMetrics {
 		syncSeconds: mSyncSeconds.With(l), logBlockBytes: mLogBlockBytes.With(l),
 		lingerSeconds: mLingerSeconds.With(l),
 		checkpoints:   mCheckpoints.With(l), snapshotsInstalled: mSnapshotsInstalled.With(l),
+		duplicateWrites: mDuplicateWrites.With(l), batchIDsExpired: mBatchIDsExpired.With(l),
 	}
 }

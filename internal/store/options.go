@@ -42,6 +42,9 @@ type Options struct {
 	// after the first one of a group. Default 0: a lone write commits at once
 	// and writes arriving during an fsync join the next commit.
 	BatchWindow time.Duration
+	// IdempotencyWindow is how long the outcome of a batch with an ID is
+	// remembered (see Batch.ID). Default 10m.
+	IdempotencyWindow time.Duration
 	// MaxGroupBytes caps the bytes committed in one durable commit.
 	// Default 16 MiB.
 	MaxGroupBytes int
@@ -93,6 +96,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxKeyBytes == 0 {
 		o.MaxKeyBytes = 4096
+	}
+	if o.IdempotencyWindow == 0 {
+		o.IdempotencyWindow = 10 * time.Minute
 	}
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = 32 << 20
@@ -151,6 +157,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("store: MaxBatchBytes %d is below MaxValueBytes %d", o.MaxBatchBytes, o.MaxValueBytes)
 	case o.ChunkBytes < 1024:
 		return fmt.Errorf("store: ChunkBytes %d below 1024", o.ChunkBytes)
+	case o.IdempotencyWindow < time.Second:
+		return errors.New("store: IdempotencyWindow below 1s")
 	case o.BatchWindow < 0 || o.BatchWindow > 5*time.Second:
 		return fmt.Errorf("store: BatchWindow %v out of range 0..5s", o.BatchWindow)
 	case o.CacheBytes < 64<<20:

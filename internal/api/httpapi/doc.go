@@ -133,6 +133,15 @@
 // or nothing does. "value" is required for set and refused for del;
 // "index" is required in conditions.
 //
+// Every write may carry an Idempotency-Key header (1 to 64 bytes, unique
+// per logical write: the Go client sends 16 random bytes in hex and keeps
+// them across its retries). The root remembers the outcome of each key
+// for 10 minutes: a write whose key it has seen is not applied again and
+// is answered with the first attempt's index and "changed", plus
+// "duplicate": true. A write refused (a failed condition, an error)
+// records nothing, so its retry is evaluated afresh. This makes a retry
+// after a timeout or a lost answer safe.
+//
 // Request bodies are limited to Config.MaxBodyBytes. JSON bodies are
 // decoded strictly: unknown fields, wrong types and data after the
 // document are refused. Unknown or repeated query parameters are refused.

@@ -78,17 +78,27 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *Database) int
 }
 
 // commit writes b and answers {"index":N,"changed":bool} once it is
-// durable.
+// durable, with "duplicate":true when the request's Idempotency-Key was
+// seen before (nothing applied; the first attempt's outcome).
 func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *Database, b store.Batch) int {
+	if k := r.Header["Idempotency-Key"]; len(k) > 0 {
+		if len(k) > 1 || k[0] == "" || len(k[0]) > store.MaxBatchIDBytes {
+			return h.fail(w, r, d, errorf(codeBadRequest, "qs: Idempotency-Key must be one value of 1 to %d bytes", store.MaxBatchIDBytes))
+		}
+		b.ID = []byte(k[0])
+	}
 	res, err := d.Store.Write(r.Context(), b)
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
-	buf := make([]byte, 0, 48)
+	buf := make([]byte, 0, 64)
 	buf = append(buf, `{"index":`...)
 	buf = strconv.AppendUint(buf, res.Index, 10)
 	buf = append(buf, `,"changed":`...)
 	buf = strconv.AppendBool(buf, res.Changed)
+	if res.Duplicate {
+		buf = append(buf, `,"duplicate":true`...)
+	}
 	buf = append(buf, "}\n"...)
 	hd := w.Header()
 	hd["Content-Type"] = jsonContentType
