@@ -156,7 +156,7 @@ func reloadProducers(srv *server.Server, log *slog.Logger) {
 	case errors.Is(err, server.ErrNoProducersFile):
 		log.Warn("SIGHUP ignored", "err", err)
 	case err != nil:
-		// The gateway logged why; the producers in force stay.
+		log.Error("SIGHUP: producers file not reloaded; the previous producers stay in force", "err", err)
 	case !changed:
 		log.Info("SIGHUP: producers file unchanged")
 	}

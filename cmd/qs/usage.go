@@ -72,9 +72,9 @@ func cmdUsage(args []string) error {
 func printUsage(w io.Writer, r gateway.UsageReport) error {
 	fmt.Fprintf(w, "database %s at index %d\n", r.DB, r.Index)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "producer / prefix\tkeys\tkey bytes\tvalue bytes\toverhead bytes\tstored bytes\t")
+	fmt.Fprintln(tw, "producer / prefix\tkeys\tkey bytes\tvalue bytes\toverhead bytes\tstored bytes")
 	line := func(name string, f gateway.Figures) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", name, f.Keys, f.KeyBytes, f.ValueBytes, f.OverheadBytes, f.StoredBytes)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", name, f.Keys, f.KeyBytes, f.ValueBytes, f.OverheadBytes, f.StoredBytes)
 	}
 	for _, p := range r.Producers {
 		line(p.Name, p.Figures)
@@ -83,8 +83,8 @@ func printUsage(w io.Writer, r gateway.UsageReport) error {
 		}
 	}
 	if r.Unowned != nil {
-		fmt.Fprintf(tw, "(no producer)\t%d\t%d\t%d\t\t\t\n", r.Unowned.Keys, r.Unowned.KeyBytes, r.Unowned.ValueBytes)
+		fmt.Fprintf(tw, "(no producer)\t%d\t%d\t%d\n", r.Unowned.Keys, r.Unowned.KeyBytes, r.Unowned.ValueBytes)
 	}
-	fmt.Fprintf(tw, "(database)\t%d\t%d\t%d\t\t\t\n", r.Total.Keys, r.Total.KeyBytes, r.Total.ValueBytes)
+	fmt.Fprintf(tw, "(database)\t%d\t%d\t%d\n", r.Total.Keys, r.Total.KeyBytes, r.Total.ValueBytes)
 	return tw.Flush()
 }

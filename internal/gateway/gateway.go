@@ -31,6 +31,11 @@ type Gateway struct {
 		quotas map[string]*quota
 		// loaded is the SHA-256 of the file content in force.
 		loaded [sha256.Size]byte
+		// failed identifies the last failed load (hash of the content, or
+		// of the read error) and failedErr is its error: a file that stays
+		// invalid is logged and counted once, not at every poll.
+		failed    [sha256.Size]byte
+		failedErr error
 	}
 }
 
@@ -73,13 +78,23 @@ func Open(o Options) (*Gateway, error) {
 
 // Reload reads the producers file and, if its content changed, puts it in
 // force. It reports whether it did. On error (unreadable or invalid file)
-// the producers in force stay, the failure is logged and counted.
+// the producers in force stay; the failure is logged and counted once per
+// distinct content (or read error).
 func (g *Gateway) Reload() (changed bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	b, err := os.ReadFile(g.opts.Path)
-	if err == nil && sha256.Sum256(b) == g.mu.loaded && g.table.Load() != nil {
-		return false, nil
+	id := sha256.Sum256(b)
+	if err != nil {
+		id = sha256.Sum256([]byte("read error: " + err.Error()))
+	}
+	if g.table.Load() != nil {
+		switch {
+		case err == nil && id == g.mu.loaded:
+			return false, nil
+		case g.mu.failedErr != nil && id == g.mu.failed:
+			return false, g.mu.failedErr
+		}
 	}
 	var f *File
 	if err == nil {
@@ -91,14 +106,16 @@ func (g *Gateway) Reload() (changed bool, err error) {
 	if err != nil {
 		reloadsFailed.Inc()
 		err = fmt.Errorf("producers file %s: %w", g.opts.Path, err)
+		g.mu.failed, g.mu.failedErr = id, err
 		if g.table.Load() != nil {
 			g.opts.Logger.Error("producers file not reloaded; the previous producers stay in force", "err", err)
 		}
 		return false, err
 	}
+	g.mu.failedErr = nil
 	old := g.table.Load()
 	g.table.Store(g.buildLocked(f))
-	g.mu.loaded = sha256.Sum256(b)
+	g.mu.loaded = id
 	reloadsOK.Inc()
 	producersGauge.Set(float64(len(f.Producers)))
 	if old != nil {

@@ -292,6 +292,10 @@ func TestReload(t *testing.T) {
 	if changed, err := g.Reload(); changed || err == nil {
 		t.Errorf("Reload of an invalid file = %v, %v", changed, err)
 	}
+	time.Sleep(50 * time.Millisecond) // five polls
+	if n := testutil.ToFloat64(reloadsFailed) - failed; n != 1 {
+		t.Errorf("a file that stays invalid was counted %v times, want once", n)
+	}
 
 	// Quota raised by a reload applies to the same bucket; an empty file
 	// refuses everyone.
@@ -375,5 +379,48 @@ func TestToken(t *testing.T) {
 	}
 	if t2, _ := NewToken(); t2 == tok {
 		t.Error("two tokens are equal")
+	}
+}
+
+// TestConcurrentReload: writes checked while the file is reloaded over and
+// over always see one whole load (run with -race).
+func TestConcurrentReload(t *testing.T) {
+	content := func(prefix string) string {
+		return fmt.Sprintf("[[producer]]\nname = \"conc\"\ntokens = [%q]\nprefixes = [%q]\nops_per_second = 1e6\n", hashA, prefix)
+	}
+	g, path := openGateway(t, content("x/"))
+	done := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 500 {
+				p, err := g.Authenticate("Bearer " + tokA)
+				if err != nil {
+					done <- err
+					return
+				}
+				// Exactly one of the two keys is allowed by any one load.
+				ex, ey := p.Authorize("default", ops("x/1")), p.Authorize("default", ops("y/1"))
+				if (ex == nil) == (ey == nil) {
+					done <- fmt.Errorf("one load allows x/1: %v, y/1: %v", ex, ey)
+					return
+				}
+				if err := p.Admit(context.Background(), 1, 3); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for i := range 20 {
+		writeFile(t, path, content([]string{"x/", "y/"}[i%2]))
+		if _, err := g.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -2,10 +2,14 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // rawUsage adds up, straight from Pebble, every data and chunk key that
@@ -120,5 +124,47 @@ func TestPrefixUsage(t *testing.T) {
 	all, _, _ := rawUsage(t, s, "")
 	if tot.Keys != all.Keys || tot.KeyBytes != all.KeyBytes || tot.ValueBytes != all.ValueBytes {
 		t.Errorf("Totals = %+v, keys say %+v", tot, all)
+	}
+}
+
+// BenchmarkPrefixUsage1M measures PrefixUsage on 1M keys (10 prefixes of
+// 100k keys, 20-byte keys, 100-byte values) over the whole keyspace and
+// over one prefix. Loading the keys takes a while: run it alone, with
+// -benchtime=3x.
+func BenchmarkPrefixUsage1M(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir(), MinFreeBytes: 1, BallastBytes: -1, Compression: wal.CompressZstd, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	val := bytes.Repeat([]byte("v"), 100)
+	const keys, perBatch = 1_000_000, 10_000
+	for i := 0; i < keys; i += perBatch {
+		ops := make([]wal.Op, perBatch)
+		for j := range ops {
+			n := i + j
+			ops[j] = wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "p%d/key-%011d", n%10, n), Value: val}
+		}
+		if _, err := s.Write(context.Background(), Batch{Ops: ops}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name, prefix string
+		keys         int64
+	}{{"all", "", keys}, {"one-prefix", "p3/", keys / 10}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				v, err := s.View()
+				if err != nil {
+					b.Fatal(err)
+				}
+				u, err := v.PrefixUsage([]byte(c.prefix))
+				v.Close()
+				if err != nil || u.Keys != c.keys {
+					b.Fatalf("%+v %v", u, err)
+				}
+			}
+		})
 	}
 }
