@@ -37,7 +37,7 @@ func TestProducerGateway(t *testing.T) {
 		t.Fatalf("qs token: %d %s", code, slowEntry)
 	}
 	producers := filepath.Join(dir, "producers.toml")
-	writeAtomic(t, producers, "max_wait = \"0s\"\n\n"+entry+"\n"+slowEntry+"ops_per_second = 0.5\nops_burst = 1\n")
+	writeAtomic(t, producers, "max_wait = \"0s\"\n\n"+entry+"\n"+slowEntry+"ops_per_second = 0.1\nops_burst = 1\n")
 
 	p := startQS(t, filepath.Join(dir, "data"), "--producers", producers)
 	base := "http://" + p.Addr["http"] + "/v1/default"
@@ -72,12 +72,12 @@ func TestProducerGateway(t *testing.T) {
 		t.Fatalf("refused batch partly applied: %+v", r)
 	}
 
-	// Quota: 0.5 op/s, bucket of 1, no wait: the second write is refused.
+	// Quota: 0.1 op/s, bucket of 1, no wait: the second write is refused.
 	if r = httpDo(t, slow, "PUT", base+"/keys/slow/1", "1"); r.status != 200 {
 		t.Fatalf("first slow write: %+v", r)
 	}
 	r = httpDo(t, slow, "PUT", base+"/keys/slow/2", "2")
-	if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); r.status != 429 || r.code != "quota_exceeded" || ra < 1 || ra > 2 {
+	if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); r.status != 429 || r.code != "quota_exceeded" || ra < 1 || ra > 10 {
 		t.Fatalf("write over quota: %+v", r)
 	}
 	metrics := httpDo(t, "", "GET", "http://"+p.Addr["http"]+"/metrics", "").body

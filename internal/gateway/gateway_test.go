@@ -251,7 +251,7 @@ func TestReload(t *testing.T) {
 	file := func(hash string, prefix string, extra string) string {
 		return fmt.Sprintf("max_wait = \"0s\"\n[[producer]]\nname = \"reload\"\ntokens = [%q]\nprefixes = [%q]\n%s", hash, prefix, extra)
 	}
-	g, path := openGateway(t, file(hashA, "a/", "ops_per_second = 1\nops_burst = 1\n"))
+	g, path := openGateway(t, file(hashA, "a/", "ops_per_second = 0.1\nops_burst = 1\n"))
 	p, err := g.Authenticate("Bearer " + tokA)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +265,7 @@ func TestReload(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Rotate: B replaces A, and the prefix changes.
-	writeFile(t, path, file(hashB, "b/", "ops_per_second = 1\nops_burst = 1\n"))
+	writeFile(t, path, file(hashB, "b/", "ops_per_second = 0.1\nops_burst = 1\n"))
 	waitFor(t, func() bool { _, err := g.Authenticate("Bearer " + tokB); return err == nil })
 	if _, err := g.Authenticate("Bearer " + tokA); !errors.Is(err, ErrInvalidToken) {
 		t.Errorf("removed token still accepted: %v", err)
