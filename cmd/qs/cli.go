@@ -26,6 +26,7 @@ type clientFlags struct {
 	db       *string
 	timeout  *time.Duration
 	minIndex *uint64
+	token    *string // file holding the producer token of writes (else $QS_TOKEN)
 }
 
 func newClientFlags(fs *flag.FlagSet) clientFlags {
@@ -34,11 +35,20 @@ func newClientFlags(fs *flag.FlagSet) clientFlags {
 		db:       fs.String("db", "default", "database name"),
 		timeout:  fs.Duration("timeout", 10*time.Second, "request timeout"),
 		minIndex: fs.Uint64("min-index", 0, "read only once the server has applied this index"),
+		token:    fs.String("token-file", "", "file holding the producer token sent with writes (default: $"+tokenEnv+")"),
 	}
 }
 
 func (f clientFlags) client() (*client.Client, context.Context, context.CancelFunc, error) {
-	c, err := client.New(splitList(*f.addr), client.Options{Database: *f.db, Timeout: *f.timeout})
+	o := client.Options{Database: *f.db, Timeout: *f.timeout}
+	token, err := readToken(*f.token)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if token != "" {
+		o.HTTPClient = bearerClient(token, *f.timeout)
+	}
+	c, err := client.New(splitList(*f.addr), o)
 	if err != nil {
 		return nil, nil, nil, err
 	}

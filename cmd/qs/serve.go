@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ func cmdServe(args []string) error {
 		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
 		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
+		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,6 +73,9 @@ func cmdServe(args []string) error {
 	if *second != "" {
 		cfg.Databases[0].Secondary = splitList(*second)
 	}
+	if *prodFile != "" {
+		cfg.ProducersFile = *prodFile
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -99,7 +104,7 @@ func cmdServe(args []string) error {
 		return err
 	}
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -108,6 +113,10 @@ wait:
 	for {
 		select {
 		case s := <-sig:
+			if s == syscall.SIGHUP {
+				reloadProducers(srv, log)
+				continue
+			}
 			log.Info("shutting down", "signal", s.String())
 			break wait
 		case <-tick.C:
@@ -138,4 +147,17 @@ func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// reloadProducers answers SIGHUP: the producers file is read again now.
+func reloadProducers(srv *server.Server, log *slog.Logger) {
+	changed, err := srv.ReloadProducers()
+	switch {
+	case errors.Is(err, server.ErrNoProducersFile):
+		log.Warn("SIGHUP ignored", "err", err)
+	case err != nil:
+		log.Error("SIGHUP: producers file not reloaded; the previous producers stay in force", "err", err)
+	case !changed:
+		log.Info("SIGHUP: producers file unchanged")
+	}
 }

@@ -51,6 +51,11 @@ type Config struct {
 	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
 	// HTTPIdleTimeout closes idle keep-alive connections. Default 2m.
 	HTTPIdleTimeout Duration `toml:"http_idle_timeout"`
+	// ProducersFile is the producers file of the write gateway (tokens,
+	// prefixes, quotas; see internal/gateway), reloaded on SIGHUP and when
+	// its content changes. Default none: writes are open to anyone who
+	// reaches the HTTP API, for development only.
+	ProducersFile string `toml:"producers_file"`
 
 	// Databases served by this process. Default: one named "default".
 	Databases []Database `toml:"database"`

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -32,6 +34,9 @@ func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index 
 func (b memcacheBackend) write(ctx context.Context, op wal.Op) (uint64, bool, error) {
 	if err := b.db.CanWrite(); err != nil {
 		return 0, false, err
+	}
+	if err := b.db.Gate.RefuseMemcacheWrite(); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
 	r, err := b.db.Store.Write(ctx, storeBatch(op))
 	return r.Index, r.Changed, err

@@ -16,6 +16,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -42,6 +43,7 @@ type Server struct {
 	replicas       map[string]*repl.Replica
 	stopBackground context.CancelFunc // ends replicas and watch hubs
 	tls            replTLS
+	gate           *gateway.Gateway // nil: open writes
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -60,6 +62,9 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	s.replicas = map[string]*repl.Replica{}
 	var err error
 	if s.tls, err = loadReplTLS(cfg.ReplTLS); err != nil {
+		return nil, err
+	}
+	if err := s.openGateway(); err != nil {
 		return nil, err
 	}
 	for _, d := range cfg.Databases {
@@ -95,7 +100,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		return err
 	}
 	hub := watch.NewHub(st, watch.Config{}, s.log.With("db", d.Name))
-	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub}
+	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
 	if !d.IsReplica() {
@@ -258,6 +263,9 @@ func (s *Server) Start() error {
 		}
 		hub := s.dbs[name].Watch
 		s.goFunc(func() { hub.Run(replCtx) })
+	}
+	if s.gate != nil {
+		s.goFunc(func() { s.gate.Run(replCtx) })
 	}
 	for _, d := range s.cfg.Databases {
 		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() {

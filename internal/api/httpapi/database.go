@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/watch"
 )
@@ -19,6 +20,9 @@ type Database struct {
 	// and run by the server wiring. Nil answers the endpoint 503
 	// unavailable.
 	Watch *watch.Hub
+	// Gate admits writes: producer token, key prefixes, quotas (see
+	// gate.go). Nil: writes are open to anyone (development only).
+	Gate *gateway.Gateway
 }
 
 // Catalog finds databases by name.

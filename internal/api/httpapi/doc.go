@@ -13,6 +13,7 @@
 //	POST   /v1/{db}/mget              several values read at one index
 //	GET    /v1/{db}/status            position, counters and role of the database
 //	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
+//	GET    /v1/{db}/usage?producer=   keys and bytes stored under each producer's prefixes
 //	GET    /metrics                   Prometheus metrics of the process
 //	GET    /healthz                   200 "ok" while the process serves
 //
@@ -147,6 +148,44 @@
 // document are refused. Unknown or repeated query parameters are refused.
 // Stores also limit key, value and batch sizes (store.Options).
 //
+// # Producers
+//
+// When the database has a Gate (a producers file is configured; package
+// internal/gateway), every write (PUT, DELETE, batch) needs
+// "Authorization: Bearer <token>" of a producer: none is answered 401
+// unauthenticated, an unknown token 401 invalid_token, both with a
+// WWW-Authenticate challenge (RFC 6750). The token is checked before the
+// body is read, and for PUT and DELETE so is the key. Every op of a batch
+// must be under one of the producer's prefixes, else the whole batch is
+// answered 403 forbidden, naming the first refused op:
+//
+//	{"error": {"code": "forbidden", "message": "...", "producer": "dns",
+//	           "key": "web/x", "allowed_prefixes": ["dns/"]}}
+//
+// (a database the producer may not write has no key and prefixes).
+// Conditions are reads and need no prefix. Then the write is charged to
+// the producer's token buckets (ops: one per op; bytes: keys and values);
+// if they cannot admit it within the file's max_wait it is answered 429
+// quota_exceeded with a Retry-After header (whole seconds) and
+// "producer", "quota" ("ops" or "bytes") and "retry_after_seconds" in the
+// error; a write larger than a bucket is 413 too_large. A refused write
+// changes nothing and is not charged. Without a Gate writes are open
+// (development only). Reads never need a token.
+//
+// usage answers gateway.UsageReport, read at one index (also in the
+// Qs-Applied-Index header):
+//
+//	{"db": "default", "index": 42,
+//	 "total": {"keys": 3, "key_bytes": 20, "value_bytes": 9},
+//	 "producers": [{"name": "dns", "keys": 2, "key_bytes": 12, "value_bytes": 6,
+//	                "overhead_bytes": 44, "stored_bytes": 62,
+//	                "prefixes": [{"prefix": "dns/", "keys": 2, ...}]}],
+//	 "unowned": {"keys": 1, "key_bytes": 8, "value_bytes": 3}}
+//
+// producer=NAME reports that producer only (404 not_found if it may not
+// write the database) and leaves out "unowned". It costs one pass over the
+// value records under the prefixes reported (docs/storage.md).
+//
 // # Errors
 //
 // Every error is answered with a JSON body
@@ -160,14 +199,24 @@
 //	                          missing value or condition index, unclean path, store.ErrInvalid
 //	400   bad_json            body not one JSON document of the expected shape: syntax, wrong
 //	                          types, unknown fields, trailing data, empty body
+//	401   unauthenticated     write without "Authorization: Bearer <token>" while producers are
+//	                          configured (WWW-Authenticate: Bearer realm="qs")
+//	401   invalid_token       write with a token of no producer (WWW-Authenticate with
+//	                          error="invalid_token")
+//	403   forbidden           a key (first refused op of a batch: "key", "allowed_prefixes") or
+//	                          the database is not the producer's; nothing changed
 //	403   not_root            write on a node that is not the database's root; the message
 //	                          names the root when known
-//	404   not_found           key absent (GET; with Qs-Applied-Index), or no such endpoint
+//	404   not_found           key absent (GET; with Qs-Applied-Index), no such endpoint, or
+//	                          usage of a producer that may not write the database
 //	404   unknown_database    no database of that name on this node
 //	405   method_not_allowed  method not served on that path (Allow header set)
 //	409   condition_failed    an if_index or batch condition did not hold; nothing changed
 //	413   too_large           body over Config.MaxBodyBytes; key, value or batch over the store's
-//	                          limits; mget over Config.MaxMgetKeys keys or Config.MaxResponseBytes
+//	                          limits; mget over Config.MaxMgetKeys keys or Config.MaxResponseBytes;
+//	                          a write larger than the producer's ops_burst or bytes_burst
+//	429   quota_exceeded      the producer's quota would hold the write back longer than max_wait;
+//	                          Retry-After header; nothing changed or charged
 //	499   canceled            the client went away before the answer was ready (a write may
 //	                          still have committed); seen in metrics and logs only
 //	500   integrity           stored data failed an integrity check (store.ErrCorrupt); the
@@ -185,11 +234,12 @@
 // # Metrics
 //
 // Declared in metrics.go with subsystem "http": requests_total{db, route,
-// code} (route is get, put, delete, batch, scan, mget, status, watch or other;
+// code} (route is get, put, delete, batch, scan, mget, status, usage, watch or other;
 // db is empty for unknown databases), errors_total{kind},
 // request_duration_seconds{route}, min_index_wait_seconds and
 // min_index_timeouts_total. Watch streams are not timed in
 // request_duration_seconds; their metrics are the watch package's
 // (subsystem "watch"). The codes of stream error lines (too_slow,
-// unavailable, reread, internal) are counted in errors_total too.
+// unavailable, reread, internal) are counted in errors_total too. The
+// gateway's per-producer metrics are its own (subsystem "gateway").
 package httpapi

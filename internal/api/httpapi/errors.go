@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -30,6 +31,10 @@ const (
 	codeUnavailable
 	codeTimeout
 	codeDiskFull
+	codeUnauthenticated
+	codeInvalidToken
+	codeForbidden
+	codeQuotaExceeded
 	numCodes
 )
 
@@ -57,6 +62,10 @@ var codeInfo = [numCodes]struct {
 	codeUnavailable:      {"unavailable", http.StatusServiceUnavailable},
 	codeTimeout:          {"timeout", http.StatusGatewayTimeout},
 	codeDiskFull:         {"disk_full", http.StatusInsufficientStorage},
+	codeUnauthenticated:  {"unauthenticated", http.StatusUnauthorized},
+	codeInvalidToken:     {"invalid_token", http.StatusUnauthorized},
+	codeForbidden:        {"forbidden", http.StatusForbidden},
+	codeQuotaExceeded:    {"quota_exceeded", http.StatusTooManyRequests},
 }
 
 func (c errCode) String() string { return codeInfo[c].name }
@@ -112,6 +121,11 @@ var sentinelCodes = []struct {
 	{store.ErrDiskFull, codeDiskFull},
 	{store.ErrWriteFailed, codeWriteFailed},
 	{store.ErrClosed, codeUnavailable},
+	{gateway.ErrUnauthenticated, codeUnauthenticated},
+	{gateway.ErrInvalidToken, codeInvalidToken},
+	{gateway.ErrForbidden, codeForbidden},
+	{gateway.ErrQuota, codeQuotaExceeded},
+	{gateway.ErrUnknownProducer, codeNotFound},
 	{context.DeadlineExceeded, codeTimeout},
 	{context.Canceled, codeCanceled},
 }
@@ -126,6 +140,14 @@ type errorDetail struct {
 	Message string `json:"message"`
 	// AppliedIndex is set on timeouts of min_index waits.
 	AppliedIndex *uint64 `json:"applied_index,omitempty"`
+	// The gateway's refusals (gate.go): the producer; for forbidden, the
+	// first key refused and the producer's prefixes; for quota_exceeded,
+	// the quota ("ops" or "bytes") and the Retry-After delay.
+	Producer          string   `json:"producer,omitempty"`
+	Key               *string  `json:"key,omitempty"`
+	AllowedPrefixes   []string `json:"allowed_prefixes,omitempty"`
+	Quota             string   `json:"quota,omitempty"`
+	RetryAfterSeconds int      `json:"retry_after_seconds,omitempty"`
 }
 
 // Bodies of frequent errors, encoded once.
@@ -156,7 +178,9 @@ func writeErrorBody(w http.ResponseWriter, code errCode, body []byte) int {
 // writeError answers with the JSON error for err and returns the status.
 // applied, when not nil, is added to the body as applied_index.
 func writeError(w http.ResponseWriter, code errCode, err error, applied *uint64) int {
-	body, merr := json.Marshal(errorBody{Error: errorDetail{Code: code.String(), Message: err.Error(), AppliedIndex: applied}})
+	det := errorDetail{Code: code.String(), Message: err.Error(), AppliedIndex: applied}
+	gateDetail(w.Header(), &det, code, err)
+	body, merr := json.Marshal(errorBody{Error: det})
 	if merr != nil { // cannot happen for these types; keep the answer JSON anyway
 		return writeErrorBody(w, codeInternal, encodeErrorBody)
 	}

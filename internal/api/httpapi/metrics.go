@@ -22,6 +22,7 @@ const (
 	routeScan
 	routeMget
 	routeStatus
+	routeUsage
 	routeOther // unknown paths and methods
 	numRoutes
 )
@@ -34,6 +35,7 @@ var routeNames = [numRoutes]string{
 	routeScan:   "scan",
 	routeMget:   "mget",
 	routeStatus: "status",
+	routeUsage:  "usage",
 	routeOther:  "other",
 }
 

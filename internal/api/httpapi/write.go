@@ -45,12 +45,22 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 		return h.fail(w, r, d, err)
 	}
 	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key)}}, Conds: conds}
+	p, err := authenticate(d, r)
+	if err == nil {
+		err = authorize(d, p, b.Ops) // before reading a body that would be refused
+	}
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
 	if op == wal.OpSet {
 		body, err := readBody(w, r, h.cfg.MaxBodyBytes)
 		if err != nil {
 			return h.fail(w, r, d, err)
 		}
 		b.Ops[0].Value = body
+	}
+	if err := admit(r, p, b); err != nil {
+		return h.fail(w, r, d, err)
 	}
 	return h.commit(w, r, d, b)
 }
@@ -66,12 +76,22 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *Database) int
 	if err := checkWritable(d); err != nil {
 		return h.fail(w, r, d, err)
 	}
+	p, err := authenticate(d, r)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
 	body, err := readBody(w, r, h.cfg.MaxBodyBytes)
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
 	b, err := decodeBatch(body)
 	if err != nil {
+		return h.fail(w, r, d, err)
+	}
+	if err := authorize(d, p, b.Ops); err != nil { // every op, before any is written
+		return h.fail(w, r, d, err)
+	}
+	if err := admit(r, p, b); err != nil {
 		return h.fail(w, r, d, err)
 	}
 	return h.commit(w, r, d, b)
