@@ -31,6 +31,7 @@ type Client struct {
 	hc      *http.Client
 	retries int
 	backoff time.Duration
+	auth    string // "Bearer <token>", or empty
 }
 
 // Options configure a Client.
@@ -48,6 +49,9 @@ type Options struct {
 	// RetryBackoff is the pause before the second round, doubled for each
 	// next one. Default 100ms.
 	RetryBackoff time.Duration
+	// Token is the producer's bearer token, sent with every write (see
+	// "Onboarding a producer" in docs/operations.md). Reads need none.
+	Token string
 }
 
 // New returns a client for servers given as host:port or URLs.
@@ -58,6 +62,9 @@ func New(servers []string, o Options) (*Client, error) {
 	c := &Client{db: o.Database, hc: o.HTTPClient, retries: o.WriteAttempts, backoff: o.RetryBackoff}
 	if c.db == "" {
 		c.db = "default"
+	}
+	if o.Token != "" {
+		c.auth = "Bearer " + o.Token
 	}
 	if c.retries <= 0 {
 		c.retries = 3
@@ -359,6 +366,9 @@ func (c *Client) write(ctx context.Context, f func(base string, h http.Header) e
 	var id [16]byte
 	rand.Read(id[:])
 	h := http.Header{"Idempotency-Key": {hex.EncodeToString(id[:])}}
+	if c.auth != "" {
+		h["Authorization"] = []string{c.auth}
+	}
 	var errs []error
 	pause := c.backoff
 	for round := 0; round < c.retries; round++ {

@@ -3,10 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
-	"time"
 )
 
 // tokenEnv names the environment variable holding a producer token for the
@@ -29,21 +27,4 @@ func readToken(file string) (string, error) {
 		return "", errors.New("token file " + file + " is empty")
 	}
 	return t, nil
-}
-
-// bearerClient is an HTTP client that sends "Authorization: Bearer token"
-// with every request.
-func bearerClient(token string, timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: bearerTransport{token: "Bearer " + token, next: http.DefaultTransport}}
-}
-
-type bearerTransport struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context()) // a RoundTripper must not modify the request
-	r.Header.Set("Authorization", t.token)
-	return t.next.RoundTrip(r)
 }

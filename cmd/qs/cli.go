@@ -46,7 +46,7 @@ func (f clientFlags) client() (*client.Client, context.Context, context.CancelFu
 		return nil, nil, nil, err
 	}
 	if token != "" {
-		o.HTTPClient = bearerClient(token, *f.timeout)
+		o.Token = token
 	}
 	c, err := client.New(splitList(*f.addr), o)
 	if err != nil {
