@@ -233,3 +233,29 @@ func ExampleClient_Batch() {
 	// 1 true <nil>
 	// true
 }
+
+func TestClientSendsTokenWithWritesOnly(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Method+" "+r.Header.Get("Authorization"))
+		if r.Method == http.MethodGet {
+			w.Header().Set("Qs-Index", "1")
+			w.Header().Set("Qs-Applied-Index", "1")
+			w.Write([]byte("v"))
+			return
+		}
+		w.Write([]byte(`{"index":1,"changed":true}`))
+	}))
+	defer srv.Close()
+	c, _ := client.New([]string{srv.URL}, client.Options{Token: "s3cret"})
+	ctx := context.Background()
+	if _, err := c.Put(ctx, "k", []byte("v"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "k", client.ReadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != "PUT Bearer s3cret" || got[1] != "GET " {
+		t.Fatalf("requests %q", got)
+	}
+}
