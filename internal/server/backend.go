@@ -14,21 +14,12 @@ import (
 type memcacheBackend struct{ db *httpapi.Database }
 
 func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
-	v, err := b.db.Store.View()
-	if err != nil {
-		return 0, err
-	}
-	defer v.Close()
-	for _, k := range keys {
-		val, idx, ok, err := v.Get(k)
-		if err != nil {
-			return 0, err
-		}
+	return b.db.Store.Lookup(keys, func(_ uint64, i int, v []byte, idx uint64, ok bool) error {
 		if ok {
-			found(k, val, idx)
+			found(keys[i], v, idx)
 		}
-	}
-	return v.Index(), nil
+		return nil
+	})
 }
 
 func (b memcacheBackend) write(ctx context.Context, op wal.Op) (uint64, bool, error) {

@@ -435,6 +435,7 @@ func (c *committer) commit(group []*request) {
 		}
 		s.opts.Logger.Error("commit failed", "db", s.opts.Name, "err", groupErr)
 	} else if c.last.index != base.index {
+		s.cache.invalidate(c.overlay, c.last.index)
 		s.publish(c.last)
 		s.m.entries.Add(float64(c.entries))
 		s.m.commits.Inc()

@@ -59,6 +59,15 @@ var (
 	mBatchIDsExpired = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "batch_ids_expired_total",
 		Help: "Batch ID outcomes removed after the idempotency window."}, []string{"db"}))
+	mCacheLookups = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_cache_lookups_total",
+		Help: "Keys looked up in the read cache, by result (hit, miss)."}, []string{"db", "result"}))
+	mCacheRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_cache_refused_total",
+		Help: "Values read from disk not cached because a write to their shard raced the read."}, []string{"db"}))
+	mCacheEvictions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_cache_evictions_total",
+		Help: "Entries evicted from the read cache for its budget."}, []string{"db"}))
 	mGroupSize = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_group_requests",
 		Help: "Requests committed together in one durable commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"db"}))
@@ -81,6 +90,7 @@ type storeMetrics struct {
 	applied, keys, logBytes, logEntries, diskFull                            prometheus.Gauge
 	logTruncated, entries, commits, noopWrites, diskFullEvents, materialized prometheus.Counter
 	checkpoints, snapshotsInstalled, duplicateWrites, batchIDsExpired        prometheus.Counter
+	cacheHits, cacheMisses, cacheRefused, cacheEvictions                     prometheus.Counter
 	writeErrors, integrityErrors                                             *prometheus.CounterVec
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
 }
@@ -98,5 +108,7 @@ func newStoreMetrics(db string) *storeMetrics {
 		lingerSeconds: mLingerSeconds.With(l),
 		checkpoints:   mCheckpoints.With(l), snapshotsInstalled: mSnapshotsInstalled.With(l),
 		duplicateWrites: mDuplicateWrites.With(l), batchIDsExpired: mBatchIDsExpired.With(l),
+		cacheHits: mCacheLookups.WithLabelValues(db, "hit"), cacheMisses: mCacheLookups.WithLabelValues(db, "miss"),
+		cacheRefused: mCacheRefused.With(l), cacheEvictions: mCacheEvictions.With(l),
 	}
 }

@@ -42,6 +42,9 @@ type Options struct {
 	// after the first one of a group. Default 0: a lone write commits at once
 	// and writes arriving during an fsync join the next commit.
 	BatchWindow time.Duration
+	// ReadCacheBytes is the budget of the in-memory read cache (see
+	// cache.go). Default 64 MiB; negative disables it.
+	ReadCacheBytes int64
 	// IdempotencyWindow is how long the outcome of a batch with an ID is
 	// remembered (see Batch.ID). Default 10m.
 	IdempotencyWindow time.Duration
@@ -96,6 +99,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxKeyBytes == 0 {
 		o.MaxKeyBytes = 4096
+	}
+	if o.ReadCacheBytes == 0 {
+		o.ReadCacheBytes = 64 << 20
 	}
 	if o.IdempotencyWindow == 0 {
 		o.IdempotencyWindow = 10 * time.Minute

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -271,4 +272,76 @@ func (s *Store) Digest() (Digest, error) {
 	}
 	h.Sum(d.Hash[:0])
 	return d, nil
+}
+
+// Lookup reads keys at one applied index, which it returns and passes to
+// fn as at: from the read cache when it can vouch for every key at the
+// current applied index, else from a View (whose reads then fill the
+// cache). fn is called for each key in order; value is nil when the key
+// is absent and is valid only during the call. An error from fn stops the
+// lookup and is returned.
+func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	a := s.applied.Load()
+	type hit struct {
+		value []byte
+		index uint64
+		found bool
+	}
+	var small [8]hit
+	hits := small[:0]
+	for _, k := range keys {
+		v, idx, found, ok := s.cache.get(k, a)
+		if !ok {
+			break
+		}
+		hits = append(hits, hit{v, idx, found})
+	}
+	if len(hits) == len(keys) {
+		s.m.cacheHits.Add(float64(len(keys)))
+		for i, h := range hits {
+			if err := fn(a, i, h.value, h.index, h.found); err != nil {
+				return a, err
+			}
+		}
+		return a, nil
+	}
+	s.m.cacheHits.Add(float64(len(hits)))
+	s.m.cacheMisses.Add(float64(len(keys) - len(hits)))
+	v, err := s.View()
+	if err != nil {
+		return 0, err
+	}
+	defer v.Close()
+	at := v.Index()
+	if at != a {
+		hits = hits[:0] // the cache answered for another index
+		// A view can see a commit a moment before the committer publishes
+		// its index; answering with it before then would let the next
+		// request, served from the cache at the published index, go back.
+		if at > s.applied.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.WaitApplied(ctx, at)
+			cancel()
+		}
+	}
+	for i, k := range keys {
+		if i < len(hits) {
+			if err := fn(at, i, hits[i].value, hits[i].index, hits[i].found); err != nil {
+				return at, err
+			}
+			continue
+		}
+		val, idx, found, err := v.Get(k)
+		if err != nil {
+			return at, err
+		}
+		s.cache.put(k, val, idx, found, at)
+		if err := fn(at, i, val, idx, found); err != nil {
+			return at, err
+		}
+	}
+	return at, nil
 }

@@ -139,6 +139,7 @@ func (s *Store) reopen() error {
 	if err != nil {
 		return err
 	}
+	s.cache.reset(a.index)
 	s.publish(a)
 	return nil
 }

@@ -72,6 +72,8 @@ type Store struct {
 		closed  bool
 	}
 
+	cache *readCache
+
 	reqs    chan *request
 	quit    chan struct{}
 	stopped chan struct{}
@@ -105,6 +107,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s.db = db
 	s.m = newStoreMetrics(o.Name)
+	s.cache = newReadCache(o.ReadCacheBytes, s.m)
 	if err := s.loadMeta(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)

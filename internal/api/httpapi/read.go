@@ -38,32 +38,34 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
 			return status
 		}
 	}
-	v, err := d.Store.View()
-	if err != nil {
-		return h.fail(w, r, d, err)
-	}
-	val, idx, found, err := v.Get([]byte(key))
-	at := v.Index()
+	// Small values are written while the lookup holds them; larger ones
+	// are copied first, so a slow client never keeps a view (and the
+	// storage it pins) open.
+	var large []byte
+	var largeIdx uint64
+	status := 0
+	at, err := d.Store.Lookup([][]byte{[]byte(key)}, func(at uint64, _ int, val []byte, idx uint64, found bool) error {
+		switch {
+		case !found:
+			w.Header()["Qs-Applied-Index"] = []string{strconv.FormatUint(at, 10)}
+			status = writeErrorBody(w, codeNotFound, notFoundKeyBody)
+		case len(val) > directWriteMax:
+			large, largeIdx = bytes.Clone(val), idx
+		default:
+			setValueHeaders(w.Header(), len(val), idx, at)
+			w.Write(val)
+			status = http.StatusOK
+		}
+		return nil
+	})
 	switch {
 	case err != nil:
-		v.Close()
 		return h.fail(w, r, d, err)
-	case !found:
-		v.Close()
-		w.Header()["Qs-Applied-Index"] = []string{strconv.FormatUint(at, 10)}
-		return writeErrorBody(w, codeNotFound, notFoundKeyBody)
+	case status != 0:
+		return status
 	}
-	open := true
-	if len(val) > directWriteMax {
-		val = bytes.Clone(val)
-		v.Close()
-		open = false
-	}
-	setValueHeaders(w.Header(), len(val), idx, at)
-	w.Write(val)
-	if open {
-		v.Close()
-	}
+	setValueHeaders(w.Header(), len(large), largeIdx, at)
+	w.Write(large)
 	return http.StatusOK
 }
 
@@ -267,30 +269,20 @@ func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *Database) int 
 			return status
 		}
 	}
-	v, err := d.Store.View()
-	if err != nil {
-		return h.fail(w, r, d, err)
-	}
-	at := v.Index()
-	buf, err := h.appendValues(v, req.Keys)
-	v.Close()
+	at, buf, err := h.lookupValues(d.Store, req.Keys)
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
 	return writeJSON(w, at, buf)
 }
 
-// appendValues builds the mget answer from view v.
-func (h *handler) appendValues(v *store.View, keys []string) ([]byte, error) {
+// lookupValues builds the mget answer, all keys read at one index.
+func (h *handler) lookupValues(st *store.Store, keys []string) (uint64, []byte, error) {
+	kbs := make([][]byte, 0, len(keys))
 	var seen map[string]struct{}
 	if len(keys) > 1 {
 		seen = make(map[string]struct{}, len(keys))
 	}
-	buf := make([]byte, 0, 4<<10)
-	buf = append(buf, `{"index":`...)
-	buf = strconv.AppendUint(buf, v.Index(), 10)
-	buf = append(buf, `,"values":{`...)
-	n := 0
 	for _, k := range keys {
 		if seen != nil {
 			if _, dup := seen[k]; dup {
@@ -298,16 +290,22 @@ func (h *handler) appendValues(v *store.View, keys []string) ([]byte, error) {
 			}
 			seen[k] = struct{}{}
 		}
-		kb := []byte(k)
-		val, _, found, err := v.Get(kb)
-		if err != nil {
-			return nil, err
+		kbs = append(kbs, []byte(k))
+	}
+	buf := make([]byte, 0, 4<<10)
+	n := 0
+	at, err := st.Lookup(kbs, func(at uint64, i int, val []byte, _ uint64, found bool) error {
+		if i == 0 {
+			buf = append(buf, `{"index":`...)
+			buf = strconv.AppendUint(buf, at, 10)
+			buf = append(buf, `,"values":{`...)
 		}
 		if !found {
-			continue
+			return nil
 		}
+		kb := kbs[i]
 		if len(buf)+itemBytesMax(kb, val) > h.cfg.MaxResponseBytes {
-			return nil, errorf(codeTooLarge, "qs: mget answer exceeds %d bytes; ask for fewer keys", h.cfg.MaxResponseBytes)
+			return errorf(codeTooLarge, "qs: mget answer exceeds %d bytes; ask for fewer keys", h.cfg.MaxResponseBytes)
 		}
 		if n > 0 {
 			buf = append(buf, ',')
@@ -317,6 +315,15 @@ func (h *handler) appendValues(v *store.View, keys []string) ([]byte, error) {
 		buf = base64.StdEncoding.AppendEncode(buf, val)
 		buf = append(buf, '"')
 		n++
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
 	}
-	return append(buf, "}}\n"...), nil
+	if len(kbs) == 0 {
+		buf = append(buf, `{"index":`...)
+		buf = strconv.AppendUint(buf, at, 10)
+		buf = append(buf, `,"values":{`...)
+	}
+	return at, append(buf, "}}\n"...), nil
 }

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+type lookupRead struct {
+	applied uint64
+	keys    []string
+	found   []bool
+	values  []string
+	indexes []uint64
+}
+
+// TestLookupConsistentUnderWrites is the read cache's checker: writers
+// set, overwrite, rewrite (no-ops) and delete a small hot keyspace while
+// readers look up random key sets; every read is checked against the
+// state the log gives at the index the read reported, every multi-key
+// read against one index, and each reader's indexes must never go back.
+// It runs without a cache, with one too small for the keyspace (constant
+// eviction and refused inserts) and with a large one.
+func TestLookupConsistentUnderWrites(t *testing.T) {
+	for _, budget := range []int64{-1, 3 << 10, 64 << 20} {
+		t.Run(fmt.Sprint("cache ", budget), func(t *testing.T) {
+			s := openTest(t, Options{ReadCacheBytes: budget})
+			const nkeys = 12
+			key := func(i int) string { return fmt.Sprintf("k%02d", i) }
+			deadline := time.Now().Add(1500 * time.Millisecond)
+			var wg sync.WaitGroup
+			for w := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := rand.New(rand.NewPCG(uint64(w), 1))
+					for i := 0; time.Now().Before(deadline); i++ {
+						var ops []wal.Op
+						for range 1 + r.IntN(3) {
+							k := key(r.IntN(nkeys))
+							if r.IntN(4) == 0 {
+								ops = append(ops, del(k))
+							} else {
+								ops = append(ops, set(k, fmt.Sprint("v", r.IntN(5)))) // often a rewrite
+							}
+						}
+						if _, err := s.Write(context.Background(), Batch{Ops: ops}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			var mu sync.Mutex
+			var reads []lookupRead
+			for rd := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := rand.New(rand.NewPCG(uint64(rd), 2))
+					var last uint64
+					var mine []lookupRead
+					for time.Now().Before(deadline) {
+						var rr lookupRead
+						var ks [][]byte
+						for range 1 + r.IntN(4) {
+							k := key(r.IntN(nkeys))
+							rr.keys = append(rr.keys, k)
+							ks = append(ks, []byte(k))
+						}
+						a, err := s.Lookup(ks, func(_ uint64, i int, v []byte, idx uint64, found bool) error {
+							rr.found = append(rr.found, found)
+							rr.values = append(rr.values, string(v))
+							rr.indexes = append(rr.indexes, idx)
+							return nil
+						})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if a < last {
+							t.Errorf("reader's index went back from %d to %d", last, a)
+							return
+						}
+						last, rr.applied = a, a
+						mine = append(mine, rr)
+					}
+					mu.Lock()
+					reads = append(reads, mine...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			// Replay the log and check every read at its index.
+			entries, err := s.ReadLog(1, 1<<30, 1<<40)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sort.Slice(reads, func(i, j int) bool { return reads[i].applied < reads[j].applied })
+			type kv struct {
+				value string
+				index uint64
+			}
+			state := map[string]kv{}
+			next := 0
+			for _, rr := range reads {
+				for next < len(entries) && entries[next].Index <= rr.applied {
+					e := entries[next]
+					for _, op := range e.Ops {
+						if op.Type == wal.OpSet {
+							state[string(op.Key)] = kv{string(op.Value), e.Index}
+						} else {
+							delete(state, string(op.Key))
+						}
+					}
+					next++
+				}
+				for i, k := range rr.keys {
+					want, ok := state[k]
+					if rr.found[i] != ok || (ok && (rr.values[i] != want.value || rr.indexes[i] != want.index)) {
+						t.Fatalf("read at %d of %s: got found=%v %q@%d, the log says found=%v %q@%d",
+							rr.applied, k, rr.found[i], rr.values[i], rr.indexes[i], ok, want.value, want.index)
+					}
+				}
+			}
+			hits, misses := counterValue(t, s.m.cacheHits), counterValue(t, s.m.cacheMisses)
+			t.Logf("%d reads over %d entries checked; cache hits %v, misses %v, refused %v, evictions %v",
+				len(reads), len(entries), hits, misses, counterValue(t, s.m.cacheRefused), counterValue(t, s.m.cacheEvictions))
+			if len(reads) < 1000 || len(entries) < 100 {
+				t.Fatalf("too little traffic to check anything: %d reads, %d entries", len(reads), len(entries))
+			}
+			if budget > 1<<20 && hits == 0 {
+				t.Fatal("the cache never answered")
+			}
+		})
+	}
+}
+
+// After a snapshot replaces the database, nothing cached from the old one
+// is served.
+func TestLookupAfterReplace(t *testing.T) {
+	root := openTest(t, Options{})
+	mustWrite(t, root, set("k", "old"))
+	dir := filepath.Join(t.TempDir(), "replica")
+	rep := openTest(t, Options{Dir: dir, DBID: root.DBID()})
+	replicate(t, root, rep, 10)
+	look := func() (string, uint64) {
+		var got string
+		a, err := rep.Lookup([][]byte{[]byte("k")}, func(_ uint64, _ int, v []byte, _ uint64, _ bool) error { got = string(v); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, a
+	}
+	look()
+	if v, _ := look(); v != "old" || counterValue(t, rep.m.cacheHits) == 0 {
+		t.Fatalf("before: %q, hits %v", v, counterValue(t, rep.m.cacheHits))
+	}
+	mustWrite(t, root, set("k", "new"))
+	cp := filepath.Join(t.TempDir(), "cp")
+	if _, err := root.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, cp, ReadyDir(dir))
+	if err := rep.Replace(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v, a := look(); v != "new" || a != root.AppliedIndex() {
+		t.Fatalf("after replace: %q at %d", v, a)
+	}
+}
