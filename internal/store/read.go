@@ -308,40 +308,44 @@ func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, in
 		}
 		return a, nil
 	}
-	s.m.cacheHits.Add(float64(len(hits)))
-	s.m.cacheMisses.Add(float64(len(keys) - len(hits)))
 	v, err := s.View()
 	if err != nil {
 		return 0, err
 	}
 	defer v.Close()
 	at := v.Index()
-	if at != a {
-		hits = hits[:0] // the cache answered for another index
-		// A view can see a commit a moment before the committer publishes
-		// its index; answering with it before then would let the next
-		// request, served from the cache at the published index, go back.
-		if at > s.applied.Load() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			s.WaitApplied(ctx, at)
-			cancel()
-		}
+	// A view can see a commit a moment before the committer publishes its
+	// index (and invalidates the cache for it); wait for that, so the cache
+	// can answer for at, and so the next request, served at the published
+	// index, does not go back.
+	if at > s.applied.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.WaitApplied(ctx, at)
+		cancel()
 	}
+	// Only once at is published has every write up to it left the cache.
+	useCache := at <= s.applied.Load()
+	var nhits int
 	for i, k := range keys {
-		if i < len(hits) {
-			if err := fn(at, i, hits[i].value, hits[i].index, hits[i].found); err != nil {
+		var val []byte
+		var idx uint64
+		var found, ok bool
+		if useCache {
+			val, idx, found, ok = s.cache.get(k, at)
+		}
+		if ok {
+			nhits++
+		} else {
+			if val, idx, found, err = v.Get(k); err != nil {
 				return at, err
 			}
-			continue
+			s.cache.put(k, val, idx, found, at)
 		}
-		val, idx, found, err := v.Get(k)
-		if err != nil {
-			return at, err
-		}
-		s.cache.put(k, val, idx, found, at)
 		if err := fn(at, i, val, idx, found); err != nil {
 			return at, err
 		}
 	}
+	s.m.cacheHits.Add(float64(nhits))
+	s.m.cacheMisses.Add(float64(len(keys) - nhits))
 	return at, nil
 }
