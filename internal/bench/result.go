@@ -21,7 +21,9 @@ type Phase struct {
 	Ops []OpStats `json:"ops"`
 	// Errors counts failed requests (including misses and wrong values);
 	// ErrorKinds splits them by kind and FirstError is an example.
-	Errors     int64            `json:"errors"`
+	Errors int64 `json:"errors"`
+	// CPU is the processor time the phase cost (see PhaseCPU).
+	CPU        PhaseCPU         `json:"cpu"`
 	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
 	FirstError string           `json:"first_error,omitempty"`
 }

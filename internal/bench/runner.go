@@ -202,9 +202,14 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run func(t *Ta
 				continue
 			}
 			s.logf("%s: %s on %s for %s", s.res.Scenario, name, t.Name, s.cfg.Duration)
+			before := sampleCPU(t.pid())
 			ph := run(t, i)
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			ph.CPU = cpuBetween(before, sampleCPU(t.pid()))
+			for _, op := range ph.Ops {
+				ph.CPU.Ops += op.Ops
 			}
 			ph.Name, ph.Target, ph.Baseline = name, t.Name, t.Baseline
 			s.res.Phases = append(s.res.Phases, ph)

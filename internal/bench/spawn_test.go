@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -229,6 +230,11 @@ func TestRunSpawn(t *testing.T) {
 		for _, tg := range res.Targets {
 			if tg.proc != nil {
 				checkStopped(t, tg.proc, "")
+			}
+		}
+		for _, ph := range res.Phases {
+			if runtime.GOOS == "linux" && (ph.CPU.Machine <= 0 || ph.CPU.Client <= 0 || ph.CPU.Ops <= 0) {
+				t.Errorf("%s %s on %s: CPU not measured: %+v", res.Scenario, ph.Name, ph.Target, ph.CPU)
 			}
 		}
 	}
