@@ -203,6 +203,7 @@ func BenchmarkLookup(b *testing.B) {
 		}{{"hot-10k", hot}, {"all-100k", all}} {
 			for _, per := range []int{1, 100} {
 				b.Run(fmt.Sprintf("%s/%s/%d-keys", cache.name, set.name, per), func(b *testing.B) {
+					reportCPU(b)
 					for i := 0; b.Loop(); i++ {
 						start := (i * per) % len(set.keys)
 						reply = reply[:0]

@@ -160,3 +160,16 @@ func integrityErrors(t *testing.T, db, kind string) float64 {
 // quietLogger drops store and Pebble messages (tests that expect errors
 // would otherwise flood the output).
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// reportCPU adds a cpu-ns/op metric to a benchmark: the CPU time the whole
+// process used per iteration (GC included), which, unlike ns/op, does not
+// count the time the benchmark waited for a core on a busy machine. Call
+// it after setup; it reports when the benchmark ends.
+func reportCPU(b *testing.B) {
+	start := processCPU()
+	b.Cleanup(func() {
+		if start > 0 && b.N > 0 {
+			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+		}
+	})
+}
