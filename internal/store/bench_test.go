@@ -11,24 +11,39 @@ import (
 	"sync/atomic"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // BenchmarkWrite40KB measures durable writes of new keys with 40 kB random
 // (incompressible) values from 2 concurrent writers, the write load of the
-// readlat benchmark.
+// readlat benchmark, with log blocks stored uncompressed and with zstd (the
+// server's default). Every value is different (consecutive slices of a
+// random pool), so a block of several values cannot compress.
 func BenchmarkWrite40KB(b *testing.B) {
-	s, err := Open(Options{Dir: b.TempDir()})
+	for _, c := range []struct {
+		name string
+		c    wal.Compression
+	}{{"none", wal.CompressNone}, {"zstd", wal.CompressZstd}} {
+		b.Run(c.name, func(b *testing.B) { benchWrite40KB(b, c.c) })
+	}
+}
+
+func benchWrite40KB(b *testing.B, c wal.Compression) {
+	name := fmt.Sprintf("bench-%s-%d", b.Name(), b.N)
+	s, err := Open(Options{Dir: b.TempDir(), Name: name, Compression: c})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	val := make([]byte, 40<<10)
-	rand.Read(val)
+	const size = 40 << 10
+	pool := make([]byte, 8<<20)
+	rand.Read(pool)
 	var n atomic.Int64
-	b.SetBytes(int64(len(val)))
+	b.SetBytes(size)
 	b.ResetTimer()
+	reportCPU(b)
 	var wg sync.WaitGroup
 	for w := 0; w < 2; w++ {
 		wg.Add(1)
@@ -39,7 +54,8 @@ func BenchmarkWrite40KB(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: val}
+				off := int(i) * (size + 1) % (len(pool) - size)
+				op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: pool[off : off+size]}
 				if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
 					b.Error(err)
 					return
@@ -49,13 +65,14 @@ func BenchmarkWrite40KB(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	reportHist(b, "qs_store_sync_seconds", "sync-µs/commit")
-	reportHist(b, "qs_store_commit_seconds", "commit-µs/commit")
-	reportHist(b, "qs_store_commit_group_requests", "")
+	reportHist(b, name, "qs_store_sync_seconds", "sync-µs/commit")
+	reportHist(b, name, "qs_store_commit_seconds", "commit-µs/commit")
+	reportHist(b, name, "qs_store_commit_group_requests", "")
 }
 
-// reportHist reports the mean of a store histogram as a benchmark metric.
-func reportHist(b *testing.B, name, unit string) {
+// reportHist reports the mean of a histogram of database db as a
+// benchmark metric.
+func reportHist(b *testing.B, db, name, unit string) {
 	mfs, _ := metrics.Registry.Gather()
 	for _, mf := range mfs {
 		if mf.GetName() != name {
@@ -64,6 +81,9 @@ func reportHist(b *testing.B, name, unit string) {
 		var sum float64
 		var n uint64
 		for _, m := range mf.GetMetric() {
+			if !hasLabel(m.GetLabel(), "db", db) {
+				continue
+			}
 			sum += m.GetHistogram().GetSampleSum()
 			n += m.GetHistogram().GetSampleCount()
 		}
@@ -216,4 +236,13 @@ func BenchmarkLookup(b *testing.B) {
 		}
 		s.Close()
 	}
+}
+
+func hasLabel(labels []*dto.LabelPair, name, value string) bool {
+	for _, l := range labels {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }

@@ -403,7 +403,7 @@ func (c *committer) commit(group []*request) {
 	}
 	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0) {
 		if c.blk.Len() > 0 {
-			blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
+			blk := c.blk.Finish(c.buf[:0], c.blockCompression())
 			c.buf = blk
 			c.batch.Set(logKey(c.blockFirst), blk, nil)
 			c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
@@ -786,6 +786,21 @@ type pendingValue struct {
 	index  uint64
 	offset int // of the value in the block's uncompressed payload
 	value  []byte
+}
+
+// blockCompression is how to store the group's block: uncompressed when
+// values to be stored only in the log make up at least half of it (they
+// can be only if the block is stored raw, and compressing them is CPU
+// spent to then write them a second time, inline), else as configured.
+func (c *committer) blockCompression() wal.Compression {
+	n := 0
+	for _, p := range c.inLog {
+		n += len(p.value)
+	}
+	if 2*n >= c.blk.RawLen() {
+		return wal.CompressNone
+	}
+	return c.s.opts.Compression
 }
 
 // writeInLogRecords writes the deferred value records of the group: in-log

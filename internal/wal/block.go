@@ -85,6 +85,9 @@ func (b *BlockBuilder) NextBodyOffset(bodyLen int) int {
 // Len is the number of entries added.
 func (b *BlockBuilder) Len() int { return b.count }
 
+// RawLen is the size of the uncompressed payload so far.
+func (b *BlockBuilder) RawLen() int { return len(b.raw) }
+
 // Reset empties the builder, keeping its buffer.
 func (b *BlockBuilder) Reset() { b.raw, b.count, b.lastTime = b.raw[:0], 0, 0 }
 
