@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -79,8 +80,14 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	defer it.Close()
 	var out []wal.Entry
 	size := 0
-	// The block holding `from` is the last block starting at or before it.
-	ok := it.SeekLT(logKey(from + 1))
+	// The block holding `from` is the last block starting at or before it:
+	// usually one starting at `from` (readers that follow the log ask for
+	// the entry after their last block), found by a forward seek, which
+	// unlike a backward one does not copy the block.
+	ok := it.SeekGE(logKey(from))
+	if !ok || !bytes.Equal(it.Key(), logKey(from)) {
+		ok = it.SeekLT(logKey(from + 1))
+	}
 	for ; ok; ok = it.Next() {
 		first, valid := logKeyIndex(it.Key())
 		if !valid {
