@@ -23,6 +23,7 @@ const (
 	routeMget
 	routeStatus
 	routeUsage
+	routeDigest
 	routeOther // unknown paths and methods
 	numRoutes
 )
@@ -36,6 +37,7 @@ var routeNames = [numRoutes]string{
 	routeMget:   "mget",
 	routeStatus: "status",
 	routeUsage:  "usage",
+	routeDigest: "digest",
 	routeOther:  "other",
 }
 
