@@ -84,6 +84,20 @@
 // machine's CPUs; on a small machine, the client's share is part of what
 // is measured (pin with taskset to separate them).
 //
+// # CPU
+//
+// For every phase the report also gives the CPU time used (Linux, from
+// /proc): by the target's process if this run spawned it, by this tool,
+// and by everything else on the machine ("others": other processes, and
+// the kernel's work for them). Server CPU per request, and its ratio to
+// the baseline's in the same phase, is the figure to compare when the
+// machine is shared: unlike throughput and latency it hardly changes when
+// other processes take cores away (it does include the kernel's work for
+// the server's own syscalls, and cache misses caused by the neighbours).
+// "others" says how loaded the machine was while each phase ran. In
+// readlat phases with writers, a request is a read or a write, so the
+// per-request figure mixes the two in each target's own proportions.
+//
 // Only successful requests count in throughput and latency. Failed
 // requests, misses and wrong values are counted by kind, with a first
 // example, per phase; a report with errors says so, and `qs bench` then
