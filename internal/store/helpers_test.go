@@ -142,7 +142,7 @@ func writeBatch(ctx context.Context, s *Store, ops ...wal.Op) (WriteResult, erro
 
 // counterValue reads a counter, as prometheus/testutil.ToFloat64 does
 // (testutil itself needs a module this repository does not require yet).
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {

@@ -127,6 +127,15 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	return out, nil
 }
 
+// pointsInto reports whether key's record may still point into the log
+// block blockFirst once the group commits: false if the group rewrote or
+// deleted the key (its new record is in the batch). A key the group only
+// read (a condition, an identical rewrite) keeps its stored record.
+func (c *committer) pointsInto(key []byte, blockFirst uint64) bool {
+	ks, ok := c.overlay[string(key)]
+	return !ok || (ks.logRec != nil && ks.logRec.block == blockFirst)
+}
+
 // materialize rewrites, as inline records, the value records that still
 // point into a log block about to be dropped. Keys the group itself
 // rewrites are left alone: their new record is already in the batch.
@@ -144,7 +153,7 @@ func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 			if op.Type != wal.OpSet || len(op.Value) < minInLogBytes {
 				continue
 			}
-			if _, ok := c.overlay[string(op.Key)]; ok {
+			if !c.pointsInto(op.Key, blockFirst) {
 				continue
 			}
 			k = dataKey(k, op.Key)
