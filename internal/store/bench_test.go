@@ -21,18 +21,27 @@ import (
 // readlat benchmark, with log blocks stored uncompressed and with zstd (the
 // server's default). Every value is different (consecutive slices of a
 // random pool), so a block of several values cannot compress.
+//
+// log-full: the same, zstd, once the log is at its retention limit (32 MiB
+// here; 1 GiB by default, which the readlat benchmark reaches during its
+// 2-writer phase): every commit also drops the oldest block from the log.
 func BenchmarkWrite40KB(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		c    wal.Compression
-	}{{"none", wal.CompressNone}, {"zstd", wal.CompressZstd}} {
-		b.Run(c.name, func(b *testing.B) { benchWrite40KB(b, c.c) })
+		full bool
+	}{{"none", wal.CompressNone, false}, {"zstd", wal.CompressZstd, false}, {"log-full", wal.CompressZstd, true}} {
+		b.Run(c.name, func(b *testing.B) { benchWrite40KB(b, c.c, c.full) })
 	}
 }
 
-func benchWrite40KB(b *testing.B, c wal.Compression) {
+func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
 	name := fmt.Sprintf("bench-%s-%d", b.Name(), b.N)
-	s, err := Open(Options{Dir: b.TempDir(), Name: name, Compression: c})
+	o := Options{Dir: b.TempDir(), Name: name, Compression: c}
+	if logFull {
+		o.Retention.MaxBytes = 32 << 20
+	}
+	s, err := Open(o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,6 +49,16 @@ func benchWrite40KB(b *testing.B, c wal.Compression) {
 	const size = 40 << 10
 	pool := make([]byte, 8<<20)
 	rand.Read(pool)
+	if logFull {
+		for i := range 1000 { // 40 MB
+			off := i * (size + 1) % (len(pool) - size)
+			op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "fill-%d", i), Value: pool[off : off+size]}
+			if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	materialized := counterValue(b, s.m.materialized)
 	var n atomic.Int64
 	b.SetBytes(size)
 	b.ResetTimer()
@@ -68,6 +87,9 @@ func benchWrite40KB(b *testing.B, c wal.Compression) {
 	reportHist(b, name, "qs_store_sync_seconds", "sync-µs/commit")
 	reportHist(b, name, "qs_store_commit_seconds", "commit-µs/commit")
 	reportHist(b, name, "qs_store_commit_group_requests", "")
+	if logFull {
+		b.ReportMetric((counterValue(b, s.m.materialized)-materialized)/float64(b.N), "copied-out/op")
+	}
 }
 
 // reportHist reports the mean of a histogram of database db as a

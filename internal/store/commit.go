@@ -319,6 +319,12 @@ type committer struct {
 	// ids are the outcomes of the group's batches with an ID.
 	ids          map[string]batchOutcome
 	lastIDExpiry time.Time
+	// Retired log blocks (retire.go): the totals, and the blocks the
+	// group's ops counted down.
+	retired      retiredTotals
+	retiredDirty bool
+	touched      map[uint64]*retiredState
+	rm           *retiredMetrics
 }
 
 // keyState is what the committer knows of a key: from the store, then
@@ -353,13 +359,19 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.stats, err = decodeStats(v); err != nil {
 		return nil, err
 	}
+	if c.retired, err = s.loadRetiredTotals(); err != nil {
+		return nil, err
+	}
+	c.rm = newRetiredMetrics(s.opts.Name)
+	c.rm.blocks.Set(float64(c.retired.blocks))
+	c.rm.bytes.Set(float64(c.retired.bytes))
 	return c, nil
 }
 
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats := c.last, c.log, c.stats
+	base, baseLog, baseStats, baseRetired := c.last, c.log, c.stats, c.retired
 	c.batch = s.db.NewBatch()
 	defer func() {
 		c.batch.Close()
@@ -372,6 +384,8 @@ func (c *committer) commit(group []*request) {
 	clear(c.overlay)
 	clear(c.inLog)
 	clear(c.ids)
+	clear(c.touched)
+	c.retiredDirty = false
 	c.blk.Reset()
 	c.entries = 0
 
@@ -409,8 +423,14 @@ func (c *committer) commit(group []*request) {
 			c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
 			c.log.bytes += int64(len(blk) + 9)
 			s.m.logBlockBytes.Observe(float64(len(blk)))
+			if err := c.settleRetired(); err != nil {
+				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
+			}
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
+			}
+			if c.retiredDirty {
+				c.batch.Set(metaRetired, c.retired.encode(), nil)
 			}
 			c.batch.Set(metaApplied, c.last.encode(), nil)
 			c.batch.Set(metaLog, c.log.encode(), nil)
@@ -426,7 +446,7 @@ func (c *committer) commit(group []*request) {
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
 	}
 	if groupErr != nil {
-		c.last, c.log, c.stats = base, baseLog, baseStats
+		c.last, c.log, c.stats, c.retired = base, baseLog, baseStats, baseRetired
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
@@ -442,6 +462,8 @@ func (c *committer) commit(group []*request) {
 		s.m.logBytes.Set(float64(c.log.bytes))
 		s.m.logEntries.Set(float64(c.last.index - c.log.first + 1))
 		s.m.keys.Set(float64(c.stats.keys))
+		c.rm.blocks.Set(float64(c.retired.blocks))
+		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	s.m.groupSize.Observe(float64(len(group)))
 	s.m.commitSeconds.Observe(time.Since(start).Seconds())
@@ -595,6 +617,9 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	ks, err := c.state(op.Key)
 	if err != nil {
+		return err
+	}
+	if err := c.release(ks); err != nil {
 		return err
 	}
 	delete(c.inLog, string(op.Key))

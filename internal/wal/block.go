@@ -248,11 +248,13 @@ func BlockLastHash(blk []byte) (Hash, error) {
 	if err != nil {
 		return h, err
 	}
-	raw, err := decompress(bh, c, payload)
-	if err != nil {
-		return h, err
+	raw := payload // a raw payload is read in place
+	if c != CompressNone {
+		if raw, err = decompress(bh, c, payload); err != nil {
+			return h, err
+		}
 	}
-	if len(raw) < len(h) {
+	if len(raw) != bh.RawLen || len(raw) < len(h) {
 		return h, fmt.Errorf("%w: block payload unreadable", ErrMalformed)
 	}
 	copy(h[:], raw[len(raw)-len(h):])
