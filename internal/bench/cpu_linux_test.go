@@ -6,13 +6,15 @@ import (
 	"time"
 )
 
-// burn keeps one core busy for d.
-func burn(d time.Duration) int {
-	n := 0
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		n++
+// burn keeps one core busy until this process has used cpu seconds more
+// of CPU, or for at most 20 s (on a busy machine a loop gets less than a
+// core).
+func burn(cpu float64) {
+	start := selfCPU()
+	for end := time.Now().Add(20 * time.Second); selfCPU()-start < cpu && time.Now().Before(end); {
+		for range 100000 {
+		}
 	}
-	return n
 }
 
 func TestCPUCounters(t *testing.T) {
@@ -21,12 +23,12 @@ func TestCPUCounters(t *testing.T) {
 	if !a.serverOK || !a.machineOK {
 		t.Fatalf("counters not readable: %+v", a)
 	}
-	burn(200 * time.Millisecond)
+	burn(0.2)
 	c := cpuBetween(a, sampleCPU(pid))
 	// This process is both "server" and "client" here; /proc counts in
 	// 10 ms ticks.
-	if c.Server < 0.1 || c.Client < 0.1 || c.Machine < 0.1 {
-		t.Errorf("after 200ms of busy loop: %+v", c)
+	if c.Server < 0.1 || c.Client < 0.2 || c.Machine < 0.1 {
+		t.Errorf("after 0.2 s of CPU in a busy loop: %+v", c)
 	}
 	if c.Server > 5 {
 		t.Errorf("implausible: %+v", c)
