@@ -53,3 +53,16 @@ func TestPhaseCPUFigures(t *testing.T) {
 		t.Error("others below 0")
 	}
 }
+
+func TestProbeFsync(t *testing.T) {
+	dir := t.TempDir()
+	if d := probeFsync(dir); d <= 0 || d > 10*time.Second {
+		t.Errorf("fsync probe in %s: %v", dir, d)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("probe left %d files behind", len(entries))
+	}
+	if d := probeFsync(dir + "/missing"); d != 0 {
+		t.Errorf("probe of a missing directory: %v", d)
+	}
+}

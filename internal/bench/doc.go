@@ -94,7 +94,11 @@
 // machine is shared: unlike throughput and latency it hardly changes when
 // other processes take cores away (it does include the kernel's work for
 // the server's own syscalls, and cache misses caused by the neighbours).
-// "others" says how loaded the machine was while each phase ran. In
+// "others" says how loaded the machine was while each phase ran, and
+// "fsync 4 KiB" how fast the disk was: the median time to write and fsync
+// 4 KiB in the spawned servers' work directory, probed just before each
+// phase (about 0.25 ms on the 2-core machine of docs/benchmarks.md when
+// nothing else writes; other processes' fsyncs multiply it). In
 // readlat phases with writers, a request is a read or a write, so the
 // per-request figure mixes the two in each target's own proportions.
 //

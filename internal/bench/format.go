@@ -94,7 +94,7 @@ func (r *Report) write(w io.Writer, md bool) error {
 			table(ew, phaseHeader, phaseRows(res))
 		}
 		if rows := cpuRows(res); len(rows) > 0 {
-			p("\nCPU during each phase, in cores (CPU seconds per second of the phase); per request: server CPU time per completed request of any kind, and its ratio to the baseline's in the same phase; others: everything but the server and this tool (the idle target excluded), i.e. the rest of the machine's load:\n\n")
+			p("\nThe machine during each phase. CPU in cores (CPU seconds per second of the phase); per request: server CPU time per completed request of any kind, and its ratio to the baseline's in the same phase; others: everything but the server and this tool (the idle target excluded), i.e. the rest of the machine's load; fsync 4 KiB: median time to write and fsync 4 KiB in the servers' work directory just before the phase, the disk's floor under a durable commit:\n\n")
 			table(ew, cpuHeader, rows)
 		}
 		if len(res.Ratios) > 0 {
@@ -166,7 +166,7 @@ func phaseRows(r *Result) [][]string {
 	return rows
 }
 
-var cpuHeader = []string{"phase", "target", "server", "per request", "vs base", "client", "others"}
+var cpuHeader = []string{"phase", "target", "server", "per request", "vs base", "client", "others", "fsync 4 KiB"}
 
 // cpuRows has a row per phase with CPU figures, none if no phase has any.
 func cpuRows(r *Result) [][]string {
@@ -195,7 +195,7 @@ func cpuRows(r *Result) [][]string {
 			}
 			return fmt.Sprintf("%.2f", sec/ph.Seconds)
 		}
-		rows = append(rows, []string{ph.Name, target, cores(c.Server), fmtUs(c.ServerPerOp()), vs, cores(c.Client), cores(c.Others())})
+		rows = append(rows, []string{ph.Name, target, cores(c.Server), fmtUs(c.ServerPerOp()), vs, cores(c.Client), cores(c.Others()), fmtUs(ph.DiskSyncMicros)})
 	}
 	if !any {
 		return nil

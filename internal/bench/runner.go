@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -202,6 +203,10 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run func(t *Ta
 				continue
 			}
 			s.logf("%s: %s on %s for %s", s.res.Scenario, name, t.Name, s.cfg.Duration)
+			var sync time.Duration
+			if t.Spawned {
+				sync = probeFsync(s.workDir())
+			}
 			before := sampleCPU(t.pid())
 			ph := run(t, i)
 			if err := ctx.Err(); err != nil {
@@ -212,6 +217,7 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run func(t *Ta
 				ph.CPU.Ops += op.Ops
 			}
 			ph.Name, ph.Target, ph.Baseline = name, t.Name, t.Baseline
+			ph.DiskSyncMicros = float64(sync) / 1e3
 			s.res.Phases = append(s.res.Phases, ph)
 			s.logf("%s: %s on %s: %s", s.res.Scenario, name, t.Name, phaseLine(&ph))
 		}
@@ -240,4 +246,12 @@ func randomBytes(seed uint64, n int) []byte {
 
 func newRand(seed uint64, stream int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, uint64(stream)+1))
+}
+
+// workDir is where spawned servers keep their data.
+func (s *scenarioRun) workDir() string {
+	if s.cfg.WorkDir != "" {
+		return s.cfg.WorkDir
+	}
+	return os.TempDir()
 }

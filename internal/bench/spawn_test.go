@@ -236,6 +236,9 @@ func TestRunSpawn(t *testing.T) {
 			if runtime.GOOS == "linux" && (ph.CPU.Machine <= 0 || ph.CPU.Client <= 0 || ph.CPU.Ops <= 0) {
 				t.Errorf("%s %s on %s: CPU not measured: %+v", res.Scenario, ph.Name, ph.Target, ph.CPU)
 			}
+			if ph.DiskSyncMicros <= 0 {
+				t.Errorf("%s %s on %s: disk fsync not probed", res.Scenario, ph.Name, ph.Target)
+			}
 		}
 	}
 }
