@@ -47,9 +47,13 @@
 // whatever is running; run get before readlat against a memcached, or
 // give it memory for both.
 //
-// Within a phase the targets take turns (qs with 0 writers, memcached with
-// 0 writers, qs with 1 writer, ...), so that a slow minute of the machine
-// is shared rather than charged to one side.
+// Within a phase the targets take turns, in slices (--slices, default 4:
+// qs for 5 s of the 20 s phase, then memcached for 5 s, then qs again,
+// ...), and each target's slices are merged (histograms included) into
+// its phase, so that a slow stretch of the machine (other processes'
+// builds and tests on a shared machine) is shared rather than charged to
+// one side. Writers never reuse a key across slices. With --slices 1 each
+// target runs the whole phase in one go.
 //
 // # Reading the ratios
 //

@@ -276,6 +276,7 @@ func TestServerDiesMidRun(t *testing.T) {
 	defer StopTarget(tg)
 	cfg := testConfig()
 	cfg.Duration = 400 * time.Millisecond
+	cfg.Slices = 1 // the phase the server dies in is reported with its errors
 	logf := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		t.Log(msg)
