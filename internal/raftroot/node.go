@@ -1,0 +1,797 @@
+package raftroot
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrNoLeader: no leader was known within the proposal timeout; the write
+// was not proposed. It wraps store.ErrUnavailable (HTTP 503: retry).
+var ErrNoLeader = fmt.Errorf("%w: no raft leader", store.ErrUnavailable)
+
+// ErrStopped: the node is shutting down.
+var ErrStopped = fmt.Errorf("%w: raft node stopped", store.ErrUnavailable)
+
+// Node is one member of a replicated root. It owns the Raft state machine
+// (a raft.RawNode), its storage and transport, and is the only writer of
+// its store: every committed command is applied with store.ApplyRaft.
+type Node struct {
+	cfg  Config
+	st   *store.Store
+	log  *slog.Logger
+	rn   *raft.RawNode
+	disk *diskStorage
+	tr   *transport
+
+	inbox   chan *pb.Message
+	props   chan func() // run on the loop goroutine
+	reports chan func()
+	quit    chan struct{}
+	done    chan struct{}
+
+	// Owned by the loop goroutine.
+	confState     *pb.ConfState
+	lastSnapIndex uint64
+	lastHeartbeat time.Time
+	lead          uint64
+
+	mu struct {
+		sync.Mutex
+		waiters  map[[16]byte]chan store.RaftResult
+		status   Status
+		members  map[uint64]string // raft address by member id
+		leaderCh chan struct{}     // closed and replaced when the leader changes
+	}
+}
+
+// Status is what a member knows of the cluster.
+type Status struct {
+	NodeID  uint64            `json:"node_id"`
+	Leader  uint64            `json:"leader"`
+	State   string            `json:"state"` // StateLeader, StateFollower, ...
+	Term    uint64            `json:"term"`
+	Commit  uint64            `json:"commit_index"`
+	Applied uint64            `json:"applied_index"`
+	Members map[uint64]string `json:"members"` // raft addresses
+}
+
+// Start opens the Raft storage, listens on cfg.Listen and runs the member.
+// st must be the database's store, opened and used by nothing else for
+// writes.
+func Start(cfg Config, st *store.Store) (*Node, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, st: st, log: cfg.Logger.With("db", cfg.Database, "raft_node", cfg.NodeID),
+		inbox: make(chan *pb.Message, 4096), props: make(chan func(), 1024), reports: make(chan func(), 1024),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	n.mu.waiters = map[[16]byte]chan store.RaftResult{}
+	n.mu.members = map[uint64]string{}
+	n.mu.leaderCh = make(chan struct{})
+	cluster := st.DBID()
+	disk, fresh, err := openDiskStorage(cfg.Dir, cfg.FS, cluster, cfg.NodeID, n.log)
+	if err != nil {
+		return nil, err
+	}
+	n.disk = disk
+	rcfg := &raft.Config{
+		ID:              cfg.NodeID,
+		ElectionTick:    cfg.ElectionTicks,
+		HeartbeatTick:   cfg.HeartbeatTicks,
+		Storage:         disk.mem,
+		MaxSizePerMsg:   cfg.MaxSizePerMsg,
+		MaxInflightMsgs: cfg.MaxInflightMsgs,
+		// A member applies at most 64 MiB of entries per Ready.
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 1 << 30,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{n.log},
+	}
+	if n.rn, err = raft.NewRawNode(rcfg); err != nil {
+		disk.close()
+		return nil, fmt.Errorf("raft node %d: %w", cfg.NodeID, err)
+	}
+	// Members: the configured peers, then what the snapshot and the log
+	// say (applied as the log is replayed).
+	snap, _ := disk.mem.Snapshot()
+	n.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*pb.ConfState)
+	n.lastSnapIndex = snap.GetMetadata().GetIndex()
+	if sd, err := decodeSnapData(snap.GetData()); err == nil {
+		for id, a := range sd.Members {
+			n.mu.members[id] = a
+		}
+	}
+	for id, a := range cfg.Peers {
+		n.mu.members[id] = a
+	}
+	if fresh && !cfg.Join {
+		var peers []raft.Peer
+		for _, id := range slices.Sorted(mapsKeys(cfg.Peers)) {
+			peers = append(peers, raft.Peer{ID: id, Context: []byte(cfg.Peers[id])})
+		}
+		if err := n.rn.Bootstrap(peers); err != nil {
+			disk.close()
+			return nil, fmt.Errorf("raft bootstrap: %w", err)
+		}
+		n.log.Info("raft cluster bootstrapped", "members", cfg.Peers)
+	}
+	n.tr = newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, n.log)
+	n.tr.deliver = func(m *pb.Message) bool {
+		select {
+		case n.inbox <- m:
+			return true
+		default:
+			return false
+		}
+	}
+	n.tr.known = n.isKnown
+	n.tr.unreachable = func(id uint64) { n.report(func() { n.rn.ReportUnreachable(id) }) }
+	n.tr.snapshotled = func(id uint64, ok bool) {
+		st := raft.SnapshotFinish
+		ev := "sent"
+		if !ok {
+			st, ev = raft.SnapshotFailure, "send_failed"
+		}
+		mSnapshots.WithLabelValues(cfg.Database, ev).Inc()
+		n.report(func() { n.rn.ReportSnapshot(id, st) })
+	}
+	for id, a := range n.mu.members {
+		n.tr.setPeer(id, a)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		disk.close()
+		return nil, fmt.Errorf("raft listen %s: %w", cfg.Listen, err)
+	}
+	n.tr.wg.Add(1)
+	go func() {
+		defer n.tr.wg.Done()
+		n.tr.serve(ln)
+	}()
+	n.updateStatus()
+	go n.run()
+	return n, nil
+}
+
+func mapsKeys(m map[uint64]string) func(func(uint64) bool) {
+	return func(yield func(uint64) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// Addr is the address the transport listens on.
+func (n *Node) Addr() string {
+	n.tr.mu.Lock()
+	defer n.tr.mu.Unlock()
+	if n.tr.mu.ln == nil {
+		return n.cfg.Listen
+	}
+	return n.tr.mu.ln.Addr().String()
+}
+
+func (n *Node) isKnown(id uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.mu.members[id]
+	return ok
+}
+
+func (n *Node) report(f func()) {
+	select {
+	case n.reports <- f:
+	default:
+	}
+}
+
+// Stop ends the member: the loop, the transport and the storage. Writes
+// waiting fail with ErrStopped. The store stays open.
+func (n *Node) Stop() error {
+	select {
+	case <-n.quit:
+		<-n.done
+		return nil
+	default:
+	}
+	close(n.quit)
+	<-n.done
+	n.tr.close()
+	return n.disk.close()
+}
+
+// run is the member's one goroutine: it ticks Raft, feeds it messages and
+// proposals, and handles every Ready (persist, send, apply, advance).
+func (n *Node) run() {
+	defer close(n.done)
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.quit:
+			n.failWaiters()
+			return
+		case <-t.C:
+			n.rn.Tick()
+			n.maybeHeartbeat()
+		case m := <-n.inbox:
+			n.step(m)
+		case f := <-n.props:
+			f()
+		case f := <-n.reports:
+			f()
+		}
+		// Take whatever else is waiting, so one Ready carries it all.
+	drain:
+		for i := 0; i < 1024; i++ {
+			select {
+			case m := <-n.inbox:
+				n.step(m)
+			case f := <-n.props:
+				f()
+			case f := <-n.reports:
+				f()
+			default:
+				break drain
+			}
+		}
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.log.Error("raft member stopped: its state could not be made durable; restart the process", "err", err)
+				n.failWaiters()
+				// Keep answering nothing: a member that cannot persist
+				// must not vote or acknowledge. Wait for shutdown.
+				<-n.quit
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) step(m *pb.Message) {
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		n.log.Debug("raft step", "err", err)
+	}
+}
+
+func (n *Node) handleReady() error {
+	rd := n.rn.Ready()
+	if rd.SoftState != nil {
+		n.softState(rd.SoftState)
+	}
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		if err := n.installSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	if err := n.disk.save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync); err != nil {
+		return err
+	}
+	mPersistSeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
+	if n.cfg.AfterPersist != nil {
+		n.cfg.AfterPersist(len(rd.CommittedEntries))
+	}
+	n.tr.send(rd.Messages)
+	if len(rd.CommittedEntries) > 0 {
+		if !n.apply(rd.CommittedEntries) {
+			return nil // stopping
+		}
+	}
+	n.rn.Advance(rd)
+	n.maybeCompact()
+	n.updateStatus()
+	return nil
+}
+
+func (n *Node) softState(ss *raft.SoftState) {
+	if ss.Lead != n.lead {
+		n.lead = ss.Lead
+		mLeaderChanges.WithLabelValues(n.cfg.Database).Inc()
+		n.log.Info("raft leader changed", "leader", ss.Lead, "state", ss.RaftState.String())
+		n.mu.Lock()
+		n.mu.status.Leader = ss.Lead
+		close(n.mu.leaderCh)
+		n.mu.leaderCh = make(chan struct{})
+		n.mu.Unlock()
+	}
+	if ss.RaftState == raft.StateLeader {
+		mIsLeader.WithLabelValues(n.cfg.Database).Set(1)
+	} else {
+		mIsLeader.WithLabelValues(n.cfg.Database).Set(0)
+	}
+}
+
+// apply applies committed entries to the store in one durable commit,
+// retrying while the store cannot commit (a full disk, say), and answers
+// the writes waiting here. It returns false if the node is stopping.
+func (n *Node) apply(ents []*pb.Entry) bool {
+	cmds := make([]store.RaftCommand, 0, len(ents))
+	ids := make([][16]byte, 0, len(ents))
+	for _, e := range ents {
+		rc := store.RaftCommand{RaftIndex: e.GetIndex()}
+		var id [16]byte
+		switch e.GetType() {
+		case pb.EntryType_EntryNormal:
+			if len(e.GetData()) == 0 {
+				break // a new leader's empty entry
+			}
+			c, err := decodeCommand(e.GetData())
+			if err != nil {
+				mMessageErrors.WithLabelValues(n.cfg.Database, kindCommand).Inc()
+				n.log.Error("committed raft entry is not a command; skipped by every member", "index", e.GetIndex(), "err", err)
+				break
+			}
+			rc.Time, rc.Heartbeat, rc.Batch, id = c.time, c.heartbeat, c.batch, c.id
+		case pb.EntryType_EntryConfChange:
+			cc := &pb.ConfChange{}
+			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+				n.log.Error("committed conf change does not decode", "index", e.GetIndex(), "err", err)
+				break
+			}
+			n.applyConfChange(cc)
+		case pb.EntryType_EntryConfChangeV2:
+			cc := &pb.ConfChangeV2{}
+			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+				n.log.Error("committed conf change does not decode", "index", e.GetIndex(), "err", err)
+				break
+			}
+			n.confState = n.rn.ApplyConfChange(cc)
+		}
+		cmds = append(cmds, rc)
+		ids = append(ids, id)
+	}
+	t0 := time.Now()
+	var res []store.RaftResult
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		var err error
+		if res, err = n.st.ApplyRaft(context.Background(), cmds); err == nil {
+			break
+		}
+		n.log.Error("cannot apply committed raft entries to the store; retrying", "first", cmds[0].RaftIndex, "err", err)
+		select {
+		case <-n.quit:
+			return false
+		case <-time.After(pause):
+		}
+	}
+	mApplySeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
+	n.mu.Lock()
+	for i, id := range ids {
+		if id == ([16]byte{}) {
+			continue
+		}
+		if w, ok := n.mu.waiters[id]; ok {
+			delete(n.mu.waiters, id)
+			w <- res[i]
+		}
+	}
+	n.mu.Unlock()
+	return true
+}
+
+// applyConfChange applies a committed membership change and updates the
+// transport: an added member's Raft address is the change's context.
+func (n *Node) applyConfChange(cc *pb.ConfChange) {
+	n.confState = n.rn.ApplyConfChange(cc)
+	id, addr := cc.GetNodeId(), string(cc.GetContext())
+	switch cc.GetType() {
+	case pb.ConfChangeType_ConfChangeAddNode, pb.ConfChangeType_ConfChangeAddLearnerNode:
+		if addr != "" {
+			n.mu.Lock()
+			n.mu.members[id] = addr
+			n.mu.Unlock()
+			n.tr.setPeer(id, addr)
+		}
+		n.log.Info("raft member added", "id", id, "addr", addr)
+	case pb.ConfChangeType_ConfChangeRemoveNode:
+		n.mu.Lock()
+		delete(n.mu.members, id)
+		n.mu.Unlock()
+		n.tr.removePeer(id)
+		n.log.Info("raft member removed", "id", id)
+	}
+}
+
+// snapData is the Data of a Raft snapshot: the store's position at the
+// snapshot's Raft index, where to fetch it, and the members' addresses.
+type snapData struct {
+	StoreIndex uint64            `json:"store_index"`
+	Repl       string            `json:"repl"`
+	Members    map[uint64]string `json:"members"`
+}
+
+func decodeSnapData(b []byte) (snapData, error) {
+	var d snapData
+	if len(b) == 0 {
+		return d, errors.New("empty")
+	}
+	err := json.Unmarshal(b, &d)
+	return d, err
+}
+
+// maybeCompact records a snapshot and compacts the log once enough entries
+// were applied since the last one. The snapshot's data is small: the
+// store is the state, and a member that needs it fetches a checkpoint of
+// it over replication (installSnapshot).
+func (n *Node) maybeCompact() {
+	applied := n.st.RaftApplied()
+	if applied < n.lastSnapIndex+n.cfg.SnapshotEntries {
+		return
+	}
+	last, _ := n.disk.mem.LastIndex()
+	if applied > last {
+		return // the store is ahead of the log (installed a checkpoint)
+	}
+	n.mu.Lock()
+	d := snapData{StoreIndex: n.st.AppliedIndex(), Repl: n.cfg.ReplAddr, Members: maps(n.mu.members)}
+	n.mu.Unlock()
+	data, _ := json.Marshal(d)
+	keepFrom := uint64(1)
+	if applied > n.cfg.CatchUpEntries {
+		keepFrom = applied - n.cfg.CatchUpEntries
+	}
+	if first, _ := n.disk.mem.FirstIndex(); keepFrom < first {
+		keepFrom = first
+	}
+	if err := n.disk.compact(applied, n.confState, data, keepFrom); err != nil {
+		n.log.Warn("raft log compaction failed", "index", applied, "err", err)
+		return
+	}
+	n.lastSnapIndex = applied
+	mSnapshots.WithLabelValues(n.cfg.Database, "made").Inc()
+	n.log.Info("raft log compacted", "snapshot_index", applied, "store_index", d.StoreIndex, "kept_from", keepFrom)
+}
+
+func maps(m map[uint64]string) map[uint64]string {
+	out := make(map[uint64]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// installSnapshot brings the store up to a snapshot the leader sent: the
+// store must have applied at least the snapshot's Raft index before the
+// Raft state moves past it. It fetches a checkpoint of a member's store
+// over replication (the leader's, or the snapshot maker's) until the
+// store is there. It blocks the member meanwhile; it returns an error only
+// when the node stops.
+func (n *Node) installSnapshot(snap *pb.Snapshot) error {
+	idx := snap.GetMetadata().GetIndex()
+	d, err := decodeSnapData(snap.GetData())
+	if err != nil {
+		n.log.Error("raft snapshot data does not decode", "index", idx, "err", err)
+	}
+	for id, a := range d.Members {
+		n.mu.Lock()
+		n.mu.members[id] = a
+		n.mu.Unlock()
+		n.tr.setPeer(id, a)
+	}
+	minIndex := d.StoreIndex
+	for attempt := 0; n.st.RaftApplied() < idx; attempt++ {
+		srcs := []string{}
+		if a := n.tr.replAddr(n.lead); a != "" {
+			srcs = append(srcs, a)
+		}
+		if d.Repl != "" && !slices.Contains(srcs, d.Repl) {
+			srcs = append(srcs, d.Repl)
+		}
+		if len(srcs) == 0 {
+			n.log.Error("raft snapshot names no member to fetch it from; waiting", "index", idx)
+		}
+		for _, src := range srcs {
+			n.log.Info("store behind the raft snapshot: fetching a checkpoint", "snapshot_index", idx, "store_raft_index", n.st.RaftApplied(), "source", src, "min_store_index", minIndex)
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-n.quit:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			err := n.cfg.FetchSnapshot(ctx, src, minIndex)
+			cancel()
+			if err != nil {
+				mSnapshots.WithLabelValues(n.cfg.Database, "receive_failed").Inc()
+				n.log.Warn("fetching the snapshot failed", "source", src, "err", err)
+				continue
+			}
+			mSnapshots.WithLabelValues(n.cfg.Database, "received").Inc()
+			if n.st.RaftApplied() >= idx {
+				break
+			}
+			// An older checkpoint (reused by the source): ask for a newer one.
+			minIndex = max(minIndex, n.st.AppliedIndex()+1)
+		}
+		if n.st.RaftApplied() >= idx {
+			break
+		}
+		select {
+		case <-n.quit:
+			return ErrStopped
+		case <-time.After(time.Second):
+		}
+	}
+	n.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*pb.ConfState)
+	n.lastSnapIndex = idx
+	n.log.Info("raft snapshot installed", "snapshot_index", idx, "store_index", n.st.AppliedIndex(), "store_raft_index", n.st.RaftApplied())
+	return nil
+}
+
+// maybeHeartbeat: the leader proposes a heartbeat entry when nothing was
+// written for the heartbeat interval.
+func (n *Node) maybeHeartbeat() {
+	hb := n.cfg.Heartbeat
+	if hb <= 0 || n.rn.BasicStatus().RaftState != raft.StateLeader {
+		return
+	}
+	now := time.Now()
+	if now.Sub(n.st.AppliedTime()) < hb || now.Sub(n.lastHeartbeat) < hb {
+		return
+	}
+	n.lastHeartbeat = now
+	c := command{time: now.UnixNano(), heartbeat: true}
+	rand.Read(c.id[:])
+	if err := n.rn.Propose(c.encode()); err != nil {
+		n.log.Debug("heartbeat not proposed", "err", err)
+	}
+}
+
+func (n *Node) updateStatus() {
+	bs := n.rn.BasicStatus()
+	var voters []uint64
+	if n.confState != nil {
+		voters = n.confState.GetVoters()
+	}
+	n.mu.Lock()
+	members := map[uint64]string{}
+	for _, id := range voters {
+		members[id] = n.mu.members[id]
+	}
+	n.mu.status = Status{NodeID: n.cfg.NodeID, Leader: bs.Lead, State: bs.RaftState.String(),
+		Term: bs.HardState.GetTerm(), Commit: bs.HardState.GetCommit(), Applied: n.st.RaftApplied(), Members: members}
+	n.mu.Unlock()
+	db := n.cfg.Database
+	mTerm.WithLabelValues(db).Set(float64(bs.HardState.GetTerm()))
+	mCommit.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()))
+	mApplied.WithLabelValues(db).Set(float64(n.st.RaftApplied()))
+	mApplyLag.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()) - float64(min(n.st.RaftApplied(), bs.HardState.GetCommit())))
+	first, _ := n.disk.mem.FirstIndex()
+	last, _ := n.disk.mem.LastIndex()
+	mLogEntries.WithLabelValues(db).Set(float64(last + 1 - first))
+	mStorageBytes.WithLabelValues(db).Set(float64(n.disk.sizeBytes()))
+}
+
+// Status returns the member's view of the cluster.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.mu.status
+	s.Members = maps(s.Members)
+	return s
+}
+
+func (n *Node) failWaiters() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, w := range n.mu.waiters {
+		w <- store.RaftResult{Err: ErrStopped}
+		delete(n.mu.waiters, id)
+	}
+}
+
+// onLoop runs f on the loop goroutine and waits for it.
+func (n *Node) onLoop(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case n.props <- func() { f(); close(done) }:
+	case <-n.quit:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+// waitLeader waits until a leader is known.
+func (n *Node) waitLeader(ctx context.Context) (uint64, error) {
+	for {
+		n.mu.Lock()
+		lead, ch := n.mu.status.Leader, n.mu.leaderCh
+		n.mu.Unlock()
+		if lead != 0 {
+			return lead, nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(n.cfg.TickInterval):
+			n.updateStatusFromLoop(ctx)
+		case <-ctx.Done():
+			return 0, ErrNoLeader
+		case <-n.quit:
+			return 0, ErrStopped
+		}
+	}
+}
+
+func (n *Node) updateStatusFromLoop(ctx context.Context) {
+	n.onLoop(ctx, n.updateStatus)
+}
+
+// Write proposes b and returns its outcome once this member's store has
+// applied it: the write is then durable here and committed by a quorum.
+// A follower forwards the proposal to the leader. The error wraps
+// store.ErrUnavailable when no leader was found (nothing proposed), or
+// context.DeadlineExceeded when the outcome is unknown (the write may
+// still commit: retry with the same batch ID).
+func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	defer cancel()
+	c := command{batch: b}
+	rand.Read(c.id[:])
+	w := make(chan store.RaftResult, 1)
+	n.mu.Lock()
+	n.mu.waiters[c.id] = w
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.mu.waiters, c.id)
+		n.mu.Unlock()
+	}()
+	db := n.cfg.Database
+	proposed := false
+	for {
+		if !proposed {
+			lead, err := n.waitLeader(ctx)
+			if err != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+				return store.WriteResult{}, err
+			}
+			c.time = time.Now().UnixNano()
+			data := c.encode()
+			var perr error
+			if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+				return store.WriteResult{}, err
+			}
+			if errors.Is(perr, raft.ErrProposalDropped) {
+				// Not appended anywhere: safe to try again shortly.
+				select {
+				case <-time.After(n.cfg.TickInterval):
+					continue
+				case <-ctx.Done():
+					mProposals.WithLabelValues(db, "failed").Inc()
+					return store.WriteResult{}, fmt.Errorf("%w: proposal dropped (leader changing)", ErrNoLeader)
+				}
+			}
+			if perr != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+				return store.WriteResult{}, fmt.Errorf("%w: propose: %v", store.ErrUnavailable, perr)
+			}
+			if lead != n.cfg.NodeID {
+				mForwarded.WithLabelValues(db).Inc()
+			}
+			proposed = true
+		}
+		n.mu.Lock()
+		leaderCh := n.mu.leaderCh
+		n.mu.Unlock()
+		select {
+		case r := <-w:
+			if r.Err != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+			} else {
+				mProposals.WithLabelValues(db, "ok").Inc()
+			}
+			return r.Res, r.Err
+		case <-leaderCh:
+			// The proposal may have been lost with the old leader. A batch
+			// with an ID is proposed again: the store applies it once.
+			if len(b.ID) > 0 {
+				proposed = false
+			}
+		case <-ctx.Done():
+			mProposals.WithLabelValues(db, "timeout").Inc()
+			return store.WriteResult{}, fmt.Errorf("raft write not applied within %v (it may still commit): %w", n.cfg.ProposalTimeout, context.DeadlineExceeded)
+		case <-n.quit:
+			return store.WriteResult{}, ErrStopped
+		}
+	}
+}
+
+// AddMember adds a member (its id and Raft address) and waits until the
+// change is applied here.
+func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
+	if id == 0 || addr == "" {
+		return fmt.Errorf("%w: member id and address required", store.ErrInvalid)
+	}
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id), Context: []byte(addr)}
+	return n.changeMembers(ctx, cc, func(s Status) bool { _, ok := s.Members[id]; return ok })
+}
+
+// RemoveMember removes a member and waits until the change is applied here.
+func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	if id == 0 {
+		return fmt.Errorf("%w: member id required", store.ErrInvalid)
+	}
+	if _, ok := n.Status().Members[id]; !ok {
+		return fmt.Errorf("%w: %d is not a member", store.ErrInvalid, id)
+	}
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: new(id)}
+	return n.changeMembers(ctx, cc, func(s Status) bool { _, ok := s.Members[id]; return !ok })
+}
+
+func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(Status) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ProposalTimeout)
+	defer cancel()
+	for {
+		if done(n.Status()) {
+			return nil
+		}
+		if _, err := n.waitLeader(ctx); err != nil {
+			return err
+		}
+		var perr error
+		if err := n.onLoop(ctx, func() { perr = n.rn.ProposeConfChange(cc) }); err != nil {
+			return err
+		}
+		if perr != nil && !errors.Is(perr, raft.ErrProposalDropped) {
+			return fmt.Errorf("%w: %v", store.ErrInvalid, perr)
+		}
+		// A change proposed while another is pending is dropped by the
+		// leader; poll and propose again until it shows.
+		for i := 0; i < 20; i++ {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("membership change not applied: %w", ctx.Err())
+			case <-time.After(n.cfg.TickInterval):
+			}
+			if done(n.Status()) {
+				return nil
+			}
+		}
+	}
+}
+
+// raftLogger routes the raft library's messages to slog.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)                 { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(format string, v ...any) { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Error(v ...any)                 { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(format string, v ...any) { r.l.Error(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Info(v ...any)                  { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(format string, v ...any)  { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(format string, v ...any) {
+	r.l.Warn(fmt.Sprintf(format, v...))
+}
+func (r raftLogger) Fatal(v ...any)                 { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(format string, v ...any) { r.Fatal(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Panic(v ...any)                 { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(format string, v ...any) { r.Panic(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,155 @@
+package raftroot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// Writes through the leader and through followers (forwarded) are applied
+// by every member with the same indexes and hashes; a failed condition and
+// a duplicate batch id are judged alike everywhere.
+func TestWritesReplicateIdentically(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	f := c.follower()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				m := lead
+				if i%2 == 0 {
+					m = f
+				}
+				if _, err := m.node.Write(ctx, put(fmt.Sprintf("w%d/%d", w, i), "v")); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	r1, err := f.node.Write(ctx, put("k", "1"))
+	if err != nil || !r1.Changed {
+		t.Fatalf("write: %+v %v", r1, err)
+	}
+	b := put("k", "2")
+	b.Conds = []store.Cond{{Key: []byte("k"), Index: r1.Index + 100}}
+	if _, err := lead.node.Write(ctx, b); !errors.Is(err, store.ErrConditionFailed) {
+		t.Fatalf("failed condition answered %v", err)
+	}
+	b = put("k", "3")
+	b.ID = []byte("batch-1")
+	r2, err := f.node.Write(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Ops[0].Value = []byte("4")
+	r3, err := lead.node.Write(ctx, b)
+	if err != nil || !r3.Duplicate || r3.Index != r2.Index {
+		t.Fatalf("duplicate: %+v %v (first %+v)", r3, err, r2)
+	}
+	h := c.waitConverged()
+	if h.Index != r2.Index {
+		t.Fatalf("head %d, last write %d", h.Index, r2.Index)
+	}
+	c.checkDigests()
+	for _, m := range c.members {
+		if s := m.node.Status(); len(s.Members) != 3 || s.Leader != lead.id {
+			t.Fatalf("member %d status %+v", m.id, s)
+		}
+	}
+}
+
+// Stopping the leader elects another; writes continue; the old leader
+// restarts, catches up and converges.
+func TestLeaderStopAndRestart(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	for i := 0; i < 10; i++ {
+		if _, err := lead.node.Write(ctx, put(fmt.Sprint("a", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead.stop()
+	t0 := time.Now()
+	f := c.follower()
+	if _, err := f.node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("write acknowledged %v after the leader stopped", time.Since(t0))
+	c.start(lead.id, lead.dir, false)
+	c.waitConverged()
+	c.checkDigests()
+}
+
+// A member down while the log is compacted past it catches up from a
+// snapshot: a checkpoint of a member's store fetched over replication.
+func TestSnapshotCatchUp(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries, cfg.CatchUpEntries = 20, 5 })
+	ctx := context.Background()
+	c.leader()
+	down := c.follower()
+	down.stop()
+	lead := c.leader()
+	for i := 0; i < 100; i++ {
+		if _, err := lead.node.Write(ctx, put(fmt.Sprint("k", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := lead.node.disk.mem.FirstIndex()
+	if first <= down.st.RaftApplied()+1 {
+		t.Fatalf("log not compacted past the stopped member: first %d, member at %d", first, down.st.RaftApplied())
+	}
+	m := c.start(down.id, down.dir, false)
+	c.waitConverged()
+	c.checkDigests()
+	if got := m.st.RaftApplied(); got < first {
+		t.Fatalf("member raft applied %d, below the leader's first index %d", got, first)
+	}
+}
+
+// Membership: a member is removed and a new one added; the new one gets
+// the database by snapshot or log, and the cluster keeps working.
+func TestReplaceMember(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	for i := 0; i < 10; i++ {
+		if _, err := lead.node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := c.follower()
+	gone.stop()
+	delete(c.members, gone.id)
+	if err := lead.node.RemoveMember(ctx, gone.id); err != nil {
+		t.Fatal(err)
+	}
+	c.peers[4] = freeAddr(t)
+	if err := lead.node.AddMember(ctx, 4, c.peers[4]); err != nil {
+		t.Fatal(err)
+	}
+	c.start(4, t.TempDir(), true)
+	if _, err := lead.node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	c.checkDigests()
+	if s := c.members[4].node.Status(); len(s.Members) != 3 || s.Members[gone.id] != "" {
+		t.Fatalf("new member's status %+v", s)
+	}
+}
