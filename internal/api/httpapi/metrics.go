@@ -23,20 +23,22 @@ const (
 	routeMget
 	routeStatus
 	routeUsage
+	routeMembers
 	routeOther // unknown paths and methods
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	routeGet:    "get",
-	routePut:    "put",
-	routeDelete: "delete",
-	routeBatch:  "batch",
-	routeScan:   "scan",
-	routeMget:   "mget",
-	routeStatus: "status",
-	routeUsage:  "usage",
-	routeOther:  "other",
+	routeGet:     "get",
+	routePut:     "put",
+	routeDelete:  "delete",
+	routeBatch:   "batch",
+	routeScan:    "scan",
+	routeMget:    "mget",
+	routeStatus:  "status",
+	routeUsage:   "usage",
+	routeMembers: "members",
+	routeOther:   "other",
 }
 
 func (r route) String() string { return routeNames[r] }
