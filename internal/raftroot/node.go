@@ -374,6 +374,22 @@ func (n *Node) apply(ents []*pb.Entry) bool {
 		}
 	}
 	mApplySeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
+	if n.log.Enabled(context.Background(), slog.LevelDebug) {
+		var changed, dup, skipped, failed int
+		for _, r := range res {
+			switch {
+			case errors.Is(r.Err, store.ErrRaftApplied):
+				skipped++
+			case r.Err != nil:
+				failed++
+			case r.Res.Duplicate:
+				dup++
+			case r.Res.Changed:
+				changed++
+			}
+		}
+		n.log.Debug("raft entries applied", "first", cmds[0].RaftIndex, "last", cmds[len(cmds)-1].RaftIndex, "changed", changed, "dup", dup, "skipped", skipped, "failed", failed, "store", n.st.AppliedIndex(), "raft", n.st.RaftApplied())
+	}
 	n.mu.Lock()
 	for i, id := range ids {
 		if id == ([16]byte{}) {

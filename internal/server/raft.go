@@ -93,19 +93,55 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database) error {
 		return fmt.Errorf("database %s: %w", d.Name, err)
 	}
 	s.rafts[d.Name] = n
-	db.Propose = n.Write
-	db.Members = n
-	db.Status = func() map[string]any {
-		rs := n.Status()
-		members := map[string]string{}
-		for id, a := range rs.Members {
-			members[strconv.FormatUint(id, 10)] = a
-		}
-		return map[string]any{"role": "root", "raft": rs, "members": members}
-	}
+	s.raftNodes[d.Name].Store(n)
 	s.announcef("raft listening on %s db=%s\n", n.Addr(), d.Name)
 	s.log.Info("raft member started", "db", d.Name, "node_id", d.Raft.NodeID, "raft", n.Addr(), "peers", d.Raft.Peers, "join", d.Raft.Join)
 	return nil
+}
+
+// raftSlot holds a database's Raft member once it started: HTTP and
+// memcached requests can arrive before (the listeners start first), and
+// must never write the store directly.
+type raftSlot struct{ atomic.Pointer[raftroot.Node] }
+
+var errRaftStarting = fmt.Errorf("%w: raft member starting", store.ErrUnavailable)
+
+func (r *raftSlot) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
+	n := r.Load()
+	if n == nil {
+		return store.WriteResult{}, errRaftStarting
+	}
+	return n.Write(ctx, b)
+}
+
+func (r *raftSlot) AddMember(ctx context.Context, id uint64, addr string) error {
+	n := r.Load()
+	if n == nil {
+		return errRaftStarting
+	}
+	return n.AddMember(ctx, id, addr)
+}
+
+func (r *raftSlot) RemoveMember(ctx context.Context, id uint64) error {
+	n := r.Load()
+	if n == nil {
+		return errRaftStarting
+	}
+	return n.RemoveMember(ctx, id)
+}
+
+// status is the raft part of the database's status.
+func (r *raftSlot) status() map[string]any {
+	n := r.Load()
+	if n == nil {
+		return map[string]any{"role": "root", "raft": nil, "members": nil}
+	}
+	rs := n.Status()
+	members := map[string]string{}
+	for id, a := range rs.Members {
+		members[strconv.FormatUint(id, 10)] = a
+	}
+	return map[string]any{"role": "root", "raft": rs, "members": members}
 }
 
 // stopRaft stops every Raft member (before the stores close).

@@ -43,6 +43,7 @@ type Server struct {
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
 	rafts          map[string]*raftroot.Node // see raft.go
+	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
 	stopBackground context.CancelFunc // ends replicas and watch hubs
 	tls            replTLS
@@ -64,6 +65,7 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
+	s.raftNodes = map[string]*raftSlot{}
 	var err error
 	if s.tls, err = loadReplTLS(cfg.ReplTLS); err != nil {
 		return nil, err
@@ -118,9 +120,17 @@ func (s *Server) openDatabase(d config.Database) error {
 	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
+	if d.Raft.Enabled() {
+		slot := &raftSlot{}
+		s.raftNodes[d.Name] = slot
+		db.Propose, db.Members = slot.Write, slot
+	}
 	if !d.IsReplica() {
 		db.CanWrite = func() error { return nil }
 		db.Status = func() map[string]any { return map[string]any{"role": "root"} }
+		if slot := s.raftNodes[d.Name]; slot != nil {
+			db.Status = slot.status
+		}
 		s.log.Info("database open", "db", d.Name, "role", "root", "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 		return nil
 	}

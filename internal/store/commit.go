@@ -68,6 +68,9 @@ type request struct {
 // Write commits b durably as one log entry and returns its index. It is
 // for the root only; replicas use Apply.
 func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
+	if s.raftApplied.Load() > 0 {
+		return WriteResult{}, errRaftOnly
+	}
 	size, err := s.validate(b)
 	if err != nil {
 		s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
@@ -80,6 +83,9 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 // Heartbeat writes an entry carrying only the clock, so replicas can
 // measure their lag when no data changes.
 func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
+	if s.raftApplied.Load() > 0 {
+		return 0, errRaftOnly
+	}
 	r := &request{kind: reqHeartbeat, done: make(chan struct{})}
 	err := s.submit(ctx, r)
 	return r.res.Index, err

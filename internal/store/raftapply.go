@@ -33,6 +33,10 @@ var metaRaft = []byte("mraft")
 // was already applied (after a restart or a snapshot install).
 var ErrRaftApplied = errors.New("qs: raft command already applied")
 
+// errRaftOnly: a store that applies a Raft log takes writes only from it:
+// a direct write would give this member entries the others lack.
+var errRaftOnly = fmt.Errorf("%w: the store applies a raft log; write through the raft member", ErrNotRoot)
+
 // RaftCommand is one committed command of a replicated root's Raft log.
 type RaftCommand struct {
 	// RaftIndex is the command's index in the Raft log; it must grow.
