@@ -26,6 +26,7 @@ type raftCluster struct {
 	dbid    string
 	members []*raftMember
 	extra   []string // more serve flags for every member
+	toml    string   // more settings of the database in the config file
 }
 
 type raftMember struct {
@@ -75,7 +76,7 @@ func (c *raftCluster) startAll() {
 // start runs member m (again) with its addresses; env adds variables.
 func (c *raftCluster) start(m *raftMember, env ...string) {
 	c.t.Helper()
-	cfg := writeConfig(c.t, c.t.TempDir(), fmt.Sprintf("[[database]]\nname = \"default\"\ndb_id = %q\n", c.dbid))
+	cfg := writeConfig(c.t, c.t.TempDir(), fmt.Sprintf("[[database]]\nname = \"default\"\ndb_id = %q\n%s", c.dbid, c.toml))
 	args := append([]string{"serve", "--config", cfg, "--data", m.dir, "--http", m.http, "--memcache", "127.0.0.1:0", "--repl", m.repl,
 		"--log-level", "warn", "--node-id", fmt.Sprint(m.id), "--raft", m.raft, "--raft-peers", m.peers}, c.extra...)
 	cmd := exec.Command(qsBin, args...)

@@ -66,8 +66,10 @@ type Config struct {
 	MaxInflightMsgs int
 
 	// AfterPersist, when set, is called after a Ready's state is durable
-	// and before its committed entries are applied (a test failpoint).
-	AfterPersist func(committed int)
+	// and before its committed entries are applied, when some of them are
+	// not applied yet (a test failpoint).
+	// Its argument is the last committed index.
+	AfterPersist func(committed uint64)
 
 	// Logger receives events. Default slog.Default().
 	Logger *slog.Logger

@@ -287,8 +287,8 @@ func (n *Node) handleReady() error {
 		return err
 	}
 	mPersistSeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
-	if n.cfg.AfterPersist != nil {
-		n.cfg.AfterPersist(len(rd.CommittedEntries))
+	if ce := rd.CommittedEntries; n.cfg.AfterPersist != nil && len(ce) > 0 && ce[len(ce)-1].GetIndex() > n.st.RaftApplied() {
+		n.cfg.AfterPersist(ce[len(ce)-1].GetIndex())
 	}
 	n.tr.send(rd.Messages)
 	if len(rd.CommittedEntries) > 0 {

@@ -285,3 +285,29 @@ func (p quietPebble) Fatalf(format string, args ...any) {
 	p.l.Error("raft storage engine failed; exiting to restart from durable state", "err", fmt.Sprintf(format, args...))
 	os.Exit(70)
 }
+
+// State is what a stopped member's Raft storage holds (for tools and
+// tests): the hard state and the range of log entries kept.
+type State struct {
+	Term, Commit     uint64
+	FirstIndex, Last uint64
+	SnapshotIndex    uint64
+}
+
+// ReadState opens the Raft storage in dir read-only and reads its state.
+func ReadState(dir string) (State, error) {
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietPebble{slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		return State{}, err
+	}
+	defer db.Close()
+	d := &diskStorage{db: db, mem: raft.NewMemoryStorage()}
+	if err := d.load(); err != nil {
+		return State{}, err
+	}
+	hs, _, _ := d.mem.InitialState()
+	snap, _ := d.mem.Snapshot()
+	first, _ := d.mem.FirstIndex()
+	last, _ := d.mem.LastIndex()
+	return State{Term: hs.GetTerm(), Commit: hs.GetCommit(), FirstIndex: first, Last: last, SnapshotIndex: snap.GetMetadata().GetIndex()}, nil
+}

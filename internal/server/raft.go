@@ -86,7 +86,7 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database) error {
 			}
 			return r.Bootstrap(ctx, src, minIndex)
 		},
-		AfterPersist: failpointAfterPersist(),
+		AfterPersist: failpointAfterPersist(st),
 	}
 	n, err := raftroot.Start(cfg, st)
 	if err != nil {
@@ -158,7 +158,7 @@ func (s *Server) stopRaft() error {
 // failpointAfterPersist reads QS_FAILPOINT=raft-after-persist:N: the
 // process kills itself (SIGKILL) right after the N-th Raft persist that
 // has committed entries to apply, before applying them. For crash tests.
-func failpointAfterPersist() func(int) {
+func failpointAfterPersist(st *store.Store) func(uint64) {
 	v, ok := strings.CutPrefix(os.Getenv("QS_FAILPOINT"), "raft-after-persist:")
 	if !ok {
 		return nil
@@ -168,9 +168,9 @@ func failpointAfterPersist() func(int) {
 		return nil
 	}
 	var seen atomic.Int64
-	return func(committed int) {
-		if committed > 0 && seen.Add(1) == int64(n) {
-			fmt.Fprintln(os.Stderr, "failpoint raft-after-persist: killing the process")
+	return func(committed uint64) {
+		if seen.Add(1) == int64(n) {
+			fmt.Fprintf(os.Stderr, "failpoint raft-after-persist: killing the process with raft entries committed up to %d, applied up to %d\n", committed, st.RaftApplied())
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}
