@@ -47,6 +47,8 @@ type Node struct {
 	lastSnapIndex uint64
 	lastHeartbeat time.Time
 	lead          uint64
+	lastSync      time.Time // of the store (see maybeSyncStore)
+	syncedRaft    uint64
 
 	mu struct {
 		sync.Mutex
@@ -232,6 +234,7 @@ func (n *Node) run() {
 		case <-t.C:
 			n.rn.Tick()
 			n.maybeHeartbeat()
+			n.maybeSyncStore()
 		case m := <-n.inbox:
 			n.step(m)
 		case f := <-n.props:
@@ -282,6 +285,16 @@ func (n *Node) handleReady() error {
 			return err
 		}
 	}
+	// A leader sends its appends while it persists the same entries (the
+	// Raft thesis, 10.2.1; etcd does the same): they commit once a quorum,
+	// which may or may not include the leader, has them durably. Its
+	// term and vote were made durable before it became leader. Everyone
+	// else persists first: a vote or an acknowledgement must never get
+	// ahead of the disk.
+	early := n.rn.BasicStatus().RaftState == raft.StateLeader && !n.hardStateChanges(rd.HardState)
+	if early {
+		n.tr.send(rd.Messages)
+	}
 	t0 := time.Now()
 	if err := n.disk.save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync); err != nil {
 		return err
@@ -290,7 +303,9 @@ func (n *Node) handleReady() error {
 	if ce := rd.CommittedEntries; n.cfg.AfterPersist != nil && len(ce) > 0 && ce[len(ce)-1].GetIndex() > n.st.RaftApplied() {
 		n.cfg.AfterPersist(ce[len(ce)-1].GetIndex())
 	}
-	n.tr.send(rd.Messages)
+	if !early {
+		n.tr.send(rd.Messages)
+	}
 	if len(rd.CommittedEntries) > 0 {
 		if !n.apply(rd.CommittedEntries) {
 			return nil // stopping
@@ -300,6 +315,15 @@ func (n *Node) handleReady() error {
 	n.maybeCompact()
 	n.updateStatus()
 	return nil
+}
+
+// hardStateChanges reports whether hs changes the term or vote on disk.
+func (n *Node) hardStateChanges(hs *pb.HardState) bool {
+	if hs == nil || raft.IsEmptyHardState(hs) {
+		return false
+	}
+	cur, _, _ := n.disk.mem.InitialState()
+	return hs.GetTerm() != cur.GetTerm() || hs.GetVote() != cur.GetVote()
 }
 
 func (n *Node) softState(ss *raft.SoftState) {
@@ -468,6 +492,12 @@ func (n *Node) maybeCompact() {
 	if first, _ := n.disk.mem.FirstIndex(); keepFrom < first {
 		keepFrom = first
 	}
+	// The store applies without fsync (the Raft log holds the entries):
+	// make what it applied durable before the log forgets them.
+	if err := n.st.SyncRaft(); err != nil {
+		n.log.Warn("raft log compaction skipped: cannot sync the store", "err", err)
+		return
+	}
 	if err := n.disk.compact(applied, n.confState, data, keepFrom); err != nil {
 		n.log.Warn("raft log compaction failed", "index", applied, "err", err)
 		return
@@ -553,6 +583,23 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) error {
 	n.log.Info("raft snapshot installed", "snapshot_index", idx, "store_index", n.st.AppliedIndex(), "store_raft_index", n.st.RaftApplied())
 	return nil
 }
+
+// maybeSyncStore makes the store's applied commands durable once a second
+// (one fsync), bounding what a restart applies again from the Raft log.
+func (n *Node) maybeSyncStore() {
+	if time.Since(n.lastSync) < storeSyncInterval || n.st.RaftApplied() == n.syncedRaft {
+		return
+	}
+	n.lastSync = time.Now()
+	applied := n.st.RaftApplied()
+	if err := n.st.SyncRaft(); err != nil {
+		n.log.Warn("store sync failed", "err", err)
+		return
+	}
+	n.syncedRaft = applied
+}
+
+const storeSyncInterval = time.Second
 
 // maybeHeartbeat: the leader proposes a heartbeat entry when nothing was
 // written for the heartbeat interval.

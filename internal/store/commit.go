@@ -444,7 +444,7 @@ func (c *committer) commit(group []*request) {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
 		syncStart := time.Now()
-		if err := c.batch.Commit(pebble.Sync); err != nil {
+		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
 			groupErr = classifyCommitError(err)
 		}
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())

@@ -29,6 +29,33 @@ import (
 
 var metaRaft = []byte("mraft")
 
+// A group of Raft commands only is committed without an fsync: the Raft
+// log, fsynced before its entries are applied, holds them durably, and the
+// store's Raft index moves in the same batch as their effects, so after a
+// crash the member applies again, exactly once, what the store lost. The
+// member calls SyncRaft before it compacts its Raft log past what the
+// store applied.
+
+// writeOptions is the durability of the group's batch.
+func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
+	for _, r := range group {
+		if r.kind != reqRaft {
+			return pebble.Sync
+		}
+	}
+	return pebble.NoSync
+}
+
+// SyncRaft makes every Raft command applied so far durable (one WAL fsync).
+func (s *Store) SyncRaft() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
+	return s.db.LogData(nil, pebble.Sync)
+}
+
 // ErrRaftApplied is the result of a command skipped because its Raft index
 // was already applied (after a restart or a snapshot install).
 var ErrRaftApplied = errors.New("qs: raft command already applied")
