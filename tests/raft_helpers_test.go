@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -37,10 +38,26 @@ type raftMember struct {
 	p                *proc
 }
 
-// freePort returns a loopback address whose port the kernel chose and
-// that was free a moment ago.
+// freePort returns a loopback address that was free a moment ago, with a
+// port below the kernel's ephemeral range: members keep their addresses
+// across restarts, and a port in that range could meanwhile be taken as
+// the source port of some outgoing connection.
 func freePort(t *testing.T) string {
 	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	if low > 12000 {
+		for i := 0; i < 100; i++ {
+			port := 10000 + rand.IntN(low-11000)
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err == nil {
+				ln.Close()
+				return ln.Addr().String()
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -43,10 +44,23 @@ func quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// freeAddr returns a loopback address with a kernel-chosen port that was
-// free a moment ago (Raft addresses must be known before start).
+// freeAddr returns a loopback address that was free a moment ago (Raft
+// addresses must be known before start and kept across restarts), with a
+// port below the kernel's ephemeral range so that no outgoing connection
+// takes it meanwhile.
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	for i := 0; low > 12000 && i < 100; i++ {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-11000)))
+		if err == nil {
+			ln.Close()
+			return ln.Addr().String()
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
