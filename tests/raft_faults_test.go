@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -367,4 +368,51 @@ func TestRaftWriteBenchmark(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("qs bench exit %d", code)
 	}
+}
+
+// TestRaftReplaceMember replaces a dead member as docs/operations.md says:
+// qs raft remove, qs raft add, then the new member starts with --raft-join
+// (learning the database id from a peer) and catches up.
+func TestRaftReplaceMember(t *testing.T) {
+	c := newRaftCluster(t, 3)
+	c.startAll()
+	c.leader(15 * time.Second)
+	cl := c.client(c.httpAddrs(), 20)
+	var acks []raftAck
+	write := func(prefix string, n int) {
+		for i := 0; i < n; i++ {
+			k := fmt.Sprint("k/", prefix, i)
+			res, err := cl.Put(bg, k, []byte("v"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks = append(acks, raftAck{key: k, value: "v", index: res.Index})
+		}
+	}
+	write("a", 30)
+	dead := c.members[2]
+	dead.p.kill()
+	live := c.members[0].http
+	if out, code := runQS(t, "raft", "--addr", live, "remove", "3"); code != 0 {
+		t.Fatalf("qs raft remove: %d\n%s", code, out)
+	}
+	m4 := &raftMember{id: 4, dir: filepath.Join(t.TempDir(), "m4"), http: freePort(t), repl: freePort(t), raft: freePort(t)}
+	out, code := runQS(t, "raft", "--addr", live, "add", "4", m4.raft)
+	if code != 0 || !strings.Contains(out, "4="+m4.raft) || strings.Contains(out, "3=") {
+		t.Fatalf("qs raft add: %d\n%s", code, out)
+	}
+	write("b", 30)
+	m4.peers = fmt.Sprintf("1=%s,2=%s,4=%s", c.members[0].raft, c.members[1].raft, m4.raft)
+	// No db_id: the new member asks a peer for it.
+	cmd := exec.Command(qsBin, "serve", "--data", m4.dir, "--http", m4.http, "--memcache", "127.0.0.1:0", "--repl", m4.repl,
+		"--log-level", "warn", "--node-id", "4", "--raft", m4.raft, "--raft-peers", m4.peers, "--raft-join")
+	m4.p = startCmd(t, m4.dir, cmd, 4)
+	c.members = []*raftMember{c.members[0], c.members[1], m4}
+	write("c", 30)
+	c.waitSameApplied(acks[len(acks)-1].index, 30*time.Second)
+	st, err := statusOf(m4.http)
+	if err != nil || len(st.Raft.Members) != 3 || st.Raft.Members["3"] != "" {
+		t.Fatalf("new member's status: %+v %v", st.Raft, err)
+	}
+	checkRaftLog(t, c.checkSameStores(), acks, nil)
 }
