@@ -12,6 +12,8 @@
 //	GET    /v1/{db}/keys?prefix=&start=&limit=   scan one page of keys in key order
 //	POST   /v1/{db}/mget              several values read at one index
 //	GET    /v1/{db}/status            position, counters and role of the database
+//	POST   /v1/{db}/raft/members      HA root: add a member {"id":N,"addr":"host:port"} (members.go)
+//	DELETE /v1/{db}/raft/members/{id} HA root: remove a member
 //	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
 //	GET    /v1/{db}/usage?producer=   keys and bytes stored under each producer's prefixes
 //	GET    /metrics                   Prometheus metrics of the process
@@ -225,7 +227,8 @@
 //	500   internal            anything else, including recovered panics
 //	410   reread              watch from_index older than the retained log: scan, then watch
 //	                          from the scan's index
-//	503   unavailable         the store is closed (shutting down), or watch not served here
+//	503   unavailable         the store is closed (shutting down), or watch not served here, or
+//	                          an HA root has no leader (store.ErrUnavailable: nothing proposed)
 //	503   too_many_watchers   the database's watch hub already serves MaxWatchers streams
 //	504   timeout             min_index not applied in time (applied_index in the body and
 //	                          Qs-Applied-Index), or a write's context expired (it may still commit)
@@ -234,7 +237,7 @@
 // # Metrics
 //
 // Declared in metrics.go with subsystem "http": requests_total{db, route,
-// code} (route is get, put, delete, batch, scan, mget, status, usage, watch or other;
+// code} (route is get, put, delete, batch, scan, mget, status, usage, members, watch or other;
 // db is empty for unknown databases), errors_total{kind},
 // request_duration_seconds{route}, min_index_wait_seconds and
 // min_index_timeouts_total. Watch streams are not timed in
