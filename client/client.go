@@ -328,6 +328,32 @@ func (c *Client) MGet(ctx context.Context, keys []string, o ReadOptions) (MGetRe
 	return res, err
 }
 
+// Digest is a summary of a node's whole data at one applied index: two
+// nodes of a database with the same SHA256 serve the same keys, values and
+// write indexes.
+type Digest struct {
+	Index  uint64 `json:"index"`
+	Keys   int    `json:"keys"`
+	SHA256 string `json:"sha256"`
+}
+
+// Digest asks the first server that answers for the digest of its data
+// (GET /v1/{db}/digest). It reads the whole database on the server: a tool
+// for comparing replicas, not for every request.
+func (c *Client) Digest(ctx context.Context, o ReadOptions) (Digest, error) {
+	q := url.Values{}
+	o.query(q)
+	var res Digest
+	err := c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodGet, base+"/v1/"+url.PathEscape(c.db)+"/digest"+encodeQuery(q), nil)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
 // Status returns the status document of the database on the first server
 // that answers.
 func (c *Client) Status(ctx context.Context) (map[string]any, error) {

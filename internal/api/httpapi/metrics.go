@@ -24,6 +24,7 @@ const (
 	routeStatus
 	routeUsage
 	routeMembers
+	routeDigest
 	routeOther // unknown paths and methods
 	numRoutes
 )
@@ -37,6 +38,7 @@ var routeNames = [numRoutes]string{
 	routeMget:    "mget",
 	routeStatus:  "status",
 	routeUsage:   "usage",
+	routeDigest:  "digest",
 	routeMembers: "members",
 	routeOther:   "other",
 }
