@@ -312,6 +312,8 @@ func (c *Config) Validate() error {
 				errs = append(errs, fmt.Errorf("%s: raft needs a listen address (--raft)", where))
 			case d.IsReplica():
 				errs = append(errs, fmt.Errorf("%s: a raft member is a root: it cannot have upstream or secondary sources", where))
+			case c.Repl == "off":
+				errs = append(errs, fmt.Errorf("%s: a raft member needs its replication listener (repl): members that fall behind fetch snapshots through it", where))
 			case !r.Join && peers[r.NodeID] == "":
 				errs = append(errs, fmt.Errorf("%s: raft peers must include this node (%d=%s)", where, r.NodeID, r.Listen))
 			}

@@ -411,10 +411,12 @@ func (t *transport) receive(c net.Conn) error {
 		t.mu.repl[h.from] = h.repl
 		t.mu.Unlock()
 	}
+	// No idle deadline: a link between two followers carries nothing
+	// between elections, and dropping it would lose the first vote request
+	// of the next one. TCP keepalive ends connections to dead hosts.
+	c.SetReadDeadline(time.Time{})
 	var buf []byte
 	for {
-		// Peers send heartbeats every few hundred milliseconds.
-		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		typ, b, err := readFrame(r, buf)
 		if err != nil {
 			if errors.Is(err, errFrame) {
