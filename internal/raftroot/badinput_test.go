@@ -241,3 +241,65 @@ func FuzzDecodeCommand(f *testing.F) {
 		}
 	})
 }
+
+// A received snapshot replaces the whole stored log: entries after it from
+// an older term must not come back at the next start.
+func TestSnapshotReplacesStoredLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "raft")
+	var cluster [16]byte
+	d, _, err := openDiskStorage(dir, nil, cluster, 1, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ents []*pb.Entry
+	for i := uint64(1); i <= 10; i++ {
+		ents = append(ents, &pb.Entry{Index: new(i), Term: new(uint64(1)), Type: pb.EntryType_EntryNormal.Enum()})
+	}
+	if err := d.save(&pb.HardState{Term: new(uint64(1)), Commit: new(uint64(3))}, ents, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(5)), Term: new(uint64(2)),
+		ConfState: &pb.ConfState{Voters: []uint64{1}}}}
+	if err := d.save(&pb.HardState{Term: new(uint64(2)), Commit: new(uint64(5))}, nil, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	d.close()
+	st, err := ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SnapshotIndex != 5 || st.Last != 5 || st.FirstIndex != 6 {
+		t.Fatalf("after a snapshot at 5 over entries 1..10: %+v", st)
+	}
+}
+
+func TestDecodeEntries(t *testing.T) {
+	c := command{time: 7, batch: put("k", "v")}
+	c.id[0] = 1
+	cc, _ := proto.Marshal(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(uint64(4)), Context: []byte("h:1")})
+	normal, confType := pb.EntryType_EntryNormal, pb.EntryType_EntryConfChange
+	ents := []*pb.Entry{
+		{Index: new(uint64(10)), Type: &normal, Data: c.encode()},
+		{Index: new(uint64(11)), Type: &normal},
+		{Index: new(uint64(12)), Type: &confType, Data: cc},
+		{Index: new(uint64(13)), Type: &normal, Data: []byte{1, 2, 3}},
+		{Index: new(uint64(14)), Type: &confType, Data: []byte{0xff}},
+	}
+	d := decodeEntries(ents)
+	if len(d.cmds) != 5 || len(d.ids) != 5 || len(d.confs) != 1 || len(d.bad) != 2 {
+		t.Fatalf("decoded %d commands, %d ids, %d conf changes, %d bad", len(d.cmds), len(d.ids), len(d.confs), len(d.bad))
+	}
+	for i, rc := range d.cmds {
+		if rc.RaftIndex != uint64(10+i) {
+			t.Fatalf("command %d has raft index %d", i, rc.RaftIndex)
+		}
+	}
+	if d.ids[0] != c.id || d.cmds[0].Time != 7 || len(d.cmds[0].Batch.Ops) != 1 {
+		t.Fatalf("command: %+v", d.cmds[0])
+	}
+	for _, i := range []int{1, 2, 3, 4} {
+		if len(d.cmds[i].Batch.Ops) != 0 || d.cmds[i].Heartbeat || d.ids[i] != ([16]byte{}) {
+			t.Fatalf("entry %d should only advance the raft index: %+v", i, d.cmds[i])
+		}
+	}
+}

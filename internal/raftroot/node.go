@@ -49,6 +49,7 @@ type Node struct {
 	lead          uint64
 	lastSync      time.Time // of the store (see maybeSyncStore)
 	syncedRaft    uint64
+	logBytes      int // entry data appended since the last compaction
 
 	mu struct {
 		sync.Mutex
@@ -300,6 +301,9 @@ func (n *Node) handleReady() error {
 		return err
 	}
 	mPersistSeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
+	for _, e := range rd.Entries {
+		n.logBytes += len(e.GetData())
+	}
 	if ce := rd.CommittedEntries; n.cfg.AfterPersist != nil && len(ce) > 0 && ce[len(ce)-1].GetIndex() > n.st.RaftApplied() {
 		n.cfg.AfterPersist(ce[len(ce)-1].GetIndex())
 	}
@@ -348,41 +352,17 @@ func (n *Node) softState(ss *raft.SoftState) {
 // retrying while the store cannot commit (a full disk, say), and answers
 // the writes waiting here. It returns false if the node is stopping.
 func (n *Node) apply(ents []*pb.Entry) bool {
-	cmds := make([]store.RaftCommand, 0, len(ents))
-	ids := make([][16]byte, 0, len(ents))
-	for _, e := range ents {
-		rc := store.RaftCommand{RaftIndex: e.GetIndex()}
-		var id [16]byte
-		switch e.GetType() {
-		case pb.EntryType_EntryNormal:
-			if len(e.GetData()) == 0 {
-				break // a new leader's empty entry
-			}
-			c, err := decodeCommand(e.GetData())
-			if err != nil {
-				mMessageErrors.WithLabelValues(n.cfg.Database, kindCommand).Inc()
-				n.log.Error("committed raft entry is not a command; skipped by every member", "index", e.GetIndex(), "err", err)
-				break
-			}
-			rc.Time, rc.Heartbeat, rc.Batch, id = c.time, c.heartbeat, c.batch, c.id
-		case pb.EntryType_EntryConfChange:
-			cc := &pb.ConfChange{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				n.log.Error("committed conf change does not decode", "index", e.GetIndex(), "err", err)
-				break
-			}
-			n.applyConfChange(cc)
-		case pb.EntryType_EntryConfChangeV2:
-			cc := &pb.ConfChangeV2{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				n.log.Error("committed conf change does not decode", "index", e.GetIndex(), "err", err)
-				break
-			}
-			n.confState = n.rn.ApplyConfChange(cc)
-		}
-		cmds = append(cmds, rc)
-		ids = append(ids, id)
+	b := decodeEntries(ents)
+	for _, bad := range b.bad {
+		mMessageErrors.WithLabelValues(n.cfg.Database, kindCommand).Inc()
+		n.log.Error("committed raft entry does not decode; skipped by every member", "err", bad)
 	}
+	// Membership changes touch no store state (their commands only move
+	// the store's Raft index), so they are applied to Raft first.
+	for _, cc := range b.confs {
+		n.applyConfChange(cc)
+	}
+	cmds, ids := b.cmds, b.ids
 	t0 := time.Now()
 	var res []store.RaftResult
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
@@ -428,10 +408,62 @@ func (n *Node) apply(ents []*pb.Entry) bool {
 	return true
 }
 
+// decoded is what a run of committed entries asks of a member: one store
+// command per entry (empty for entries that change no data), the proposal
+// id of each (zero if none), the membership changes in order, and the
+// entries that did not decode.
+type decoded struct {
+	cmds  []store.RaftCommand
+	ids   [][16]byte
+	confs []pb.ConfChangeI
+	bad   []error
+}
+
+// decodeEntries turns committed entries into store commands and
+// membership changes. Pure: every member decodes the same bytes alike.
+func decodeEntries(ents []*pb.Entry) decoded {
+	d := decoded{cmds: make([]store.RaftCommand, 0, len(ents)), ids: make([][16]byte, 0, len(ents))}
+	for _, e := range ents {
+		rc := store.RaftCommand{RaftIndex: e.GetIndex()}
+		var id [16]byte
+		var err error
+		switch e.GetType() {
+		case pb.EntryType_EntryNormal:
+			if len(e.GetData()) == 0 {
+				break // a new leader's empty entry
+			}
+			var c command
+			if c, err = decodeCommand(e.GetData()); err == nil {
+				rc.Time, rc.Heartbeat, rc.Batch, id = c.time, c.heartbeat, c.batch, c.id
+			}
+		case pb.EntryType_EntryConfChange:
+			cc := &pb.ConfChange{}
+			if err = proto.Unmarshal(e.GetData(), cc); err == nil {
+				d.confs = append(d.confs, cc)
+			}
+		case pb.EntryType_EntryConfChangeV2:
+			cc := &pb.ConfChangeV2{}
+			if err = proto.Unmarshal(e.GetData(), cc); err == nil {
+				d.confs = append(d.confs, cc)
+			}
+		}
+		if err != nil {
+			d.bad = append(d.bad, fmt.Errorf("entry %d: %w", e.GetIndex(), err))
+		}
+		d.cmds = append(d.cmds, rc)
+		d.ids = append(d.ids, id)
+	}
+	return d
+}
+
 // applyConfChange applies a committed membership change and updates the
 // transport: an added member's Raft address is the change's context.
-func (n *Node) applyConfChange(cc *pb.ConfChange) {
-	n.confState = n.rn.ApplyConfChange(cc)
+func (n *Node) applyConfChange(cci pb.ConfChangeI) {
+	n.confState = n.rn.ApplyConfChange(cci)
+	cc, ok := cci.AsV1()
+	if !ok {
+		return // V2 changes are not proposed by qs; raft applied it
+	}
 	id, addr := cc.GetNodeId(), string(cc.GetContext())
 	switch cc.GetType() {
 	case pb.ConfChangeType_ConfChangeAddNode, pb.ConfChangeType_ConfChangeAddLearnerNode:
@@ -468,13 +500,18 @@ func decodeSnapData(b []byte) (snapData, error) {
 	return d, err
 }
 
+// snapshotBytes also triggers a compaction: the Raft log is held in memory,
+// and a few thousand large entries would not fit.
+const snapshotBytes = 256 << 20
+
 // maybeCompact records a snapshot and compacts the log once enough entries
 // were applied since the last one. The snapshot's data is small: the
 // store is the state, and a member that needs it fetches a checkpoint of
 // it over replication (installSnapshot).
 func (n *Node) maybeCompact() {
 	applied := n.st.RaftApplied()
-	if applied < n.lastSnapIndex+n.cfg.SnapshotEntries {
+	bySize := n.logBytes >= snapshotBytes && applied > n.lastSnapIndex
+	if applied < n.lastSnapIndex+n.cfg.SnapshotEntries && !bySize {
 		return
 	}
 	last, _ := n.disk.mem.LastIndex()
@@ -486,7 +523,10 @@ func (n *Node) maybeCompact() {
 	n.mu.Unlock()
 	data, _ := json.Marshal(d)
 	keepFrom := uint64(1)
-	if applied > n.cfg.CatchUpEntries {
+	switch {
+	case bySize:
+		keepFrom = applied // large entries: keep none in memory
+	case applied > n.cfg.CatchUpEntries:
 		keepFrom = applied - n.cfg.CatchUpEntries
 	}
 	if first, _ := n.disk.mem.FirstIndex(); keepFrom < first {
@@ -503,6 +543,7 @@ func (n *Node) maybeCompact() {
 		return
 	}
 	n.lastSnapIndex = applied
+	n.logBytes = 0
 	mSnapshots.WithLabelValues(n.cfg.Database, "made").Inc()
 	n.log.Info("raft log compacted", "snapshot_index", applied, "store_index", d.StoreIndex, "kept_from", keepFrom)
 }

@@ -187,8 +187,9 @@ func (d *diskStorage) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot
 			return err
 		}
 		b.Set(keySnap, v, nil)
-		// The log continues after the snapshot.
-		b.DeleteRange(entryKey(0), entryKey(snap.GetMetadata().GetIndex()+1), nil)
+		// A received snapshot replaces the whole log (as in the in-memory
+		// log); entries that follow it arrive after.
+		b.DeleteRange(entryKey(0), []byte{'f'}, nil)
 	}
 	if hs != nil && !raft.IsEmptyHardState(hs) {
 		v, err := seal(hs)
@@ -198,7 +199,7 @@ func (d *diskStorage) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot
 		b.Set(keyHS, v, nil)
 	}
 	last := d.last
-	if hasSnap && last < snap.GetMetadata().GetIndex() {
+	if hasSnap {
 		last = 0
 	}
 	if len(ents) > 0 {
