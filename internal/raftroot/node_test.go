@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +152,78 @@ func TestReplaceMember(t *testing.T) {
 	c.checkDigests()
 	if s := c.members[4].node.Status(); len(s.Members) != 3 || s.Members[gone.id] != "" {
 		t.Fatalf("new member's status %+v", s)
+	}
+}
+
+// A single root becomes an HA root: started alone as a one-member cluster
+// on its existing store, then joined by two members that copy its store
+// (they never replay the log onto an empty store).
+func TestSingleRootBecomesHA(t *testing.T) {
+	ctx := context.Background()
+	c := &cluster{t: t, members: map[uint64]*member{}, peers: map[uint64]string{}}
+	copy(c.dbid[:], "raftroot-test-id")
+	dir := t.TempDir()
+	dir1 := filepath.Join(dir, "1")
+	old, err := store.Open(store.Options{Name: "db", Dir: filepath.Join(dir1, "db"), DBID: c.dbid, MinFreeBytes: 1, BallastBytes: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := old.Write(ctx, put(fmt.Sprint("old", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Close()
+	c.peers[1] = freeAddr(t)
+	m1 := c.start(1, dir1, false)
+	c.leader()
+	if _, err := m1.node.Write(ctx, put("new", "v")); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(2); id <= 3; id++ {
+		c.peers[id] = freeAddr(t)
+		if err := m1.node.AddMember(ctx, id, c.peers[id]); err != nil {
+			t.Fatal(err)
+		}
+		c.start(id, filepath.Join(dir, fmt.Sprint(id)), true)
+	}
+	if _, err := c.members[3].node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	c.checkDigests()
+	if d, _ := c.members[2].st.Digest(); d.Keys != 22 {
+		t.Fatalf("joined member has %d keys, want 22", d.Keys)
+	}
+}
+
+// New Raft storage on a store that does not match how the cluster starts
+// is refused with ErrStoreNotEmpty, and the store is left alone.
+func TestNewMemberOnWrongStoreRefused(t *testing.T) {
+	ctx := context.Background()
+	var dbid store.DBID
+	copy(dbid[:], "raftroot-test-id")
+	st, err := store.Open(store.Options{Name: "db", Dir: filepath.Join(t.TempDir(), "db"), DBID: dbid, MinFreeBytes: 1, BallastBytes: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Write(ctx, put("k", "v")); err != nil {
+		t.Fatal(err)
+	}
+	h0, _ := st.Head()
+	for name, cfg := range map[string]Config{
+		"initial member of three": {Peers: map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}},
+		"joining member":          {Peers: map[uint64]string{2: freeAddr(t)}, Join: true},
+	} {
+		cfg.Database, cfg.NodeID, cfg.Dir, cfg.Logger = "db", 1, filepath.Join(t.TempDir(), "raft"), quiet()
+		cfg.Listen = freeAddr(t)
+		cfg.FetchSnapshot = func(context.Context, string, uint64) error { return errors.New("not here") }
+		if _, err := Start(cfg, st); !errors.Is(err, ErrStoreNotEmpty) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if h, _ := st.Head(); h != h0 || st.RaftApplied() != 0 {
+		t.Fatal("the store changed")
 	}
 }

@@ -462,43 +462,50 @@ func (t *transport) close() {
 // LearnClusterID asks the members at addrs, in turn, for the cluster's
 // database id (a new member joining without db_id in its configuration).
 func LearnClusterID(ctx context.Context, addrs []string) ([16]byte, error) {
+	h, err := askPeers(ctx, addrs)
+	return h.cluster, err
+}
+
+// askPeers asks the members at addrs, in turn, who they are, and returns
+// the first answer.
+func askPeers(ctx context.Context, addrs []string) (helloMsg, error) {
 	var errs []error
 	for _, a := range addrs {
-		id, err := learnFrom(ctx, a)
+		h, err := ask(ctx, a)
 		if err == nil {
-			return id, nil
+			return h, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", a, err))
 	}
-	return [16]byte{}, fmt.Errorf("learn the cluster id: %w", errors.Join(errs...))
+	return helloMsg{}, fmt.Errorf("ask the raft peers: %w", errors.Join(errs...))
 }
 
-func learnFrom(ctx context.Context, addr string) ([16]byte, error) {
+func ask(ctx context.Context, addr string) (helloMsg, error) {
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	c, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		return [16]byte{}, err
+		return helloMsg{}, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := writeFrame(c, frameHello, (&helloMsg{}).encode()); err != nil {
-		return [16]byte{}, err
+		return helloMsg{}, err
 	}
 	typ, b, err := readFrame(bufio.NewReader(c), nil)
 	if err != nil {
-		return [16]byte{}, err
+		return helloMsg{}, err
 	}
 	if typ != frameHello {
-		return [16]byte{}, fmt.Errorf("%w: answer is not a hello", errFrame)
+		return helloMsg{}, fmt.Errorf("%w: answer is not a hello", errFrame)
 	}
 	h, err := decodeHello(b)
 	if err != nil {
-		return [16]byte{}, err
+		return helloMsg{}, err
 	}
 	if h.cluster == ([16]byte{}) {
-		return [16]byte{}, errors.New("the member does not know its cluster id")
+		return helloMsg{}, errors.New("the member does not know its cluster id")
 	}
-	return h.cluster, nil
+	return h, nil
 }

@@ -51,6 +51,7 @@ const (
 	reqHeartbeat
 	reqReplace // install the ready snapshot (see snapshot.go)
 	reqRaft    // apply committed Raft commands (see raftapply.go)
+	reqRaftReset
 )
 
 type request struct {
@@ -413,6 +414,8 @@ func (c *committer) commit(group []*request) {
 			groupErr = c.prepareApply(r)
 		case reqRaft:
 			groupErr = c.prepareRaft(r)
+		case reqRaftReset:
+			c.raftIndex = 0
 		case reqHeartbeat:
 			e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindHeartbeat}
 			c.append(&e, true)

@@ -102,6 +102,14 @@ func (s *Store) ApplyRaft(ctx context.Context, cmds []RaftCommand) ([]RaftResult
 	return r.results, nil
 }
 
+// ResetRaft sets the applied Raft index back to 0, durably: the store
+// becomes the starting state of a new Raft cluster (a one-member cluster
+// bootstrapped on an existing database, see internal/raftroot).
+func (s *Store) ResetRaft(ctx context.Context) error {
+	r := &request{kind: reqRaftReset, done: make(chan struct{})}
+	return s.submit(ctx, r)
+}
+
 // RaftApplied is the Raft index of the last command applied durably (0 if
 // the store never applied a Raft log).
 func (s *Store) RaftApplied() uint64 { return s.raftApplied.Load() }

@@ -119,3 +119,27 @@ func digestOf(t *testing.T, s *Store) Digest {
 	}
 	return d
 }
+
+func TestResetRaft(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	if _, err := s.ApplyRaft(ctx, raftCommands()); err != nil {
+		t.Fatal(err)
+	}
+	h := appliedHash(t, s)
+	if err := s.ResetRaft(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.RaftApplied() != 0 || appliedHash(t, s) != h {
+		t.Fatalf("after reset: raft %d, head changed %v", s.RaftApplied(), appliedHash(t, s) != h)
+	}
+	res, err := s.ApplyRaft(ctx, []RaftCommand{{RaftIndex: 1, Time: 1, Batch: Batch{Ops: []wal.Op{set("new", "1")}}}})
+	if err != nil || res[0].Err != nil || res[0].Res.Index != h.index+1 {
+		t.Fatalf("first command of the new cluster: %+v %v", res, err)
+	}
+	dir := s.Options().Dir
+	s.Close()
+	if s2 := openTest(t, Options{Dir: dir}); s2.RaftApplied() != 1 {
+		t.Fatalf("raft applied %d after reopen", s2.RaftApplied())
+	}
+}
