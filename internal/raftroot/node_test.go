@@ -148,6 +148,10 @@ func TestReplaceMember(t *testing.T) {
 	if _, err := lead.node.Write(ctx, put("after", "v")); err != nil {
 		t.Fatal(err)
 	}
+	// The new member takes part: it applies a write made through it.
+	if _, err := c.members[4].node.Write(ctx, put("through-4", "v")); err != nil {
+		t.Fatal(err)
+	}
 	c.waitConverged()
 	c.checkDigests()
 	if s := c.members[4].node.Status(); len(s.Members) != 3 || s.Members[gone.id] != "" {
