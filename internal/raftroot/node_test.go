@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -229,5 +230,34 @@ func TestNewMemberOnWrongStoreRefused(t *testing.T) {
 	}
 	if h, _ := st.Head(); h != h0 || st.RaftApplied() != 0 {
 		t.Fatal("the store changed")
+	}
+}
+
+// Recovery from a lost majority: a member's Raft storage is set aside and
+// it starts as a new one-member cluster on its store, whose log goes on
+// with the next index.
+func TestRestartAsNewClusterContinuesTheLog(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 1, nil)
+	m := c.members[1]
+	c.leader()
+	var last store.WriteResult
+	for i := 0; i < 5; i++ {
+		var err error
+		if last, err = m.node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.stop()
+	if err := os.RemoveAll(m.cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	m = c.start(1, m.dir, false)
+	c.leader()
+	// Without a reset of the store's Raft index, the new log's commands
+	// would be taken for applied ones and skipped.
+	r, err := m.node.Write(ctx, put("after", "v"))
+	if err != nil || !r.Changed || r.Index <= last.Index {
+		t.Fatalf("write after the restart: %+v %v (last before: %d)", r, err, last.Index)
 	}
 }
