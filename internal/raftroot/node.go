@@ -497,7 +497,13 @@ func (n *Node) apply(ents []*pb.Entry) bool {
 		}
 		if w, ok := n.mu.waiters[id]; ok {
 			delete(n.mu.waiters, id)
-			w <- res[i]
+			r := res[i]
+			if errors.Is(r.Err, store.ErrRaftApplied) {
+				// Applied with a checkpoint this member installed: its
+				// outcome is not known here.
+				r.Err = fmt.Errorf("raft write applied through a snapshot; outcome unknown here: %w", context.DeadlineExceeded)
+			}
+			w <- r
 		}
 	}
 	n.mu.Unlock()
@@ -864,10 +870,18 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		n.mu.Unlock()
 	}()
 	db := n.cfg.Database
-	proposed := false
+	proposed := false // the current attempt is in Raft's hands
+	sent := false     // some attempt was: a failure now leaves the outcome unknown
+	unknown := func(why error) (store.WriteResult, error) {
+		mProposals.WithLabelValues(db, "timeout").Inc()
+		return store.WriteResult{}, fmt.Errorf("raft write not applied within %v (%v; it may still commit): %w", n.cfg.ProposalTimeout, why, context.DeadlineExceeded)
+	}
 	for {
 		if !proposed {
 			lead, err := n.waitLeader(ctx)
+			if err != nil && sent {
+				return unknown(err)
+			}
 			if err != nil {
 				mProposals.WithLabelValues(db, "failed").Inc()
 				return store.WriteResult{}, err
@@ -885,9 +899,15 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 				case <-time.After(n.cfg.TickInterval):
 					continue
 				case <-ctx.Done():
+					if sent {
+						return unknown(perr)
+					}
 					mProposals.WithLabelValues(db, "failed").Inc()
 					return store.WriteResult{}, fmt.Errorf("%w: proposal dropped (leader changing)", ErrNoLeader)
 				}
+			}
+			if perr != nil && sent {
+				return unknown(perr)
 			}
 			if perr != nil {
 				mProposals.WithLabelValues(db, "failed").Inc()
@@ -896,7 +916,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			if lead != n.cfg.NodeID {
 				mForwarded.WithLabelValues(db).Inc()
 			}
-			proposed = true
+			proposed, sent = true, true
 		}
 		n.mu.Lock()
 		leaderCh := n.mu.leaderCh
@@ -916,8 +936,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 				proposed = false
 			}
 		case <-ctx.Done():
-			mProposals.WithLabelValues(db, "timeout").Inc()
-			return store.WriteResult{}, fmt.Errorf("raft write not applied within %v (it may still commit): %w", n.cfg.ProposalTimeout, context.DeadlineExceeded)
+			return unknown(ctx.Err())
 		case <-n.quit:
 			return store.WriteResult{}, ErrStopped
 		}
