@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -414,5 +415,55 @@ func TestRaftReplaceMember(t *testing.T) {
 	if err != nil || len(st.Raft.Members) != 3 || st.Raft.Members["3"] != "" {
 		t.Fatalf("new member's status: %+v %v", st.Raft, err)
 	}
+	checkRaftLog(t, c.checkSameStores(), acks, nil)
+}
+
+// TestRaftMutualTLS: with repl_tls (mutual TLS) the members' Raft traffic
+// is encrypted and authenticated too: the cluster works, and a connection
+// with a certificate of another CA is refused and counted.
+func TestRaftMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "qs test CA")
+	other := newCA(t, "some other CA")
+	ca.issue(t, dir, "member")
+	other.issue(t, dir, "stranger")
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.der)
+	c := newRaftCluster(t, 3)
+	c.toml = fmt.Sprintf("[repl_tls]\ncert = %q\nkey = %q\nca = %q\n",
+		filepath.Join(dir, "member.pem"), filepath.Join(dir, "member-key.pem"), filepath.Join(dir, "ca.pem"))
+	c.startAll()
+	lead := c.leader(15 * time.Second)
+	cl := c.client(c.httpAddrs(), 10)
+	var acks []raftAck
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprint("k/", i)
+		res, err := cl.Put(bg, k, []byte("v"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, raftAck{key: k, value: "v", index: res.Index})
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "stranger.pem"), filepath.Join(dir, "stranger-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := metricValue(t, lead.http, `qs_raft_message_errors_total{db="default",kind="tls"}`)
+	conn, err := tls.Dial("tcp", lead.raft, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true})
+	if err == nil {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil {
+		t.Fatal("a stranger's TLS connection was served")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for metricValue(t, lead.http, `qs_raft_message_errors_total{db="default",kind="tls"}`) != before+1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused TLS connection was not counted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.waitSameApplied(acks[len(acks)-1].index, 30*time.Second)
 	checkRaftLog(t, c.checkSameStores(), acks, nil)
 }

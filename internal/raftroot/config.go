@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -65,6 +66,12 @@ type Config struct {
 	// Default 256.
 	MaxInflightMsgs int
 
+	// Dial opens connections to peers. Default: plain TCP. The server
+	// passes the replication TLS dialer (repl_tls) here.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Listener wraps the transport's listener (TLS). Default: none.
+	Listener func(net.Listener) net.Listener
+
 	// AfterPersist, when set, is called after a Ready's state is durable
 	// and before its committed entries are applied, when some of them are
 	// not applied yet (a test failpoint).
@@ -111,6 +118,13 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.FS == nil {
 		c.FS = vfs.Default
+	}
+	if c.Dial == nil {
+		var d net.Dialer
+		c.Dial = d.DialContext
+	}
+	if c.Listener == nil {
+		c.Listener = func(ln net.Listener) net.Listener { return ln }
 	}
 	return c
 }

@@ -141,7 +141,7 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 		}
 		n.log.Info("raft cluster bootstrapped", "members", cfg.Peers)
 	}
-	n.tr = newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, n.log)
+	n.tr = newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, cfg.Dial, n.log)
 	n.tr.deliver = func(m *pb.Message) bool {
 		select {
 		case n.inbox <- m:
@@ -172,7 +172,7 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 	n.tr.wg.Add(1)
 	go func() {
 		defer n.tr.wg.Done()
-		n.tr.serve(ln)
+		n.tr.serve(cfg.Listener(ln))
 	}()
 	n.updateStatus()
 	go n.run()
@@ -289,7 +289,7 @@ func (n *Node) fetchForJoin() bool {
 			case <-ctx.Done():
 			}
 		}()
-		h, err := askPeers(ctx, peers)
+		h, err := askPeers(ctx, peers, n.cfg.Dial)
 		if err == nil && h.repl == "" {
 			err = fmt.Errorf("raft peer %d has no replication address", h.from)
 		}

@@ -3,6 +3,7 @@ package raftroot
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -162,10 +163,8 @@ type peer struct {
 	stop chan struct{}
 }
 
-func newTransport(db string, cluster [16]byte, self uint64, repl string, log *slog.Logger) *transport {
-	t := &transport{db: db, cluster: cluster, self: self, repl: repl, log: log, quit: make(chan struct{})}
-	var d net.Dialer
-	t.dial = d.DialContext
+func newTransport(db string, cluster [16]byte, self uint64, repl string, dial func(ctx context.Context, network, addr string) (net.Conn, error), log *slog.Logger) *transport {
+	t := &transport{db: db, cluster: cluster, self: self, repl: repl, log: log, quit: make(chan struct{}), dial: dial}
 	t.mu.peers = map[uint64]*peer{}
 	t.mu.repl = map[uint64]string{}
 	t.mu.conns = map[net.Conn]struct{}{}
@@ -362,6 +361,16 @@ func (t *transport) serve(ln net.Listener) {
 				t.mu.Unlock()
 				c.Close()
 			}()
+			if tc, ok := c.(*tls.Conn); ok {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := tc.HandshakeContext(ctx)
+				cancel()
+				if err != nil {
+					t.errorf(kindTLS)
+					t.log.Warn("raft connection refused: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+					return
+				}
+			}
 			if err := t.receive(c); err != nil {
 				t.log.Info("raft connection dropped", "remote", c.RemoteAddr().String(), "err", err)
 			}
@@ -461,17 +470,22 @@ func (t *transport) close() {
 
 // LearnClusterID asks the members at addrs, in turn, for the cluster's
 // database id (a new member joining without db_id in its configuration).
-func LearnClusterID(ctx context.Context, addrs []string) ([16]byte, error) {
-	h, err := askPeers(ctx, addrs)
+// A nil dial is plain TCP.
+func LearnClusterID(ctx context.Context, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) ([16]byte, error) {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	h, err := askPeers(ctx, addrs, dial)
 	return h.cluster, err
 }
 
 // askPeers asks the members at addrs, in turn, who they are, and returns
 // the first answer.
-func askPeers(ctx context.Context, addrs []string) (helloMsg, error) {
+func askPeers(ctx context.Context, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (helloMsg, error) {
 	var errs []error
 	for _, a := range addrs {
-		h, err := ask(ctx, a)
+		h, err := ask(ctx, a, dial)
 		if err == nil {
 			return h, nil
 		}
@@ -480,11 +494,10 @@ func askPeers(ctx context.Context, addrs []string) (helloMsg, error) {
 	return helloMsg{}, fmt.Errorf("ask the raft peers: %w", errors.Join(errs...))
 }
 
-func ask(ctx context.Context, addr string) (helloMsg, error) {
-	var d net.Dialer
+func ask(ctx context.Context, addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (helloMsg, error) {
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	c, err := d.DialContext(dctx, "tcp", addr)
+	c, err := dial(dctx, "tcp", addr)
 	if err != nil {
 		return helloMsg{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,7 @@ import (
 // configured db_id; for a joining member, the cluster's (asked from the
 // peers); otherwise one derived from the database name and the initial
 // members, the same on every initial member.
-func raftDBID(d config.Database, peers map[uint64]string) (store.DBID, error) {
+func raftDBID(d config.Database, peers map[uint64]string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (store.DBID, error) {
 	if d.DBID != "" {
 		return store.ParseDBID(d.DBID)
 	}
@@ -42,7 +43,7 @@ func raftDBID(d config.Database, peers map[uint64]string) (store.DBID, error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return raftroot.LearnClusterID(ctx, addrs)
+		return raftroot.LearnClusterID(ctx, addrs, dial)
 	}
 	var items []string
 	for id, a := range peers {
@@ -87,6 +88,9 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database) error {
 			return r.Bootstrap(ctx, src, minIndex)
 		},
 		AfterPersist: failpointAfterPersist(st),
+		// repl_tls secures the Raft transport too.
+		Dial:     s.tls.dial(),
+		Listener: s.tls.listener,
 	}
 	n, err := raftroot.Start(cfg, st)
 	if err != nil {

@@ -96,7 +96,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			if err != nil {
 				return err
 			}
-			if o.DBID, err = raftDBID(d, peers); err != nil {
+			if o.DBID, err = raftDBID(d, peers, s.tls.dial()); err != nil {
 				return fmt.Errorf("new raft member %s: %w (set db_id in the configuration to start without asking a peer)", d.Name, err)
 			}
 		}
