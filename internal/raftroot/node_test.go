@@ -261,3 +261,30 @@ func TestRestartAsNewClusterContinuesTheLog(t *testing.T) {
 		t.Fatalf("write after the restart: %+v %v (last before: %d)", r, err, last.Index)
 	}
 }
+
+// Five members keep taking writes with two of them down, and the two
+// catch up when they return.
+func TestFiveMembersSurviveTwoDown(t *testing.T) {
+	c := newCluster(t, 5, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	var down []*member
+	for _, m := range c.members {
+		if m != lead && len(down) < 2 {
+			down = append(down, m)
+		}
+	}
+	for _, m := range down {
+		m.stop()
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := c.follower().node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range down {
+		c.start(m.id, m.dir, false)
+	}
+	c.waitConverged()
+	c.checkDigests()
+}
