@@ -13,6 +13,8 @@
 //	POST   /v1/{db}/mget              several values read at one index
 //	GET    /v1/{db}/status            position, counters and role of the database
 //	GET    /v1/{db}/digest            digest of all data, to compare nodes
+//	POST   /v1/{db}/raft/members      HA root: add a member {"id":N,"addr":"host:port"} (members.go)
+//	DELETE /v1/{db}/raft/members/{id} HA root: remove a member
 //	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
 //	GET    /v1/{db}/usage?producer=   keys and bytes stored under each producer's prefixes
 //	GET    /metrics                   Prometheus metrics of the process
@@ -235,7 +237,8 @@
 //	500   internal            anything else, including recovered panics
 //	410   reread              watch from_index older than the retained log: scan, then watch
 //	                          from the scan's index
-//	503   unavailable         the store is closed (shutting down), or watch not served here
+//	503   unavailable         the store is closed (shutting down), or watch not served here, or
+//	                          an HA root has no leader (store.ErrUnavailable: nothing proposed)
 //	503   too_many_watchers   the database's watch hub already serves MaxWatchers streams
 //	504   timeout             min_index not applied in time (applied_index in the body and
 //	                          Qs-Applied-Index), or a write's context expired (it may still commit)
@@ -244,7 +247,7 @@
 // # Metrics
 //
 // Declared in metrics.go with subsystem "http": requests_total{db, route,
-// code} (route is get, put, delete, batch, scan, mget, status, usage, digest, watch or other;
+// code} (route is get, put, delete, batch, scan, mget, status, usage, digest, members, watch or other;
 // db is empty for unknown databases), errors_total{kind},
 // request_duration_seconds{route}, min_index_wait_seconds and
 // min_index_timeouts_total. Watch streams are not timed in
