@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -397,7 +396,7 @@ func TestRaftReplaceMember(t *testing.T) {
 	if out, code := runQS(t, "raft", "--addr", live, "remove", "3"); code != 0 {
 		t.Fatalf("qs raft remove: %d\n%s", code, out)
 	}
-	m4 := &raftMember{id: 4, dir: filepath.Join(t.TempDir(), "m4"), http: freePort(t), repl: freePort(t), raft: freePort(t)}
+	m4 := newRaftMember(t, 4, filepath.Join(t.TempDir(), "m4"))
 	out, code := runQS(t, "raft", "--addr", live, "add", "4", m4.raft)
 	if code != 0 || !strings.Contains(out, "4="+m4.raft) || strings.Contains(out, "3=") {
 		t.Fatalf("qs raft add: %d\n%s", code, out)
@@ -405,7 +404,7 @@ func TestRaftReplaceMember(t *testing.T) {
 	write("b", 30)
 	m4.peers = fmt.Sprintf("1=%s,2=%s,4=%s", c.members[0].raft, c.members[1].raft, m4.raft)
 	// No db_id: the new member asks a peer for it.
-	cmd := exec.Command(qsBin, "serve", "--data", m4.dir, "--http", m4.http, "--memcache", "127.0.0.1:0", "--repl", m4.repl,
+	cmd := m4.command("serve", "--data", m4.dir, "--http", m4.http, "--memcache", "127.0.0.1:0", "--repl", m4.repl,
 		"--log-level", "warn", "--node-id", "4", "--raft", m4.raft, "--raft-peers", m4.peers, "--raft-join")
 	m4.p = startCmd(t, m4.dir, cmd, 4)
 	c.members = []*raftMember{c.members[0], c.members[1], m4}

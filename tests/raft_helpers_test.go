@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,8 +19,10 @@ import (
 )
 
 // raftCluster is a replicated root of real qs processes. Every member's
-// addresses are chosen once (kernel-chosen free ports) and kept across
-// restarts, as an operator would.
+// HTTP, replication and Raft sockets are opened once by the test, on
+// kernel-chosen ports, and passed to each run of the member by socket
+// activation (as systemd would): a member keeps its addresses across
+// restarts, and no other process can take them meanwhile.
 type raftCluster struct {
 	t       *testing.T
 	dbid    string
@@ -34,36 +35,43 @@ type raftMember struct {
 	id               uint64
 	dir              string
 	http, repl, raft string
-	peers            string // this member's --raft-peers
+	files            []*os.File // the listening sockets, in activationNames order
+	peers            string     // this member's --raft-peers
 	p                *proc
 }
 
-// freePort returns a loopback address that was free a moment ago, with a
-// port below the kernel's ephemeral range: members keep their addresses
-// across restarts, and a port in that range could meanwhile be taken as
-// the source port of some outgoing connection.
-func freePort(t *testing.T) string {
+// activationNames are the socket activation names of a member's sockets.
+const activationNames = "http:repl:raft-default"
+
+// newRaftMember opens the sockets of member id, kept until the test ends.
+func newRaftMember(t *testing.T, id uint64, dir string) *raftMember {
 	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		fmt.Sscan(string(b), &low)
-	}
-	if low > 12000 {
-		for i := 0; i < 100; i++ {
-			port := 10000 + rand.IntN(low-11000)
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				ln.Close()
-				return ln.Addr().String()
-			}
+	m := &raftMember{id: id, dir: dir}
+	for _, addr := range []*string{&m.http, &m.repl, &m.raft} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
+		f, err := ln.(*net.TCPListener).File()
+		ln.Close() // f holds the socket
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		*addr = ln.Addr().String()
+		m.files = append(m.files, f)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return m
+}
+
+// command is `qs serve args...` run as member m, with its sockets passed
+// by socket activation. LISTEN_PID must be the server's own pid: sh sets
+// it to $$ and exec keeps that pid.
+func (m *raftMember) command(args ...string) *exec.Cmd {
+	cmd := exec.Command("sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, qsBin}, args...)...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("LISTEN_FDS=%d", len(m.files)), "LISTEN_FDNAMES="+activationNames)
+	cmd.ExtraFiles = m.files
+	return cmd
 }
 
 func newRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
@@ -71,8 +79,7 @@ func newRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
 	c := &raftCluster{t: t, dbid: "0123456789abcdef0123456789abcdef", extra: extra}
 	root := t.TempDir()
 	for i := 1; i <= n; i++ {
-		c.members = append(c.members, &raftMember{id: uint64(i), dir: filepath.Join(root, fmt.Sprint("m", i)),
-			http: freePort(t), repl: freePort(t), raft: freePort(t)})
+		c.members = append(c.members, newRaftMember(t, uint64(i), filepath.Join(root, fmt.Sprint("m", i))))
 	}
 	var peers []string
 	for _, m := range c.members {
@@ -96,9 +103,12 @@ func (c *raftCluster) start(m *raftMember, env ...string) {
 	cfg := writeConfig(c.t, c.t.TempDir(), fmt.Sprintf("[[database]]\nname = \"default\"\ndb_id = %q\n%s", c.dbid, c.toml))
 	args := append([]string{"serve", "--config", cfg, "--data", m.dir, "--http", m.http, "--memcache", "127.0.0.1:0", "--repl", m.repl,
 		"--log-level", "warn", "--node-id", fmt.Sprint(m.id), "--raft", m.raft, "--raft-peers", m.peers}, c.extra...)
-	cmd := exec.Command(qsBin, args...)
-	cmd.Env = append(cmd.Environ(), env...)
+	cmd := m.command(args...)
+	cmd.Env = append(cmd.Env, env...)
 	m.p = startCmd(c.t, m.dir, cmd, 4)
+	if m.p.Addr["http"] != m.http || m.p.Addr["raft"] != m.raft {
+		c.t.Fatalf("member %d did not use its passed sockets: %v", m.id, m.p.Addr)
+	}
 	p := m.p
 	c.t.Cleanup(func() {
 		if c.t.Failed() && os.Getenv("QS_TEST_LOG") != "" {

@@ -71,6 +71,10 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Listener wraps the transport's listener (TLS). Default: none.
 	Listener func(net.Listener) net.Listener
+	// Ln, when set, is the transport's listener, already listening on
+	// Listen (inherited by socket activation, so a restart drops no peer
+	// connection). Nil: Start listens on Listen.
+	Ln net.Listener
 
 	// AfterPersist, when set, is called after a Ready's state is durable
 	// and before its committed entries are applied, when some of them are

@@ -162,10 +162,12 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 	for id, a := range n.mu.members {
 		n.tr.setPeer(id, a)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		disk.close()
-		return nil, fmt.Errorf("raft listen %s: %w", cfg.Listen, err)
+	ln := cfg.Ln
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			disk.close()
+			return nil, fmt.Errorf("raft listen %s: %w", cfg.Listen, err)
+		}
 	}
 	n.tr.wg.Add(1)
 	go func() {

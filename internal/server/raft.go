@@ -56,9 +56,10 @@ func raftDBID(d config.Database, peers map[uint64]string, dial func(ctx context.
 	return id, nil
 }
 
-// startRaft starts the Raft member of database d, once the replication
-// listener (which serves snapshots to members that fell behind) is up.
-func (s *Server) startRaft(d config.Database, db *httpapi.Database) error {
+// startRaft starts the Raft member of database d on ln (its Raft
+// listener), once the replication listener (which serves snapshots to
+// members that fell behind) is up.
+func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Listener) error {
 	peers, err := config.ParsePeers(d.Raft.Peers)
 	if err != nil {
 		return err
@@ -91,6 +92,7 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database) error {
 		// repl_tls secures the Raft transport too.
 		Dial:     s.tls.dial(),
 		Listener: s.tls.listener,
+		Ln:       ln,
 	}
 	n, err := raftroot.Start(cfg, st)
 	if err != nil {

@@ -283,7 +283,12 @@ func (s *Server) Start() error {
 	}
 	for _, d := range s.cfg.Databases {
 		if d.Raft.Enabled() {
-			if err := s.startRaft(d, s.dbs[d.Name]); err != nil {
+			ln, err := ls.listen("raft-"+d.Name, "tcp", d.Raft.Listen)
+			if err != nil {
+				return err
+			}
+			if err := s.startRaft(d, s.dbs[d.Name], ln); err != nil {
+				ln.Close()
 				return err
 			}
 		}
