@@ -4,7 +4,10 @@
 // not the root) and are retried safely: every write carries an
 // Idempotency-Key, kept across its retries, so a write whose answer was
 // lost (a timeout, a connection reset, a 503) is applied once even when
-// it is sent again.
+// it is sent again. Servers are tried in the order given; one that just
+// failed at the transport level (refused, reset, no answer within the
+// timeout) is tried last for Options.Sideline, so a dead host costs one
+// timeout, not one per request.
 package client
 
 import (
