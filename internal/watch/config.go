@@ -3,8 +3,15 @@ package watch
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"time"
 )
+
+// turnLease is the longest a write turn lasts: a write still under way
+// then (its client not reading, its thread descheduled) goes on outside
+// the budget, so that it holds up no other watcher.
+const turnLease = 2 * time.Millisecond
 
 // Config holds the limits of one Hub. A zero field means its default;
 // EnsureDefaults fills them and Validate rejects what the hub cannot use.
@@ -13,20 +20,43 @@ type Config struct {
 	// up or live; Subscribe beyond it fails with ErrTooManyWatchers.
 	// Default 10,000.
 	MaxWatchers int
-	// BufferBatches is how many undelivered batches of events a live
-	// subscriber may have queued. The hub never waits for a subscriber: one
-	// whose buffer is full is cut with ErrSlow. Each batch holds the matching
-	// changes of at most ReadBatchEntries entries. Default 256.
+	// BufferBatches and BufferBytes bound the changes kept for the live
+	// subscribers of one prefix (shared by all of them): the newest batches
+	// (the prefix's changes of one hub read, at most ReadBatchEntries
+	// entries) within both bounds. The hub never waits for a subscriber:
+	// one that falls further behind is cut with ErrSlow and may resume
+	// from the last index it received. Bytes count keys and values.
+	// Defaults 1024 batches and 64 MiB.
 	BufferBatches int
+	BufferBytes   int
+	// WriteRate, WriteBurst and WriteConcurrency are the write budget of
+	// all the hub's watch streams: a watcher writes (changes, progress)
+	// only during a turn, at most WriteRate turns per second, WriteBurst
+	// at once after a pause, and WriteConcurrency under way at a time. It
+	// waits for its turn and then writes everything that arrived
+	// meanwhile, so a storm costs delivery delay (about watchers /
+	// WriteRate seconds), not CPU taken from readers. Defaults: 5,000/s
+	// per CPU (GOMAXPROCS), 32, and one turn at a time per 4 CPUs (at
+	// least 1).
+	WriteRate        float64
+	WriteBurst       int
+	WriteConcurrency int
+	// CoalesceBytes bounds the changes (keys and values) one write of a
+	// watch stream carries when several batches are waiting. Default
+	// 256 KiB; a single larger batch is written whole.
+	CoalesceBytes int
 	// ReadBatchEntries and ReadBatchBytes bound one ReadLog call, of the hub
 	// and of a catching-up subscriber. Defaults 1024 entries and 4 MiB.
 	ReadBatchEntries int
 	ReadBatchBytes   int
 	// ProgressInterval is how often an idle watch stream reports the index
-	// it is complete through. Default 1s.
+	// it is complete through, each time within ±25% (ProgressWait), so that
+	// watchers opened together do not report together. Default 1s.
 	ProgressInterval time.Duration
-	// WriteTimeout bounds one write of a watch stream to its client; a
-	// client that does not read for that long is disconnected. Default 10s.
+	// WriteTimeout bounds the writes of a watch stream to its client: a
+	// client that reads nothing for WriteTimeout/2 to WriteTimeout is
+	// disconnected (the deadline is moved once half of it is used).
+	// Default 10s.
 	WriteTimeout time.Duration
 	// RetryInterval is how long the hub waits before reading the log again
 	// after a read error. Default 100ms.
@@ -37,7 +67,12 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		MaxWatchers:      10_000,
-		BufferBatches:    256,
+		BufferBatches:    1024,
+		BufferBytes:      64 << 20,
+		WriteRate:        5_000 * float64(runtime.GOMAXPROCS(0)),
+		WriteBurst:       32,
+		WriteConcurrency: max(1, runtime.GOMAXPROCS(0)/4),
+		CoalesceBytes:    256 << 10,
 		ReadBatchEntries: 1024,
 		ReadBatchBytes:   4 << 20,
 		ProgressInterval: time.Second,
@@ -54,6 +89,21 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.BufferBatches == 0 {
 		c.BufferBatches = d.BufferBatches
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = d.BufferBytes
+	}
+	if c.WriteRate == 0 {
+		c.WriteRate = d.WriteRate
+	}
+	if c.WriteBurst == 0 {
+		c.WriteBurst = d.WriteBurst
+	}
+	if c.WriteConcurrency == 0 {
+		c.WriteConcurrency = d.WriteConcurrency
+	}
+	if c.CoalesceBytes == 0 {
+		c.CoalesceBytes = d.CoalesceBytes
 	}
 	if c.ReadBatchEntries == 0 {
 		c.ReadBatchEntries = d.ReadBatchEntries
@@ -83,10 +133,21 @@ func (c *Config) Validate() error {
 	}
 	check(c.MaxWatchers >= 1, "MaxWatchers %d must be at least 1", c.MaxWatchers)
 	check(c.BufferBatches >= 1, "BufferBatches %d must be at least 1", c.BufferBatches)
+	check(c.BufferBytes >= 1, "BufferBytes %d must be at least 1", c.BufferBytes)
+	check(c.WriteRate > 0, "WriteRate %v must be positive", c.WriteRate)
+	check(c.WriteBurst >= 1, "WriteBurst %d must be at least 1", c.WriteBurst)
+	check(c.WriteConcurrency >= 1, "WriteConcurrency %d must be at least 1", c.WriteConcurrency)
+	check(c.CoalesceBytes >= 1, "CoalesceBytes %d must be at least 1", c.CoalesceBytes)
 	check(c.ReadBatchEntries >= 1, "ReadBatchEntries %d must be at least 1", c.ReadBatchEntries)
 	check(c.ReadBatchBytes >= 1, "ReadBatchBytes %d must be at least 1", c.ReadBatchBytes)
 	check(c.ProgressInterval > 0, "ProgressInterval %v must be positive", c.ProgressInterval)
 	check(c.WriteTimeout > 0, "WriteTimeout %v must be positive", c.WriteTimeout)
 	check(c.RetryInterval > 0, "RetryInterval %v must be positive", c.RetryInterval)
 	return errors.Join(errs...)
+}
+
+// ProgressWait returns how long a watch stream waits for changes before
+// its next progress line: ProgressInterval ±25%, drawn anew each time.
+func (c *Config) ProgressWait() time.Duration {
+	return c.ProgressInterval*3/4 + rand.N(c.ProgressInterval/2+1)
 }
