@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"time"
 )
 
@@ -16,10 +15,10 @@ const turnLease = 2 * time.Millisecond
 // Config holds the limits of one Hub. A zero field means its default;
 // EnsureDefaults fills them and Validate rejects what the hub cannot use.
 type Config struct {
-	// MaxWatchers is the most subscribers one hub serves at once, catching
-	// up or live; Subscribe beyond it fails with ErrTooManyWatchers.
-	// Default 10,000.
-	MaxWatchers int
+	// Budget is the limits shared by the hubs of a process: how many
+	// watchers, how many writes per second and at once (see Limits). Nil:
+	// the hub gets a budget of its own with DefaultLimits.
+	Budget *Budget
 	// BufferBatches and BufferBytes bound the changes kept for the live
 	// subscribers of one prefix (shared by all of them): the newest batches
 	// (the prefix's changes of one hub read, at most ReadBatchEntries
@@ -29,18 +28,6 @@ type Config struct {
 	// Defaults 1024 batches and 64 MiB.
 	BufferBatches int
 	BufferBytes   int
-	// WriteRate, WriteBurst and WriteConcurrency are the write budget of
-	// all the hub's watch streams: a watcher writes (changes, progress)
-	// only during a turn, at most WriteRate turns per second, WriteBurst
-	// at once after a pause, and WriteConcurrency under way at a time. It
-	// waits for its turn and then writes everything that arrived
-	// meanwhile, so a storm costs delivery delay (about watchers /
-	// WriteRate seconds), not CPU taken from readers. Defaults: 5,000/s
-	// per CPU (GOMAXPROCS), 32, and one turn at a time per 4 CPUs (at
-	// least 1).
-	WriteRate        float64
-	WriteBurst       int
-	WriteConcurrency int
 	// CoalesceBytes bounds the changes (keys and values) one write of a
 	// watch stream carries when several batches are waiting. Default
 	// 256 KiB; a single larger batch is written whole.
@@ -63,15 +50,11 @@ type Config struct {
 	RetryInterval time.Duration
 }
 
-// DefaultConfig returns every default.
+// DefaultConfig returns every default (Budget nil: one of the hub's own).
 func DefaultConfig() Config {
 	return Config{
-		MaxWatchers:      10_000,
 		BufferBatches:    1024,
 		BufferBytes:      64 << 20,
-		WriteRate:        5_000 * float64(runtime.GOMAXPROCS(0)),
-		WriteBurst:       32,
-		WriteConcurrency: max(1, runtime.GOMAXPROCS(0)/4),
 		CoalesceBytes:    256 << 10,
 		ReadBatchEntries: 1024,
 		ReadBatchBytes:   4 << 20,
@@ -84,23 +67,11 @@ func DefaultConfig() Config {
 // EnsureDefaults sets every zero field to its default.
 func (c *Config) EnsureDefaults() {
 	d := DefaultConfig()
-	if c.MaxWatchers == 0 {
-		c.MaxWatchers = d.MaxWatchers
-	}
 	if c.BufferBatches == 0 {
 		c.BufferBatches = d.BufferBatches
 	}
 	if c.BufferBytes == 0 {
 		c.BufferBytes = d.BufferBytes
-	}
-	if c.WriteRate == 0 {
-		c.WriteRate = d.WriteRate
-	}
-	if c.WriteBurst == 0 {
-		c.WriteBurst = d.WriteBurst
-	}
-	if c.WriteConcurrency == 0 {
-		c.WriteConcurrency = d.WriteConcurrency
 	}
 	if c.CoalesceBytes == 0 {
 		c.CoalesceBytes = d.CoalesceBytes
@@ -131,12 +102,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("watch config: "+format, args...))
 		}
 	}
-	check(c.MaxWatchers >= 1, "MaxWatchers %d must be at least 1", c.MaxWatchers)
 	check(c.BufferBatches >= 1, "BufferBatches %d must be at least 1", c.BufferBatches)
 	check(c.BufferBytes >= 1, "BufferBytes %d must be at least 1", c.BufferBytes)
-	check(c.WriteRate > 0, "WriteRate %v must be positive", c.WriteRate)
-	check(c.WriteBurst >= 1, "WriteBurst %d must be at least 1", c.WriteBurst)
-	check(c.WriteConcurrency >= 1, "WriteConcurrency %d must be at least 1", c.WriteConcurrency)
 	check(c.CoalesceBytes >= 1, "CoalesceBytes %d must be at least 1", c.CoalesceBytes)
 	check(c.ReadBatchEntries >= 1, "ReadBatchEntries %d must be at least 1", c.ReadBatchEntries)
 	check(c.ReadBatchBytes >= 1, "ReadBatchBytes %d must be at least 1", c.ReadBatchBytes)

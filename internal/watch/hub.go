@@ -23,7 +23,7 @@ var (
 	// Changes up to the last one it received were delivered in order; it
 	// may resume from that index.
 	ErrSlow = errors.New("qs: watcher too slow: its buffer overflowed; resume from the last index received")
-	// ErrTooManyWatchers: the hub already serves Config.MaxWatchers.
+	// ErrTooManyWatchers: the process already serves Limits.MaxWatchers.
 	ErrTooManyWatchers = errors.New("qs: too many watchers on this node")
 	// ErrClosed: the hub stopped (server shutdown).
 	ErrClosed = errors.New("qs: watch hub closed")
@@ -51,10 +51,10 @@ type position struct {
 // (or, when behind, the log) on their own goroutines, and write to their
 // watchers in turns (the hub's write budget).
 type Hub struct {
-	st    *store.Store
-	cfg   Config
-	log   *slog.Logger
-	turns *turns
+	st     *store.Store
+	cfg    Config
+	log    *slog.Logger
+	budget *Budget
 
 	watchers prometheus.Gauge
 	prefixes prometheus.Gauge
@@ -69,7 +69,6 @@ type Hub struct {
 	mu struct {
 		sync.Mutex
 		closed bool
-		n      int              // subscribers, live or catching up
 		feeds  map[string]*feed // live subscribers' feeds by prefix
 	}
 }
@@ -87,11 +86,14 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 	}
 	h := &Hub{
 		st: st, cfg: cfg, log: log,
-		turns:    newTurns(cfg.WriteConcurrency, cfg.WriteRate, cfg.WriteBurst),
+		budget:   cfg.Budget,
 		watchers: watchersGauge.WithLabelValues(st.Name()),
 		prefixes: prefixesGauge.WithLabelValues(st.Name()),
 		lag:      hubLagEntries.WithLabelValues(st.Name()),
 		done:     make(chan struct{}),
+	}
+	if h.budget == nil {
+		h.budget = NewBudget(Limits{})
 	}
 	h.mu.feeds = map[string]*feed{}
 	p := &position{index: st.AppliedIndex()}
@@ -232,16 +234,14 @@ func (h *Hub) Subscribe(prefix []byte, from uint64) (*Sub, error) {
 		last:   from,
 	}
 	h.mu.Lock()
-	switch {
-	case h.mu.closed:
+	if h.mu.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
-	case h.mu.n >= h.cfg.MaxWatchers:
-		h.mu.Unlock()
-		tooManyTotal.Inc()
-		return nil, fmt.Errorf("%w (limit %d)", ErrTooManyWatchers, h.cfg.MaxWatchers)
 	}
-	h.mu.n++
+	if err := h.budget.admit(); err != nil {
+		h.mu.Unlock()
+		return nil, err
+	}
 	h.watchers.Inc()
 	s.live = h.tryJoinLocked(s)
 	h.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -406,7 +407,7 @@ func TestShutdown(t *testing.T) {
 
 func TestTooManyWatchers(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, _ := startHub(t, st, Config{MaxWatchers: 2})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{MaxWatchers: 2})})
 	a, err := h.Subscribe(nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -426,6 +427,49 @@ func TestTooManyWatchers(t *testing.T) {
 		t.Fatalf("after a Close: %v", err)
 	}
 	c.Close()
+}
+
+// TestSharedBudget: the hubs of several databases sharing a budget share
+// its watcher limit and its write turns.
+func TestSharedBudget(t *testing.T) {
+	b := NewBudget(Limits{MaxWatchers: 3, WriteConcurrency: 1})
+	ha, _ := startHub(t, openStore(t, store.Options{}), Config{Budget: b})
+	hb, _ := startHub(t, openStore(t, store.Options{}), Config{Budget: b})
+	var subs []*Sub
+	for _, h := range []*Hub{ha, hb, ha} {
+		s, err := h.Subscribe(nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs = append(subs, s)
+	}
+	for _, h := range []*Hub{ha, hb} {
+		if _, err := h.Subscribe(nil, 0); !errors.Is(err, ErrTooManyWatchers) || !strings.Contains(err.Error(), "limit 3") {
+			t.Fatalf("fourth watcher of the process: %v", err)
+		}
+	}
+	subs[0].Close()
+	s, err := hb.Subscribe(nil, 0)
+	if err != nil {
+		t.Fatalf("after a Close on the other hub: %v", err)
+	}
+	s.Close()
+	// One turn for both hubs: a subscriber of hb holding it delays one of ha.
+	ctx := context.Background()
+	if _, err := subs[1].Next(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.turns.slots) != 1 {
+		t.Fatal("turn not taken from the shared budget")
+	}
+	start := time.Now()
+	if _, err := subs[2].Next(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < turnLease/2 {
+		t.Fatal("a subscriber of the other hub got a turn while the only one was held")
+	}
 }
 
 // TestManyWatchers: 500 concurrent watchers all receive every change of

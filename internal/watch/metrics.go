@@ -24,9 +24,9 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "prefixes",
 		Help: "Distinct prefixes of live watchers, by database: each change is filtered, buffered and encoded once per prefix.",
 	}, []string{"db"}))
-	tooManyTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+	refusedTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "refused_total",
-		Help: "Watches refused because the node already serves MaxWatchers.",
+		Help: "Watches refused because the process already serves its maximum (watch_max_watchers).",
 	}))
 	writesTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "writes_total",
@@ -34,7 +34,7 @@ var (
 	}))
 	turnWaitSeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "turn_wait_seconds",
-		Help:    "Time a watch stream waited for its write turn (the write budget: WriteRate, WriteConcurrency) before a write; it grows while a storm is spread out.",
+		Help:    "Time a watch stream waited for its write turn (the write budget: watch_write_rate, watch_write_concurrency) before a write; it grows while a storm is spread out.",
 		Buckets: metrics.LatencyBuckets,
 	}))
 	turnWaiting = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{

@@ -64,7 +64,7 @@ func (u Update) Events() []Event {
 // come it returns a progress update (no events) with the index the
 // subscriber is complete through. wait 0 returns at once.
 //
-// Next returns holding one of the hub's write turns (Config.WriteRate,
+// Next returns holding one of the budget's write turns (Limits.WriteRate,
 // WriteConcurrency): it waits for the turn, then returns everything that
 // arrived meanwhile, up to Config.CoalesceBytes. The caller writes it at
 // once, in one write, and then calls Delivered, which ends the turn (so
@@ -130,7 +130,7 @@ func (s *Sub) Next(ctx context.Context, wait time.Duration) (Update, error) {
 
 // startTurn waits for a write turn and holds it.
 func (s *Sub) startTurn(ctx context.Context) error {
-	if err := s.h.turns.acquire(ctx, s.h.done, &s.rtimer); err != nil {
+	if err := s.h.budget.turns.acquire(ctx, s.h.done, &s.rtimer); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return s.fail(err, cutShutdown)
 		}
@@ -151,7 +151,7 @@ func (s *Sub) endTurn() {
 		s.lease.Stop()
 	}
 	if s.holding.CompareAndSwap(true, false) {
-		s.h.turns.release()
+		s.h.budget.turns.release()
 	}
 }
 
@@ -162,7 +162,7 @@ func (s *Sub) endTurn() {
 // the slots stay balanced.
 func (s *Sub) leaseExpired() {
 	if s.holding.CompareAndSwap(true, false) {
-		s.h.turns.release()
+		s.h.budget.turns.release()
 		turnLeaseExpiredTotal.Inc()
 	}
 }
@@ -327,8 +327,8 @@ func (s *Sub) Close() {
 	h := s.h
 	h.mu.Lock()
 	h.leaveLocked(s)
-	h.mu.n--
 	h.mu.Unlock()
+	h.budget.leave()
 	h.watchers.Dec()
 	s.cursor = nil
 }

@@ -33,7 +33,7 @@ func expected(t *testing.T, st *store.Store, prefix string, from uint64) []strin
 func TestStormExactlyOnce(t *testing.T) {
 	st := openStore(t, store.Options{})
 	const rate, burst = 2000, 4
-	h, _ := startHub(t, st, Config{WriteRate: rate, WriteBurst: burst, WriteConcurrency: 1, CoalesceBytes: 200})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteRate: rate, WriteBurst: burst, WriteConcurrency: 1}), CoalesceBytes: 200})
 	prefixes := []string{"a/", "b/", ""}
 	const nsubs, writes = 300, 200
 	from := st.AppliedIndex()
@@ -101,7 +101,7 @@ func TestStormExactlyOnce(t *testing.T) {
 func TestTurnConcurrency(t *testing.T) {
 	st := openStore(t, store.Options{})
 	const k = 2
-	h, _ := startHub(t, st, Config{WriteConcurrency: k, WriteRate: 1e6, WriteBurst: 1000})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteConcurrency: k, WriteRate: 1e6, WriteBurst: 1000})})
 	expired0 := testutil.ToFloat64(turnLeaseExpiredTotal)
 	from := st.AppliedIndex()
 	var last uint64
@@ -148,7 +148,7 @@ func TestTurnConcurrency(t *testing.T) {
 // the lease only; the slots stay balanced.
 func TestTurnLease(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, _ := startHub(t, st, Config{WriteConcurrency: 1})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteConcurrency: 1})})
 	expired0 := testutil.ToFloat64(turnLeaseExpiredTotal)
 	ctx := context.Background()
 	stuck, err := h.Subscribe(nil, st.AppliedIndex())
@@ -179,7 +179,7 @@ func TestTurnLease(t *testing.T) {
 	}
 	stuck.Close()
 	other.Close()
-	if n := len(h.turns.slots); n != 0 {
+	if n := len(h.budget.turns.slots); n != 0 {
 		t.Fatalf("%d turns held after every subscriber closed", n)
 	}
 }
@@ -241,7 +241,7 @@ func TestHubFellBehindLog(t *testing.T) {
 // counted as shutdown cuts.
 func TestShutdownMany(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, stop := startHub(t, st, Config{WriteRate: 1, WriteBurst: 1, WriteConcurrency: 1})
+	h, stop := startHub(t, st, Config{Budget: NewBudget(Limits{WriteRate: 1, WriteBurst: 1, WriteConcurrency: 1})})
 	cut0 := testutil.ToFloat64(subscribersCutTotal.WithLabelValues(cutShutdown))
 	const n = 200
 	errs := make(chan error, n)

@@ -56,7 +56,7 @@ import (
 // QS_WATCH_BENCH_INPROCESS=1 runs them in this process instead.
 // QS_WATCH_BENCH_PROFILE_DIR=dir writes a CPU profile of each phase with
 // watchers. QS_WATCH_BENCH_RATE and QS_WATCH_BENCH_TURNS override the
-// write budget (Config.WriteRate, WriteConcurrency). It runs only with
+// write budget (watch.Limits.WriteRate, WriteConcurrency). It runs only with
 // QS_WATCH_BENCH=1:
 //
 //	QS_WATCH_BENCH=1 go test -count=1 -run 'TestWatchLoad$' -v -timeout 30m ./internal/api/httpapi
@@ -69,20 +69,20 @@ func TestWatchLoad(t *testing.T) {
 		rounds:    envInt(t, "QS_WATCH_BENCH_ROUNDS", 3),
 		phase:     time.Duration(envInt(t, "QS_WATCH_BENCH_SECONDS", 10)) * time.Second,
 		inProcess: os.Getenv("QS_WATCH_BENCH_INPROCESS") != "",
-		hub:       watch.DefaultConfig(),
+		limits:    watch.DefaultLimits(),
 	}
 	if os.Getenv("QS_WATCH_BENCH_RATE") != "" {
-		o.hub.WriteRate = float64(envInt(t, "QS_WATCH_BENCH_RATE", 1))
+		o.limits.WriteRate = float64(envInt(t, "QS_WATCH_BENCH_RATE", 1))
 	}
 	if os.Getenv("QS_WATCH_BENCH_TURNS") != "" {
-		o.hub.WriteConcurrency = envInt(t, "QS_WATCH_BENCH_TURNS", 1)
+		o.limits.WriteConcurrency = envInt(t, "QS_WATCH_BENCH_TURNS", 1)
 	}
 	scenarios := []int{50, 1}
 	if os.Getenv("QS_WATCH_BENCH_GROUPS") != "" {
 		scenarios = []int{envInt(t, "QS_WATCH_BENCH_GROUPS", 50)}
 	}
 	t.Logf("GOMAXPROCS=%d NumCPU=%d; watchers in a child process: %v; write budget %.0f/s, burst %d, %d at a time; load average before: %s",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), !o.inProcess, o.hub.WriteRate, o.hub.WriteBurst, o.hub.WriteConcurrency, loadAverage())
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), !o.inProcess, o.limits.WriteRate, o.limits.WriteBurst, o.limits.WriteConcurrency, loadAverage())
 	for _, groups := range scenarios {
 		o.groups = groups
 		t.Run(fmt.Sprintf("prefixes=%d", groups), func(t *testing.T) { watchLoad(t, o) })
@@ -94,7 +94,7 @@ type watchLoadOptions struct {
 	watchers, groups, rounds int
 	phase                    time.Duration
 	inProcess                bool
-	hub                      watch.Config // MaxWatchers is set from watchers
+	limits                   watch.Limits // MaxWatchers is set from watchers
 }
 
 // phaseStats is what one phase measured.
@@ -115,9 +115,9 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		readEveryUs = 2000 // per reader: 2,000 GET/s in all
 	)
 	e := newEnv(t, Config{}, store.Options{})
-	hc := o.hub
-	hc.MaxWatchers = o.watchers + 10
-	withHub(t, e, hc)
+	l := o.limits
+	l.MaxWatchers = o.watchers + 10
+	withHub(t, e, watch.Config{Budget: watch.NewBudget(l)})
 	for i := range keys {
 		if _, err := e.st.Write(context.Background(), store.Batch{Ops: []wal.Op{setOp(fmt.Sprintf("cfg/%d/%d", i%o.groups, i), "initial value of some config key")}}); err != nil {
 			t.Fatal(err)
