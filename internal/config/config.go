@@ -59,7 +59,7 @@ type Config struct {
 	// watch streams: at most this many writes per second, this many under
 	// way at once (see docs/operations.md, Watchers). A storm of changes to
 	// many watchers then costs delivery delay, not reader latency.
-	// Defaults 5,000 per CPU and one per 4 CPUs (at least one).
+	// Defaults 2,500 per CPU and one per 4 CPUs (at least one).
 	WatchWriteRate        float64 `toml:"watch_write_rate"`
 	WatchWriteConcurrency int     `toml:"watch_write_concurrency"`
 	// HTTPReadHeaderTimeout bounds receiving request headers (slow-loris).

@@ -22,7 +22,7 @@ type Limits struct {
 	// once after a pause, and WriteConcurrency under way at a time. It
 	// waits for its turn and then writes everything that arrived
 	// meanwhile, so a storm costs delivery delay (about watchers /
-	// WriteRate seconds), not CPU taken from readers. Defaults: 5,000/s
+	// WriteRate seconds), not CPU taken from readers. Defaults: 2,500/s
 	// per CPU (GOMAXPROCS), 32, and one turn at a time per 4 CPUs (at
 	// least one).
 	WriteRate        float64
@@ -35,7 +35,7 @@ func DefaultLimits() Limits {
 	cpus := runtime.GOMAXPROCS(0)
 	return Limits{
 		MaxWatchers:      10_000,
-		WriteRate:        5_000 * float64(cpus),
+		WriteRate:        2_500 * float64(cpus),
 		WriteBurst:       32,
 		WriteConcurrency: max(1, cpus/4),
 	}

@@ -42,11 +42,12 @@ import (
 // (each write reaches 100 watchers) and G=1 (the storm: every write
 // reaches every watcher), or only G=QS_WATCH_BENCH_GROUPS when set.
 //
-// Each scenario alternates QS_WATCH_BENCH_ROUNDS rounds (default 3) of a
+// Each scenario alternates QS_WATCH_BENCH_ROUNDS rounds (default 6) of a
 // phase without and a phase with watchers, QS_WATCH_BENCH_SECONDS each
-// (default 10), so that load from other processes on the machine falls on
-// both sides; it reports every round and all rounds pooled. Each phase
-// starts after a forced GC and, with watchers, 2 s after the last one
+// (default 5), so that load from other processes on the machine falls on
+// both sides; it reports every round and all rounds pooled (the figure to
+// quote: a single round swings with the machine's other load). Each phase
+// starts after a forced GC and, with watchers, 1 s after the last one
 // opened, so that it does not pay for the garbage of the setup.
 //
 // The server, the writer and the readers share this process. The watchers
@@ -66,8 +67,8 @@ func TestWatchLoad(t *testing.T) {
 	}
 	o := watchLoadOptions{
 		watchers:  envInt(t, "QS_WATCH_BENCH_WATCHERS", 5000),
-		rounds:    envInt(t, "QS_WATCH_BENCH_ROUNDS", 3),
-		phase:     time.Duration(envInt(t, "QS_WATCH_BENCH_SECONDS", 10)) * time.Second,
+		rounds:    envInt(t, "QS_WATCH_BENCH_ROUNDS", 6),
+		phase:     time.Duration(envInt(t, "QS_WATCH_BENCH_SECONDS", 5)) * time.Second,
 		inProcess: os.Getenv("QS_WATCH_BENCH_INPROCESS") != "",
 		limits:    watch.DefaultLimits(),
 	}
@@ -229,7 +230,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second) // let the setup settle
+		time.Sleep(time.Second) // let the setup settle
 		stopProfile := startCPUProfile(t, fmt.Sprintf("prefixes%d-round%d", o.groups, r+1))
 		with := run(o.phase)
 		stopProfile()
@@ -399,10 +400,10 @@ func TestWatchLoadClient(t *testing.T) {
 }
 
 // openWatchers opens n watch streams of prefixes cfg/<i%groups>/ on the
-// server at url and returns once each has read its first line. Each
-// records into delays the delay (µs) from a change's submit time (its
-// value, Unix nanoseconds) to reading its line, and counts an error line
-// in cuts. stop closes them all and waits for them.
+// server at url, 16 at a time, and returns once each has read its first
+// line. Each records into delays the delay (µs) from a change's submit
+// time (its value, Unix nanoseconds) to reading its line, and counts an
+// error line in cuts. stop closes them all and waits for them.
 func openWatchers(url string, n, groups int, delays *hdrhistogram.Histogram, cuts *atomic.Int64) (stop func(), err error) {
 	var mu sync.Mutex
 	wtr := &http.Transport{DisableCompression: true}
@@ -414,21 +415,24 @@ func openWatchers(url string, n, groups int, delays *hdrhistogram.Histogram, cut
 		wtr.CloseIdleConnections()
 	}
 	ready := make(chan struct{}, n)
+	failed := make(chan error, n)
+	opening := make(chan struct{}, 16) // connections being opened at once
 	for i := range n {
-		req, _ := http.NewRequestWithContext(wctx, "GET", fmt.Sprintf("%s/v1/db/watch?prefix=cfg/%d/", url, i%groups), nil)
-		res, err := wtr.RoundTrip(req)
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("watcher %d: %w", i, err)
-		}
-		if res.StatusCode != http.StatusOK {
-			res.Body.Close()
-			stop()
-			return nil, fmt.Errorf("watcher %d: status %d", i, res.StatusCode)
-		}
 		wwg.Add(1)
 		go func() {
 			defer wwg.Done()
+			opening <- struct{}{}
+			req, _ := http.NewRequestWithContext(wctx, "GET", fmt.Sprintf("%s/v1/db/watch?prefix=cfg/%d/", url, i%groups), nil)
+			res, err := wtr.RoundTrip(req)
+			<-opening
+			if err == nil && res.StatusCode != http.StatusOK {
+				res.Body.Close()
+				err = fmt.Errorf("status %d", res.StatusCode)
+			}
+			if err != nil {
+				failed <- fmt.Errorf("watcher %d: %w", i, err)
+				return
+			}
 			defer res.Body.Close()
 			var local []int64
 			defer func() {
@@ -476,6 +480,9 @@ func openWatchers(url string, n, groups int, delays *hdrhistogram.Histogram, cut
 	for range n {
 		select {
 		case <-ready:
+		case err := <-failed:
+			stop()
+			return nil, err
 		case <-time.After(60 * time.Second):
 			stop()
 			return nil, errors.New("watchers not ready in 60s")
