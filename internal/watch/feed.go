@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 )
@@ -63,11 +65,12 @@ func newNode(seq uint64) *node { return &node{seq: seq, ready: make(chan struct{
 // node's atomics.
 type feed struct {
 	prefix     []byte
-	subs       int   // live subscribers
-	tail       *node // newest node; where a joining subscriber starts
-	oldest     *node // oldest node still holding its batch
-	retained   int   // batches held from oldest to tail
-	bytes      int   // their size
+	pending    []Event // the hub's batch under construction
+	subs       int     // live subscribers
+	tail       *node   // newest node; where a joining subscriber starts
+	oldest     *node   // oldest node still holding its batch
+	retained   int     // batches held from oldest to tail
+	bytes      int     // their size
 	maxBatches int
 	maxBytes   int
 }
@@ -118,4 +121,55 @@ func (f *feed) evictOldest() {
 			return
 		}
 	}
+}
+
+// feedIndex holds the feeds by prefix and finds those a key falls under
+// with one map lookup per distinct prefix length, rather than one prefix
+// comparison per feed: the hub's work per change stays small with
+// thousands of distinct prefixes. Guarded by the hub's lock.
+type feedIndex struct {
+	byPrefix map[string]*feed
+	lengths  []int       // distinct prefix lengths, ascending
+	perLen   map[int]int // feeds per prefix length
+}
+
+func newFeedIndex() *feedIndex {
+	return &feedIndex{byPrefix: map[string]*feed{}, perLen: map[int]int{}}
+}
+
+func (x *feedIndex) get(prefix []byte) *feed { return x.byPrefix[string(prefix)] }
+
+func (x *feedIndex) len() int { return len(x.byPrefix) }
+
+func (x *feedIndex) add(f *feed) {
+	x.byPrefix[string(f.prefix)] = f
+	l := len(f.prefix)
+	if x.perLen[l]++; x.perLen[l] == 1 {
+		i := sort.SearchInts(x.lengths, l)
+		x.lengths = slices.Insert(x.lengths, i, l)
+	}
+}
+
+func (x *feedIndex) remove(f *feed) {
+	delete(x.byPrefix, string(f.prefix))
+	l := len(f.prefix)
+	if x.perLen[l]--; x.perLen[l] == 0 {
+		delete(x.perLen, l)
+		i := sort.SearchInts(x.lengths, l)
+		x.lengths = slices.Delete(x.lengths, i, i+1)
+	}
+}
+
+// appendMatching appends to dst the feeds whose prefix key starts with,
+// shortest prefix first.
+func (x *feedIndex) appendMatching(dst []*feed, key []byte) []*feed {
+	for _, l := range x.lengths {
+		if l > len(key) {
+			break
+		}
+		if f := x.byPrefix[string(key[:l])]; f != nil {
+			dst = append(dst, f)
+		}
+	}
+	return dst
 }

@@ -3,9 +3,12 @@ package watch
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 func batchOf(index uint64, keys ...string) *Batch {
@@ -120,5 +123,97 @@ func TestBatchEncodedOnce(t *testing.T) {
 	wg.Wait()
 	if calls.Load() != 1 {
 		t.Fatalf("encoder ran %d times", calls.Load())
+	}
+}
+
+// TestFeedIndex: a key falls under every feed whose prefix it starts
+// with, the empty prefix included, shortest first; removed feeds and
+// their lengths are forgotten.
+func TestFeedIndex(t *testing.T) {
+	x := newFeedIndex()
+	feeds := map[string]*feed{}
+	for _, p := range []string{"", "a", "ab", "abc", "b", "abd"} {
+		feeds[p] = newFeed([]byte(p), 1, 1)
+		x.add(feeds[p])
+	}
+	names := func(key string) string {
+		var out []string
+		for _, f := range x.appendMatching(nil, []byte(key)) {
+			out = append(out, fmt.Sprintf("%q", f.prefix))
+		}
+		return fmt.Sprint(out)
+	}
+	for key, want := range map[string]string{
+		"abcz": `["" "a" "ab" "abc"]`,
+		"abd":  `["" "a" "ab" "abd"]`,
+		"b":    `["" "b"]`,
+		"":     `[""]`,
+		"c":    `[""]`,
+	} {
+		if got := names(key); got != want {
+			t.Errorf("key %q matches %s, want %s", key, got, want)
+		}
+	}
+	x.remove(feeds["abc"])
+	if got := names("abcz"); got != `["" "a" "ab"]` {
+		t.Errorf("after removing abc: %s", got)
+	}
+	x.remove(feeds["abd"]) // the last prefix of length 3
+	if fmt.Sprint(x.lengths) != "[0 1 2]" || x.len() != 4 {
+		t.Errorf("lengths %v, %d feeds", x.lengths, x.len())
+	}
+}
+
+// TestFanOutMatchesFilter: whatever the prefixes (nested, empty, absent)
+// and the entries (several changes, heartbeats), the batch the hub
+// appends to each feed is exactly the filter of the entries by its prefix.
+func TestFanOutMatchesFilter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func(n int) string {
+		b := make([]byte, rng.IntN(n+1))
+		for i := range b {
+			b[i] = "ab/"[rng.IntN(3)]
+		}
+		return string(b)
+	}
+	for round := range 200 {
+		h := &Hub{}
+		h.mu.feeds = newFeedIndex()
+		for range 1 + rng.IntN(8) {
+			p := word(3)
+			if h.mu.feeds.get([]byte(p)) == nil {
+				h.mu.feeds.add(newFeed([]byte(p), 1<<20, 1<<30))
+			}
+		}
+		var entries []wal.Entry
+		for i := range 1 + rng.IntN(6) {
+			e := wal.Entry{Index: uint64(i + 1), Kind: wal.KindData}
+			if rng.IntN(5) == 0 {
+				e.Kind = wal.KindHeartbeat
+			} else {
+				for range 1 + rng.IntN(4) {
+					e.Ops = append(e.Ops, wal.Op{Type: wal.OpSet, Key: []byte(word(5)), Value: []byte("v")})
+				}
+			}
+			entries = append(entries, e)
+		}
+		tails := map[*feed]*node{}
+		for _, f := range h.mu.feeds.byPrefix {
+			tails[f] = f.tail
+		}
+		h.fanOut(entries)
+		for _, f := range h.mu.feeds.byPrefix {
+			want := describe(appendMatching(nil, entries, f.prefix))
+			var got []string
+			if n := tails[f].next.Load(); n != nil {
+				got = describe(n.batch.Load().Events)
+				if n.next.Load() != nil {
+					t.Fatalf("round %d: prefix %q got two batches", round, f.prefix)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("round %d: prefix %q got %q, want %q", round, f.prefix, got, want)
+			}
+		}
 	}
 }

@@ -69,7 +69,8 @@ type Hub struct {
 	mu struct {
 		sync.Mutex
 		closed bool
-		feeds  map[string]*feed // live subscribers' feeds by prefix
+		feeds  *feedIndex // live subscribers' feeds by prefix
+		match  []*feed    // fanOut's scratch
 	}
 }
 
@@ -95,7 +96,7 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 	if h.budget == nil {
 		h.budget = NewBudget(Limits{})
 	}
-	h.mu.feeds = map[string]*feed{}
+	h.mu.feeds = newFeedIndex()
 	p := &position{index: st.AppliedIndex()}
 	if t := st.AppliedTime(); !t.IsZero() {
 		p.time = t.UnixNano()
@@ -180,7 +181,7 @@ func (h *Hub) skipTruncated(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cut := fmt.Errorf("watch: %w: re-read the data (scan) and watch from the scan's index", err)
-	for _, f := range h.mu.feeds {
+	for _, f := range h.mu.feeds.byPrefix {
 		f.appendErr(cut)
 	}
 	p := h.pos.Load()
@@ -189,22 +190,40 @@ func (h *Hub) skipTruncated(err error) {
 }
 
 // fanOut appends the changes of entries (consecutive, after pos) to the
-// feed of every prefix they match: once per prefix, whatever the number
-// of subscribers, and without waiting for any of them.
+// feed of every prefix they match, as one batch per feed: once per
+// prefix, whatever the number of subscribers, and without waiting for any
+// of them. Its work is one feed lookup per change and distinct prefix
+// length.
 func (h *Hub) fanOut(entries []wal.Entry) {
 	last := &entries[len(entries)-1]
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, f := range h.mu.feeds {
-		if evs := appendMatching(nil, entries, f.prefix); len(evs) > 0 {
-			f.append(newBatch(evs))
+	var touched []*feed
+	for i := range entries {
+		e := &entries[i]
+		if e.Kind != wal.KindData {
+			continue
+		}
+		for _, op := range e.Ops {
+			h.mu.match = h.mu.feeds.appendMatching(h.mu.match[:0], op.Key)
+			for _, f := range h.mu.match {
+				if len(f.pending) == 0 {
+					touched = append(touched, f)
+				}
+				f.pending = append(f.pending, Event{Index: e.Index, Time: e.Time, Key: op.Key, Value: op.Value, Deleted: op.Type == wal.OpDelete})
+			}
 		}
 	}
+	for _, f := range touched {
+		f.append(newBatch(f.pending))
+		f.pending = nil // the batch owns it
+	}
+	clear(h.mu.match)
 	h.pos.Store(&position{index: last.Index, time: last.Time})
 }
 
-// appendMatching appends the changes of entries under prefix to dst.
-// Heartbeats carry no changes.
+// appendMatching appends the changes of entries under prefix to dst (a
+// catching-up subscriber's filter). Heartbeats carry no changes.
 func appendMatching(dst []Event, entries []wal.Entry, prefix []byte) []Event {
 	for i := range entries {
 		e := &entries[i]
@@ -269,11 +288,10 @@ func (h *Hub) tryJoinLocked(s *Sub) bool {
 		return false
 	}
 	s.after = s.next - 1
-	k := string(s.prefix)
-	f := h.mu.feeds[k]
+	f := h.mu.feeds.get(s.prefix)
 	if f == nil {
 		f = newFeed(s.prefix, h.cfg.BufferBatches, h.cfg.BufferBytes)
-		h.mu.feeds[k] = f
+		h.mu.feeds.add(f)
 		h.prefixes.Inc()
 	}
 	f.subs++
@@ -290,7 +308,7 @@ func (h *Hub) leaveLocked(s *Sub) {
 	}
 	s.feed = nil
 	if f.subs--; f.subs == 0 {
-		delete(h.mu.feeds, string(f.prefix))
+		h.mu.feeds.remove(f)
 		h.prefixes.Dec()
 	}
 }

@@ -52,6 +52,14 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 			return ErrClosed
 		}
 	}
+	if ts.lim.Allow() { // the usual case, without Reserve's allocation
+		if start.IsZero() {
+			turnWaitSeconds.Observe(0)
+		} else {
+			turnWaitSeconds.Observe(time.Since(start).Seconds())
+		}
+		return nil
+	}
 	r := ts.lim.Reserve() // burst >= 1: always possible
 	if d := r.Delay(); d > 0 {
 		if start.IsZero() {
