@@ -106,6 +106,7 @@ type phaseStats struct {
 	gcStop time.Duration // stop-the-world pauses
 	hub    hubCounters   // delta over the phase
 	wall   time.Duration
+	writes int // writes the writer committed (it aims at writesPerS)
 }
 
 func watchLoad(t *testing.T, o watchLoadOptions) {
@@ -134,6 +135,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		var ps phaseStats
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
+		written := 0
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		gc0, pause0 := ms.NumGC, ms.PauseTotalNs
@@ -142,6 +144,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		wg.Add(1)
 		go func() { // writer; the value is its submit time
 			defer wg.Done()
+			defer func() { ps.writes = written }()
 			tick := time.NewTicker(time.Second / writesPerS)
 			defer tick.Stop()
 			for i := 0; ; i++ {
@@ -156,6 +159,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 					t.Error(err)
 					return
 				}
+				written++
 			}
 		}()
 		hists := make([]*hdrhistogram.Histogram, readers)
@@ -245,8 +249,8 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		t.Logf("round %d (load %s): watchers opened in %v; watcher process CPU %v in all", r+1, loadAverage(), w.took.Round(time.Millisecond), w.cpu.Round(time.Millisecond))
 		t.Logf("  without: %s; CPU %.2f cores, %d GCs", lat(base.reads), base.cpu, base.gcs)
 		t.Logf("  with:    %s; CPU %.2f cores (server, writer, readers), %d GCs (%v stopped)", lat(with.reads), with.cpu, with.gcs, with.gcStop.Round(time.Microsecond))
-		t.Logf("  stream writes %.0f/s, %.1f changes per write, %.0f%% of writes waited for the budget (mean %v); delivery delay %s; cut %d",
-			with.hub.writes/with.wall.Seconds(), with.hub.events/max(1, with.hub.writes),
+		t.Logf("  writer %.0f writes/s; stream writes %.0f/s, %.1f changes per write, %.0f%% of writes waited for the budget (mean %v); delivery delay %s; cut %d",
+			float64(with.writes)/with.wall.Seconds(), with.hub.writes/with.wall.Seconds(), with.hub.events/max(1, with.hub.writes),
 			100*with.hub.waited/max(1, with.hub.waits), with.hub.meanWait().Round(time.Microsecond), lat(roundDelays), roundCuts)
 		t.Logf("  p99.9 ratio with/without: %.2f", ratio(with.reads, base.reads))
 	}
