@@ -3,6 +3,8 @@ package watch
 import (
 	"context"
 	"fmt"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,4 +85,46 @@ func BenchmarkDeliver(b *testing.B) {
 			s.Delivered(u, time.Now())
 		}
 	}
+}
+
+// BenchmarkTurns: the cost of taking and giving back a write turn when
+// the budget is saturated (200 goroutines for 1 turn at a time, the rate
+// binding), per turn: wall time, and the process's CPU time (cpu-ns/op).
+func BenchmarkTurns(b *testing.B) {
+	const waiters = 200
+	const rate = 20_000
+	ts := newTurns(1, rate, 32)
+	ctx := context.Background()
+	done := make(chan struct{})
+	per := b.N/waiters + 1
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var t *time.Timer
+			for range per {
+				if err := ts.acquire(ctx, done, &t); err != nil {
+					b.Error(err)
+					return
+				}
+				ts.release()
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(per*waiters), "cpu-ns/op")
+	b.ReportMetric(float64(per*waiters)/b.Elapsed().Seconds(), "turns/s")
+}
+
+// cpuTime is the process's CPU time (user and system) so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -22,13 +23,51 @@ import (
 // P busy and leave readers waiting in the queue for milliseconds; with one
 // turn at a time, delivery occupies at most WriteConcurrency Ps and the
 // others stay free for readers.
+//
+// The rate is paced in steps of up to maxTurnsPerStep turns (at most the
+// burst): a token of the limiter buys a step, so that a saturated budget
+// sleeps once per step, not once per turn (each sleep parks a goroutine
+// and often a thread; see BenchmarkTurns).
 type turns struct {
 	slots chan struct{} // one element per turn under way
-	lim   *rate.Limiter
+	lim   *rate.Limiter // one token per step
+	step  int           // turns per token
+
+	mu      sync.Mutex
+	credits int // turns bought and not yet taken
 }
 
+const maxTurnsPerStep = 8
+
 func newTurns(concurrency int, perSecond float64, burst int) *turns {
-	return &turns{slots: make(chan struct{}, concurrency), lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
+	step := min(maxTurnsPerStep, burst)
+	return &turns{
+		slots: make(chan struct{}, concurrency),
+		lim:   rate.NewLimiter(rate.Limit(perSecond/float64(step)), burst/step),
+		step:  step,
+	}
+}
+
+// credit takes one bought turn, or buys a step of them if the limiter
+// allows it now; false: the caller must wait for the limiter.
+func (ts *turns) credit() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.credits == 0 {
+		if !ts.lim.Allow() {
+			return false
+		}
+		ts.credits = ts.step
+	}
+	ts.credits--
+	return true
+}
+
+// bought adds the turns of a token the caller waited for, taking one.
+func (ts *turns) bought() {
+	ts.mu.Lock()
+	ts.credits += ts.step - 1
+	ts.mu.Unlock()
 }
 
 // acquire waits for a turn, then for the rate, and returns holding the
@@ -52,7 +91,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 			return ErrClosed
 		}
 	}
-	if ts.lim.Allow() { // the usual case, without Reserve's allocation
+	if ts.credit() { // the usual case, without Reserve's allocation
 		if start.IsZero() {
 			turnWaitSeconds.Observe(0)
 		} else {
@@ -84,6 +123,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 			return ErrClosed
 		}
 	}
+	ts.bought()
 	if start.IsZero() {
 		turnWaitSeconds.Observe(0)
 	} else {
