@@ -34,6 +34,10 @@ func cmdServe(args []string) error {
 		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
 		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
+		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
+		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
+		raftPeer = fs.String("raft-peers", "", "initial members of the replicated root: id=host:port,... (this member included, the same list on every member)")
+		raftJoin = fs.Bool("raft-join", false, "join an existing replicated root as a new member (add it first with qs raft add)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +80,18 @@ func cmdServe(args []string) error {
 	}
 	if *prodFile != "" {
 		cfg.ProducersFile = *prodFile
+	}
+	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
+		if *nodeID != 0 {
+			r.NodeID = *nodeID
+		}
+		if *raftAddr != "" {
+			r.Listen = *raftAddr
+		}
+		if *raftPeer != "" {
+			r.Peers = splitList(*raftPeer)
+		}
+		r.Join = r.Join || *raftJoin
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

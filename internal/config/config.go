@@ -8,11 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
+	"github.com/quicksilver-kv/qs/internal/watch"
 )
 
 // Config is the whole configuration of one qs process.
@@ -44,8 +47,23 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
-	// MaxHTTPConns caps concurrent HTTP connections. Default 4096.
+	// MaxHTTPConns caps concurrent HTTP connections, watch streams
+	// included (each holds one). Default 16384; the process needs as many
+	// file descriptors, plus its stores' and replication's.
 	MaxHTTPConns int `toml:"max_http_conns"`
+	// WatchMaxWatchers caps the watch streams served at once, all
+	// databases together; more are answered 503 too_many_watchers. It
+	// must leave 1024 of max_http_conns (half, when that is under 2048) to
+	// other requests, so that watchers never take every connection from
+	// readers. Default 10,000, or what max_http_conns leaves.
+	WatchMaxWatchers int `toml:"watch_max_watchers"`
+	// WatchWriteRate and WatchWriteConcurrency are the write budget of all
+	// watch streams: at most this many writes per second, this many under
+	// way at once (see docs/operations.md, Watchers). A storm of changes to
+	// many watchers then costs delivery delay, not reader latency.
+	// Defaults 2,500 per CPU and one per 4 CPUs (at least one).
+	WatchWriteRate        float64 `toml:"watch_write_rate"`
+	WatchWriteConcurrency int     `toml:"watch_write_concurrency"`
 	// HTTPReadHeaderTimeout bounds receiving request headers (slow-loris).
 	// Default 5s.
 	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
@@ -112,6 +130,58 @@ type Database struct {
 	RetainEntries int64    `toml:"retain_entries"`
 	RetainBytes   int64    `toml:"retain_bytes"`
 	RetainAge     Duration `toml:"retain_age"`
+
+	// Raft makes this node a member of the database's replicated root
+	// (docs/operations.md, "Running an HA root"). Unset: a single root
+	// (or a replica, with upstream).
+	Raft Raft `toml:"raft"`
+}
+
+// Raft configures one member of a replicated root. Zero fields take the
+// defaults of internal/raftroot.Config.
+type Raft struct {
+	// NodeID is this member's id (≥ 1), unique in the cluster and never
+	// reused. 0: not a member.
+	NodeID uint64 `toml:"node_id"`
+	// Listen is this member's Raft transport address.
+	Listen string `toml:"listen"`
+	// Peers lists the initial members as "id=host:port", this one
+	// included (the same list on every initial member).
+	Peers []string `toml:"peers"`
+	// Join: a new member of an existing cluster (added with qs raft add).
+	Join bool `toml:"join"`
+	// Tick is Raft's clock tick. Default 100ms.
+	Tick Duration `toml:"tick"`
+	// ElectionTicks: ticks without a leader before an election. Default 10.
+	ElectionTicks int `toml:"election_ticks"`
+	// SnapshotEntries: applied entries between Raft log compactions.
+	// Default 10000.
+	SnapshotEntries uint64 `toml:"snapshot_entries"`
+	// CatchUpEntries: entries kept after a compaction. Default 5000.
+	CatchUpEntries uint64 `toml:"catch_up_entries"`
+	// ProposalTimeout bounds a write's wait for a leader and its commit.
+	// Default 5s.
+	ProposalTimeout Duration `toml:"proposal_timeout"`
+}
+
+// Enabled reports whether the database is a member of a replicated root.
+func (r Raft) Enabled() bool { return r.NodeID != 0 }
+
+// ParsePeers parses "id=host:port" items.
+func ParsePeers(items []string) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	for _, it := range items {
+		id, addr, ok := strings.Cut(strings.TrimSpace(it), "=")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if !ok || err != nil || n == 0 || addr == "" {
+			return nil, fmt.Errorf("raft peer %q: want id=host:port with id ≥ 1", it)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("raft peer id %d given twice", n)
+		}
+		out[n] = addr
+	}
+	return out, nil
 }
 
 // TLS names the certificate files of a node. With Cert and Key set the
@@ -173,7 +243,10 @@ func (c *Config) EnsureDefaults() {
 		c.ShutdownTimeout.Duration = 10 * time.Second
 	}
 	if c.MaxHTTPConns == 0 {
-		c.MaxHTTPConns = 4096
+		c.MaxHTTPConns = 16384
+	}
+	if c.WatchMaxWatchers == 0 {
+		c.WatchMaxWatchers = max(1, min(10_000, c.MaxHTTPConns-c.connsForOthers()))
 	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
@@ -247,6 +320,24 @@ func (c *Config) Validate() error {
 		if _, err := c.StoreOptions(d); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", where, err))
 		}
+		if r := d.Raft; r.Enabled() || r.Listen != "" || len(r.Peers) > 0 {
+			peers, err := ParsePeers(r.Peers)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%s: %v", where, err))
+			case !r.Enabled():
+				errs = append(errs, fmt.Errorf("%s: raft settings without a node id (--node-id)", where))
+			case r.Listen == "":
+				errs = append(errs, fmt.Errorf("%s: raft needs a listen address (--raft)", where))
+			case d.IsReplica():
+				errs = append(errs, fmt.Errorf("%s: a raft member is a root: it cannot have upstream or secondary sources", where))
+			case c.Repl == "off":
+				errs = append(errs, fmt.Errorf("%s: a raft member needs its replication listener (repl): members that fall behind fetch snapshots through it", where))
+			case !r.Join && peers[r.NodeID] == "":
+				errs = append(errs, fmt.Errorf("%s: raft peers must include this node (%d=%s)", where, r.NodeID, r.Listen))
+			}
+			claim(r.Listen, where+" raft")
+		}
 	}
 	if t := c.ReplTLS; t.Enabled() && (t.Cert == "") != (t.Key == "") {
 		errs = append(errs, errors.New("repl_tls: cert and key go together"))
@@ -260,12 +351,28 @@ func (c *Config) Validate() error {
 	if c.MaxHTTPConns < 1 {
 		errs = append(errs, errors.New("max_http_conns must be at least 1"))
 	}
+	if others := c.connsForOthers(); c.WatchMaxWatchers < 1 || c.WatchMaxWatchers > c.MaxHTTPConns-others {
+		errs = append(errs, fmt.Errorf("watch_max_watchers %d: want 1 to %d, leaving %d of max_http_conns %d to other requests",
+			c.WatchMaxWatchers, c.MaxHTTPConns-others, others, c.MaxHTTPConns))
+	}
+	if c.WatchWriteRate < 0 || c.WatchWriteConcurrency < 0 {
+		errs = append(errs, errors.New("watch_write_rate and watch_write_concurrency must be positive (0: the default)"))
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
 		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// connsForOthers is how many of max_http_conns watch streams may not take.
+func (c *Config) connsForOthers() int { return min(1024, c.MaxHTTPConns/2) }
+
+// WatchLimits returns the limits of the process's watch streams (zero
+// fields: the watch package's defaults).
+func (c *Config) WatchLimits() watch.Limits {
+	return watch.Limits{MaxWatchers: c.WatchMaxWatchers, WriteRate: c.WatchWriteRate, WriteConcurrency: c.WatchWriteConcurrency}
 }
 
 func isPortZero(addr string) bool {

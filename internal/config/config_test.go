@@ -16,6 +16,17 @@ func TestDefaults(t *testing.T) {
 		c.Databases[0].Heartbeat.Duration != time.Second {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
+	if c.MaxHTTPConns != 16384 || c.WatchMaxWatchers != 10_000 {
+		t.Fatalf("connections %d, watchers %d", c.MaxHTTPConns, c.WatchMaxWatchers)
+	}
+	// With fewer connections, watchers get what the others leave.
+	for conns, watchers := range map[int]int{4096: 3072, 1000: 500, 1: 1} {
+		c := &Config{MaxHTTPConns: conns}
+		c.EnsureDefaults()
+		if c.WatchMaxWatchers != watchers {
+			t.Fatalf("max_http_conns %d: watch_max_watchers %d, want %d", conns, c.WatchMaxWatchers, watchers)
+		}
+	}
 	o, err := c.StoreOptions(c.Databases[0])
 	if err != nil || o.Dir != "qs-data/default" {
 		t.Fatalf("store options %+v %v", o, err)
@@ -52,17 +63,19 @@ unix = ["/run/qs/waf.sock"]
 
 func TestParseErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ toml, want string }{
-		"unknown key":     {`datta = "x"`, "unknown keys"},
-		"bad duration":    {"[[database]]\nname = \"a\"\nheartbeat = \"soon\"", "soon"},
-		"bad syntax":      {`data = `, "config test"},
-		"bad name":        {"[[database]]\nname = \"a/b\"", "name must match"},
-		"duplicate name":  {"[[database]]\nname = \"a\"\n[[database]]\nname = \"a\"", "duplicate name"},
-		"bad db id":       {"[[database]]\nname = \"a\"\ndb_id = \"xyz\"", "bad database id"},
-		"bad compression": {"[[database]]\nname = \"a\"\ncompression = \"lz4\"", "unknown compression"},
-		"address twice":   {"http = \"127.0.0.1:7000\"\n[[database]]\nname = \"a\"\nmemcache = [\"127.0.0.1:7000\"]", "used by both"},
-		"bad log level":   {`log_level = "loud"`, "log_level"},
-		"bad store limit": {"[[database]]\nname = \"a\"\nchunk_bytes = 10", "ChunkBytes"},
-		"window too long": {"[[database]]\nname = \"a\"\nbatch_window = \"1m\"", "BatchWindow"},
+		"unknown key":                    {`datta = "x"`, "unknown keys"},
+		"bad duration":                   {"[[database]]\nname = \"a\"\nheartbeat = \"soon\"", "soon"},
+		"bad syntax":                     {`data = `, "config test"},
+		"bad name":                       {"[[database]]\nname = \"a/b\"", "name must match"},
+		"duplicate name":                 {"[[database]]\nname = \"a\"\n[[database]]\nname = \"a\"", "duplicate name"},
+		"bad db id":                      {"[[database]]\nname = \"a\"\ndb_id = \"xyz\"", "bad database id"},
+		"bad compression":                {"[[database]]\nname = \"a\"\ncompression = \"lz4\"", "unknown compression"},
+		"address twice":                  {"http = \"127.0.0.1:7000\"\n[[database]]\nname = \"a\"\nmemcache = [\"127.0.0.1:7000\"]", "used by both"},
+		"bad log level":                  {`log_level = "loud"`, "log_level"},
+		"bad store limit":                {"[[database]]\nname = \"a\"\nchunk_bytes = 10", "ChunkBytes"},
+		"window too long":                {"[[database]]\nname = \"a\"\nbatch_window = \"1m\"", "BatchWindow"},
+		"watchers take every connection": {"max_http_conns = 4096\nwatch_max_watchers = 4000", "watch_max_watchers 4000: want 1 to 3072"},
+		"negative watch rate":            {"watch_write_rate = -1", "watch_write_rate"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.toml), "test")
@@ -73,5 +86,43 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("want error containing %q, got %v", tc.want, err)
 			}
 		})
+	}
+}
+
+func TestRaftValidation(t *testing.T) {
+	ok := func(r Raft) *Config {
+		c := &Config{Databases: []Database{{Name: "db", Raft: r}}}
+		c.EnsureDefaults()
+		return c
+	}
+	good := Raft{NodeID: 1, Listen: "127.0.0.1:7400", Peers: []string{"1=127.0.0.1:7400", "2=127.0.0.1:7401"}}
+	if err := ok(good).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		r    Raft
+		edit func(*Config)
+	}{
+		"no node id":     {Raft{Listen: "a:1", Peers: []string{"1=a:1"}}, nil},
+		"no listen":      {Raft{NodeID: 1, Peers: []string{"1=a:1"}}, nil},
+		"bad peer":       {Raft{NodeID: 1, Listen: "a:1", Peers: []string{"x=a:1"}}, nil},
+		"duplicate peer": {Raft{NodeID: 1, Listen: "a:1", Peers: []string{"1=a:1", "1=b:1"}}, nil},
+		"self missing":   {Raft{NodeID: 3, Listen: "a:1", Peers: []string{"1=a:1"}}, nil},
+		"replica":        {good, func(c *Config) { c.Databases[0].Upstream = []string{"x:1"} }},
+		"repl off":       {good, func(c *Config) { c.Repl = "off" }},
+		"address reused": {good, func(c *Config) { c.HTTP = "127.0.0.1:7400" }},
+	} {
+		c := ok(tc.r)
+		if tc.edit != nil {
+			tc.edit(c)
+		}
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	j := good
+	j.Join, j.Peers = true, []string{"1=127.0.0.1:7401"}
+	if err := ok(j).Validate(); err != nil {
+		t.Fatalf("joining member: %v", err)
 	}
 }

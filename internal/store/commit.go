@@ -50,12 +50,16 @@ const (
 	reqApply
 	reqHeartbeat
 	reqReplace // install the ready snapshot (see snapshot.go)
+	reqRaft    // apply committed Raft commands (see raftapply.go)
+	reqRaftReset
 )
 
 type request struct {
 	kind    requestKind
 	batch   Batch
 	entries []wal.Entry
+	cmds    []RaftCommand // reqRaft
+	results []RaftResult  // reqRaft
 	size    int
 	res     WriteResult
 	err     error
@@ -65,6 +69,9 @@ type request struct {
 // Write commits b durably as one log entry and returns its index. It is
 // for the root only; replicas use Apply.
 func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
+	if s.raftApplied.Load() > 0 {
+		return WriteResult{}, errRaftOnly
+	}
 	size, err := s.validate(b)
 	if err != nil {
 		s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
@@ -77,6 +84,9 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 // Heartbeat writes an entry carrying only the clock, so replicas can
 // measure their lag when no data changes.
 func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
+	if s.raftApplied.Load() > 0 {
+		return 0, errRaftOnly
+	}
 	r := &request{kind: reqHeartbeat, done: make(chan struct{})}
 	err := s.submit(ctx, r)
 	return r.res.Index, err
@@ -325,6 +335,13 @@ type committer struct {
 	retiredDirty bool
 	touched      map[uint64]*retiredState
 	rm           *retiredMetrics
+
+	// Raft apply (raftapply.go): the last applied Raft index; whether the
+	// store applies a Raft log; the proposer's time of the command being
+	// evaluated (0: the local clock).
+	raftIndex uint64
+	raft      bool
+	clock     int64
 }
 
 // keyState is what the committer knows of a key: from the store, then
@@ -365,13 +382,16 @@ func newCommitter(s *Store) (*committer, error) {
 	c.rm = newRetiredMetrics(s.opts.Name)
 	c.rm.blocks.Set(float64(c.retired.blocks))
 	c.rm.bytes.Set(float64(c.retired.bytes))
+	if c.raftIndex, err = s.readRaftApplied(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats, baseRetired := c.last, c.log, c.stats, c.retired
+	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
 	c.batch = s.db.NewBatch()
 	defer func() {
 		c.batch.Close()
@@ -406,6 +426,10 @@ func (c *committer) commit(group []*request) {
 			c.recordBatch(r)
 		case reqApply:
 			groupErr = c.prepareApply(r)
+		case reqRaft:
+			groupErr = c.prepareRaft(r)
+		case reqRaftReset:
+			c.raftIndex = 0
 		case reqHeartbeat:
 			e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindHeartbeat}
 			c.append(&e, true)
@@ -415,7 +439,10 @@ func (c *committer) commit(group []*request) {
 			break
 		}
 	}
-	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0) {
+	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft) {
+		if c.raftIndex != baseRaft {
+			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
+		}
 		if c.blk.Len() > 0 {
 			blk := c.blk.Finish(c.buf[:0], c.blockCompression())
 			c.buf = blk
@@ -440,21 +467,25 @@ func (c *committer) commit(group []*request) {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
 		syncStart := time.Now()
-		if err := c.batch.Commit(pebble.Sync); err != nil {
+		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
 			groupErr = classifyCommitError(err)
 		}
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
 	}
 	if groupErr != nil {
-		c.last, c.log, c.stats, c.retired = base, baseLog, baseStats, baseRetired
+		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
 			}
 			r.res = WriteResult{}
+			r.results = nil
 		}
 		s.opts.Logger.Error("commit failed", "db", s.opts.Name, "err", groupErr)
-	} else if c.last.index != base.index {
+	} else {
+		s.raftApplied.Store(c.raftIndex)
+	}
+	if groupErr == nil && c.last.index != base.index {
 		s.cache.invalidate(c.overlay, c.last.index)
 		s.publish(c.last)
 		s.m.entries.Add(float64(c.entries))
@@ -476,7 +507,10 @@ func (c *committer) commit(group []*request) {
 }
 
 func (c *committer) now() int64 {
-	t := c.s.opts.Now().UnixNano()
+	t := c.clock // a Raft command's time, chosen by its proposer
+	if t == 0 {
+		t = c.s.opts.Now().UnixNano()
+	}
 	if t < c.last.time {
 		t = c.last.time // the log's clock never goes back
 	}

@@ -32,3 +32,7 @@ var (
 	// or its hash does not chain from the previous entry.
 	ErrNotContiguous = errors.New("qs: log entry does not follow the applied log")
 )
+
+// ErrUnavailable: the write cannot be taken now (a replicated root with no
+// leader, a member stopping). Nothing was written; retry.
+var ErrUnavailable = errors.New("qs: temporarily unavailable")

@@ -53,6 +53,8 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 	m.Handle("/v1/{db}/status", methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /v1/{db}/usage", h.route(routeUsage, h.usage))
 	m.Handle("/v1/{db}/usage", methodNotAllowed("GET, HEAD"))
+	m.Handle("POST /v1/{db}/raft/members", h.route(routeMembers, h.addMember))
+	m.Handle("DELETE /v1/{db}/raft/members/{id}", h.route(routeMembers, h.removeMember))
 	m.Handle("GET /v1/{db}/digest", h.route(routeDigest, h.digest))
 	m.Handle("/v1/{db}/digest", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /v1/{db}/watch", h.watchRoute)
