@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -115,6 +116,19 @@ func cmdServe(args []string) error {
 	gcDone := make(chan struct{})
 	go func() { defer close(gcDone); gcfloor.Run(gcCtx) }()
 	defer func() { stopGC(); <-gcDone }()
+	if path := os.Getenv("QS_TRACE"); path != "" {
+		// For performance work: a runtime execution trace of the whole run
+		// (go tool trace; -pprof=sched shows where goroutines waited to run).
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
+	}
 	if path := os.Getenv("QS_ALLOCPROFILE"); path != "" {
 		// For performance work: where the whole run allocated, written at exit.
 		defer writeAllocProfile(path, log)
