@@ -78,7 +78,10 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	r := &request{kind: reqWrite, batch: b, size: size, done: make(chan struct{})}
-	return r.res, s.submit(ctx, r)
+	if err := s.submit(ctx, r); err != nil {
+		return WriteResult{}, err // r may still be in the committer's hands
+	}
+	return r.res, nil
 }
 
 // Heartbeat writes an entry carrying only the clock, so replicas can
@@ -88,8 +91,10 @@ func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
 		return 0, errRaftOnly
 	}
 	r := &request{kind: reqHeartbeat, done: make(chan struct{})}
-	err := s.submit(ctx, r)
-	return r.res.Index, err
+	if err := s.submit(ctx, r); err != nil {
+		return 0, err // r may still be in the committer's hands
+	}
+	return r.res.Index, nil
 }
 
 // Apply appends entries received from another node: they must continue
