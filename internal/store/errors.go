@@ -31,4 +31,15 @@ var (
 	// ErrNotContiguous: a replicated entry does not follow the applied index
 	// or its hash does not chain from the previous entry.
 	ErrNotContiguous = errors.New("qs: log entry does not follow the applied log")
+	// ErrHistoryTruncated: a read as of an index below the history
+	// horizon (older versions were garbage collected, or never kept).
+	ErrHistoryTruncated = errors.New("qs: history no longer retained for that index")
+	// ErrNotYetApplied: a read as of an index beyond the applied index.
+	ErrNotYetApplied = errors.New("qs: index not yet applied")
+	// ErrRoleMismatch: the store's data does not fit the configured role
+	// (a proxy's partial data opened as a full node).
+	ErrRoleMismatch = errors.New("qs: stored data does not fit the database's role")
+	// ErrUnavailable: a proxy could not get a value it does not hold from
+	// any replica in time. Nothing wrong was served.
+	ErrUnavailable = errors.New("qs: value not available from any replica")
 )

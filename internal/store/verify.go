@@ -28,6 +28,8 @@ const (
 	ProblemApplied      = "applied"       // the applied record disagrees with the last log entry
 	ProblemStats        = "stats"         // the stats record disagrees with a recount
 	ProblemEngine       = "engine"        // the storage engine reported corruption
+	ProblemHistory      = "history"       // an MVCC history entry is malformed, corrupt, unpaired or miscounted
+	ProblemProxy        = "proxy"         // a proxy's cache counters disagree with a recount
 )
 
 // verifyMaxProblems bounds VerifyReport.Problems; ProblemCount keeps
@@ -138,7 +140,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
-	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats, v.history, v.proxy}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
@@ -162,6 +164,8 @@ type verifier struct {
 	statsRec   statsRecord
 	statsOK    bool
 	unreadable int64 // value records whose length is unknown
+	// Values stored here (not remote), for a proxy's counters.
+	storedValues, storedBytes int64
 }
 
 func (v *verifier) problem(kind string, key []byte, index uint64, chunk int, format string, args ...any) {
@@ -237,7 +241,7 @@ func (v *verifier) meta() error {
 
 // keyspaces reports keys outside the four keyspaces.
 func (v *verifier) keyspaces() error {
-	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixBatchID}}, {{prefixBatchTime + 1}, {prefixLog}},
+	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixHistory}}, {{prefixHistory + 1}, {prefixBatchID}}, {{prefixBatchTime + 1}, {prefixLog}},
 		{{prefixLog + 1}, {metaPrefix}}, {{metaPrefix + 1}, nil}} {
 		it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: r[0], UpperBound: r[1]})
 		if err != nil {
@@ -289,6 +293,13 @@ func (v *verifier) data() error {
 			continue
 		}
 		v.r.ValueBytes += int64(rec.valueLen)
+		if rec.lost {
+			v.problem(ProblemValueRecord, key, rec.index, -1, "a lost-value record (history only) in the data keyspace")
+		}
+		if !rec.remote {
+			v.storedValues++
+			v.storedBytes += int64(rec.valueLen)
+		}
 		if rec.index == 0 || (v.appliedOK && rec.index > v.applied.index) {
 			v.problem(ProblemValueIndex, key, rec.index, -1, "value written at index %d, applied index is %d", rec.index, v.applied.index)
 		}

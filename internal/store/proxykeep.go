@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// The cache keeper of a proxy store: one goroutine, owned by the store,
+// that turns the readers' admissions and the cache's limits into committer
+// requests. Everything it decides is checked again by the committer
+// against the key's record at commit time (prepareCache).
+
+const (
+	// maxAdmitBatch and maxEvictBatch bound one cache request.
+	maxAdmitBatch = 1024
+	maxEvictBatch = 4096
+	// maxSweep bounds the records one eviction round looks at.
+	maxSweep = 20000
+)
+
+func (s *Store) keepProxyCache() {
+	defer s.bg.Done()
+	p := s.px
+	t := time.NewTicker(p.opts.EvictInterval)
+	defer t.Stop()
+	var hand []byte // the CLOCK hand: the key to sweep from
+	var lastSoft, idleUntil time.Time
+	var idleAt uint64 // the applied index when the hand last found nothing
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+			s.checkProxyDisk()
+		case <-p.kick:
+		}
+		var admits []admission
+	drain:
+		for len(admits) < maxAdmitBatch {
+			select {
+			case a := <-p.admitQ:
+				admits = append(admits, a)
+			default:
+				break drain
+			}
+		}
+		if len(admits) > 0 {
+			if p.hardLimited.Load() {
+				s.m.pxAdmissions.WithLabelValues("refused_hard_limit").Add(float64(len(admits)))
+			} else {
+				s.submitCache(&cacheChange{admit: admits})
+			}
+			if len(p.admitQ) > 0 {
+				select {
+				case p.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+		now := time.Now()
+		need := p.cachedBytes.Load() - p.opts.CacheBytes
+		if p.softLimited.Load() && now.Sub(lastSoft) >= time.Second {
+			// Disk space comes back only as compactions run: evict a
+			// tenth of the cache per second while below the soft limit.
+			lastSoft = now
+			need = max(need, p.cachedBytes.Load()/10+1)
+		}
+		if need <= 0 || (now.Before(idleUntil) && s.applied.Load() == idleAt) {
+			continue
+		}
+		var victims []eviction
+		var cycled bool
+		victims, hand, cycled = s.sweep(hand, need)
+		if len(victims) > 0 {
+			s.submitCache(&cacheChange{evict: victims})
+		} else if cycled {
+			// Nothing evictable (all in the window, or all just used):
+			// look again when the window moves, or in a second, rather
+			// than spin.
+			idleUntil, idleAt = now.Add(time.Second), s.applied.Load()
+		}
+	}
+}
+
+// submitCache hands a cache change to the committer and counts the outcome.
+func (s *Store) submitCache(ch *cacheChange) {
+	r := &request{kind: reqCache, cache: ch, done: make(chan struct{})}
+	if err := s.submit(context.Background(), r); err != nil {
+		if len(ch.admit) > 0 {
+			s.m.pxAdmissions.WithLabelValues("failed").Add(float64(len(ch.admit)))
+		}
+		return
+	}
+	if len(ch.admit) > 0 {
+		s.m.pxAdmissions.WithLabelValues("admitted").Add(float64(ch.admitted))
+		s.m.pxAdmissions.WithLabelValues("stale").Add(float64(len(ch.admit) - ch.admitted))
+	}
+	s.m.pxEvictions.Add(float64(ch.evicted))
+	s.m.pxEvictedBytes.Add(float64(ch.evictedBytes))
+}
+
+// checkProxyDisk updates the soft and hard free-space flags.
+func (s *Store) checkProxyDisk() {
+	p := s.px
+	du, err := s.opts.FS.GetDiskUsage(s.opts.Dir)
+	if err != nil {
+		return
+	}
+	soft, hard := du.AvailBytes < p.opts.SoftFreeBytes, du.AvailBytes < p.opts.HardFreeBytes
+	if p.softLimited.Swap(soft) != soft {
+		s.opts.Logger.Warn("proxy free disk crossed the soft limit", "db", s.opts.Name, "below", soft, "avail_bytes", du.AvailBytes, "soft_bytes", p.opts.SoftFreeBytes)
+	}
+	if p.hardLimited.Swap(hard) != hard {
+		s.opts.Logger.Warn("proxy free disk crossed the hard limit", "db", s.opts.Name, "below", hard, "avail_bytes", du.AvailBytes, "hard_bytes", p.opts.HardFreeBytes)
+	}
+	s.m.pxSoftLimited.Set(b2f(soft))
+	s.m.pxHardLimited.Set(b2f(hard))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sweep moves the CLOCK hand over the value records from hand on, and
+// returns stored values outside the window that were not used since the
+// hand last passed (their reference bit is cleared as it passes), until
+// they add up to need bytes or a bound is reached. cycled reports that
+// the hand went all the way round.
+func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte, cycled bool) {
+	v, err := s.View()
+	if err != nil {
+		return nil, hand, false
+	}
+	defer v.Close()
+	p := s.px
+	floor := p.floor(v.Index())
+	it := v.it
+	first := []byte{prefixData}
+	from := first
+	if hand != nil {
+		from = dataKey(nil, hand)
+	}
+	wrapped := hand == nil
+	var freed int64
+	ok := it.SeekGE(from)
+	for n := 0; n < maxSweep && len(victims) < maxEvictBatch && freed < need; n++ {
+		if !ok || it.Key()[0] != prefixData {
+			if wrapped {
+				return victims, nil, true
+			}
+			wrapped = true
+			ok = it.SeekGE(first)
+			continue
+		}
+		k := it.Key()
+		if wrapped && hand != nil && string(k) >= string(from) {
+			return victims, append([]byte(nil), k[1:]...), true
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return victims, nil, false
+		}
+		rec, err := decodeRecord(raw)
+		if err == nil && !rec.remote && rec.index <= floor && !p.secondChance(k[1:]) {
+			victims = append(victims, eviction{key: append([]byte(nil), k[1:]...), index: rec.index, bytes: rec.valueLen})
+			freed += int64(rec.valueLen)
+		}
+		ok = it.Next()
+	}
+	if ok && it.Key()[0] == prefixData {
+		return victims, append([]byte(nil), it.Key()[1:]...), false
+	}
+	return victims, nil, false
+}
