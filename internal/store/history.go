@@ -306,6 +306,19 @@ func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found b
 	return v.vbuf, rec.index, true, nil
 }
 
+// HistoryHorizon is the lowest index GetAt answers at on this view: the
+// history horizon, or the view's index when the node keeps no history.
+func (v *View) HistoryHorizon() (uint64, error) {
+	h, err := v.history()
+	if err != nil {
+		return 0, err
+	}
+	if !h.enabled || v.s.px != nil {
+		return v.index, nil
+	}
+	return h.horizon, nil
+}
+
 // history reads the history record at the view's index.
 func (v *View) history() (historyRecord, error) {
 	if !v.it.SeekPrefixGE(metaHistory) || !bytes.Equal(v.it.Key(), metaHistory) {
