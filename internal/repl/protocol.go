@@ -54,15 +54,15 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 type MsgType uint8
 
 const (
-	MsgHello    MsgType = 1 // client → server, first and only client message
-	MsgWelcome  MsgType = 2 // server → client, accepts the Hello
-	MsgRefuse   MsgType = 3 // server → client, then the server closes
-	MsgEntries  MsgType = 4 // server → client, consecutive log entries
-	MsgProgress MsgType = 5 // server → client, keepalive with the server's applied index
-	MsgDone     MsgType = 6 // server → client, StopIndex reached, then the server closes
-	MsgSnapshot MsgType = 7 // server → client, bootstrap: the snapshot's manifest
-	MsgChunk    MsgType = 8 // server → client, bootstrap: bytes of one snapshot file
-	MsgFileEnd  MsgType = 9 // server → client, bootstrap: a file is complete, with its CRC
+	MsgHello    MsgType = 1  // client → server, first and only client message
+	MsgWelcome  MsgType = 2  // server → client, accepts the Hello
+	MsgRefuse   MsgType = 3  // server → client, then the server closes
+	MsgEntries  MsgType = 4  // server → client, consecutive log entries
+	MsgProgress MsgType = 5  // server → client, keepalive with the server's applied index
+	MsgDone     MsgType = 6  // server → client, StopIndex reached, then the server closes
+	MsgSnapshot MsgType = 7  // server → client, bootstrap: the snapshot's manifest
+	MsgChunk    MsgType = 8  // server → client, bootstrap: bytes of one snapshot file
+	MsgFileEnd  MsgType = 9  // server → client, bootstrap: a file is complete, with its CRC
 	MsgFetch    MsgType = 10 // client → server, fetch connections: values as of an index
 	MsgValues   MsgType = 11 // server → client, fetch connections: the answer to one Fetch
 )
@@ -121,15 +121,15 @@ var DefaultProcessID = NewProcessID()
 type RefuseCode uint8
 
 const (
-	RefuseVersion         RefuseCode = 1 // protocol version not supported
-	RefuseUnknownDatabase RefuseCode = 2 // the server has no such database
-	RefuseWrongDBID       RefuseCode = 3 // the database has another id
-	RefuseSelf            RefuseCode = 4 // the client has the server's process id
-	RefuseLogTruncated    RefuseCode = 5 // LastIndex+1 is older than the retained log: bootstrap
-	RefuseAhead           RefuseCode = 6 // LastIndex is beyond the server's applied index
-	RefuseBadHello        RefuseCode = 7 // the Hello could not be decoded
-	RefuseShuttingDown    RefuseCode = 8 // the server is stopping
-	RefuseUnavailable     RefuseCode = 9 // the server cannot make a snapshot now
+	RefuseVersion         RefuseCode = 1  // protocol version not supported
+	RefuseUnknownDatabase RefuseCode = 2  // the server has no such database
+	RefuseWrongDBID       RefuseCode = 3  // the database has another id
+	RefuseSelf            RefuseCode = 4  // the client has the server's process id
+	RefuseLogTruncated    RefuseCode = 5  // LastIndex+1 is older than the retained log: bootstrap
+	RefuseAhead           RefuseCode = 6  // LastIndex is beyond the server's applied index
+	RefuseBadHello        RefuseCode = 7  // the Hello could not be decoded
+	RefuseShuttingDown    RefuseCode = 8  // the server is stopping
+	RefuseUnavailable     RefuseCode = 9  // the server cannot make a snapshot now
 	RefuseBadRequest      RefuseCode = 10 // a fetch connection sent a malformed or unexpected message
 	RefuseProxy           RefuseCode = 11 // the server is a proxy: it serves neither snapshots nor values
 )
