@@ -81,7 +81,9 @@ func (cn *conn) badFetch(reason, format string, args ...any) {
 // min(asof, applied), which must be the one asked (if one is asked).
 func answerFetch(st *store.Store, m *Fetch) *Values {
 	ans := &Values{ID: m.ID, Results: make([]FetchResult, len(m.Items))}
-	v, err := st.View()
+	// Answer as of the published (durable) index, without waiting for a
+	// commit in flight.
+	v, applied, err := st.AsOfView()
 	if err != nil {
 		for i := range ans.Results {
 			ans.Results[i].Status = FetchError
@@ -90,7 +92,6 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 		return ans
 	}
 	defer v.Close()
-	applied := v.Index()
 	ans.Applied = applied
 	if ans.Horizon, err = v.HistoryHorizon(); err != nil {
 		ans.Horizon = applied

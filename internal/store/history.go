@@ -277,6 +277,7 @@ func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found b
 		}
 		return nil, 0, false, fmt.Errorf("%w: asked as of %d, history starts at %d", ErrHistoryTruncated, at, horizon)
 	}
+	v.s.m.historyReads.Inc()
 	v.kbuf = histVersionKey(v.kbuf, key, at+1)
 	if !v.it.SeekGE(v.kbuf) {
 		return nil, 0, false, v.it.Error()

@@ -95,6 +95,9 @@ var (
 	mHistoryCollected = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_collected_total",
 		Help: "Versions removed from the MVCC history by retention."}, []string{"db"}))
+	mHistoryReads = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_reads_total",
+		Help: "Reads as of an earlier index that needed the MVCC history (the current version was newer)."}, []string{"db"}))
 	mPxLookups = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_lookups_total",
 		Help: "Keys read on a proxy, by result: hit (value held here), miss (fetched from a replica), negative (no such key, answered here)."}, []string{"db", "result"}))
@@ -139,8 +142,8 @@ type storeMetrics struct {
 	writeErrors, integrityErrors                                             *prometheus.CounterVec
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
 
-	historyBytes, historyVersions, historyHorizon prometheus.Gauge
-	historyRecorded, historyCollected             prometheus.Counter
+	historyBytes, historyVersions, historyHorizon   prometheus.Gauge
+	historyRecorded, historyCollected, historyReads prometheus.Counter
 
 	pxHits, pxMisses, pxNegative, pxEvictions, pxEvictedBytes, pxReadErrors prometheus.Counter
 	pxAdmissions                                                            *prometheus.CounterVec
@@ -166,7 +169,7 @@ func newStoreMetrics(db string) *storeMetrics {
 
 		historyBytes: mHistoryBytes.With(l), historyVersions: mHistoryVersions.With(l),
 		historyHorizon: mHistoryHorizon.With(l), historyRecorded: mHistoryRecorded.With(l),
-		historyCollected: mHistoryCollected.With(l),
+		historyCollected: mHistoryCollected.With(l), historyReads: mHistoryReads.With(l),
 
 		pxHits: mPxLookups.WithLabelValues(db, "hit"), pxMisses: mPxLookups.WithLabelValues(db, "miss"),
 		pxNegative: mPxLookups.WithLabelValues(db, "negative"), pxEvictions: mPxEvictions.With(l),

@@ -23,8 +23,39 @@ type View struct {
 	vbuf  []byte
 }
 
-// View opens a consistent view of the database.
+// View opens a consistent view of the database. Its index is published:
+// durable, and never above what a later read is served at.
 func (s *Store) View() (*View, error) {
+	v, err := s.openView()
+	if err != nil {
+		return nil, err
+	}
+	// Pebble shows a batch to readers before its fsync completes; the
+	// committer publishes the index only after. Wait for that, so the
+	// view holds nothing that could be lost, and a read served from the
+	// published index next (the read cache's fast path) never goes back.
+	if v.index > s.applied.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.WaitApplied(ctx, v.index)
+		cancel()
+	}
+	return v, nil
+}
+
+// AsOfView opens a view for reads as of an earlier index (View.GetAt)
+// without waiting for a commit in flight to become durable. It returns the
+// published applied index too, at most the view's: reads as of an index
+// up to it see durable data only.
+func (s *Store) AsOfView() (*View, uint64, error) {
+	a := s.applied.Load()
+	v, err := s.openView()
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, min(a, v.index), nil
+}
+
+func (s *Store) openView() (*View, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
