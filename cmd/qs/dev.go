@@ -19,13 +19,14 @@ import (
 )
 
 func init() {
-	register("dev", "start a local tree (root, 2 intermediates, 4 leaves) on loopback and show each node's index and lag", cmdDev)
+	register("dev", "start a local tree (root, 2 intermediates, 4 leaves, a proxy) on loopback and show each node's index and lag", cmdDev)
 }
 
 // devNode is one qs serve child process of the dev tree.
 type devNode struct {
 	name     string
 	upstream []string // names of its sources, in order
+	replicas []string // proxy: names of the replicas it fetches from
 	cmd      *exec.Cmd
 	addr     map[string]string
 	done     chan struct{}
@@ -35,7 +36,9 @@ var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 
 // cmdDev runs a local replication tree: the root takes writes on the
 // well-known ports, intermediates replicate from it, leaves from an
-// intermediate (the other intermediate and the root as fall-backs). Every
+// intermediate (the other intermediate and the root as fall-backs), and a
+// proxy follows an intermediate and fetches what it does not keep from
+// two leaves (R-OPS-1). Every
 // node is a real `qs serve` process with its data under --data; Ctrl-C stops
 // them all and keeps the data.
 func cmdDev(args []string) error {
@@ -60,6 +63,7 @@ func cmdDev(args []string) error {
 		{name: "leaf2", upstream: []string{"mid1", "mid2", "root"}},
 		{name: "leaf3", upstream: []string{"mid2", "mid1", "root"}},
 		{name: "leaf4", upstream: []string{"mid2", "mid1", "root"}},
+		{name: "proxy1", upstream: []string{"mid1", "mid2", "root"}, replicas: []string{"leaf1", "leaf2"}},
 	}
 	byName := map[string]*devNode{}
 	defer func() {
@@ -84,6 +88,13 @@ func cmdDev(args []string) error {
 				a = append(a, "--secondary", strings.Join(ups[1:], ","))
 			}
 		}
+		if len(n.replicas) > 0 {
+			var rs []string
+			for _, r := range n.replicas {
+				rs = append(rs, byName[r].addr["repl"])
+			}
+			a = append(a, "--role", "proxy", "--replicas", strings.Join(rs, ","), "--cache-bytes", "16777216", "--window", "1000")
+		}
 		if err := n.start(self, a, filepath.Join(*data, n.name+".log")); err != nil {
 			return fmt.Errorf("start %s: %w", n.name, err)
 		}
@@ -92,6 +103,9 @@ func cmdDev(args []string) error {
 		if len(n.upstream) > 0 {
 			fmt.Printf(" from %s", strings.Join(n.upstream, " > "))
 		}
+		if len(n.replicas) > 0 {
+			fmt.Printf(", proxy fetching from %s", strings.Join(n.replicas, ", "))
+		}
 		fmt.Println()
 	}
 	root := byName["root"].addr["http"]
@@ -99,9 +113,11 @@ func cmdDev(args []string) error {
 Write at the root, read anywhere:
   qs put --addr %s greeting hello
   qs get --addr %s --min-index <index from put> greeting
+Read through the proxy (it keeps recent and recently read values, fetches the rest):
+  qs get --addr %s --min-index <index from put> greeting
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 
-`, root, byName["leaf4"].addr["http"], *data, *data)
+`, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"], *data, *data)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

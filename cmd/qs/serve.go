@@ -33,6 +33,10 @@ func cmdServe(args []string) error {
 		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
 		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
+		role     = fs.String("role", "", "role of the first database when it has an upstream: replica (the whole dataset, default) or proxy (keeps recent and recently read values, fetches the others from --replicas)")
+		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
+		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
+		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -75,6 +79,18 @@ func cmdServe(args []string) error {
 	}
 	if *prodFile != "" {
 		cfg.ProducersFile = *prodFile
+	}
+	if *role != "" {
+		cfg.Databases[0].Role = *role
+	}
+	if *replicas != "" {
+		cfg.Databases[0].Replicas = splitList(*replicas)
+	}
+	if *cacheB != 0 {
+		cfg.Databases[0].ProxyCacheBytes = *cacheB
+	}
+	if *window != 0 {
+		cfg.Databases[0].ProxyWindow = *window
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

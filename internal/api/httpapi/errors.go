@@ -121,6 +121,7 @@ var sentinelCodes = []struct {
 	{store.ErrDiskFull, codeDiskFull},
 	{store.ErrWriteFailed, codeWriteFailed},
 	{store.ErrClosed, codeUnavailable},
+	{store.ErrUnavailable, codeUnavailable},
 	{gateway.ErrUnauthenticated, codeUnauthenticated},
 	{gateway.ErrInvalidToken, codeInvalidToken},
 	{gateway.ErrForbidden, codeForbidden},
