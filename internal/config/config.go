@@ -339,7 +339,7 @@ func (d Database) RoleName() string {
 // Proxy log retention defaults: a proxy's log serves watchers resuming and
 // nothing else, so it is kept short (the disk is what a proxy saves).
 const (
-	proxyRetainBytes = 64 << 20
+	proxyRetainBytes = 16 << 20
 	proxyRetainAge   = time.Hour
 )
 

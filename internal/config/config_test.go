@@ -72,7 +72,7 @@ history_max_bytes = 123456
 		t.Fatal(err)
 	}
 	p, _ := c.StoreOptions(c.Databases[0])
-	if p.Proxy == nil || p.Proxy.Window != 500 || p.Proxy.CacheBytes != 1000000 || p.Retention.MaxEntries != 10000 || p.Retention.MaxBytes != 64<<20 {
+	if p.Proxy == nil || p.Proxy.Window != 500 || p.Proxy.CacheBytes != 1000000 || p.Retention.MaxEntries != 10000 || p.Retention.MaxBytes != 16<<20 {
 		t.Fatalf("proxy options %+v retention %+v", p.Proxy, p.Retention)
 	}
 	r, _ := c.StoreOptions(c.Databases[1])

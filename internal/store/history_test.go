@@ -117,6 +117,16 @@ func randomOps(t *testing.T, s *Store, rng *rand.Rand, n, nkeys int) {
 // horizon and above the applied index, against the model.
 func checkAsOf(t *testing.T, s *Store, m *versionModel) (checked int) {
 	t.Helper()
+	keys := []string{"never"}
+	for i := 0; i < 8; i++ {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+	}
+	return checkAsOfKeys(t, s, m, keys)
+}
+
+// checkAsOfKeys is checkAsOf for the given keys.
+func checkAsOfKeys(t *testing.T, s *Store, m *versionModel, keys []string) (checked int) {
+	t.Helper()
 	h, err := s.History()
 	if err != nil {
 		t.Fatal(err)
@@ -126,10 +136,6 @@ func checkAsOf(t *testing.T, s *Store, m *versionModel) (checked int) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	keys := []string{"never"}
-	for i := 0; i < 8; i++ {
-		keys = append(keys, fmt.Sprintf("k%d", i))
-	}
 	for _, k := range keys {
 		for p := h.Horizon; p <= v.Index(); p++ {
 			val, idx, found, err := v.GetAt([]byte(k), p)

@@ -53,7 +53,7 @@ type ProxyOptions struct {
 	// last Window entries are never evicted. Default 10000.
 	Window int64
 	// CacheBytes is the budget of stored values (the window's included).
-	// Default 1 GiB; negative: 0 (keep only the window).
+	// Default 1 GiB; negative: none (keep only the window).
 	CacheBytes int64
 	// SoftFreeBytes: while the disk has less free space, values are
 	// evicted beyond the budget. Default 1 GiB.
@@ -75,9 +75,6 @@ func (p *ProxyOptions) ensureDefaults() {
 	}
 	if p.CacheBytes == 0 {
 		p.CacheBytes = 1 << 30
-	}
-	if p.CacheBytes < 0 {
-		p.CacheBytes = 0
 	}
 	if p.SoftFreeBytes == 0 {
 		p.SoftFreeBytes = 1 << 30
@@ -158,7 +155,7 @@ func (s *Store) ProxyStats() ProxyStats {
 		return ProxyStats{}
 	}
 	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
-		CacheBytes: p.opts.CacheBytes, Window: p.opts.Window,
+		CacheBytes: p.budget(), Window: p.opts.Window,
 		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load()}
 }
 
@@ -226,6 +223,9 @@ func newProxyState(o ProxyOptions) *proxyState {
 	return &proxyState{opts: o, seed: maphash.MakeSeed(), ref: make([]atomic.Uint64, refWords),
 		admitQ: make(chan admission, 1024), kick: make(chan struct{}, 1)}
 }
+
+// budget is the value bytes the cache may hold.
+func (p *proxyState) budget() int64 { return max(p.opts.CacheBytes, 0) }
 
 // floor is the highest index outside the window when last is applied:
 // values written at or below it may be remote.
@@ -410,7 +410,7 @@ func (c *committer) publishRoleMeta() {
 		m.pxCachedValues.Set(float64(c.pstats.values))
 		m.pxCachedBytes.Set(float64(c.pstats.bytes))
 		m.pxWindowEntries.Set(float64(min(c.last.index, uint64(c.px.opts.Window))))
-		if c.pstats.bytes > c.px.opts.CacheBytes {
+		if c.pstats.bytes > c.px.budget() {
 			select {
 			case c.px.kick <- struct{}{}:
 			default:

@@ -420,3 +420,15 @@ func dbName(t *testing.T) string {
 }
 
 var dbSeq atomic.Int64
+
+// TestProxyOptionsDefaultsTwice: filling defaults is idempotent (the
+// configuration fills them, then Open again).
+func TestProxyOptionsDefaultsTwice(t *testing.T) {
+	o := Options{Dir: "x", Proxy: &ProxyOptions{CacheBytes: -1}}
+	o.EnsureDefaults()
+	first := *o.Proxy
+	o.EnsureDefaults()
+	if *o.Proxy != first || o.Proxy.CacheBytes != -1 {
+		t.Fatalf("defaults moved: %+v then %+v", first, *o.Proxy)
+	}
+}

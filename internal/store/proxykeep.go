@@ -14,8 +14,10 @@ const (
 	// maxAdmitBatch and maxEvictBatch bound one cache request.
 	maxAdmitBatch = 1024
 	maxEvictBatch = 4096
-	// maxSweep bounds the records one eviction round looks at.
-	maxSweep = 20000
+	// maxSweep bounds the records one eviction round looks at, and
+	// maxRounds the rounds of one tick.
+	maxSweep  = 20000
+	maxRounds = 8
 )
 
 func (s *Store) keepProxyCache() {
@@ -25,7 +27,11 @@ func (s *Store) keepProxyCache() {
 	defer t.Stop()
 	var hand []byte // the CLOCK hand: the key to sweep from
 	var lastSoft, idleUntil time.Time
-	var idleAt uint64 // the applied index when the hand last found nothing
+	// idle grows while whole turns of the hand find nothing to evict
+	// (everything over the budget is in the window, or was just used), so
+	// a cache that cannot shrink costs a turn a second, not a turn a tick.
+	var idle time.Duration
+	found := false // the hand found something since its turn began
 	for {
 		select {
 		case <-s.quit:
@@ -58,26 +64,33 @@ func (s *Store) keepProxyCache() {
 			}
 		}
 		now := time.Now()
-		need := p.cachedBytes.Load() - p.opts.CacheBytes
+		need := p.cachedBytes.Load() - p.budget()
 		if p.softLimited.Load() && now.Sub(lastSoft) >= time.Second {
 			// Disk space comes back only as compactions run: evict a
 			// tenth of the cache per second while below the soft limit.
 			lastSoft = now
 			need = max(need, p.cachedBytes.Load()/10+1)
 		}
-		if need <= 0 || (now.Before(idleUntil) && s.applied.Load() == idleAt) {
+		if need <= 0 || now.Before(idleUntil) {
 			continue
 		}
-		var victims []eviction
-		var cycled bool
-		victims, hand, cycled = s.sweep(hand, need)
-		if len(victims) > 0 {
-			s.submitCache(&cacheChange{evict: victims})
-		} else if cycled {
-			// Nothing evictable (all in the window, or all just used):
-			// look again when the window moves, or in a second, rather
-			// than spin.
-			idleUntil, idleAt = now.Add(time.Second), s.applied.Load()
+		for round := 0; round < maxRounds && need > 0; round++ {
+			victims, next, cycled := s.sweep(hand, need)
+			hand = next
+			if len(victims) > 0 {
+				found, idle = true, 0
+				ch := &cacheChange{evict: victims}
+				s.submitCache(ch)
+				need -= ch.evictedBytes
+			}
+			if cycled {
+				if !found {
+					idle = min(max(2*idle, p.opts.EvictInterval), time.Second)
+					idleUntil = now.Add(idle)
+				}
+				found = false
+				break
+			}
 		}
 	}
 }
@@ -128,7 +141,7 @@ func b2f(b bool) float64 {
 // returns stored values outside the window that were not used since the
 // hand last passed (their reference bit is cleared as it passes), until
 // they add up to need bytes or a bound is reached. cycled reports that
-// the hand went all the way round.
+// the hand came back to where it started or to the first key.
 func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte, cycled bool) {
 	v, err := s.View()
 	if err != nil {
@@ -173,5 +186,5 @@ func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte,
 	if ok && it.Key()[0] == prefixData {
 		return victims, append([]byte(nil), it.Key()[1:]...), false
 	}
-	return victims, nil, false
+	return victims, nil, wrapped // at the end: a full turn if it started at the first key
 }
