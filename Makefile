@@ -1,7 +1,7 @@
 # Obvious targets. CI runs .ci/run.
 GO ?= go
 
-.PHONY: build test race fuzz lint bench ci
+.PHONY: build test race fuzz lint bench bench-raft ci
 
 build:
 	$(GO) build -o qs ./cmd/qs
@@ -19,6 +19,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeBlock -fuzztime=$(FUZZTIME) ./internal/wal/
 	$(GO) test -run '^$$' -fuzz=FuzzBatchDecode -fuzztime=$(FUZZTIME) ./internal/api/httpapi/
 	$(GO) test -run '^$$' -fuzz=FuzzServe -fuzztime=$(FUZZTIME) ./internal/api/memcache/
+	$(GO) test -run '^$$' -fuzz=FuzzDecodeCommand -fuzztime=$(FUZZTIME) ./internal/raftroot/
 
 lint:
 	test -z "$$(gofmt -l .)"
@@ -28,6 +29,11 @@ lint:
 # The benchmarks of docs/benchmarks.md (needs Debian's memcached for the baseline).
 bench: build
 	./qs bench --spawn readlat get write --markdown
+
+# The HA root's figures: 12 leader kills (failover times) and writes on a
+# 3-member root against a single root (docs/benchmarks.md).
+bench-raft:
+	QS_BENCH=1 $(GO) test -count=1 -v -run 'TestRaftKillLeaderUnderWrites|TestRaftWriteBenchmark' -timeout 30m ./tests/
 
 ci:
 	./.ci/run

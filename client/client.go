@@ -4,7 +4,10 @@
 // not the root) and are retried safely: every write carries an
 // Idempotency-Key, kept across its retries, so a write whose answer was
 // lost (a timeout, a connection reset, a 503) is applied once even when
-// it is sent again.
+// it is sent again. Servers are tried in the order given; one that just
+// failed at the transport level (refused, reset, no answer within the
+// timeout) is tried last for Options.Sideline, so a dead host costs one
+// timeout, not one per request.
 package client
 
 import (
@@ -21,17 +24,24 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // Client talks to one or more qs servers over HTTP.
 type Client struct {
 	servers []string // base URLs, "http://host:port"
-	db      string
-	hc      *http.Client
-	retries int
-	backoff time.Duration
-	auth    string // "Bearer <token>", or empty
+	// down[i] is when (Unix ns) servers[i] last failed at the transport
+	// level (refused, reset, timed out): for the next sideline it is
+	// tried after the others, so that a server that accepts connections
+	// but never answers costs one timeout, not one per request.
+	down     []atomic.Int64
+	sideline time.Duration
+	db       string
+	hc       *http.Client
+	retries  int
+	backoff  time.Duration
+	auth     string // "Bearer <token>", or empty
 }
 
 // Options configure a Client.
@@ -52,6 +62,10 @@ type Options struct {
 	// Token is the producer's bearer token, sent with every write (see
 	// "Onboarding a producer" in docs/operations.md). Reads need none.
 	Token string
+	// Sideline is how long a server that failed at the transport level
+	// (connection refused or reset, no answer within Timeout) is tried
+	// only after the others. Default 5s; negative: never.
+	Sideline time.Duration
 }
 
 // New returns a client for servers given as host:port or URLs.
@@ -59,7 +73,10 @@ func New(servers []string, o Options) (*Client, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("client: no servers")
 	}
-	c := &Client{db: o.Database, hc: o.HTTPClient, retries: o.WriteAttempts, backoff: o.RetryBackoff}
+	c := &Client{db: o.Database, hc: o.HTTPClient, retries: o.WriteAttempts, backoff: o.RetryBackoff, sideline: o.Sideline}
+	if c.sideline == 0 {
+		c.sideline = 5 * time.Second
+	}
 	if c.db == "" {
 		c.db = "default"
 	}
@@ -92,7 +109,39 @@ func New(servers []string, o Options) (*Client, error) {
 	if len(c.servers) == 0 {
 		return nil, errors.New("client: no servers")
 	}
+	c.down = make([]atomic.Int64, len(c.servers))
 	return c, nil
+}
+
+// order returns the indexes of the servers in the order to try them: as
+// configured, with the servers sidelined by a recent transport failure
+// last.
+func (c *Client) order() []int {
+	out := make([]int, 0, len(c.servers))
+	var later []int
+	now := time.Now().UnixNano()
+	for i := range c.servers {
+		if t := c.down[i].Load(); t != 0 && now-t < int64(c.sideline) {
+			later = append(later, i)
+		} else {
+			out = append(out, i)
+		}
+	}
+	return append(out, later...)
+}
+
+// note records how servers[i] did: an answer (even an error answer)
+// clears its sideline, a transport failure starts one.
+func (c *Client) note(ctx context.Context, i int, err error) {
+	var e *Error
+	switch {
+	case err == nil || errors.As(err, &e):
+		if c.down[i].Load() != 0 {
+			c.down[i].Store(0)
+		}
+	case ctx.Err() == nil && c.sideline > 0:
+		c.down[i].Store(time.Now().UnixNano())
+	}
 }
 
 // Error is an error answered by a server.
@@ -328,6 +377,32 @@ func (c *Client) MGet(ctx context.Context, keys []string, o ReadOptions) (MGetRe
 	return res, err
 }
 
+// Digest is a summary of a node's whole data at one applied index: two
+// nodes of a database with the same SHA256 serve the same keys, values and
+// write indexes.
+type Digest struct {
+	Index  uint64 `json:"index"`
+	Keys   int    `json:"keys"`
+	SHA256 string `json:"sha256"`
+}
+
+// Digest asks the first server that answers for the digest of its data
+// (GET /v1/{db}/digest). It reads the whole database on the server: a tool
+// for comparing replicas, not for every request.
+func (c *Client) Digest(ctx context.Context, o ReadOptions) (Digest, error) {
+	q := url.Values{}
+	o.query(q)
+	var res Digest
+	err := c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodGet, base+"/v1/"+url.PathEscape(c.db)+"/digest"+encodeQuery(q), nil)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &res)
+	})
+	return res, err
+}
+
 // Status returns the status document of the database on the first server
 // that answers.
 func (c *Client) Status(ctx context.Context) (map[string]any, error) {
@@ -342,13 +417,15 @@ func (c *Client) Status(ctx context.Context) (map[string]any, error) {
 	return res, err
 }
 
-// read tries each server in turn until one answers; an answer from a
-// server (even an error such as not found) ends the attempt, a transport
-// error or an unavailable server moves on.
+// read tries each server in turn (see order) until one answers; an answer
+// from a server (even an error such as not found) ends the attempt, a
+// transport error or an unavailable server moves on.
 func (c *Client) read(ctx context.Context, f func(base string) error) error {
 	var errs []error
-	for _, s := range c.servers {
+	for _, i := range c.order() {
+		s := c.servers[i]
 		err := f(s)
+		c.note(ctx, i, err)
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -382,8 +459,10 @@ func (c *Client) write(ctx context.Context, f func(base string, h http.Header) e
 			}
 			pause *= 2
 		}
-		for _, s := range c.servers {
+		for _, i := range c.order() {
+			s := c.servers[i]
 			err := f(s, h)
+			c.note(ctx, i, err)
 			var e *Error
 			switch {
 			case err == nil || ctx.Err() != nil:

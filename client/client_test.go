@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -99,6 +100,47 @@ func TestClientReadFailover(t *testing.T) {
 	}
 	if v, err := c.Get(ctx, "k", client.ReadOptions{}); err != nil || string(v.Value) != "v" {
 		t.Fatalf("failover read: %+v %v", v, err)
+	}
+}
+
+// TestClientSidelinesSilentServer: a server that accepts connections but
+// never answers (a host gone behind a socket that is still open) costs one
+// timeout, after which reads and writes go to the next server first until
+// the sideline ends.
+func TestClientSidelinesSilentServer(t *testing.T) {
+	srv := newServer(t)
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close() // never accepts: connections wait in the backlog
+	const timeout = 300 * time.Millisecond
+	c, _ := client.New([]string{silent.Addr().String(), srv.URL}, client.Options{Timeout: timeout, Sideline: time.Second})
+	ctx := context.Background()
+	timed := func(f func() error) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	put := func() error { _, err := c.Put(ctx, "k", []byte("v"), nil); return err }
+	get := func() error { _, err := c.Get(ctx, "k", client.ReadOptions{}); return err }
+	if d := timed(put); d < timeout {
+		t.Fatalf("first write took %v: did it not try the silent server first?", d)
+	}
+	for i := 0; i < 5; i++ {
+		if d := timed(get); d >= timeout {
+			t.Fatalf("read %d took %v: the silent server was not sidelined", i, d)
+		}
+		if d := timed(put); d >= timeout {
+			t.Fatalf("write %d took %v: the silent server was not sidelined", i, d)
+		}
+	}
+	time.Sleep(time.Second) // the sideline ends: the first server is tried again
+	if d := timed(get); d < timeout {
+		t.Fatalf("read after the sideline took %v: the silent server was not tried again", d)
 	}
 }
 

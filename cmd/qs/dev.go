@@ -13,13 +13,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
 func init() {
-	register("dev", "start a local tree (root, 2 intermediates, 4 leaves, a proxy) on loopback and show each node's index and lag", cmdDev)
+	register("dev", "start a local tree (root, 2 intermediates, 4 leaves, a proxy) on loopback and show each node's index and lag; --ha: a 3-member Raft root", cmdDev)
 }
 
 // devNode is one qs serve child process of the dev tree.
@@ -27,9 +28,12 @@ type devNode struct {
 	name     string
 	upstream []string // names of its sources, in order
 	replicas []string // proxy: names of the replicas it fetches from
-	cmd      *exec.Cmd
-	addr     map[string]string
-	done     chan struct{}
+	// listeners it announces: http, memcache, repl (and raft for an HA
+	// root member).
+	listeners int
+	cmd       *exec.Cmd
+	addr      map[string]string
+	done      chan struct{}
 }
 
 var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
@@ -38,9 +42,8 @@ var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 // well-known ports, intermediates replicate from it, leaves from an
 // intermediate (the other intermediate and the root as fall-backs), and a
 // proxy follows an intermediate and fetches what it does not keep from
-// two leaves (R-OPS-1). Every
-// node is a real `qs serve` process with its data under --data; Ctrl-C stops
-// them all and keeps the data.
+// two leaves (R-OPS-1). Every node is a real `qs serve` process with its
+// data under --data; Ctrl-C stops them all and keeps the data.
 func cmdDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	data := fs.String("data", "./qs-dev", "data directory, one subdirectory per node (kept after exit)")
@@ -48,6 +51,8 @@ func cmdDev(args []string) error {
 	mcAddr := fs.String("memcache", "127.0.0.1:7311", "memcached address of the root")
 	replAddr := fs.String("repl", "127.0.0.1:7390", "replication address of the root")
 	every := fs.Duration("every", 2*time.Second, "how often to print the nodes' state")
+	ha := fs.Bool("ha", false, "run the root as a 3-member replicated (Raft) root: root1 (on the addresses above), root2, root3")
+	raftBase := fs.Int("raft-port", 7401, "with --ha: Raft ports of root1..root3 on 127.0.0.1 (this one and the next two)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,6 +70,26 @@ func cmdDev(args []string) error {
 		{name: "leaf4", upstream: []string{"mid2", "mid1", "root"}},
 		{name: "proxy1", upstream: []string{"mid1", "mid2", "root"}, replicas: []string{"leaf1", "leaf2"}},
 	}
+	var raftPeers string
+	if *ha {
+		roots := []string{"root1", "root2", "root3"}
+		var peers []string
+		for i := range roots {
+			peers = append(peers, fmt.Sprintf("%d=127.0.0.1:%d", i+1, *raftBase+i))
+		}
+		raftPeers = strings.Join(peers, ",")
+		nodes = []*devNode{
+			{name: "root1"}, {name: "root2"}, {name: "root3"},
+			// Intermediates follow any root member; leaves fall back to them.
+			{name: "mid1", upstream: roots},
+			{name: "mid2", upstream: []string{"root2", "root3", "root1"}},
+			{name: "leaf1", upstream: []string{"mid1", "mid2", "root1"}},
+			{name: "leaf2", upstream: []string{"mid1", "mid2", "root2"}},
+			{name: "leaf3", upstream: []string{"mid2", "mid1", "root3"}},
+			{name: "leaf4", upstream: []string{"mid2", "mid1", "root1"}},
+			{name: "proxy1", upstream: []string{"mid1", "mid2", "root1"}, replicas: []string{"leaf1", "leaf2"}},
+		}
+	}
 	byName := map[string]*devNode{}
 	defer func() {
 		for _, n := range nodes {
@@ -74,9 +99,14 @@ func cmdDev(args []string) error {
 	for _, n := range nodes {
 		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
 			"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0"}
-		if n.name == "root" {
+		if n.name == "root" || n.name == "root1" {
 			a = []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
 				"--http", *httpAddr, "--memcache", *mcAddr, "--repl", *replAddr}
+		}
+		if id, ok := strings.CutPrefix(n.name, "root"); ok && *ha {
+			i, _ := strconv.Atoi(id)
+			a = append(a, "--node-id", id, "--raft", fmt.Sprintf("127.0.0.1:%d", *raftBase+i-1), "--raft-peers", raftPeers)
+			n.listeners = 4
 		}
 		var ups []string
 		for _, u := range n.upstream {
@@ -108,7 +138,11 @@ func cmdDev(args []string) error {
 		}
 		fmt.Println()
 	}
-	root := byName["root"].addr["http"]
+	rootName := "root"
+	if *ha {
+		rootName = "root1"
+	}
+	root := byName[rootName].addr["http"]
 	fmt.Printf(`
 Write at the root, read anywhere:
   qs put --addr %s greeting hello
@@ -145,7 +179,8 @@ Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 	}
 }
 
-// devState is "index" for the root and "index/lag" for replicas.
+// devState is "index" for the root ("index*" for the Raft leader) and
+// "index/lag" for replicas.
 func devState(hc *http.Client, addr string) string {
 	resp, err := hc.Get("http://" + addr + "/v1/default/status")
 	if err != nil {
@@ -153,7 +188,11 @@ func devState(hc *http.Client, addr string) string {
 	}
 	defer resp.Body.Close()
 	var st struct {
-		Role    string   `json:"role"`
+		Role string `json:"role"`
+		Raft *struct {
+			NodeID uint64 `json:"node_id"`
+			Leader uint64 `json:"leader"`
+		} `json:"raft"`
 		Applied uint64   `json:"applied_index"`
 		Lag     *float64 `json:"lag_seconds"`
 		State   string   `json:"state"`
@@ -162,6 +201,9 @@ func devState(hc *http.Client, addr string) string {
 		return "?"
 	}
 	if st.Role == "root" {
+		if st.Raft != nil && st.Raft.Leader == st.Raft.NodeID {
+			return fmt.Sprint(st.Applied, "*")
+		}
 		return fmt.Sprint(st.Applied)
 	}
 	lag := "-"
@@ -212,7 +254,8 @@ func (n *devNode) start(bin string, args []string, logPath string) error {
 		close(n.done)
 	}()
 	deadline := time.After(60 * time.Second)
-	for len(n.addr) < 3 {
+	want := max(n.listeners, 3)
+	for len(n.addr) < want {
 		select {
 		case l := <-lines:
 			if m := devAnnounce.FindStringSubmatch(l); m != nil {

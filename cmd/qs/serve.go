@@ -37,6 +37,10 @@ func cmdServe(args []string) error {
 		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
 		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
 		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
+		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
+		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
+		raftPeer = fs.String("raft-peers", "", "initial members of the replicated root: id=host:port,... (this member included, the same list on every member)")
+		raftJoin = fs.Bool("raft-join", false, "join an existing replicated root as a new member (add it first with qs raft add)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +95,18 @@ func cmdServe(args []string) error {
 	}
 	if *window != 0 {
 		cfg.Databases[0].ProxyWindow = *window
+	}
+	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
+		if *nodeID != 0 {
+			r.NodeID = *nodeID
+		}
+		if *raftAddr != "" {
+			r.Listen = *raftAddr
+		}
+		if *raftPeer != "" {
+			r.Peers = splitList(*raftPeer)
+		}
+		r.Join = r.Join || *raftJoin
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

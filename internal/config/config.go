@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -146,6 +148,58 @@ type Database struct {
 	RetainEntries int64    `toml:"retain_entries"`
 	RetainBytes   int64    `toml:"retain_bytes"`
 	RetainAge     Duration `toml:"retain_age"`
+
+	// Raft makes this node a member of the database's replicated root
+	// (docs/operations.md, "Running an HA root"). Unset: a single root
+	// (or a replica, with upstream).
+	Raft Raft `toml:"raft"`
+}
+
+// Raft configures one member of a replicated root. Zero fields take the
+// defaults of internal/raftroot.Config.
+type Raft struct {
+	// NodeID is this member's id (≥ 1), unique in the cluster and never
+	// reused. 0: not a member.
+	NodeID uint64 `toml:"node_id"`
+	// Listen is this member's Raft transport address.
+	Listen string `toml:"listen"`
+	// Peers lists the initial members as "id=host:port", this one
+	// included (the same list on every initial member).
+	Peers []string `toml:"peers"`
+	// Join: a new member of an existing cluster (added with qs raft add).
+	Join bool `toml:"join"`
+	// Tick is Raft's clock tick. Default 100ms.
+	Tick Duration `toml:"tick"`
+	// ElectionTicks: ticks without a leader before an election. Default 10.
+	ElectionTicks int `toml:"election_ticks"`
+	// SnapshotEntries: applied entries between Raft log compactions.
+	// Default 10000.
+	SnapshotEntries uint64 `toml:"snapshot_entries"`
+	// CatchUpEntries: entries kept after a compaction. Default 5000.
+	CatchUpEntries uint64 `toml:"catch_up_entries"`
+	// ProposalTimeout bounds a write's wait for a leader and its commit.
+	// Default 5s.
+	ProposalTimeout Duration `toml:"proposal_timeout"`
+}
+
+// Enabled reports whether the database is a member of a replicated root.
+func (r Raft) Enabled() bool { return r.NodeID != 0 }
+
+// ParsePeers parses "id=host:port" items.
+func ParsePeers(items []string) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	for _, it := range items {
+		id, addr, ok := strings.Cut(strings.TrimSpace(it), "=")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if !ok || err != nil || n == 0 || addr == "" {
+			return nil, fmt.Errorf("raft peer %q: want id=host:port with id ≥ 1", it)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("raft peer id %d given twice", n)
+		}
+		out[n] = addr
+	}
+	return out, nil
 }
 
 // TLS names the certificate files of a node. With Cert and Key set the
@@ -292,6 +346,24 @@ func (c *Config) Validate() error {
 			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: role %q: want replica or proxy", where, d.Role))
+		}
+		if r := d.Raft; r.Enabled() || r.Listen != "" || len(r.Peers) > 0 {
+			peers, err := ParsePeers(r.Peers)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%s: %v", where, err))
+			case !r.Enabled():
+				errs = append(errs, fmt.Errorf("%s: raft settings without a node id (--node-id)", where))
+			case r.Listen == "":
+				errs = append(errs, fmt.Errorf("%s: raft needs a listen address (--raft)", where))
+			case d.IsReplica():
+				errs = append(errs, fmt.Errorf("%s: a raft member is a root: it cannot have upstream or secondary sources", where))
+			case c.Repl == "off":
+				errs = append(errs, fmt.Errorf("%s: a raft member needs its replication listener (repl): members that fall behind fetch snapshots through it", where))
+			case !r.Join && peers[r.NodeID] == "":
+				errs = append(errs, fmt.Errorf("%s: raft peers must include this node (%d=%s)", where, r.NodeID, r.Listen))
+			}
+			claim(r.Listen, where+" raft")
 		}
 	}
 	if t := c.ReplTLS; t.Enabled() && (t.Cert == "") != (t.Key == "") {

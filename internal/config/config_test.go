@@ -111,3 +111,41 @@ func TestParseErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestRaftValidation(t *testing.T) {
+	ok := func(r Raft) *Config {
+		c := &Config{Databases: []Database{{Name: "db", Raft: r}}}
+		c.EnsureDefaults()
+		return c
+	}
+	good := Raft{NodeID: 1, Listen: "127.0.0.1:7400", Peers: []string{"1=127.0.0.1:7400", "2=127.0.0.1:7401"}}
+	if err := ok(good).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		r    Raft
+		edit func(*Config)
+	}{
+		"no node id":     {Raft{Listen: "a:1", Peers: []string{"1=a:1"}}, nil},
+		"no listen":      {Raft{NodeID: 1, Peers: []string{"1=a:1"}}, nil},
+		"bad peer":       {Raft{NodeID: 1, Listen: "a:1", Peers: []string{"x=a:1"}}, nil},
+		"duplicate peer": {Raft{NodeID: 1, Listen: "a:1", Peers: []string{"1=a:1", "1=b:1"}}, nil},
+		"self missing":   {Raft{NodeID: 3, Listen: "a:1", Peers: []string{"1=a:1"}}, nil},
+		"replica":        {good, func(c *Config) { c.Databases[0].Upstream = []string{"x:1"} }},
+		"repl off":       {good, func(c *Config) { c.Repl = "off" }},
+		"address reused": {good, func(c *Config) { c.HTTP = "127.0.0.1:7400" }},
+	} {
+		c := ok(tc.r)
+		if tc.edit != nil {
+			tc.edit(c)
+		}
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	j := good
+	j.Join, j.Peers = true, []string{"1=127.0.0.1:7401"}
+	if err := ok(j).Validate(); err != nil {
+		t.Fatalf("joining member: %v", err)
+	}
+}

@@ -69,7 +69,7 @@ func (r *Replica) progress(fn func(p *BootstrapProgress)) {
 
 // bootstrap runs one bootstrap session with src. progressed reports
 // whether it received or installed anything.
-func (r *Replica) bootstrap(ctx context.Context, src string) (progressed bool, err error) {
+func (r *Replica) bootstrap(ctx context.Context, src string, minIndex uint64) (progressed bool, err error) {
 	db := r.cfg.Database
 	mBootstrapping.WithLabelValues(db).Set(1)
 	defer mBootstrapping.WithLabelValues(db).Set(0)
@@ -85,7 +85,7 @@ func (r *Replica) bootstrap(ctx context.Context, src string) (progressed bool, e
 	defer unlock()
 	r.progress(func(p *BootstrapProgress) { p.Waiting = false })
 
-	d := &download{r: r, src: src, staging: store.StagingDir(r.st.Options().Dir)}
+	d := &download{r: r, src: src, staging: store.StagingDir(r.st.Options().Dir), minIndex: minIndex}
 	progressed, err = d.run(ctx)
 	switch {
 	case err == nil:
@@ -105,6 +105,9 @@ type download struct {
 	staging string
 	state   *bootstrapState
 	fr      frameReader // for the chunks: one buffer reused
+	// minIndex: the snapshot must be at least at this index (0: at
+	// least at the store's applied index).
+	minIndex uint64
 }
 
 func (d *download) run(ctx context.Context) (progressed bool, err error) {
@@ -138,7 +141,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
 	hello := &Hello{Version: streamVersion, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
-		LastIndex: r.st.AppliedIndex(), Bootstrap: true, Resume: resume}
+		LastIndex: max(r.st.AppliedIndex(), d.minIndex), Bootstrap: true, Resume: resume}
 	if err := WriteMessage(c, hello); err != nil {
 		return false, fmt.Errorf("send hello to %s: %w", d.src, err)
 	}
@@ -437,6 +440,15 @@ func (d *download) install(ctx context.Context, snap *Snapshot) error {
 	r.log.Info("bootstrap installed", "snapshot", snap.ID.String(), "index", snap.Index, "install", time.Since(t0))
 	r.export()
 	return nil
+}
+
+// Bootstrap runs one bootstrap session with src outside of Run: it
+// downloads a snapshot whose index is at least minIndex (resuming a
+// download interrupted before) and installs it. A replicated root's member
+// uses it to catch up with a Raft snapshot (internal/raftroot).
+func (r *Replica) Bootstrap(ctx context.Context, src string, minIndex uint64) error {
+	_, err := r.bootstrap(ctx, src, minIndex)
+	return err
 }
 
 // hostLock takes the host's bootstrap lock (one bootstrap per host at a

@@ -254,7 +254,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		var progressed bool
 		var err error
 		if bootstrapping {
-			progressed, err = r.bootstrap(ctx, src)
+			progressed, err = r.bootstrap(ctx, src, 0)
 		} else {
 			progressed, err = r.session(ctx, src)
 		}

@@ -17,7 +17,7 @@ import (
 // Reading the snapshot's files holds nothing open in the live database.
 func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error {
 	s := cn.s
-	snap, err := s.snaps.acquire(st, h.Resume.Snapshot)
+	snap, err := s.snaps.acquire(st, h.Resume.Snapshot, h.LastIndex)
 	if err != nil {
 		mSnapshotsServed.WithLabelValues("unavailable").Inc()
 		cn.refuse(RefuseUnavailable, "cannot make a snapshot of %q: %v", st.Name(), err)

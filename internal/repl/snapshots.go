@@ -47,8 +47,10 @@ func newSnapshotCache(keep time.Duration, log *slog.Logger) *snapshotCache {
 }
 
 // acquire returns the snapshot to resume, or a fresh one of st, and holds
-// it until release.
-func (c *snapshotCache) acquire(st *store.Store, resume SnapshotID) (*snapshot, error) {
+// it until release. The newest snapshot is shared only if its index is at
+// least minIndex (the client's applied index: an older snapshot is of no
+// use to it).
+func (c *snapshotCache) acquire(st *store.Store, resume SnapshotID, minIndex uint64) (*snapshot, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := c.all[resume]; ok && !resume.IsZero() && s.db == st.Name() {
@@ -59,7 +61,7 @@ func (c *snapshotCache) acquire(st *store.Store, resume SnapshotID) (*snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	if s := c.newest[st.Name()]; s != nil && time.Since(s.made) < c.keep && s.head.Index+1 >= lr.First {
+	if s := c.newest[st.Name()]; s != nil && time.Since(s.made) < c.keep && s.head.Index+1 >= lr.First && s.head.Index >= minIndex {
 		s.users++
 		return s, nil
 	}

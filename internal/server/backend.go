@@ -29,7 +29,7 @@ func (b memcacheBackend) write(ctx context.Context, op wal.Op) (uint64, bool, er
 	if err := b.db.Gate.RefuseMemcacheWrite(); err != nil {
 		return 0, false, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
-	r, err := b.db.Store.Write(ctx, storeBatch(op))
+	r, err := b.db.Write(ctx, storeBatch(op))
 	return r.Index, r.Changed, err
 }
 

@@ -12,7 +12,8 @@ import (
 // inheritedListeners returns the listeners passed by systemd socket
 // activation (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES), by name. Names are
 // the FileDescriptorName= of the socket units: "http", "memcache-<db>",
-// "unix-<db>". Unnamed descriptors are matched by address instead.
+// "unix-<db>", "repl", "raft-<db>". Unnamed descriptors are matched by
+// address instead.
 func inheritedListeners() (map[string][]net.Listener, error) {
 	if os.Getenv("LISTEN_FDS") == "" {
 		return nil, nil

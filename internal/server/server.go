@@ -18,6 +18,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/proxy"
+	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -42,7 +43,10 @@ type Server struct {
 	mc             []*memcache.Server
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
-	pools          []*proxy.Pool      // of proxy databases, closed after the replicas stop
+	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
+	rafts          map[string]*raftroot.Node // see raft.go
+	raftNodes      map[string]*raftSlot
+	replAddr       net.Addr
 	stopBackground context.CancelFunc // ends replicas and watch hubs
 	tls            replTLS
 	gate           *gateway.Gateway // nil: open writes
@@ -62,6 +66,8 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	}
 	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
 	s.replicas = map[string]*repl.Replica{}
+	s.rafts = map[string]*raftroot.Node{}
+	s.raftNodes = map[string]*raftSlot{}
 	var err error
 	if s.tls, err = loadReplTLS(cfg.ReplTLS); err != nil {
 		return nil, err
@@ -86,6 +92,17 @@ func (s *Server) openDatabase(d config.Database) error {
 		return err
 	}
 	o.Logger = s.log
+	if d.Raft.Enabled() && o.DBID.IsZero() {
+		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
+			peers, err := config.ParsePeers(d.Raft.Peers)
+			if err != nil {
+				return err
+			}
+			if o.DBID, err = raftDBID(d, peers, s.tls.dial()); err != nil {
+				return fmt.Errorf("new raft member %s: %w (set db_id in the configuration to start without asking a peer)", d.Name, err)
+			}
+		}
+	}
 	if d.IsReplica() && o.DBID.IsZero() {
 		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
 			// A new replica takes the root's database id from a source.
@@ -105,9 +122,17 @@ func (s *Server) openDatabase(d config.Database) error {
 	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
+	if d.Raft.Enabled() {
+		slot := &raftSlot{}
+		s.raftNodes[d.Name] = slot
+		db.Propose, db.Members = slot.Write, slot
+	}
 	if !d.IsReplica() {
 		db.CanWrite = func() error { return nil }
 		db.Status = func() map[string]any { return map[string]any{"role": "root", "history": historyStatus(st)} }
+		if slot := s.raftNodes[d.Name]; slot != nil {
+			db.Status = slot.status
+		}
 		s.log.Info("database open", "db", d.Name, "role", "root", "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 		return nil
 	}
@@ -290,8 +315,21 @@ func (s *Server) Start() error {
 		}
 		s.repl = rs
 		s.announcef("repl listening on %s\n", ln.Addr())
+		s.replAddr = ln.Addr()
 		tln := s.tls.listener(ln)
 		s.goFunc(func() { s.serveErr("repl", rs.Serve(tln)) })
+	}
+	for _, d := range s.cfg.Databases {
+		if d.Raft.Enabled() {
+			ln, err := ls.listen("raft-"+d.Name, "tcp", d.Raft.Listen)
+			if err != nil {
+				return err
+			}
+			if err := s.startRaft(d, s.dbs[d.Name], ln); err != nil {
+				ln.Close()
+				return err
+			}
+		}
 	}
 	replCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
@@ -306,7 +344,7 @@ func (s *Server) Start() error {
 		s.goFunc(func() { s.gate.Run(replCtx) })
 	}
 	for _, d := range s.cfg.Databases {
-		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() {
+		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() && !d.Raft.Enabled() {
 			db := s.dbs[d.Name]
 			s.goFunc(func() { s.heartbeatLoop(db, hb) })
 		}
@@ -401,7 +439,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	s.wg.Wait()
-	errs = append(errs, s.closeStores())
+	errs = append(errs, s.stopRaft(), s.closeStores())
 	return errors.Join(errs...)
 }
 

@@ -50,14 +50,18 @@ const (
 	reqApply
 	reqHeartbeat
 	reqReplace // install the ready snapshot (see snapshot.go)
-	reqCache   // proxy: admit or evict values (see proxy.go)
+	reqRaft    // apply committed Raft commands (see raftapply.go)
+	reqRaftReset
+	reqCache // proxy: admit or evict values (see proxy.go)
 )
 
 type request struct {
 	kind    requestKind
 	batch   Batch
 	entries []wal.Entry
-	cache   *cacheChange
+	cmds    []RaftCommand // reqRaft
+	results []RaftResult  // reqRaft
+	cache   *cacheChange  // reqCache
 	size    int
 	res     WriteResult
 	err     error
@@ -69,6 +73,9 @@ type request struct {
 func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 	if s.opts.Proxy != nil {
 		return WriteResult{}, fmt.Errorf("%w: database %s is a proxy", ErrNotRoot, s.opts.Name)
+	}
+	if s.raftApplied.Load() > 0 {
+		return WriteResult{}, errRaftOnly
 	}
 	size, err := s.validate(b)
 	if err != nil {
@@ -82,6 +89,9 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 // Heartbeat writes an entry carrying only the clock, so replicas can
 // measure their lag when no data changes.
 func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
+	if s.raftApplied.Load() > 0 {
+		return 0, errRaftOnly
+	}
 	r := &request{kind: reqHeartbeat, done: make(chan struct{})}
 	err := s.submit(ctx, r)
 	return r.res.Index, err
@@ -325,6 +335,13 @@ type committer struct {
 	ids          map[string]batchOutcome
 	lastIDExpiry time.Time
 
+	// Raft apply (raftapply.go): the last applied Raft index; whether the
+	// store applies a Raft log; the proposer's time of the command being
+	// evaluated (0: the local clock).
+	raftIndex uint64
+	raft      bool
+	clock     int64
+
 	// MVCC history (history.go).
 	hist                   historyRecord
 	histDirty              bool
@@ -372,6 +389,9 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.stats, err = decodeStats(v); err != nil {
 		return nil, err
 	}
+	if c.raftIndex, err = s.readRaftApplied(); err != nil {
+		return nil, err
+	}
 	if v, err = s.getMeta(metaHistory); err != nil {
 		return nil, err
 	}
@@ -387,7 +407,7 @@ func newCommitter(s *Store) (*committer, error) {
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats := c.last, c.log, c.stats
+	base, baseLog, baseStats, baseRaft := c.last, c.log, c.stats, c.raftIndex
 	baseHist, basePx := c.hist, c.pstats
 	c.histDirty, c.pxDirty = false, false
 	c.batch = s.db.NewBatch()
@@ -422,6 +442,10 @@ func (c *committer) commit(group []*request) {
 			c.recordBatch(r)
 		case reqApply:
 			groupErr = c.prepareApply(r)
+		case reqRaft:
+			groupErr = c.prepareRaft(r)
+		case reqRaftReset:
+			c.raftIndex = 0
 		case reqHeartbeat:
 			e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindHeartbeat}
 			c.append(&e, true)
@@ -433,7 +457,10 @@ func (c *committer) commit(group []*request) {
 			break
 		}
 	}
-	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.pxDirty) {
+	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty) {
+		if c.raftIndex != baseRaft {
+			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
+		}
 		if c.blk.Len() > 0 {
 			blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
 			c.buf = blk
@@ -456,22 +483,24 @@ func (c *committer) commit(group []*request) {
 		}
 		c.writeRoleMeta()
 		syncStart := time.Now()
-		if err := c.batch.Commit(c.syncMode()); err != nil {
+		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
 			groupErr = classifyCommitError(err)
 		}
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
 	}
 	if groupErr != nil {
-		c.last, c.log, c.stats = base, baseLog, baseStats
+		c.last, c.log, c.stats, c.raftIndex = base, baseLog, baseStats, baseRaft
 		c.hist, c.pstats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
 			}
 			r.res = WriteResult{}
+			r.results = nil
 		}
 		s.opts.Logger.Error("commit failed", "db", s.opts.Name, "err", groupErr)
 	} else {
+		s.raftApplied.Store(c.raftIndex)
 		c.publishRoleMeta()
 	}
 	if groupErr == nil && c.last.index != base.index {
@@ -494,7 +523,10 @@ func (c *committer) commit(group []*request) {
 }
 
 func (c *committer) now() int64 {
-	t := c.s.opts.Now().UnixNano()
+	t := c.clock // a Raft command's time, chosen by its proposer
+	if t == 0 {
+		t = c.s.opts.Now().UnixNano()
+	}
 	if t < c.last.time {
 		t = c.last.time // the log's clock never goes back
 	}

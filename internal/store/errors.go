@@ -39,7 +39,10 @@ var (
 	// ErrRoleMismatch: the store's data does not fit the configured role
 	// (a proxy's partial data opened as a full node).
 	ErrRoleMismatch = errors.New("qs: stored data does not fit the database's role")
-	// ErrUnavailable: a proxy could not get a value it does not hold from
-	// any replica in time. Nothing wrong was served.
-	ErrUnavailable = errors.New("qs: value not available from any replica")
 )
+
+// ErrUnavailable: the request cannot be served now: a write to a replicated
+// root with no leader or a member stopping (nothing was written), or a
+// proxy read whose values no replica could provide in time (nothing wrong
+// was served). Retry.
+var ErrUnavailable = errors.New("qs: temporarily unavailable")

@@ -104,7 +104,13 @@ func (c *committer) writeBatchIDs() error {
 		return nil
 	}
 	c.lastIDExpiry = now
-	cutoff := c.now() - c.s.opts.IdempotencyWindow.Nanoseconds()
+	logNow := c.now()
+	if c.raft {
+		// The log's own clock: an outcome is removed only once every
+		// member judges it expired, whatever its local clock says.
+		logNow = c.last.time
+	}
+	cutoff := logNow - c.s.opts.IdempotencyWindow.Nanoseconds()
 	if cutoff <= 0 {
 		return nil
 	}

@@ -386,16 +386,6 @@ func (c *committer) writeRoleMeta() {
 	}
 }
 
-// syncMode: a group that only moved values in or out of a proxy's cache
-// changes nothing a reader can tell apart, so it need not wait for fsync
-// (the next durable commit syncs it; a crash before only undoes it).
-func (c *committer) syncMode() *pebble.WriteOptions {
-	if c.blk.Len() == 0 && len(c.ids) == 0 {
-		return pebble.NoSync
-	}
-	return pebble.Sync
-}
-
 // publishRoleMeta exports the committed history and proxy counters.
 func (c *committer) publishRoleMeta() {
 	m := c.s.m

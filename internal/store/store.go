@@ -55,6 +55,7 @@ type Store struct {
 	// entry is durable.
 	applied     atomic.Uint64
 	appliedTime atomic.Int64
+	raftApplied atomic.Uint64 // see raftapply.go
 	diskFull    atomic.Bool
 	// closed is set when Close begins. Readers check it so that a read
 	// racing a shutdown gets ErrClosed; callers must still stop reading
@@ -223,6 +224,11 @@ func (s *Store) loadMeta() error {
 	}
 	s.applied.Store(a.index)
 	s.appliedTime.Store(a.time)
+	ri, err := s.readRaftApplied()
+	if err != nil {
+		return err
+	}
+	s.raftApplied.Store(ri)
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/watch"
@@ -23,6 +25,28 @@ type Database struct {
 	// Gate admits writes: producer token, key prefixes, quotas (see
 	// gate.go). Nil: writes are open to anyone (development only).
 	Gate *gateway.Gateway
+	// Propose, when set, commits writes in place of Store.Write: the Raft
+	// member of a replicated root (internal/raftroot), which answers once
+	// the write is committed by a quorum and applied here.
+	Propose func(ctx context.Context, b store.Batch) (store.WriteResult, error)
+	// Members changes the membership of a replicated root
+	// (POST/DELETE /v1/{db}/raft/members). Nil: the endpoints answer
+	// 400 bad_request.
+	Members Members
+}
+
+// Members adds and removes the members of a replicated root.
+type Members interface {
+	AddMember(ctx context.Context, id uint64, addr string) error
+	RemoveMember(ctx context.Context, id uint64) error
+}
+
+// Write commits b through Propose, or Store.Write when there is none.
+func (d *Database) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
+	if d.Propose != nil {
+		return d.Propose(ctx, b)
+	}
+	return d.Store.Write(ctx, b)
 }
 
 // Catalog finds databases by name.

@@ -12,6 +12,9 @@
 //	GET    /v1/{db}/keys?prefix=&start=&limit=   scan one page of keys in key order
 //	POST   /v1/{db}/mget              several values read at one index
 //	GET    /v1/{db}/status            position, counters and role of the database
+//	GET    /v1/{db}/digest            digest of all data, to compare nodes
+//	POST   /v1/{db}/raft/members      HA root: add a member {"id":N,"addr":"host:port"} (members.go)
+//	DELETE /v1/{db}/raft/members/{id} HA root: remove a member
 //	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
 //	GET    /v1/{db}/usage?producer=   keys and bytes stored under each producer's prefixes
 //	GET    /metrics                   Prometheus metrics of the process
@@ -75,6 +78,15 @@
 // applied_time (RFC 3339 with nanoseconds, or null before the first
 // entry), keys, key_bytes, value_bytes, log_first_index, log_bytes,
 // disk_bytes and disk_full, plus the fields of Database.Status.
+//
+// digest answers {"index": N, "keys": K, "sha256": "<hex>"}: SHA-256 over
+// every key, value and write index of the database read at index N (every
+// CRC checked on the way). Two nodes of a database with the same sha256
+// serve the same data; heartbeats change no data, so nodes at different
+// indexes after the same last write agree. It reads the whole database
+// (one digest at a time per process): a tool for comparing replicas
+// (qs digest --addr A,B,C), not a request path. min_index and timeout
+// work as for reads.
 //
 // # Watch
 //
@@ -225,8 +237,9 @@
 //	500   internal            anything else, including recovered panics
 //	410   reread              watch from_index older than the retained log: scan, then watch
 //	                          from the scan's index
-//	503   unavailable         the store is closed (shutting down), watch not served here, or a
-//	                          proxy could not fetch a value from any replica in time
+//	503   unavailable         the store is closed (shutting down), or watch not served here, or
+//	                          an HA root has no leader (store.ErrUnavailable: nothing proposed),
+//	                          or a proxy could not fetch a value from any replica in time
 //	503   too_many_watchers   the database's watch hub already serves MaxWatchers streams
 //	504   timeout             min_index not applied in time (applied_index in the body and
 //	                          Qs-Applied-Index), or a write's context expired (it may still commit)
@@ -235,7 +248,7 @@
 // # Metrics
 //
 // Declared in metrics.go with subsystem "http": requests_total{db, route,
-// code} (route is get, put, delete, batch, scan, mget, status, usage, watch or other;
+// code} (route is get, put, delete, batch, scan, mget, status, usage, digest, members, watch or other;
 // db is empty for unknown databases), errors_total{kind},
 // request_duration_seconds{route}, min_index_wait_seconds and
 // min_index_timeouts_total. Watch streams are not timed in

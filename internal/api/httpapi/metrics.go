@@ -23,20 +23,24 @@ const (
 	routeMget
 	routeStatus
 	routeUsage
+	routeMembers
+	routeDigest
 	routeOther // unknown paths and methods
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	routeGet:    "get",
-	routePut:    "put",
-	routeDelete: "delete",
-	routeBatch:  "batch",
-	routeScan:   "scan",
-	routeMget:   "mget",
-	routeStatus: "status",
-	routeUsage:  "usage",
-	routeOther:  "other",
+	routeGet:     "get",
+	routePut:     "put",
+	routeDelete:  "delete",
+	routeBatch:   "batch",
+	routeScan:    "scan",
+	routeMget:    "mget",
+	routeStatus:  "status",
+	routeUsage:   "usage",
+	routeDigest:  "digest",
+	routeMembers: "members",
+	routeOther:   "other",
 }
 
 func (r route) String() string { return routeNames[r] }

@@ -107,7 +107,7 @@ func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *Database, b 
 		}
 		b.ID = []byte(k[0])
 	}
-	res, err := d.Store.Write(r.Context(), b)
+	res, err := d.Write(r.Context(), b)
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}

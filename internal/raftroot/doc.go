@@ -1,0 +1,36 @@
+// Package raftroot runs one member of a replicated (HA) root: a database
+// whose writes are agreed on by three or five members with Raft
+// (go.etcd.io/raft), each applying the committed log to its own store.
+//
+// A Node owns a raft.RawNode and drives it from one goroutine (node.go):
+// tick, step received messages, propose, and for every Ready persist the
+// hard state and entries (storage.go: its own Pebble instance, fsynced
+// before any vote or acknowledgement is sent; a leader sends its appends
+// while it persists them), send messages (transport.go), apply the
+// committed entries with store.ApplyRaft, and Advance.
+//
+// # Invariants
+//
+//   - The committed Raft log is the only writer of the store. A command
+//     (command.go) carries the batch, the proposer's time and a random id;
+//     the store's committer evaluates it deterministically, so every
+//     member's log has the same entries, indexes and hashes.
+//   - Exactly once: the store keeps the Raft index of the last applied
+//     command in the batch of its effects; after a crash the member skips
+//     what the store holds and applies the rest. The store applies without
+//     fsync (the Raft log is durable first) and is synced once a second and
+//     before the Raft log is compacted past it.
+//   - A write is answered only after the member that took it applied it:
+//     it is then committed (durable on a quorum). A follower forwards
+//     proposals to the leader; a proposal with a batch id is proposed again
+//     when the leader changes (the store applies a batch id once).
+//   - A member applies a Raft snapshot only once its store has reached it:
+//     snapshots carry metadata only, and the store is brought up to date
+//     with a checkpoint fetched over replication (Config.FetchSnapshot).
+//   - Bad input never reaches Raft: transport frames are CRC-checked and
+//     connections are bound by a hello to one cluster, one sender and one
+//     receiver; a corrupt or foreign Raft storage refuses to open.
+//
+// docs/architecture.md ("The HA root") explains the design, and
+// docs/operations.md ("Running an HA root") how to run and change it.
+package raftroot

@@ -1,0 +1,290 @@
+package raftroot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// Writes through the leader and through followers (forwarded) are applied
+// by every member with the same indexes and hashes; a failed condition and
+// a duplicate batch id are judged alike everywhere.
+func TestWritesReplicateIdentically(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	f := c.follower()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				m := lead
+				if i%2 == 0 {
+					m = f
+				}
+				if _, err := m.node.Write(ctx, put(fmt.Sprintf("w%d/%d", w, i), "v")); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	r1, err := f.node.Write(ctx, put("k", "1"))
+	if err != nil || !r1.Changed {
+		t.Fatalf("write: %+v %v", r1, err)
+	}
+	b := put("k", "2")
+	b.Conds = []store.Cond{{Key: []byte("k"), Index: r1.Index + 100}}
+	if _, err := lead.node.Write(ctx, b); !errors.Is(err, store.ErrConditionFailed) {
+		t.Fatalf("failed condition answered %v", err)
+	}
+	b = put("k", "3")
+	b.ID = []byte("batch-1")
+	r2, err := f.node.Write(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Ops[0].Value = []byte("4")
+	r3, err := lead.node.Write(ctx, b)
+	if err != nil || !r3.Duplicate || r3.Index != r2.Index {
+		t.Fatalf("duplicate: %+v %v (first %+v)", r3, err, r2)
+	}
+	h := c.waitConverged()
+	if h.Index != r2.Index {
+		t.Fatalf("head %d, last write %d", h.Index, r2.Index)
+	}
+	c.checkDigests()
+	for _, m := range c.members {
+		if s := m.node.Status(); len(s.Members) != 3 || s.Leader != lead.id {
+			t.Fatalf("member %d status %+v", m.id, s)
+		}
+	}
+}
+
+// Stopping the leader elects another; writes continue; the old leader
+// restarts, catches up and converges.
+func TestLeaderStopAndRestart(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	for i := 0; i < 10; i++ {
+		if _, err := lead.node.Write(ctx, put(fmt.Sprint("a", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead.stop()
+	t0 := time.Now()
+	f := c.follower()
+	if _, err := f.node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("write acknowledged %v after the leader stopped", time.Since(t0))
+	c.start(lead.id, lead.dir, false)
+	c.waitConverged()
+	c.checkDigests()
+}
+
+// A member down while the log is compacted past it catches up from a
+// snapshot: a checkpoint of a member's store fetched over replication.
+func TestSnapshotCatchUp(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries, cfg.CatchUpEntries = 20, 5 })
+	ctx := context.Background()
+	c.leader()
+	down := c.follower()
+	down.stop()
+	lead := c.leader()
+	for i := 0; i < 100; i++ {
+		if _, err := lead.node.Write(ctx, put(fmt.Sprint("k", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := lead.node.disk.mem.FirstIndex()
+	if first <= down.st.RaftApplied()+1 {
+		t.Fatalf("log not compacted past the stopped member: first %d, member at %d", first, down.st.RaftApplied())
+	}
+	m := c.start(down.id, down.dir, false)
+	c.waitConverged()
+	c.checkDigests()
+	if got := m.st.RaftApplied(); got < first {
+		t.Fatalf("member raft applied %d, below the leader's first index %d", got, first)
+	}
+}
+
+// Membership: a member is removed and a new one added; the new one gets
+// the database by snapshot or log, and the cluster keeps working.
+func TestReplaceMember(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	for i := 0; i < 10; i++ {
+		if _, err := lead.node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := c.follower()
+	gone.stop()
+	delete(c.members, gone.id)
+	if err := lead.node.RemoveMember(ctx, gone.id); err != nil {
+		t.Fatal(err)
+	}
+	c.peers[4] = freeAddr(t)
+	if err := lead.node.AddMember(ctx, 4, c.peers[4]); err != nil {
+		t.Fatal(err)
+	}
+	c.start(4, t.TempDir(), true)
+	if _, err := lead.node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	// The new member takes part: it applies a write made through it.
+	if _, err := c.members[4].node.Write(ctx, put("through-4", "v")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	c.checkDigests()
+	if s := c.members[4].node.Status(); len(s.Members) != 3 || s.Members[gone.id] != "" {
+		t.Fatalf("new member's status %+v", s)
+	}
+}
+
+// A single root becomes an HA root: started alone as a one-member cluster
+// on its existing store, then joined by two members that copy its store
+// (they never replay the log onto an empty store).
+func TestSingleRootBecomesHA(t *testing.T) {
+	ctx := context.Background()
+	c := &cluster{t: t, members: map[uint64]*member{}, peers: map[uint64]string{}}
+	copy(c.dbid[:], "raftroot-test-id")
+	dir := t.TempDir()
+	dir1 := filepath.Join(dir, "1")
+	old, err := store.Open(store.Options{Name: "db", Dir: filepath.Join(dir1, "db"), DBID: c.dbid, MinFreeBytes: 1, BallastBytes: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := old.Write(ctx, put(fmt.Sprint("old", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Close()
+	c.peers[1] = freeAddr(t)
+	m1 := c.start(1, dir1, false)
+	c.leader()
+	if _, err := m1.node.Write(ctx, put("new", "v")); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(2); id <= 3; id++ {
+		c.peers[id] = freeAddr(t)
+		if err := m1.node.AddMember(ctx, id, c.peers[id]); err != nil {
+			t.Fatal(err)
+		}
+		c.start(id, filepath.Join(dir, fmt.Sprint(id)), true)
+	}
+	if _, err := c.members[3].node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	c.checkDigests()
+	if d, _ := c.members[2].st.Digest(); d.Keys != 22 {
+		t.Fatalf("joined member has %d keys, want 22", d.Keys)
+	}
+}
+
+// New Raft storage on a store that does not match how the cluster starts
+// is refused with ErrStoreNotEmpty, and the store is left alone.
+func TestNewMemberOnWrongStoreRefused(t *testing.T) {
+	ctx := context.Background()
+	var dbid store.DBID
+	copy(dbid[:], "raftroot-test-id")
+	st, err := store.Open(store.Options{Name: "db", Dir: filepath.Join(t.TempDir(), "db"), DBID: dbid, MinFreeBytes: 1, BallastBytes: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Write(ctx, put("k", "v")); err != nil {
+		t.Fatal(err)
+	}
+	h0, _ := st.Head()
+	for name, cfg := range map[string]Config{
+		"initial member of three": {Peers: map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}},
+		"joining member":          {Peers: map[uint64]string{2: freeAddr(t)}, Join: true},
+	} {
+		cfg.Database, cfg.NodeID, cfg.Dir, cfg.Logger = "db", 1, filepath.Join(t.TempDir(), "raft"), quiet()
+		cfg.Listen = freeAddr(t)
+		cfg.FetchSnapshot = func(context.Context, string, uint64) error { return errors.New("not here") }
+		if _, err := Start(cfg, st); !errors.Is(err, ErrStoreNotEmpty) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if h, _ := st.Head(); h != h0 || st.RaftApplied() != 0 {
+		t.Fatal("the store changed")
+	}
+}
+
+// Recovery from a lost majority: a member's Raft storage is set aside and
+// it starts as a new one-member cluster on its store, whose log goes on
+// with the next index.
+func TestRestartAsNewClusterContinuesTheLog(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 1, nil)
+	m := c.members[1]
+	c.leader()
+	var last store.WriteResult
+	for i := 0; i < 5; i++ {
+		var err error
+		if last, err = m.node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.stop()
+	if err := os.RemoveAll(m.cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	m = c.start(1, m.dir, false)
+	c.leader()
+	// Without a reset of the store's Raft index, the new log's commands
+	// would be taken for applied ones and skipped.
+	r, err := m.node.Write(ctx, put("after", "v"))
+	if err != nil || !r.Changed || r.Index <= last.Index {
+		t.Fatalf("write after the restart: %+v %v (last before: %d)", r, err, last.Index)
+	}
+}
+
+// Five members keep taking writes with two of them down, and the two
+// catch up when they return.
+func TestFiveMembersSurviveTwoDown(t *testing.T) {
+	c := newCluster(t, 5, nil)
+	ctx := context.Background()
+	lead := c.leader()
+	var down []*member
+	for _, m := range c.members {
+		if m != lead && len(down) < 2 {
+			down = append(down, m)
+		}
+	}
+	for _, m := range down {
+		m.stop()
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := c.follower().node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range down {
+		c.start(m.id, m.dir, false)
+	}
+	c.waitConverged()
+	c.checkDigests()
+}

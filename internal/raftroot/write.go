@@ -1,0 +1,204 @@
+package raftroot
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// onLoop runs f on the loop goroutine and waits for it.
+func (n *Node) onLoop(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case n.props <- func() { f(); close(done) }:
+	case <-n.quit:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+// waitLeader waits until a leader is known.
+func (n *Node) waitLeader(ctx context.Context) (uint64, error) {
+	for {
+		n.mu.Lock()
+		lead, ch := n.mu.status.Leader, n.mu.leaderCh
+		n.mu.Unlock()
+		if lead != 0 {
+			return lead, nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(n.cfg.TickInterval):
+			n.updateStatusFromLoop(ctx)
+		case <-ctx.Done():
+			return 0, ErrNoLeader
+		case <-n.quit:
+			return 0, ErrStopped
+		}
+	}
+}
+
+func (n *Node) updateStatusFromLoop(ctx context.Context) {
+	n.onLoop(ctx, n.updateStatus)
+}
+
+// Write proposes b and returns its outcome once this member's store has
+// applied it: the write is then durable here and committed by a quorum.
+// A follower forwards the proposal to the leader. The error wraps
+// store.ErrUnavailable when no leader was found (nothing proposed), or
+// context.DeadlineExceeded when the outcome is unknown (the write may
+// still commit: retry with the same batch ID).
+func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	defer cancel()
+	c := command{batch: b}
+	rand.Read(c.id[:])
+	w := make(chan store.RaftResult, 1)
+	n.mu.Lock()
+	n.mu.waiters[c.id] = w
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.mu.waiters, c.id)
+		n.mu.Unlock()
+	}()
+	db := n.cfg.Database
+	proposed := false // the current attempt is in Raft's hands
+	sent := false     // some attempt was: a failure now leaves the outcome unknown
+	unknown := func(why error) (store.WriteResult, error) {
+		mProposals.WithLabelValues(db, "timeout").Inc()
+		return store.WriteResult{}, fmt.Errorf("raft write not applied within %v (%v; it may still commit): %w", n.cfg.ProposalTimeout, why, context.DeadlineExceeded)
+	}
+	for {
+		if !proposed {
+			lead, err := n.waitLeader(ctx)
+			if err != nil && sent {
+				return unknown(err)
+			}
+			if err != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+				return store.WriteResult{}, err
+			}
+			c.time = time.Now().UnixNano()
+			data := c.encode()
+			var perr error
+			if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+				return store.WriteResult{}, err
+			}
+			if errors.Is(perr, raft.ErrProposalDropped) {
+				// Not appended anywhere: safe to try again shortly.
+				select {
+				case <-time.After(n.cfg.TickInterval):
+					continue
+				case <-ctx.Done():
+					if sent {
+						return unknown(perr)
+					}
+					mProposals.WithLabelValues(db, "failed").Inc()
+					return store.WriteResult{}, fmt.Errorf("%w: proposal dropped (leader changing)", ErrNoLeader)
+				}
+			}
+			if perr != nil && sent {
+				return unknown(perr)
+			}
+			if perr != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+				return store.WriteResult{}, fmt.Errorf("%w: propose: %v", store.ErrUnavailable, perr)
+			}
+			if lead != n.cfg.NodeID {
+				mForwarded.WithLabelValues(db).Inc()
+			}
+			proposed, sent = true, true
+		}
+		n.mu.Lock()
+		leaderCh := n.mu.leaderCh
+		n.mu.Unlock()
+		select {
+		case r := <-w:
+			if r.Err != nil {
+				mProposals.WithLabelValues(db, "failed").Inc()
+			} else {
+				mProposals.WithLabelValues(db, "ok").Inc()
+			}
+			return r.Res, r.Err
+		case <-leaderCh:
+			// The proposal may have been lost with the old leader. A batch
+			// with an ID is proposed again: the store applies it once.
+			if len(b.ID) > 0 {
+				proposed = false
+			}
+		case <-ctx.Done():
+			return unknown(ctx.Err())
+		case <-n.quit:
+			return store.WriteResult{}, ErrStopped
+		}
+	}
+}
+
+// AddMember adds a member (its id and Raft address) and waits until the
+// change is applied here.
+func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
+	if id == 0 || addr == "" {
+		return fmt.Errorf("%w: member id and address required", store.ErrInvalid)
+	}
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id), Context: []byte(addr)}
+	return n.changeMembers(ctx, cc, func(s Status) bool { _, ok := s.Members[id]; return ok })
+}
+
+// RemoveMember removes a member and waits until the change is applied here.
+func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	if id == 0 {
+		return fmt.Errorf("%w: member id required", store.ErrInvalid)
+	}
+	if _, ok := n.Status().Members[id]; !ok {
+		return fmt.Errorf("%w: %d is not a member", store.ErrInvalid, id)
+	}
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: new(id)}
+	return n.changeMembers(ctx, cc, func(s Status) bool { _, ok := s.Members[id]; return !ok })
+}
+
+func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(Status) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ProposalTimeout)
+	defer cancel()
+	for {
+		if done(n.Status()) {
+			return nil
+		}
+		if _, err := n.waitLeader(ctx); err != nil {
+			return err
+		}
+		var perr error
+		if err := n.onLoop(ctx, func() { perr = n.rn.ProposeConfChange(cc) }); err != nil {
+			return err
+		}
+		if perr != nil && !errors.Is(perr, raft.ErrProposalDropped) {
+			return fmt.Errorf("%w: %v", store.ErrInvalid, perr)
+		}
+		// A change proposed while another is pending is dropped by the
+		// leader; poll and propose again until it shows.
+		for i := 0; i < 20; i++ {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("membership change not applied: %w", ctx.Err())
+			case <-time.After(n.cfg.TickInterval):
+			}
+			if done(n.Status()) {
+				return nil
+			}
+		}
+	}
+}

@@ -1,0 +1,184 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/raftroot"
+	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// A database with [database.raft] is one member of a replicated root: its
+// store is written only by its raftroot.Node, which applies the committed
+// Raft log; HTTP and memcached writes are proposed through the node.
+
+// raftDBID is the database id a new member's store is created with: the
+// configured db_id; for a joining member, the cluster's (asked from the
+// peers); otherwise one derived from the database name and the initial
+// members, the same on every initial member.
+func raftDBID(d config.Database, peers map[uint64]string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (store.DBID, error) {
+	if d.DBID != "" {
+		return store.ParseDBID(d.DBID)
+	}
+	if d.Raft.Join {
+		var addrs []string
+		for id, a := range peers {
+			if id != d.Raft.NodeID {
+				addrs = append(addrs, a)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return raftroot.LearnClusterID(ctx, addrs, dial)
+	}
+	var items []string
+	for id, a := range peers {
+		items = append(items, fmt.Sprintf("%d=%s", id, a))
+	}
+	slices.Sort(items)
+	h := sha256.Sum256([]byte("qs raft root\x00" + d.Name + "\x00" + strings.Join(items, ",")))
+	var id store.DBID
+	copy(id[:], h[:])
+	return id, nil
+}
+
+// startRaft starts the Raft member of database d on ln (its Raft
+// listener), once the replication listener (which serves snapshots to
+// members that fell behind) is up.
+func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Listener) error {
+	peers, err := config.ParsePeers(d.Raft.Peers)
+	if err != nil {
+		return err
+	}
+	replAddr := ""
+	if s.replAddr != nil {
+		replAddr = s.replAddr.String()
+	}
+	st := db.Store
+	cfg := raftroot.Config{
+		Database: d.Name, NodeID: d.Raft.NodeID, Listen: d.Raft.Listen, Peers: peers, Join: d.Raft.Join,
+		Dir:             filepath.Join(s.cfg.Data, d.Name+".raft"),
+		ReplAddr:        replAddr,
+		TickInterval:    d.Raft.Tick.Duration,
+		ElectionTicks:   d.Raft.ElectionTicks,
+		SnapshotEntries: d.Raft.SnapshotEntries,
+		CatchUpEntries:  d.Raft.CatchUpEntries,
+		ProposalTimeout: d.Raft.ProposalTimeout.Duration,
+		Heartbeat:       d.Heartbeat.Duration,
+		Logger:          s.log,
+		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
+			r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: []string{src}, Dial: s.tls.dial(),
+				BootstrapLock: s.cfg.BootstrapLock}, st, s.log.With("db", d.Name))
+			if err != nil {
+				return err
+			}
+			return r.Bootstrap(ctx, src, minIndex)
+		},
+		AfterPersist: failpointAfterPersist(st),
+		// repl_tls secures the Raft transport too.
+		Dial:     s.tls.dial(),
+		Listener: s.tls.listener,
+		Ln:       ln,
+	}
+	n, err := raftroot.Start(cfg, st)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", d.Name, err)
+	}
+	s.rafts[d.Name] = n
+	s.raftNodes[d.Name].Store(n)
+	s.announcef("raft listening on %s db=%s\n", n.Addr(), d.Name)
+	s.log.Info("raft member started", "db", d.Name, "node_id", d.Raft.NodeID, "raft", n.Addr(), "peers", d.Raft.Peers, "join", d.Raft.Join)
+	return nil
+}
+
+// raftSlot holds a database's Raft member once it started: HTTP and
+// memcached requests can arrive before (the listeners start first), and
+// must never write the store directly.
+type raftSlot struct{ atomic.Pointer[raftroot.Node] }
+
+var errRaftStarting = fmt.Errorf("%w: raft member starting", store.ErrUnavailable)
+
+func (r *raftSlot) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
+	n := r.Load()
+	if n == nil {
+		return store.WriteResult{}, errRaftStarting
+	}
+	return n.Write(ctx, b)
+}
+
+func (r *raftSlot) AddMember(ctx context.Context, id uint64, addr string) error {
+	n := r.Load()
+	if n == nil {
+		return errRaftStarting
+	}
+	return n.AddMember(ctx, id, addr)
+}
+
+func (r *raftSlot) RemoveMember(ctx context.Context, id uint64) error {
+	n := r.Load()
+	if n == nil {
+		return errRaftStarting
+	}
+	return n.RemoveMember(ctx, id)
+}
+
+// status is the raft part of the database's status.
+func (r *raftSlot) status() map[string]any {
+	n := r.Load()
+	if n == nil {
+		return map[string]any{"role": "root", "raft": nil, "members": nil}
+	}
+	rs := n.Status()
+	members := map[string]string{}
+	for id, a := range rs.Members {
+		members[strconv.FormatUint(id, 10)] = a
+	}
+	return map[string]any{"role": "root", "raft": rs, "members": members}
+}
+
+// stopRaft stops every Raft member (before the stores close).
+func (s *Server) stopRaft() error {
+	var errs []error
+	for name, n := range s.rafts {
+		if err := n.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("raft %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// failpointAfterPersist reads QS_FAILPOINT=raft-after-persist:N: the
+// process kills itself (SIGKILL) right after the N-th Raft persist that
+// has committed entries to apply, before applying them. For crash tests.
+func failpointAfterPersist(st *store.Store) func(uint64) {
+	v, ok := strings.CutPrefix(os.Getenv("QS_FAILPOINT"), "raft-after-persist:")
+	if !ok {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return nil
+	}
+	var seen atomic.Int64
+	return func(committed uint64) {
+		if seen.Add(1) == int64(n) {
+			fmt.Fprintf(os.Stderr, "failpoint raft-after-persist: killing the process with raft entries committed up to %d, applied up to %d\n", committed, st.RaftApplied())
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+}

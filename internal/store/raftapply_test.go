@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// raftCommands is a script exercising every kind of evaluation: sets,
+// deletes, no-ops, conditions that hold and fail, duplicate batch ids,
+// heartbeats, empty commands, and a clock that goes back.
+func raftCommands() []RaftCommand {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var cmds []RaftCommand
+	add := func(c RaftCommand) {
+		c.RaftIndex = uint64(len(cmds) + 3) // raft logs start after conf changes
+		if c.Time == 0 {
+			c.Time = t0 + int64(len(cmds))*int64(time.Millisecond)
+		}
+		cmds = append(cmds, c)
+	}
+	for i := 0; i < 20; i++ {
+		add(RaftCommand{Batch: Batch{Ops: []wal.Op{set(fmt.Sprintf("k%d", i%7), fmt.Sprint(i))}, ID: []byte(fmt.Sprint("id", i))}})
+	}
+	add(RaftCommand{Batch: Batch{Ops: []wal.Op{set("k1", "15")}}})                                              // no-op
+	add(RaftCommand{Batch: Batch{Ops: []wal.Op{set("k1", "x")}, Conds: []Cond{{Key: []byte("k1"), Index: 1}}}}) // fails
+	add(RaftCommand{Batch: Batch{Ops: []wal.Op{set("k0", "dup")}, ID: []byte("id3")}})                          // duplicate
+	add(RaftCommand{})                                                                                          // empty
+	add(RaftCommand{Heartbeat: true})
+	add(RaftCommand{Batch: Batch{Ops: []wal.Op{del("k2"), del("nope")}}, Time: t0 - int64(time.Hour)}) // clock back
+	add(RaftCommand{Batch: Batch{Ops: []wal.Op{set("big", string(pattern(1, 3000)))}}})
+	return cmds
+}
+
+// Two stores applying the same commands, in different groupings, hold the
+// same log (index and hash) and data; commands at or below the applied
+// Raft index are skipped, and no-op commands advance it.
+func TestApplyRaftIsDeterministic(t *testing.T) {
+	ctx := context.Background()
+	cmds := raftCommands()
+	a := openTest(t, Options{Now: func() time.Time { return time.Unix(1, 0) }})
+	b := openTest(t, Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	resA, err := a.ApplyRaft(ctx, cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resB []RaftResult
+	for i := 0; i < len(cmds); i += 3 {
+		r, err := b.ApplyRaft(ctx, cmds[i:min(i+3, len(cmds))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resB = append(resB, r...)
+	}
+	for i := range cmds {
+		if resA[i].Res != resB[i].Res || (resA[i].Err == nil) != (resB[i].Err == nil) {
+			t.Fatalf("command %d: results differ: %+v vs %+v", i, resA[i], resB[i])
+		}
+	}
+	if !errors.Is(resA[21].Err, ErrConditionFailed) || !resA[22].Res.Duplicate || resA[20].Res.Changed {
+		t.Fatalf("evaluation: cond %v, dup %+v, noop %+v", resA[21].Err, resA[22].Res, resA[20].Res)
+	}
+	ha, hb := appliedHash(t, a), appliedHash(t, b)
+	if ha != hb {
+		t.Fatalf("heads differ: %+v vs %+v", ha, hb)
+	}
+	if da, db := digestOf(t, a), digestOf(t, b); da != db {
+		t.Fatal("digests differ")
+	}
+	last := cmds[len(cmds)-1].RaftIndex
+	if a.RaftApplied() != last || b.RaftApplied() != last {
+		t.Fatalf("raft applied %d, %d; want %d", a.RaftApplied(), b.RaftApplied(), last)
+	}
+	// The clock never goes back.
+	ents, err := a.ReadLog(1, 1000, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(ents); i++ {
+		if ents[i].Time < ents[i-1].Time {
+			t.Fatalf("entry %d time goes back", ents[i].Index)
+		}
+	}
+	// Applying again skips everything and changes nothing.
+	again, err := a.ApplyRaft(ctx, cmds[len(cmds)-3:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range again {
+		if !errors.Is(r.Err, ErrRaftApplied) {
+			t.Fatalf("re-applied command: %+v", r)
+		}
+	}
+	if appliedHash(t, a) != ha {
+		t.Fatal("skipped commands changed the log")
+	}
+	// An empty command alone still advances the Raft index, durably.
+	if _, err := a.ApplyRaft(ctx, []RaftCommand{{RaftIndex: last + 5}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := a.Options().Dir
+	a.Close()
+	a2 := openTest(t, Options{Dir: dir})
+	if a2.RaftApplied() != last+5 || appliedHash(t, a2) != ha {
+		t.Fatalf("after reopen: raft applied %d, head %+v", a2.RaftApplied(), appliedHash(t, a2))
+	}
+	mustVerify(t, a2)
+}
+
+func digestOf(t *testing.T, s *Store) Digest {
+	t.Helper()
+	d, err := s.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestResetRaft(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	if _, err := s.ApplyRaft(ctx, raftCommands()); err != nil {
+		t.Fatal(err)
+	}
+	h := appliedHash(t, s)
+	if err := s.ResetRaft(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.RaftApplied() != 0 || appliedHash(t, s) != h {
+		t.Fatalf("after reset: raft %d, head changed %v", s.RaftApplied(), appliedHash(t, s) != h)
+	}
+	res, err := s.ApplyRaft(ctx, []RaftCommand{{RaftIndex: 1, Time: 1, Batch: Batch{Ops: []wal.Op{set("new", "1")}}}})
+	if err != nil || res[0].Err != nil || res[0].Res.Index != h.index+1 {
+		t.Fatalf("first command of the new cluster: %+v %v", res, err)
+	}
+	dir := s.Options().Dir
+	s.Close()
+	if s2 := openTest(t, Options{Dir: dir}); s2.RaftApplied() != 1 {
+		t.Fatalf("raft applied %d after reopen", s2.RaftApplied())
+	}
+}
