@@ -290,7 +290,7 @@ func TestProxyConsistency(t *testing.T) {
 	if os.Getenv("QS_BENCH") == "1" {
 		o.reads, o.minTime, o.maxTime = 120000, time.Minute, 10*time.Minute
 	} else if testing.Short() {
-		o.reads, o.minTime, o.maxTime = 4000, 4*time.Second, 15*time.Second
+		o.reads, o.minTime, o.maxTime = 1000, 3*time.Second, 20*time.Second
 	}
 	r := runConsistency(t, o)
 	logResult(t, "consistency", r)

@@ -125,6 +125,12 @@ var (
 	mPxDiskLimit = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_disk_limited",
 		Help: "1 while free disk is below the limit: soft (evicting beyond the budget), hard (admitting nothing)."}, []string{"db", "limit"}))
+	mPxCompactions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_compactions_total",
+		Help: "Compactions of a key range after 64 MiB of values were evicted from it (to give their space back)."}, []string{"db"}))
+	mPxCompactSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_compaction_seconds",
+		Help: "Time of one compaction after evictions.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
 	mPxFetchErrors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_read_errors_total",
 		Help: "Proxy reads that failed because a value could not be fetched from any replica in time."}, []string{"db"}))
@@ -149,6 +155,8 @@ type storeMetrics struct {
 	pxAdmissions                                                            *prometheus.CounterVec
 	pxCachedValues, pxCachedBytes, pxBudget, pxWindowEntries                prometheus.Gauge
 	pxSoftLimited, pxHardLimited                                            prometheus.Gauge
+	pxCompactions                                                           prometheus.Counter
+	pxCompactSeconds                                                        prometheus.Observer
 }
 
 func newStoreMetrics(db string) *storeMetrics {
@@ -177,5 +185,6 @@ func newStoreMetrics(db string) *storeMetrics {
 		pxAdmissions: mPxAdmissions.MustCurryWith(l), pxCachedValues: mPxCachedValues.With(l),
 		pxCachedBytes: mPxCachedBytes.With(l), pxBudget: mPxBudget.With(l), pxWindowEntries: mPxWindow.With(l),
 		pxSoftLimited: mPxDiskLimit.WithLabelValues(db, "soft"), pxHardLimited: mPxDiskLimit.WithLabelValues(db, "hard"),
+		pxCompactions: mPxCompactions.With(l), pxCompactSeconds: mPxCompactSeconds.With(l),
 	}
 }

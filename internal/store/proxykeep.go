@@ -18,6 +18,11 @@ const (
 	// maxRounds the rounds of one tick.
 	maxSweep  = 20000
 	maxRounds = 8
+	// compactAfter: once this many value bytes were evicted, the key range
+	// they span is compacted. An eviction rewrites a record in place; its
+	// old value keeps taking disk until a compaction rewrites its file,
+	// and nothing else would trigger one in a cold range.
+	compactAfter = 64 << 20
 )
 
 func (s *Store) keepProxyCache() {
@@ -32,6 +37,9 @@ func (s *Store) keepProxyCache() {
 	// a cache that cannot shrink costs a turn a second, not a turn a tick.
 	var idle time.Duration
 	found := false // the hand found something since its turn began
+	// The evicted bytes and key range since the last compaction.
+	var evicted int64
+	var lo, hi []byte
 	for {
 		select {
 		case <-s.quit:
@@ -82,6 +90,19 @@ func (s *Store) keepProxyCache() {
 				ch := &cacheChange{evict: victims}
 				s.submitCache(ch)
 				need -= ch.evictedBytes
+				evicted += ch.evictedBytes
+				for _, v := range victims {
+					if lo == nil || string(v.key) < string(lo) {
+						lo = v.key
+					}
+					if hi == nil || string(v.key) > string(hi) {
+						hi = v.key
+					}
+				}
+				if evicted >= compactAfter {
+					s.compactEvicted(lo, hi)
+					evicted, lo, hi = 0, nil, nil
+				}
 			}
 			if cycled {
 				if !found {
@@ -93,6 +114,24 @@ func (s *Store) keepProxyCache() {
 			}
 		}
 	}
+}
+
+// compactEvicted compacts the value records from lo to hi, so that the
+// space of the values evicted there comes back now.
+func (s *Store) compactEvicted(lo, hi []byte) {
+	if s.closed.Load() {
+		return
+	}
+	start := time.Now()
+	s.engine.RLock()
+	err := s.db.Compact(context.Background(), dataKey(nil, lo), append(dataKey(nil, hi), 0), false)
+	s.engine.RUnlock()
+	if err != nil {
+		s.opts.Logger.Warn("proxy: compaction after evictions failed", "db", s.opts.Name, "err", err)
+		return
+	}
+	s.m.pxCompactions.Inc()
+	s.m.pxCompactSeconds.Observe(time.Since(start).Seconds())
 }
 
 // submitCache hands a cache change to the committer and counts the outcome.
