@@ -1,10 +1,13 @@
 package tests
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -94,11 +97,38 @@ func TestProxyServesLikeAReplica(t *testing.T) {
 	if _, err := mc.Get("app/none"); !errors.Is(err, gomemcache.ErrCacheMiss) {
 		t.Fatalf("memcached miss: %v", err)
 	}
-	// A write after the reads: read-your-writes with min_index.
+	// A watch on the proxy, then a write: the watcher sees it, and so does
+	// a read that waits for its index (read-your-writes with min_index).
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	req, _ := http.NewRequestWithContext(wctx, "GET", "http://"+px.Addr["http"]+"/v1/default/watch?prefix=app/k00", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("watch on a proxy: %v %v", err, resp)
+	}
+	defer resp.Body.Close()
 	r, err := rc.Put(ctx, "app/k00", []byte("new"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		var e struct {
+			Index    uint64 `json:"index"`
+			Value    []byte `json:"value"`
+			Progress bool   `json:"progress"`
+		}
+		if err := json.Unmarshal(lines.Bytes(), &e); err != nil {
+			t.Fatalf("bad watch line %q: %v", lines.Text(), err)
+		}
+		if !e.Progress {
+			if e.Index != r.Index || string(e.Value) != "new" {
+				t.Fatalf("watch event %+v, want the write at %d", e, r.Index)
+			}
+			break
+		}
+	}
+	wcancel()
 	if got, err := pc.Get(ctx, "app/k00", client.ReadOptions{MinIndex: r.Index, Wait: 10 * time.Second}); err != nil || string(got.Value) != "new" {
 		t.Fatalf("read your write: %v %q", err, got.Value)
 	}
@@ -120,7 +150,7 @@ func TestProxyServesLikeAReplica(t *testing.T) {
 }
 
 // TestProxyConsistencyOverHTTP runs the consistency check through real
-// processes and the HTTP API: writers change a hot keyspace at the root,
+// processes and the HTTP API: writers change a keyspace of 200 keys at the root,
 // readers read single keys and groups through a proxy that keeps almost
 // nothing, and every answer is checked against the state at its
 // Qs-Applied-Index, rebuilt from the writes the root acknowledged (the
@@ -156,7 +186,7 @@ func TestProxyConsistencyOverHTTP(t *testing.T) {
 				var ops []client.Op
 				var wops []wal.Op
 				for j := rng.IntN(3) + 1; j > 0; j-- {
-					k := fmt.Sprintf("k%02d", rng.IntN(30))
+					k := fmt.Sprintf("k%03d", rng.IntN(200))
 					if rng.IntN(3) == 0 {
 						ops = append(ops, client.Op{Delete: true, Key: k})
 						wops = append(wops, wal.Op{Type: wal.OpDelete, Key: []byte(k)})
@@ -206,7 +236,7 @@ func TestProxyConsistencyOverHTTP(t *testing.T) {
 				var rd checker.Read
 				rd.Client = cl
 				if rng.IntN(2) == 0 {
-					k := fmt.Sprintf("k%02d", rng.IntN(31))
+					k := fmt.Sprintf("k%03d", rng.IntN(201))
 					v, err := pc.Get(ctx, k, client.ReadOptions{})
 					var ce *client.Error
 					switch {
@@ -219,7 +249,7 @@ func TestProxyConsistencyOverHTTP(t *testing.T) {
 						return
 					}
 				} else {
-					keys := []string{fmt.Sprintf("k%02d", rng.IntN(31)), fmt.Sprintf("k%02d", rng.IntN(31)), fmt.Sprintf("k%02d", rng.IntN(31))}
+					keys := []string{fmt.Sprintf("k%03d", rng.IntN(201)), fmt.Sprintf("k%03d", rng.IntN(201)), fmt.Sprintf("k%03d", rng.IntN(201))}
 					m, err := pc.MGet(ctx, keys, client.ReadOptions{})
 					if err != nil {
 						t.Errorf("mget: %v", err)

@@ -122,7 +122,8 @@ type Database struct {
 	ReplIdleTimeout Duration `toml:"repl_idle_timeout"`
 	// BootstrapMinEntries: a new replica whose source is more than this
 	// many entries ahead bootstraps from a snapshot rather than replaying
-	// the log. Default 10000; -1: only when the source lacks the log.
+	// the log. Default 10000 (proxies: -1); -1: only when the source lacks
+	// the log.
 	BootstrapMinEntries int64 `toml:"bootstrap_min_entries"`
 
 	// Heartbeat is how often the root writes a heartbeat entry when no

@@ -138,7 +138,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
-		Dial: s.tls.dial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: d.BootstrapMinEntries}, st, s.log.With("db", d.Name))
+		Dial: s.tls.dial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d)}, st, s.log.With("db", d.Name))
 	if err != nil {
 		return err
 	}
@@ -183,6 +183,15 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	s.log.Info("database open", "db", d.Name, "role", d.RoleName(), "upstream", sources, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 	return nil
+}
+
+// bootstrapMinEntries: a new proxy replays the log rather than download
+// the whole dataset (it bootstraps only if its source lacks the log).
+func bootstrapMinEntries(d config.Database) int64 {
+	if d.IsProxy() && d.BootstrapMinEntries == 0 {
+		return -1
+	}
+	return d.BootstrapMinEntries
 }
 
 // historyStatus is the "history" object of a full node's status.

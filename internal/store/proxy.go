@@ -90,6 +90,11 @@ func (p *ProxyOptions) ensureDefaults() {
 	}
 }
 
+func (p *ProxyOptions) withDefaults() *ProxyOptions {
+	p.ensureDefaults()
+	return p
+}
+
 func (p *ProxyOptions) validate() error {
 	switch {
 	case p.Window < 1:
@@ -423,11 +428,16 @@ func (s *Store) reconcileRole(applied uint64) error {
 	if hr, err = s.getMeta(metaHistory); err != nil && !errors.Is(err, pebble.ErrNotFound) {
 		return err
 	}
+	if s.opts.ReadOnly {
+		// Tools (qs verify) open any database; a proxy's remote values
+		// then read as unavailable.
+		if pr != nil && s.px == nil {
+			s.px = newProxyState(*(&ProxyOptions{}).withDefaults())
+		}
+		return nil
+	}
 	if pr != nil && s.opts.Proxy == nil {
 		return fmt.Errorf("%w: the database holds a proxy's partial data and cannot serve as a full node; remove its directory to make it a replica", ErrRoleMismatch)
-	}
-	if s.opts.ReadOnly {
-		return nil
 	}
 	b := s.db.NewBatch()
 	defer b.Close()

@@ -432,3 +432,49 @@ func TestProxyOptionsDefaultsTwice(t *testing.T) {
 		t.Fatalf("defaults moved: %+v then %+v", first, *o.Proxy)
 	}
 }
+
+// TestProxyBootstrapFromSnapshot: a proxy that installs a full node's
+// snapshot (a bootstrap) becomes a proxy of that data: its history is
+// dropped, every value counted as stored, then evicted down to the
+// budget; reads stay exact. A proxy's data verifies read-only (qs verify).
+func TestProxyBootstrapFromSnapshot(t *testing.T) {
+	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
+	rng := rand.New(rand.NewPCG(8, 8))
+	randomOps(t, root, rng, 200, 50)
+	po := ProxyOptions{Window: 5, CacheBytes: -1, EvictInterval: time.Millisecond}
+	dir := t.TempDir()
+	px := openTest(t, Options{Name: dbName(t), Dir: dir, DBID: root.DBID(), ChunkBytes: 4096, Proxy: &po, Logger: quietLogger()})
+	px.SetFetcher(&storeFetcher{src: root})
+	if _, err := root.Checkpoint(ReadyDir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := px.Replace(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if px.AppliedIndex() != root.AppliedIndex() {
+		t.Fatalf("applied %d after install, root at %d", px.AppliedIndex(), root.AppliedIndex())
+	}
+	if h, _ := px.History(); h.Enabled || h.Entries != 0 {
+		t.Fatalf("history kept: %+v", h)
+	}
+	st, _ := root.Stats()
+	waitFor(t, "eviction after the install", func() bool { return px.ProxyStats().CachedBytes < st.ValueBytes })
+	m := readModel(t, root)
+	keys := []string{"absent"}
+	for i := 0; i < 50; i++ {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+	}
+	at, got := lookupAll(t, px, keys...)
+	for _, k := range keys {
+		wv, _, wf := m.at(k, at)
+		if gv, gf := got[k]; gf != wf || gv != string(wv) {
+			t.Fatalf("%s at %d: got %v %d bytes, want %v %d bytes", k, at, gf, len(gv), wf, len(wv))
+		}
+	}
+	mustVerify(t, px)
+	px.Close()
+	r, err := Verify(Options{Dir: dir, Logger: quietLogger()})
+	if err != nil || !r.Clean() {
+		t.Fatalf("read-only verify of a proxy: %v %v", err, r)
+	}
+}
