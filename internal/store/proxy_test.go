@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -477,4 +480,66 @@ func TestProxyBootstrapFromSnapshot(t *testing.T) {
 	if err != nil || !r.Clean() {
 		t.Fatalf("read-only verify of a proxy: %v %v", err, r)
 	}
+}
+
+// freeFS reports a settable amount of free disk.
+type freeFS struct {
+	vfs.FS
+	free atomic.Uint64
+}
+
+func (f *freeFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{AvailBytes: f.free.Load(), TotalBytes: 1 << 40}, nil
+}
+
+// TestProxyDiskLimits: below the soft free-space limit the keeper evicts
+// beyond the budget; below the hard limit reads still work (by fetching)
+// but nothing is admitted; both are visible in metrics.
+func TestProxyDiskLimits(t *testing.T) {
+	root := openTest(t, Options{Logger: quietLogger()})
+	for i := 0; i < 200; i++ {
+		mustWrite(t, root, setb(fmt.Sprintf("k%03d", i), pattern(i, 1000)))
+	}
+	fs := &freeFS{FS: vfs.NewMem()}
+	fs.free.Store(1 << 30)
+	po := ProxyOptions{Window: 5, CacheBytes: 1 << 30, SoftFreeBytes: 100 << 20, HardFreeBytes: 50 << 20, EvictInterval: time.Millisecond}
+	px := openTest(t, Options{Name: dbName(t), Dir: "/px", FS: fs, DBID: root.DBID(), Proxy: &po, Logger: quietLogger()})
+	px.SetFetcher(&storeFetcher{src: root})
+	replicate(t, root, px, 1) // one entry at a time: every value stored
+	full := px.ProxyStats().CachedBytes
+	if full != 200*1000 {
+		t.Fatalf("stored %d bytes, want every value", full)
+	}
+	fs.free.Store(80 << 20) // below the soft limit
+	waitFor(t, "evictions below the soft limit", func() bool { return px.ProxyStats().CachedBytes < full*8/10 })
+	if !px.ProxyStats().SoftLimited || gaugeValue(t, px.m.pxSoftLimited) != 1 {
+		t.Fatal("soft limit not reported")
+	}
+	fs.free.Store(40 << 20) // below the hard limit
+	waitFor(t, "hard limit", func() bool { return px.ProxyStats().HardLimited })
+	before := px.ProxyStats().CachedBytes
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%03d", i)
+	}
+	if _, got := lookupAll(t, px, keys...); len(got) != 200 {
+		t.Fatalf("%d keys read below the hard limit", len(got))
+	}
+	waitFor(t, "refused admissions", func() bool { return counterValue(t, px.m.pxAdmissions.WithLabelValues("refused_hard_limit")) > 0 })
+	if px.ProxyStats().CachedBytes > before {
+		t.Fatal("values admitted below the hard limit")
+	}
+	fs.free.Store(1 << 30)
+	waitFor(t, "limits lifted", func() bool { s := px.ProxyStats(); return !s.SoftLimited && !s.HardLimited })
+	px.Lookup([][]byte{[]byte("k000")}, func(uint64, int, []byte, uint64, bool) error { return nil })
+	mustVerify(t, px)
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }
