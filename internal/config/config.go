@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
+	"github.com/quicksilver-kv/qs/internal/watch"
 )
 
 // Config is the whole configuration of one qs process.
@@ -46,8 +47,23 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
-	// MaxHTTPConns caps concurrent HTTP connections. Default 4096.
+	// MaxHTTPConns caps concurrent HTTP connections, watch streams
+	// included (each holds one). Default 16384; the process needs as many
+	// file descriptors, plus its stores' and replication's.
 	MaxHTTPConns int `toml:"max_http_conns"`
+	// WatchMaxWatchers caps the watch streams served at once, all
+	// databases together; more are answered 503 too_many_watchers. It
+	// must leave 1024 of max_http_conns (half, when that is under 2048) to
+	// other requests, so that watchers never take every connection from
+	// readers. Default 10,000, or what max_http_conns leaves.
+	WatchMaxWatchers int `toml:"watch_max_watchers"`
+	// WatchWriteRate and WatchWriteConcurrency are the write budget of all
+	// watch streams: at most this many writes per second, this many under
+	// way at once (see docs/operations.md, Watchers). A storm of changes to
+	// many watchers then costs delivery delay, not reader latency.
+	// Defaults 2,500 per CPU and one per 4 CPUs (at least one).
+	WatchWriteRate        float64 `toml:"watch_write_rate"`
+	WatchWriteConcurrency int     `toml:"watch_write_concurrency"`
 	// HTTPReadHeaderTimeout bounds receiving request headers (slow-loris).
 	// Default 5s.
 	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
@@ -262,7 +278,10 @@ func (c *Config) EnsureDefaults() {
 		c.ShutdownTimeout.Duration = 10 * time.Second
 	}
 	if c.MaxHTTPConns == 0 {
-		c.MaxHTTPConns = 4096
+		c.MaxHTTPConns = 16384
+	}
+	if c.WatchMaxWatchers == 0 {
+		c.WatchMaxWatchers = max(1, min(10_000, c.MaxHTTPConns-c.connsForOthers()))
 	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
@@ -379,12 +398,28 @@ func (c *Config) Validate() error {
 	if c.MaxHTTPConns < 1 {
 		errs = append(errs, errors.New("max_http_conns must be at least 1"))
 	}
+	if others := c.connsForOthers(); c.WatchMaxWatchers < 1 || c.WatchMaxWatchers > c.MaxHTTPConns-others {
+		errs = append(errs, fmt.Errorf("watch_max_watchers %d: want 1 to %d, leaving %d of max_http_conns %d to other requests",
+			c.WatchMaxWatchers, c.MaxHTTPConns-others, others, c.MaxHTTPConns))
+	}
+	if c.WatchWriteRate < 0 || c.WatchWriteConcurrency < 0 {
+		errs = append(errs, errors.New("watch_write_rate and watch_write_concurrency must be positive (0: the default)"))
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
 		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// connsForOthers is how many of max_http_conns watch streams may not take.
+func (c *Config) connsForOthers() int { return min(1024, c.MaxHTTPConns/2) }
+
+// WatchLimits returns the limits of the process's watch streams (zero
+// fields: the watch package's defaults).
+func (c *Config) WatchLimits() watch.Limits {
+	return watch.Limits{MaxWatchers: c.WatchMaxWatchers, WriteRate: c.WatchWriteRate, WriteConcurrency: c.WatchWriteConcurrency}
 }
 
 func isPortZero(addr string) bool {

@@ -16,6 +16,17 @@ func TestDefaults(t *testing.T) {
 		c.Databases[0].Heartbeat.Duration != time.Second {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
+	if c.MaxHTTPConns != 16384 || c.WatchMaxWatchers != 10_000 {
+		t.Fatalf("connections %d, watchers %d", c.MaxHTTPConns, c.WatchMaxWatchers)
+	}
+	// With fewer connections, watchers get what the others leave.
+	for conns, watchers := range map[int]int{4096: 3072, 1000: 500, 1: 1} {
+		c := &Config{MaxHTTPConns: conns}
+		c.EnsureDefaults()
+		if c.WatchMaxWatchers != watchers {
+			t.Fatalf("max_http_conns %d: watch_max_watchers %d, want %d", conns, c.WatchMaxWatchers, watchers)
+		}
+	}
 	o, err := c.StoreOptions(c.Databases[0])
 	if err != nil || o.Dir != "qs-data/default" {
 		t.Fatalf("store options %+v %v", o, err)
@@ -83,22 +94,24 @@ history_max_bytes = 123456
 
 func TestParseErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ toml, want string }{
-		"unknown key":     {`datta = "x"`, "unknown keys"},
-		"bad duration":    {"[[database]]\nname = \"a\"\nheartbeat = \"soon\"", "soon"},
-		"bad syntax":      {`data = `, "config test"},
-		"bad name":        {"[[database]]\nname = \"a/b\"", "name must match"},
-		"duplicate name":  {"[[database]]\nname = \"a\"\n[[database]]\nname = \"a\"", "duplicate name"},
-		"bad db id":       {"[[database]]\nname = \"a\"\ndb_id = \"xyz\"", "bad database id"},
-		"bad compression": {"[[database]]\nname = \"a\"\ncompression = \"lz4\"", "unknown compression"},
-		"address twice":   {"http = \"127.0.0.1:7000\"\n[[database]]\nname = \"a\"\nmemcache = [\"127.0.0.1:7000\"]", "used by both"},
-		"bad log level":   {`log_level = "loud"`, "log_level"},
-		"bad store limit": {"[[database]]\nname = \"a\"\nchunk_bytes = 10", "ChunkBytes"},
-		"window too long": {"[[database]]\nname = \"a\"\nbatch_window = \"1m\"", "BatchWindow"},
-		"bad role":        {"[[database]]\nname = \"a\"\nrole = \"cache\"\nupstream = [\"h:1\"]", "want replica or proxy"},
-		"root proxy":      {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
-		"replicas unused": {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
-		"proxy window":    {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
-		"hard below min":  {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_hard_free_bytes = 1000\nproxy_soft_free_bytes = 2000", "below min_free_bytes"},
+		"unknown key":                    {`datta = "x"`, "unknown keys"},
+		"bad duration":                   {"[[database]]\nname = \"a\"\nheartbeat = \"soon\"", "soon"},
+		"bad syntax":                     {`data = `, "config test"},
+		"bad name":                       {"[[database]]\nname = \"a/b\"", "name must match"},
+		"duplicate name":                 {"[[database]]\nname = \"a\"\n[[database]]\nname = \"a\"", "duplicate name"},
+		"bad db id":                      {"[[database]]\nname = \"a\"\ndb_id = \"xyz\"", "bad database id"},
+		"bad compression":                {"[[database]]\nname = \"a\"\ncompression = \"lz4\"", "unknown compression"},
+		"address twice":                  {"http = \"127.0.0.1:7000\"\n[[database]]\nname = \"a\"\nmemcache = [\"127.0.0.1:7000\"]", "used by both"},
+		"bad log level":                  {`log_level = "loud"`, "log_level"},
+		"bad store limit":                {"[[database]]\nname = \"a\"\nchunk_bytes = 10", "ChunkBytes"},
+		"window too long":                {"[[database]]\nname = \"a\"\nbatch_window = \"1m\"", "BatchWindow"},
+		"watchers take every connection": {"max_http_conns = 4096\nwatch_max_watchers = 4000", "watch_max_watchers 4000: want 1 to 3072"},
+		"negative watch rate":            {"watch_write_rate = -1", "watch_write_rate"},
+		"bad role":                       {"[[database]]\nname = \"a\"\nrole = \"cache\"\nupstream = [\"h:1\"]", "want replica or proxy"},
+		"root proxy":                     {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
+		"replicas unused":                {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
+		"proxy window":                   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
+		"hard below min":                 {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_hard_free_bytes = 1000\nproxy_soft_free_bytes = 2000", "below min_free_bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.toml), "test")

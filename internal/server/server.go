@@ -35,6 +35,9 @@ type Server struct {
 
 	dbs   map[string]*httpapi.Database
 	order []string
+	// watchBudget is shared by the watch hubs of every database: watcher
+	// count and write turns are the process's.
+	watchBudget *watch.Budget
 
 	http           *http.Server
 	httpLn         net.Listener
@@ -65,6 +68,7 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
+	s.watchBudget = watch.NewBudget(cfg.WatchLimits())
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
 	s.raftNodes = map[string]*raftSlot{}
@@ -118,7 +122,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	if err != nil {
 		return err
 	}
-	hub := watch.NewHub(st, watch.Config{}, s.log.With("db", d.Name))
+	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget}, s.log.With("db", d.Name))
 	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)

@@ -3,41 +3,59 @@ package watch
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
+
+// turnLease is the longest a write turn lasts: a write still under way
+// then (its client not reading, its thread descheduled) goes on outside
+// the budget, so that it holds up no other watcher.
+const turnLease = 2 * time.Millisecond
 
 // Config holds the limits of one Hub. A zero field means its default;
 // EnsureDefaults fills them and Validate rejects what the hub cannot use.
 type Config struct {
-	// MaxWatchers is the most subscribers one hub serves at once, catching
-	// up or live; Subscribe beyond it fails with ErrTooManyWatchers.
-	// Default 10,000.
-	MaxWatchers int
-	// BufferBatches is how many undelivered batches of events a live
-	// subscriber may have queued. The hub never waits for a subscriber: one
-	// whose buffer is full is cut with ErrSlow. Each batch holds the matching
-	// changes of at most ReadBatchEntries entries. Default 256.
+	// Budget is the limits shared by the hubs of a process: how many
+	// watchers, how many writes per second and at once (see Limits). Nil:
+	// the hub gets a budget of its own with DefaultLimits.
+	Budget *Budget
+	// BufferBatches and BufferBytes bound the changes kept for the live
+	// subscribers of one prefix (shared by all of them): the newest batches
+	// (the prefix's changes of one hub read, at most ReadBatchEntries
+	// entries) within both bounds. The hub never waits for a subscriber:
+	// one that falls further behind is cut with ErrSlow and may resume
+	// from the last index it received. Bytes count keys and values.
+	// Defaults 1024 batches and 64 MiB.
 	BufferBatches int
+	BufferBytes   int
+	// CoalesceBytes bounds the changes (keys and values) one write of a
+	// watch stream carries when several batches are waiting. Default
+	// 256 KiB; a single larger batch is written whole.
+	CoalesceBytes int
 	// ReadBatchEntries and ReadBatchBytes bound one ReadLog call, of the hub
 	// and of a catching-up subscriber. Defaults 1024 entries and 4 MiB.
 	ReadBatchEntries int
 	ReadBatchBytes   int
 	// ProgressInterval is how often an idle watch stream reports the index
-	// it is complete through. Default 1s.
+	// it is complete through, each time within ±25% (ProgressWait), so that
+	// watchers opened together do not report together. Default 1s.
 	ProgressInterval time.Duration
-	// WriteTimeout bounds one write of a watch stream to its client; a
-	// client that does not read for that long is disconnected. Default 10s.
+	// WriteTimeout bounds the writes of a watch stream to its client: a
+	// client that reads nothing for WriteTimeout/2 to WriteTimeout is
+	// disconnected (the deadline is moved once half of it is used).
+	// Default 10s.
 	WriteTimeout time.Duration
 	// RetryInterval is how long the hub waits before reading the log again
 	// after a read error. Default 100ms.
 	RetryInterval time.Duration
 }
 
-// DefaultConfig returns every default.
+// DefaultConfig returns every default (Budget nil: one of the hub's own).
 func DefaultConfig() Config {
 	return Config{
-		MaxWatchers:      10_000,
-		BufferBatches:    256,
+		BufferBatches:    1024,
+		BufferBytes:      64 << 20,
+		CoalesceBytes:    256 << 10,
 		ReadBatchEntries: 1024,
 		ReadBatchBytes:   4 << 20,
 		ProgressInterval: time.Second,
@@ -49,11 +67,14 @@ func DefaultConfig() Config {
 // EnsureDefaults sets every zero field to its default.
 func (c *Config) EnsureDefaults() {
 	d := DefaultConfig()
-	if c.MaxWatchers == 0 {
-		c.MaxWatchers = d.MaxWatchers
-	}
 	if c.BufferBatches == 0 {
 		c.BufferBatches = d.BufferBatches
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = d.BufferBytes
+	}
+	if c.CoalesceBytes == 0 {
+		c.CoalesceBytes = d.CoalesceBytes
 	}
 	if c.ReadBatchEntries == 0 {
 		c.ReadBatchEntries = d.ReadBatchEntries
@@ -81,12 +102,19 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("watch config: "+format, args...))
 		}
 	}
-	check(c.MaxWatchers >= 1, "MaxWatchers %d must be at least 1", c.MaxWatchers)
 	check(c.BufferBatches >= 1, "BufferBatches %d must be at least 1", c.BufferBatches)
+	check(c.BufferBytes >= 1, "BufferBytes %d must be at least 1", c.BufferBytes)
+	check(c.CoalesceBytes >= 1, "CoalesceBytes %d must be at least 1", c.CoalesceBytes)
 	check(c.ReadBatchEntries >= 1, "ReadBatchEntries %d must be at least 1", c.ReadBatchEntries)
 	check(c.ReadBatchBytes >= 1, "ReadBatchBytes %d must be at least 1", c.ReadBatchBytes)
 	check(c.ProgressInterval > 0, "ProgressInterval %v must be positive", c.ProgressInterval)
 	check(c.WriteTimeout > 0, "WriteTimeout %v must be positive", c.WriteTimeout)
 	check(c.RetryInterval > 0, "RetryInterval %v must be positive", c.RetryInterval)
 	return errors.Join(errs...)
+}
+
+// ProgressWait returns how long a watch stream waits for changes before
+// its next progress line: ProgressInterval ±25%, drawn anew each time.
+func (c *Config) ProgressWait() time.Duration {
+	return c.ProgressInterval*3/4 + rand.N(c.ProgressInterval/2+1)
 }

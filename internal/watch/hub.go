@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +23,7 @@ var (
 	// Changes up to the last one it received were delivered in order; it
 	// may resume from that index.
 	ErrSlow = errors.New("qs: watcher too slow: its buffer overflowed; resume from the last index received")
-	// ErrTooManyWatchers: the hub already serves Config.MaxWatchers.
+	// ErrTooManyWatchers: the process already serves Limits.MaxWatchers.
 	ErrTooManyWatchers = errors.New("qs: too many watchers on this node")
 	// ErrClosed: the hub stopped (server shutdown).
 	ErrClosed = errors.New("qs: watch hub closed")
@@ -47,35 +46,32 @@ type position struct {
 }
 
 // Hub follows the log of one store and fans its changes out to
-// subscribers. One goroutine (Run) reads each entry once; subscribers
-// behind it catch up from the log on their own goroutine.
+// subscribers. One goroutine (Run) reads each entry once and appends each
+// prefix's changes once to that prefix's feed; subscribers read the feeds
+// (or, when behind, the log) on their own goroutines, and write to their
+// watchers in turns (the hub's write budget).
 type Hub struct {
-	st  *store.Store
-	cfg Config
-	log *slog.Logger
+	st     *store.Store
+	cfg    Config
+	log    *slog.Logger
+	budget *Budget
 
 	watchers prometheus.Gauge
+	prefixes prometheus.Gauge
 	lag      prometheus.Gauge
 
-	// pos is stored under mu, after the batch it covers was sent (or its
-	// subscribers cut), so that a reader that loads pos and then finds its
-	// channel empty and itself not cut has received everything through pos.
+	// pos is stored under mu, after the batch it covers was appended to
+	// every feed, so that a subscriber that loads pos and then finds its
+	// feed consumed has received everything through pos.
 	pos  atomic.Pointer[position]
-	done chan struct{}
+	done chan struct{} // closed when the hub stops
 
 	mu struct {
 		sync.Mutex
 		closed bool
-		n      int               // subscribers, live or catching up
-		groups map[string]*group // live subscribers by prefix
+		feeds  *feedIndex // live subscribers' feeds by prefix
+		match  []*feed    // fanOut's scratch
 	}
-}
-
-// group is the live subscribers of one prefix: the changes of a batch are
-// filtered once per prefix, not once per subscriber.
-type group struct {
-	prefix []byte
-	subs   map[*Sub]struct{}
 }
 
 // NewHub returns the hub of st, positioned at its applied index. Zero
@@ -91,11 +87,16 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 	}
 	h := &Hub{
 		st: st, cfg: cfg, log: log,
+		budget:   cfg.Budget,
 		watchers: watchersGauge.WithLabelValues(st.Name()),
+		prefixes: prefixesGauge.WithLabelValues(st.Name()),
 		lag:      hubLagEntries.WithLabelValues(st.Name()),
 		done:     make(chan struct{}),
 	}
-	h.mu.groups = map[string]*group{}
+	if h.budget == nil {
+		h.budget = NewBudget(Limits{})
+	}
+	h.mu.feeds = newFeedIndex()
 	p := &position{index: st.AppliedIndex()}
 	if t := st.AppliedTime(); !t.IsZero() {
 		p.time = t.UnixNano()
@@ -107,7 +108,7 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 // Config returns the configuration the hub runs with (defaults filled in).
 func (h *Hub) Config() Config { return h.cfg }
 
-// Done is closed once the hub has stopped; every subscriber is then cut
+// Done is closed once the hub has stopped; every subscriber then fails
 // with ErrClosed.
 func (h *Hub) Done() <-chan struct{} { return h.done }
 
@@ -118,7 +119,7 @@ func (h *Hub) Position() (uint64, time.Time) {
 	return p.index, unixTime(p.time)
 }
 
-// Run follows the log until ctx is done or the store closes, then cuts
+// Run follows the log until ctx is done or the store closes, then stops
 // every subscriber with ErrClosed. It returns nil on ctx cancellation and
 // store.ErrClosed if the store closed first.
 func (h *Hub) Run(ctx context.Context) error {
@@ -170,7 +171,7 @@ func (h *Hub) Run(ctx context.Context) error {
 }
 
 // skipTruncated handles a hub so far behind that its next entry was
-// dropped from the log: live subscribers missed changes, so they are cut
+// dropped from the log: live subscribers missed changes, so each feed ends
 // with the error (they must re-read), and the hub resumes at the log start.
 func (h *Hub) skipTruncated(err error) {
 	lr, lerr := h.st.LogRange()
@@ -179,48 +180,50 @@ func (h *Hub) skipTruncated(err error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, g := range h.mu.groups {
-		for s := range g.subs {
-			h.cutLocked(s, fmt.Errorf("watch: %w: re-read the data (scan) and watch from the scan's index", err), cutTruncated)
-		}
+	cut := fmt.Errorf("watch: %w: re-read the data (scan) and watch from the scan's index", err)
+	for _, f := range h.mu.feeds.byPrefix {
+		f.appendErr(cut)
 	}
 	p := h.pos.Load()
 	h.pos.Store(&position{index: lr.First - 1, time: p.time})
 	h.log.Warn("watch hub fell behind the retained log; cut its watchers", "db", h.st.Name(), "resume_at", lr.First)
 }
 
-// fanOut sends the changes of entries (consecutive, after pos) to every
-// live subscriber whose prefix matches, without ever waiting.
+// fanOut appends the changes of entries (consecutive, after pos) to the
+// feed of every prefix they match, as one batch per feed: once per
+// prefix, whatever the number of subscribers, and without waiting for any
+// of them. Its work is one feed lookup per change and distinct prefix
+// length.
 func (h *Hub) fanOut(entries []wal.Entry) {
 	last := &entries[len(entries)-1]
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, g := range h.mu.groups {
-		evs := appendMatching(nil, entries, g.prefix)
-		if len(evs) == 0 {
+	var touched []*feed
+	for i := range entries {
+		e := &entries[i]
+		if e.Kind != wal.KindData {
 			continue
 		}
-		for s := range g.subs {
-			e := evs
-			if s.after >= e[0].Index { // it read these from the log itself
-				i := sort.Search(len(e), func(i int) bool { return e[i].Index > s.after })
-				e = e[i:]
-				if len(e) == 0 {
-					continue
+		for _, op := range e.Ops {
+			h.mu.match = h.mu.feeds.appendMatching(h.mu.match[:0], op.Key)
+			for _, f := range h.mu.match {
+				if len(f.pending) == 0 {
+					touched = append(touched, f)
 				}
-			}
-			select {
-			case s.ch <- e:
-			default:
-				h.cutLocked(s, ErrSlow, cutSlow)
+				f.pending = append(f.pending, Event{Index: e.Index, Time: e.Time, Key: op.Key, Value: op.Value, Deleted: op.Type == wal.OpDelete})
 			}
 		}
 	}
+	for _, f := range touched {
+		f.append(newBatch(f.pending))
+		f.pending = nil // the batch owns it
+	}
+	clear(h.mu.match)
 	h.pos.Store(&position{index: last.Index, time: last.Time})
 }
 
-// appendMatching appends the changes of entries under prefix to dst.
-// Heartbeats carry no changes.
+// appendMatching appends the changes of entries under prefix to dst (a
+// catching-up subscriber's filter). Heartbeats carry no changes.
 func appendMatching(dst []Event, entries []wal.Entry, prefix []byte) []Event {
 	for i := range entries {
 		e := &entries[i]
@@ -246,21 +249,18 @@ func (h *Hub) Subscribe(prefix []byte, from uint64) (*Sub, error) {
 	s := &Sub{
 		h:      h,
 		prefix: bytes.Clone(prefix),
-		ch:     make(chan []Event, h.cfg.BufferBatches),
-		done:   make(chan struct{}),
 		next:   from + 1,
 		last:   from,
 	}
 	h.mu.Lock()
-	switch {
-	case h.mu.closed:
+	if h.mu.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
-	case h.mu.n >= h.cfg.MaxWatchers:
-		h.mu.Unlock()
-		return nil, fmt.Errorf("%w (limit %d)", ErrTooManyWatchers, h.cfg.MaxWatchers)
 	}
-	h.mu.n++
+	if err := h.budget.admit(); err != nil {
+		h.mu.Unlock()
+		return nil, err
+	}
 	h.watchers.Inc()
 	s.live = h.tryJoinLocked(s)
 	h.mu.Unlock()
@@ -278,56 +278,45 @@ func (h *Hub) Subscribe(prefix []byte, from uint64) (*Sub, error) {
 	return s, nil
 }
 
-// tryJoinLocked registers s for live delivery if the hub has not fanned
-// out anything s has yet to read from the log.
+// tryJoinLocked makes s a reader of its prefix's feed if the hub has not
+// fanned out anything s has yet to read from the log. It starts at the
+// feed's tail; the hub's position may be behind what s read (after): s
+// skips those changes when they come.
 func (h *Hub) tryJoinLocked(s *Sub) bool {
 	p := h.pos.Load()
 	if s.next-1 < p.index {
 		return false
 	}
 	s.after = s.next - 1
-	k := string(s.prefix)
-	g := h.mu.groups[k]
-	if g == nil {
-		g = &group{prefix: s.prefix, subs: map[*Sub]struct{}{}}
-		h.mu.groups[k] = g
+	f := h.mu.feeds.get(s.prefix)
+	if f == nil {
+		f = newFeed(s.prefix, h.cfg.BufferBatches, h.cfg.BufferBytes)
+		h.mu.feeds.add(f)
+		h.prefixes.Inc()
 	}
-	g.subs[s] = struct{}{}
-	s.g = g
+	f.subs++
+	s.feed = f
+	s.cursor = f.tail
 	return true
 }
 
-// cutLocked ends s's live delivery with err.
-func (h *Hub) cutLocked(s *Sub, err error, reason string) {
-	h.leaveLocked(s)
-	if s.err == nil {
-		s.err = err
-		close(s.done)
-		subscribersCutTotal.WithLabelValues(reason).Inc()
-	}
-}
-
-// leaveLocked removes s from live delivery.
+// leaveLocked removes s from its feed; the last one out drops the feed.
 func (h *Hub) leaveLocked(s *Sub) {
-	if s.g == nil {
+	f := s.feed
+	if f == nil {
 		return
 	}
-	delete(s.g.subs, s)
-	if len(s.g.subs) == 0 {
-		delete(h.mu.groups, string(s.g.prefix))
+	s.feed = nil
+	if f.subs--; f.subs == 0 {
+		h.mu.feeds.remove(f)
+		h.prefixes.Dec()
 	}
-	s.g = nil
 }
 
 func (h *Hub) shutdown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mu.closed = true
-	for _, g := range h.mu.groups {
-		for s := range g.subs {
-			h.cutLocked(s, ErrClosed, cutShutdown)
-		}
-	}
 	close(h.done)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,7 +78,8 @@ func collect(t testing.TB, s *Sub, until uint64) []Event {
 			t.Errorf("Next after %d events (last %d, want %d): %v", len(out), s.LastIndex(), until, err)
 			return out
 		}
-		out = append(out, u.Events...)
+		out = append(out, u.Events()...)
+		s.Delivered(u, time.Now())
 	}
 	return out
 }
@@ -203,10 +205,10 @@ func TestHandoff(t *testing.T) {
 					r.err = err
 					break
 				}
-				for _, e := range u.Events {
+				for _, e := range u.Events() {
 					r.got = append(r.got, e.Index)
 				}
-				if u.Events == nil && writerDone.Load() && u.Index >= st.AppliedIndex() {
+				if len(u.Batches) == 0 && writerDone.Load() && u.Index >= st.AppliedIndex() {
 					break
 				}
 			}
@@ -286,9 +288,9 @@ func waitPos(t *testing.T, h *Hub, index uint64) {
 	t.Fatalf("hub did not reach %d", index)
 }
 
-// TestSlowCut: a subscriber that does not read is cut once its buffer is
-// full; it still gets the changes it had queued, then ErrSlow; the others
-// and the hub go on, and it resumes from its last index without a gap.
+// TestSlowCut: a subscriber that falls behind its prefix's buffer is cut
+// with ErrSlow once it has returned what it read; the others and the hub
+// go on, and it resumes from its last index without a gap.
 func TestSlowCut(t *testing.T) {
 	st := openStore(t, store.Options{})
 	h, _ := startHub(t, st, Config{BufferBatches: 2})
@@ -302,42 +304,43 @@ func TestSlowCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	var got []Event
-	var last uint64
+	var got, slowGot []Event
+	var last, third uint64
 	for i := range 10 {
 		last = write(t, st, set("k", fmt.Sprint(i)))
 		waitPos(t, h, last) // one hub batch per write
 		got = append(got, collect(t, fast, last)...)
+		if i < 3 { // the slow one keeps up with the first three only
+			slowGot = append(slowGot, collect(t, slow, last)...)
+			third = last
+		}
 	}
-	if len(got) != 10 {
-		t.Fatalf("fast subscriber got %d events", len(got))
+	if len(got) != 10 || len(slowGot) != 3 {
+		t.Fatalf("fast subscriber got %d events, slow %d", len(got), len(slowGot))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var queued int
-	for {
-		u, err := slow.Next(ctx, 0)
-		if errors.Is(err, ErrSlow) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Events) == 0 {
-			t.Fatalf("progress %d before the cut was reported", u.Index)
-		}
-		queued += len(u.Events)
+	if u, err := slow.Next(ctx, 0); !errors.Is(err, ErrSlow) {
+		t.Fatalf("slow subscriber 7 batches behind a buffer of 2: %+v, %v", u, err)
 	}
-	if queued != 2 || slow.LastIndex() != last-8 {
-		t.Fatalf("slow subscriber got %d events through %d before the cut", queued, slow.LastIndex())
+	if _, err := slow.Next(ctx, 0); !errors.Is(err, ErrSlow) {
+		t.Fatalf("Next after the cut: %v", err)
+	}
+	if slow.LastIndex() != third {
+		t.Fatalf("slow subscriber last index %d, want %d", slow.LastIndex(), third)
 	}
 	again, err := h.Subscribe(nil, slow.LastIndex())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if rest := collect(t, again, last); len(rest) != 8 {
-		t.Fatalf("resumed subscriber got %d events", len(rest))
+	if rest := collect(t, again, last); len(rest) != 7 || rest[0].Index != third+1 {
+		t.Fatalf("resumed subscriber got %q", describe(rest))
+	}
+	// The fast one is still served.
+	i := write(t, st, set("k", "after"))
+	if evs := collect(t, fast, i); len(evs) != 1 {
+		t.Fatalf("fast subscriber after the cut got %q", describe(evs))
 	}
 }
 
@@ -354,7 +357,7 @@ func TestProgress(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	u, err := s.Next(ctx, 10*time.Millisecond)
-	if err != nil || len(u.Events) != 0 || u.Index != st.AppliedIndex() || u.Time.IsZero() {
+	if err != nil || len(u.Batches) != 0 || u.Index != st.AppliedIndex() || u.Time.IsZero() {
 		t.Fatalf("first progress %+v, %v", u, err)
 	}
 	hb, err := st.Heartbeat(ctx)
@@ -362,12 +365,12 @@ func TestProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPos(t, h, hb)
-	if u, err = s.Next(ctx, 10*time.Millisecond); err != nil || len(u.Events) != 0 || u.Index != hb {
+	if u, err = s.Next(ctx, 10*time.Millisecond); err != nil || len(u.Batches) != 0 || u.Index != hb {
 		t.Fatalf("progress after heartbeat %d: %+v, %v", hb, u, err)
 	}
 	i := write(t, st, set("y", "2"))
 	waitPos(t, h, i)
-	if u, err = s.Next(ctx, 10*time.Millisecond); err != nil || len(u.Events) != 0 || u.Index != i {
+	if u, err = s.Next(ctx, 10*time.Millisecond); err != nil || len(u.Batches) != 0 || u.Index != i {
 		t.Fatalf("progress after write %d: %+v, %v", i, u, err)
 	}
 }
@@ -404,7 +407,7 @@ func TestShutdown(t *testing.T) {
 
 func TestTooManyWatchers(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, _ := startHub(t, st, Config{MaxWatchers: 2})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{MaxWatchers: 2})})
 	a, err := h.Subscribe(nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -424,6 +427,49 @@ func TestTooManyWatchers(t *testing.T) {
 		t.Fatalf("after a Close: %v", err)
 	}
 	c.Close()
+}
+
+// TestSharedBudget: the hubs of several databases sharing a budget share
+// its watcher limit and its write turns.
+func TestSharedBudget(t *testing.T) {
+	b := NewBudget(Limits{MaxWatchers: 3, WriteConcurrency: 1})
+	ha, _ := startHub(t, openStore(t, store.Options{}), Config{Budget: b})
+	hb, _ := startHub(t, openStore(t, store.Options{}), Config{Budget: b})
+	var subs []*Sub
+	for _, h := range []*Hub{ha, hb, ha} {
+		s, err := h.Subscribe(nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs = append(subs, s)
+	}
+	for _, h := range []*Hub{ha, hb} {
+		if _, err := h.Subscribe(nil, 0); !errors.Is(err, ErrTooManyWatchers) || !strings.Contains(err.Error(), "limit 3") {
+			t.Fatalf("fourth watcher of the process: %v", err)
+		}
+	}
+	subs[0].Close()
+	s, err := hb.Subscribe(nil, 0)
+	if err != nil {
+		t.Fatalf("after a Close on the other hub: %v", err)
+	}
+	s.Close()
+	// One turn for both hubs: a subscriber of hb holding it delays one of ha.
+	ctx := context.Background()
+	if _, err := subs[1].Next(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.turns.slots) != 1 {
+		t.Fatal("turn not taken from the shared budget")
+	}
+	start := time.Now()
+	if _, err := subs[2].Next(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < turnLease/2 {
+		t.Fatal("a subscriber of the other hub got a turn while the only one was held")
+	}
 }
 
 // TestManyWatchers: 500 concurrent watchers all receive every change of

@@ -20,13 +20,38 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "watchers",
 		Help: "Subscribers of the watch hub, catching up or live, by database.",
 	}, []string{"db"}))
+	prefixesGauge = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "prefixes",
+		Help: "Distinct prefixes of live watchers, by database: each change is filtered, buffered and encoded once per prefix.",
+	}, []string{"db"}))
+	refusedTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "refused_total",
+		Help: "Watches refused because the process already serves its maximum (watch_max_watchers).",
+	}))
+	writesTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "writes_total",
+		Help: "Writes to watch streams (changes, progress lines); events_sent_total / writes_total is how many changes a write carries.",
+	}))
+	turnWaitSeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "turn_wait_seconds",
+		Help:    "Time a watch stream waited for its write turn (the write budget: watch_write_rate, watch_write_concurrency) before a write; it grows while a storm is spread out.",
+		Buckets: metrics.LatencyBuckets,
+	}))
+	turnWaiting = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "turn_waiting",
+		Help: "Watch streams waiting for a write turn now.",
+	}))
+	turnLeaseExpiredTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "turn_lease_expired_total",
+		Help: "Writes to a watch stream that outlasted their turn (2ms): a client not reading, or a descheduled thread.",
+	}))
 	eventsSentTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "events_sent_total",
 		Help: "Changes (one per key set or deleted) written to watchers.",
 	}))
 	subscribersCutTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "subscribers_cut_total",
-		Help: "Watchers ended by the server, by reason: slow (buffer overflow), truncated (fell behind the retained log), shutdown.",
+		Help: "Watchers ended by the server, by reason: slow (fell behind its prefix's buffer), truncated (the hub fell behind the retained log), shutdown.",
 	}, []string{"reason"}))
 	deliveryDelaySeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "delivery_delay_seconds",

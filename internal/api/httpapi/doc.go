@@ -103,24 +103,36 @@
 // index and are written together. A progress line says the stream holds
 // every change under P through index N (time: that entry's commit time on
 // the root, left out when unknown); one is sent first, then whenever the
-// stream has been idle for the hub's ProgressInterval (default 1s), so an
-// idle watcher still knows how fresh it is. Keys are JSON strings as in
-// scan answers. The database's watch hub reads each log entry once for all
-// watchers of the node.
+// stream has been idle for about the hub's ProgressInterval (default 1s,
+// drawn within ±25% each time so that watchers opened together do not
+// report together), so an idle watcher still knows how fresh it is. Keys
+// are JSON strings as in scan answers. The response headers are sent at
+// once; lines follow as the stream gets its write turns.
+//
+// The database's watch hub reads each log entry once for all watchers of
+// the node, and keeps and encodes each change once per watched prefix.
+// Every write to a watch stream takes a turn of the process's write
+// budget (watch_write_rate per second, watch_write_concurrency at once):
+// under a storm a stream waits for its turn and then writes everything
+// pending at once, so changes arrive later, never out of order, twice or
+// at the expense of reads.
 //
 // A from_index older than the retained log is answered 410 reread: scan
-// the prefix, then watch from the scan's index. Beyond the hub's
-// MaxWatchers the answer is 503 too_many_watchers. Once the stream has
-// started, the server ends it with one error line
+// the prefix, then watch from the scan's index. Beyond watch_max_watchers
+// streams (all databases of the process) the answer is 503
+// too_many_watchers. Once the stream has started, the server ends it with
+// one error line
 //
 //	{"error": {"code": "too_slow", "message": "...", "index": N}}
 //
-// when the client reads too slowly for its buffer (too_slow), when the
-// server shuts down (unavailable), when the log was truncated under a
-// catching-up watcher (reread, no index) or on a read error (internal).
-// N is the index the stream was complete through: reconnect with
-// from_index=N to miss nothing. A client that does not read for the hub's
-// WriteTimeout (default 10s) is disconnected.
+// when the client fell further behind than the node keeps for its prefix
+// (too_slow; watch.Config BufferBatches and BufferBytes), when the server
+// shuts down (unavailable), when the log was truncated under a watcher
+// (reread, no index) or on a read error (internal). N is the index the
+// stream was complete through: reconnect with from_index=N to miss
+// nothing. A client that reads nothing for 5 to 10 s (the hub's
+// WriteTimeout) is disconnected without an error line, which it could not
+// read; it resumes from the last index it read.
 //
 // # Writes
 //
@@ -240,7 +252,7 @@
 //	503   unavailable         the store is closed (shutting down), or watch not served here, or
 //	                          an HA root has no leader (store.ErrUnavailable: nothing proposed),
 //	                          or a proxy could not fetch a value from any replica in time
-//	503   too_many_watchers   the database's watch hub already serves MaxWatchers streams
+//	503   too_many_watchers   the process already serves watch_max_watchers watch streams
 //	504   timeout             min_index not applied in time (applied_index in the body and
 //	                          Qs-Applied-Index), or a write's context expired (it may still commit)
 //	507   disk_full           writes refused for lack of disk space; reads keep working

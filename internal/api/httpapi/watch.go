@@ -25,9 +25,9 @@ const (
 	watchCodeInternal    = "internal"
 )
 
-// watchCoalesceBytes bounds one write of a watch stream that is catching
-// up with queued batches.
-const watchCoalesceBytes = 256 << 10
+// watchKeepBufferBytes is the largest line buffer a watch stream keeps
+// between writes; a larger one (a big coalesced write) is dropped.
+const watchKeepBufferBytes = 64 << 10
 
 var (
 	ndjsonContentType = []string{"application/x-ndjson"}
@@ -90,35 +90,36 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int
 	hdr["Cache-Control"] = noCacheValue
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
+	// The headers go out now: the client learns at once that the watch is
+	// accepted, even when its first line waits for a write turn.
+	if err := rc.Flush(); err != nil {
+		return http.StatusOK
+	}
 	ctx := r.Context()
-	var buf []byte
+	var (
+		buf      []byte
+		deadline time.Time
+	)
 	wait := time.Duration(0) // the first line comes at once: where the stream starts
 	for {
+		// Next waits for the hub's write budget and returns everything
+		// pending: one write per call.
 		u, err := sub.Next(ctx, wait)
-		wait = cfg.ProgressInterval
-		buf = buf[:0]
-		switch {
-		case err != nil && ctx.Err() != nil:
+		wait = cfg.ProgressWait()
+		if err != nil && ctx.Err() != nil {
 			return http.StatusOK // the client went away
-		case err != nil:
-			buf = appendStreamError(buf, err, sub.LastIndex())
-		case len(u.Events) == 0:
-			buf = appendProgress(buf, u)
-		default:
-			buf = appendEvents(buf, u.Events)
-			// Behind: coalesce what is queued into one write and flush.
-			for sub.Pending() > 0 && len(buf) < watchCoalesceBytes {
-				more, merr := sub.Next(ctx, 0)
-				if merr != nil || len(more.Events) == 0 {
-					break // an error shows again on the next call
-				}
-				sub.Delivered(u, time.Now())
-				u = more
-				buf = appendEvents(buf, u.Events)
-			}
 		}
-		rc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout)) // best effort: not every writer supports it
-		if _, werr := w.Write(buf); werr != nil {
+		var out []byte
+		out, buf = streamBytes(buf, u, err, sub.LastIndex())
+		// Refresh the write deadline when half of it is used: a client
+		// that reads nothing for WriteTimeout/2 to WriteTimeout is
+		// disconnected. Best effort: not every writer supports it.
+		now := time.Now()
+		if deadline.Sub(now) < cfg.WriteTimeout/2 {
+			deadline = now.Add(cfg.WriteTimeout)
+			rc.SetWriteDeadline(deadline)
+		}
+		if _, werr := w.Write(out); werr != nil {
 			return http.StatusOK
 		}
 		if ferr := rc.Flush(); ferr != nil {
@@ -129,6 +130,33 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int
 		}
 		sub.Delivered(u, time.Now())
 	}
+}
+
+// streamBytes returns the bytes of one write of a watch stream: the
+// update's changes, a progress line, or the error line that ends the
+// stream (err non-nil; last is the index the stream is complete through).
+// A single batch is written from its encoding, shared with every watcher
+// of the prefix; anything else is built in buf. keep is the buffer to
+// pass next time: never a shared encoding, never one grown past
+// watchKeepBufferBytes.
+func streamBytes(buf []byte, u watch.Update, err error, last uint64) (out, keep []byte) {
+	switch {
+	case err != nil:
+		out = appendStreamError(buf[:0], err, last)
+	case len(u.Batches) == 0:
+		out = appendProgress(buf[:0], u)
+	case len(u.Batches) == 1:
+		return u.Batches[0].Encoded(appendEvents), buf
+	default:
+		out = buf[:0]
+		for _, b := range u.Batches {
+			out = append(out, b.Encoded(appendEvents)...)
+		}
+	}
+	if cap(out) > watchKeepBufferBytes {
+		return out, buf
+	}
+	return out, out
 }
 
 // writeWatchError answers with a JSON error of a watch-only code.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -214,7 +215,7 @@ func TestWatchHTTPErrors(t *testing.T) {
 	e := newEnv(t, Config{}, store.Options{Retention: store.Retention{MaxEntries: 3, MaxBytes: -1, MaxAge: -1}})
 	// No hub: 503.
 	mustError(t, e.do("GET", "/v1/db/watch", nil), http.StatusServiceUnavailable, "unavailable")
-	withHub(t, e, watch.Config{MaxWatchers: 1})
+	withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{MaxWatchers: 1})})
 	for i := range 10 {
 		e.put("k", fmt.Sprint(i))
 	}
@@ -314,29 +315,157 @@ func TestWatchHTTPShutdown(t *testing.T) {
 	}
 }
 
-// TestWatchHTTPMany: 500 concurrent watch streams all receive every change.
+// TestWatchHTTPMany: 500 concurrent watch streams on a few prefixes, under
+// a write budget far below the storm (so that the streams take turns and
+// coalesce, and one write carries several shared batches), each receive
+// exactly the changes of their prefix, in order, with their values.
 func TestWatchHTTPMany(t *testing.T) {
 	e := newEnv(t, Config{}, store.Options{})
-	withHub(t, e, watch.Config{})
-	const n, writes = 500, 20
+	withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{WriteRate: 3000, WriteBurst: 8, WriteConcurrency: 1}), CoalesceBytes: 64, ProgressInterval: 50 * time.Millisecond})
+	const n, writes = 500, 40
+	prefixes := []string{"k", "k1", "j"}
 	streams := make([]*stream, n)
 	for i := range streams {
-		streams[i] = e.watch(t, "?prefix=k")
-		streams[i].next(t)
+		streams[i] = e.watch(t, "?prefix="+prefixes[i%len(prefixes)])
 	}
-	var last uint64
+	for _, s := range streams {
+		s.next(t) // where it starts
+	}
+	want := map[string][]string{}
 	for i := range writes {
-		last = e.put(fmt.Sprint("k", i), fmt.Sprint(i)).Index
+		k := fmt.Sprint("k", i)
+		if i%4 == 0 {
+			k = fmt.Sprint("j", i)
+		}
+		v := fmt.Sprint("value-", i)
+		idx := e.put(k, v).Index
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				want[p] = append(want[p], fmt.Sprintf("%d %s=%s", idx, k, v))
+			}
+		}
 	}
 	var wg sync.WaitGroup
 	for i, s := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if got := s.changes(t, writes); got[writes-1].Index != last {
-				t.Errorf("stream %d ends at %d, want %d", i, got[writes-1].Index, last)
+			p := prefixes[i%len(prefixes)]
+			got := lineStrings(s.changes(t, len(want[p])))
+			if fmt.Sprint(got) != fmt.Sprint(want[p]) {
+				t.Errorf("stream %d (prefix %q) got %q\nwant %q", i, p, got, want[p])
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// TestWatchHTTPShutdownMany: stopping the hub ends 300 open streams, idle
+// or waiting for a write turn, each with an "unavailable" line naming the
+// index to resume from.
+func TestWatchHTTPShutdownMany(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	stop := withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{WriteRate: 50, WriteBurst: 1, WriteConcurrency: 1}), ProgressInterval: 10 * time.Millisecond})
+	const n = 300
+	streams := make([]*stream, n)
+	for i := range streams {
+		streams[i] = e.watchPaused(t, "")
+		streams[i].start(t)
+	}
+	time.Sleep(100 * time.Millisecond) // most wait for a turn: 50 writes/s for 300 streams
+	start := time.Now()
+	stop()
+	for i, s := range streams {
+		for {
+			l, ok := s.next(t)
+			if !ok {
+				t.Fatalf("stream %d ended without an error line", i)
+			}
+			if l.Error != nil {
+				if l.Error.Code != "unavailable" || l.Error.Index == nil {
+					t.Fatalf("stream %d: %+v", i, *l.Error)
+				}
+				break
+			}
+		}
+		select {
+		case <-s.ended:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("stream %d still open 5s after shutdown", i)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("streams took %v to end", d)
+	}
+}
+
+// TestWatchStreamBytes: a stream writes a lone batch from its shared
+// encoding and builds everything else in its own buffer, so that what it
+// writes next never changes the bytes other watchers of the prefix have
+// yet to write.
+func TestWatchStreamBytes(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	withHub(t, e, watch.Config{})
+	h := e.db.Watch
+	ctx := context.Background()
+	a, err := h.Subscribe([]byte("k"), e.st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := h.Subscribe([]byte("k"), e.st.AppliedIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// next returns s's next update with changes.
+	next := func(s *watch.Sub, n int) watch.Update {
+		t.Helper()
+		for range 100 {
+			u, err := s.Next(ctx, 50*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(u.Batches) > 0 {
+				if len(u.Batches) != n {
+					t.Fatalf("%d batches, want %d", len(u.Batches), n)
+				}
+				return u
+			}
+		}
+		t.Fatal("no changes")
+		return watch.Update{}
+	}
+	e.put("k1", "one")
+	u := next(a, 1)
+	out, keep := streamBytes(nil, u, nil, 0)
+	want := string(out)
+	if &out[0] != &u.Batches[0].Encoded(appendEvents)[0] {
+		t.Fatal("a lone batch is not written from its shared encoding")
+	}
+	// a goes on: a progress line, two batches at once, an error line.
+	p, err := a.Next(ctx, 0)
+	if err != nil || len(p.Batches) != 0 {
+		t.Fatalf("progress %+v, %v", p, err)
+	}
+	_, keep = streamBytes(keep, p, nil, 0)
+	e.put("k2", "two")
+	e.put("k3", "three")
+	time.Sleep(50 * time.Millisecond) // both in the feed before a's next turn
+	_, keep = streamBytes(keep, next(a, 2), nil, 0)
+	streamBytes(keep, watch.Update{}, watch.ErrSlow, 3)
+	// b writes the first batch only now.
+	if got, _ := streamBytes(nil, next(b, 3), nil, 0); !strings.HasPrefix(string(got), want) {
+		t.Fatalf("b writes %q, want it to start with %q", got, want)
+	}
+	// A buffer grown past the bound is not kept.
+	many := watch.Update{Batches: make([]*watch.Batch, watchKeepBufferBytes/len(want)+1)}
+	for i := range many.Batches {
+		many.Batches[i] = u.Batches[0]
+	}
+	small := make([]byte, 0, 100)
+	out, keep = streamBytes(small, many, nil, 0)
+	if len(out) <= watchKeepBufferBytes || cap(keep) != cap(small) {
+		t.Fatalf("wrote %d bytes, kept a buffer of %d", len(out), cap(keep))
+	}
 }

@@ -1,0 +1,130 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// benchHub returns a hub (not running: the benchmark calls fanOut) with
+// one live subscriber on each of prefixes, and the entries to fan out:
+// one change each, cycling through the prefixes.
+func benchHub(b *testing.B, prefixes, subsPerPrefix int) (*Hub, []*Sub, func(i int) []wal.Entry) {
+	st := openStore(b, store.Options{})
+	h := NewHub(st, Config{Budget: NewBudget(Limits{MaxWatchers: prefixes*subsPerPrefix + 1, WriteRate: 1e12, WriteBurst: 1 << 30})}, nil)
+	var subs []*Sub
+	for p := range prefixes {
+		for range subsPerPrefix {
+			s, err := h.Subscribe([]byte(fmt.Sprintf("cfg/%d/", p)), st.AppliedIndex())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Close)
+			subs = append(subs, s)
+		}
+	}
+	next := st.AppliedIndex() + 1
+	entry := func(i int) []wal.Entry {
+		e := wal.Entry{Index: next, Kind: wal.KindData, Time: time.Now().UnixNano(),
+			Ops: []wal.Op{{Type: wal.OpSet, Key: []byte(fmt.Sprintf("cfg/%d/key%d", i%prefixes, i)), Value: []byte("a value of some config key")}}}
+		next++
+		return []wal.Entry{e}
+	}
+	return h, subs, entry
+}
+
+// BenchmarkFanOut: the hub's work for one entry (one change), by number
+// of watched prefixes; it does not depend on the number of watchers.
+func BenchmarkFanOut(b *testing.B) {
+	for _, prefixes := range []int{1, 50, 10_000} {
+		b.Run(fmt.Sprintf("prefixes=%d", prefixes), func(b *testing.B) {
+			h, _, entry := benchHub(b, prefixes, 1)
+			entries := make([][]wal.Entry, b.N)
+			for i := range entries {
+				entries[i] = entry(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				h.fanOut(entries[i])
+			}
+		})
+	}
+}
+
+// BenchmarkDeliver: a subscriber's work for one change (Next, the shared
+// encoding, Delivered; no socket), per change and watcher, with 100
+// watchers of one prefix: the cost that is paid per watcher.
+func BenchmarkDeliver(b *testing.B) {
+	const watchers = 100
+	h, subs, entry := benchHub(b, 1, watchers)
+	enc := func(dst []byte, evs []Event) []byte {
+		for _, e := range evs {
+			dst = append(dst, e.Key...)
+			dst = append(dst, e.Value...)
+		}
+		return dst
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += watchers {
+		h.fanOut(entry(i))
+		for _, s := range subs {
+			u, err := s.Next(ctx, 0)
+			if err != nil || len(u.Batches) != 1 {
+				b.Fatalf("%+v %v", u, err)
+			}
+			u.Batches[0].Encoded(enc)
+			s.Delivered(u, time.Now())
+		}
+	}
+}
+
+// BenchmarkTurns: the cost of taking and giving back a write turn when
+// the budget is saturated (200 goroutines for 1 turn at a time, the rate
+// binding), per turn: wall time, and the process's CPU time (cpu-ns/op).
+func BenchmarkTurns(b *testing.B) {
+	const waiters = 200
+	const rate = 20_000
+	ts := newTurns(1, rate, 32)
+	ctx := context.Background()
+	done := make(chan struct{})
+	per := b.N/waiters + 1
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var t *time.Timer
+			for range per {
+				if err := ts.acquire(ctx, done, &t); err != nil {
+					b.Error(err)
+					return
+				}
+				ts.release()
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(per*waiters), "cpu-ns/op")
+	b.ReportMetric(float64(per*waiters)/b.Elapsed().Seconds(), "turns/s")
+}
+
+// cpuTime is the process's CPU time (user and system) so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

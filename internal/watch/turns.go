@@ -1,0 +1,135 @@
+package watch
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// turns is the write budget of watch streams (see Limits). A watcher
+// writes only during a turn: at most Limits.WriteConcurrency turns at
+// once, and at most Limits.WriteRate turns per second (WriteBurst at once). A watcher
+// that waits for its turn writes everything that arrived meanwhile when
+// it gets it, so a storm (many watchers, many changes) costs delivery
+// delay, about watchers / WriteRate seconds, and never more than the
+// budget's CPU.
+//
+// Why turns and not just a rate: the Go scheduler runs a goroutine woken
+// by another goroutine or a timer before the goroutines woken by the
+// network, and polls the network mostly when a P has nothing else to run.
+// Thousands of watchers each woken when their turn comes would keep every
+// P busy and leave readers waiting in the queue for milliseconds; with one
+// turn at a time, delivery occupies at most WriteConcurrency Ps and the
+// others stay free for readers.
+//
+// The rate is paced in steps of up to maxTurnsPerStep turns (at most the
+// burst): a token of the limiter buys a step, so that a saturated budget
+// sleeps once per step, not once per turn (each sleep parks a goroutine
+// and often a thread; see BenchmarkTurns).
+type turns struct {
+	slots chan struct{} // one element per turn under way
+	lim   *rate.Limiter // one token per step
+	step  int           // turns per token
+
+	mu      sync.Mutex
+	credits int // turns bought and not yet taken
+}
+
+const maxTurnsPerStep = 8
+
+func newTurns(concurrency int, perSecond float64, burst int) *turns {
+	step := min(maxTurnsPerStep, burst)
+	return &turns{
+		slots: make(chan struct{}, concurrency),
+		lim:   rate.NewLimiter(rate.Limit(perSecond/float64(step)), burst/step),
+		step:  step,
+	}
+}
+
+// credit takes one bought turn, or buys a step of them if the limiter
+// allows it now; false: the caller must wait for the limiter.
+func (ts *turns) credit() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.credits == 0 {
+		if !ts.lim.Allow() {
+			return false
+		}
+		ts.credits = ts.step
+	}
+	ts.credits--
+	return true
+}
+
+// bought adds the turns of a token the caller waited for, taking one.
+func (ts *turns) bought() {
+	ts.mu.Lock()
+	ts.credits += ts.step - 1
+	ts.mu.Unlock()
+}
+
+// acquire waits for a turn, then for the rate, and returns holding the
+// turn; or fails with ctx's error, or ErrClosed when done is closed
+// first. t is the caller's timer, reused between calls (created when nil).
+func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Timer) error {
+	var start time.Time
+	select {
+	case ts.slots <- struct{}{}:
+	default:
+		start = time.Now()
+		turnWaiting.Inc()
+		select {
+		case ts.slots <- struct{}{}:
+			turnWaiting.Dec()
+		case <-ctx.Done():
+			turnWaiting.Dec()
+			return ctx.Err()
+		case <-done:
+			turnWaiting.Dec()
+			return ErrClosed
+		}
+	}
+	if ts.credit() { // the usual case, without Reserve's allocation
+		if start.IsZero() {
+			turnWaitSeconds.Observe(0)
+		} else {
+			turnWaitSeconds.Observe(time.Since(start).Seconds())
+		}
+		return nil
+	}
+	r := ts.lim.Reserve() // burst >= 1: always possible
+	if d := r.Delay(); d > 0 {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if *t == nil {
+			*t = time.NewTimer(d)
+		} else {
+			(*t).Reset(d)
+		}
+		select {
+		case <-(*t).C:
+		case <-ctx.Done():
+			(*t).Stop()
+			r.Cancel()
+			ts.release()
+			return ctx.Err()
+		case <-done:
+			(*t).Stop()
+			r.Cancel()
+			ts.release()
+			return ErrClosed
+		}
+	}
+	ts.bought()
+	if start.IsZero() {
+		turnWaitSeconds.Observe(0)
+	} else {
+		turnWaitSeconds.Observe(time.Since(start).Seconds())
+	}
+	return nil
+}
+
+func (ts *turns) release() { <-ts.slots }
