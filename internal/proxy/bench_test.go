@@ -311,7 +311,6 @@ func benchDisk(t *testing.T) {
 	start := time.Now()
 	load(t, root.st, keys, 1024, per)
 	t.Logf("loaded %d keys of 1 KiB in %d entries in %v", keys, keys/per, time.Since(start).Round(time.Second))
-	start = time.Now()
 	ro := opts(config.Database{Name: "replica", Upstream: []string{"x"}, Compression: "zstd"})
 	ro.DBID = root.st.DBID()
 	po := opts(config.Database{Name: "proxy", Upstream: []string{"x"}, Role: "proxy", ProxyCacheBytes: -1, ProxyWindow: 10, Compression: "zstd"})

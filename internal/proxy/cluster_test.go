@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -325,5 +324,3 @@ func metricValue(t *testing.T, name string, want map[string]string) float64 {
 	}
 	return sum
 }
-
-func metricsGather() ([]*dto.MetricFamily, error) { return metrics.Registry.Gather() }

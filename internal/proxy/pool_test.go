@@ -26,15 +26,6 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-func gauge(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
-}
-
 func value(k string, gen int) []byte { return []byte(fmt.Sprintf("%s=%d:%0100d", k, gen, gen)) }
 
 // fill writes n keys to root, one entry each.

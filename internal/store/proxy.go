@@ -212,7 +212,6 @@ type admission struct {
 type eviction struct {
 	key   []byte
 	index uint64
-	bytes int
 }
 
 // cacheChange is the payload of a reqCache request.
