@@ -83,7 +83,10 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	r := &request{kind: reqWrite, batch: b, size: size, done: make(chan struct{})}
-	return r.res, s.submit(ctx, r)
+	if err := s.submit(ctx, r); err != nil {
+		return WriteResult{}, err // r may still be in the committer's hands
+	}
+	return r.res, nil
 }
 
 // Heartbeat writes an entry carrying only the clock, so replicas can
@@ -93,8 +96,10 @@ func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
 		return 0, errRaftOnly
 	}
 	r := &request{kind: reqHeartbeat, done: make(chan struct{})}
-	err := s.submit(ctx, r)
-	return r.res.Index, err
+	if err := s.submit(ctx, r); err != nil {
+		return 0, err // r may still be in the committer's hands
+	}
+	return r.res.Index, nil
 }
 
 // Apply appends entries received from another node: they must continue
@@ -334,6 +339,12 @@ type committer struct {
 	// ids are the outcomes of the group's batches with an ID.
 	ids          map[string]batchOutcome
 	lastIDExpiry time.Time
+	// Retired log blocks (retire.go): the totals, and the blocks the
+	// group's ops counted down.
+	retired      retiredTotals
+	retiredDirty bool
+	touched      map[uint64]*retiredState
+	rm           *retiredMetrics
 
 	// Raft apply (raftapply.go): the last applied Raft index; whether the
 	// store applies a Raft log; the proposer's time of the command being
@@ -389,6 +400,12 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.stats, err = decodeStats(v); err != nil {
 		return nil, err
 	}
+	if c.retired, err = s.loadRetiredTotals(); err != nil {
+		return nil, err
+	}
+	c.rm = newRetiredMetrics(s.opts.Name)
+	c.rm.blocks.Set(float64(c.retired.blocks))
+	c.rm.bytes.Set(float64(c.retired.bytes))
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {
 		return nil, err
 	}
@@ -407,7 +424,7 @@ func newCommitter(s *Store) (*committer, error) {
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats, baseRaft := c.last, c.log, c.stats, c.raftIndex
+	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
 	baseHist, basePx := c.hist, c.pstats
 	c.histDirty, c.pxDirty = false, false
 	c.batch = s.db.NewBatch()
@@ -422,6 +439,8 @@ func (c *committer) commit(group []*request) {
 	clear(c.overlay)
 	clear(c.inLog)
 	clear(c.ids)
+	clear(c.touched)
+	c.retiredDirty = false
 	c.blk.Reset()
 	c.entries = 0
 
@@ -462,17 +481,23 @@ func (c *committer) commit(group []*request) {
 			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
 		if c.blk.Len() > 0 {
-			blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
+			blk := c.blk.Finish(c.buf[:0], c.blockCompression())
 			c.buf = blk
 			c.batch.Set(logKey(c.blockFirst), blk, nil)
 			c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
 			c.log.bytes += int64(len(blk) + 9)
 			s.m.logBlockBytes.Observe(float64(len(blk)))
+			if err := c.settleRetired(); err != nil {
+				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
+			}
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
 			}
 			if err := c.gcHistory(); err != nil {
 				s.opts.Logger.Warn("history GC skipped", "db", s.opts.Name, "err", err)
+			}
+			if c.retiredDirty {
+				c.batch.Set(metaRetired, c.retired.encode(), nil)
 			}
 			c.batch.Set(metaApplied, c.last.encode(), nil)
 			c.batch.Set(metaLog, c.log.encode(), nil)
@@ -481,7 +506,9 @@ func (c *committer) commit(group []*request) {
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
-		c.writeRoleMeta()
+		if err := c.writeRoleMeta(); err != nil {
+			s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
+		}
 		syncStart := time.Now()
 		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
 			groupErr = classifyCommitError(err)
@@ -489,7 +516,7 @@ func (c *committer) commit(group []*request) {
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
 	}
 	if groupErr != nil {
-		c.last, c.log, c.stats, c.raftIndex = base, baseLog, baseStats, baseRaft
+		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
 		c.hist, c.pstats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
@@ -502,6 +529,8 @@ func (c *committer) commit(group []*request) {
 	} else {
 		s.raftApplied.Store(c.raftIndex)
 		c.publishRoleMeta()
+		c.rm.blocks.Set(float64(c.retired.blocks))
+		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	if groupErr == nil && c.last.index != base.index {
 		s.cache.invalidate(c.overlay, c.last.index)
@@ -511,6 +540,8 @@ func (c *committer) commit(group []*request) {
 		s.m.logBytes.Set(float64(c.log.bytes))
 		s.m.logEntries.Set(float64(c.last.index - c.log.first + 1))
 		s.m.keys.Set(float64(c.stats.keys))
+		c.rm.blocks.Set(float64(c.retired.blocks))
+		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	s.m.groupSize.Observe(float64(len(group)))
 	s.m.commitSeconds.Observe(time.Since(start).Seconds())
@@ -672,6 +703,9 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	ks, err := c.state(op.Key)
 	if err != nil {
+		return err
+	}
+	if err := c.release(ks); err != nil {
 		return err
 	}
 	delete(c.inLog, string(op.Key))
@@ -888,6 +922,21 @@ type pendingValue struct {
 	index  uint64
 	offset int // of the value in the block's uncompressed payload
 	value  []byte
+}
+
+// blockCompression is how to store the group's block: uncompressed when
+// values to be stored only in the log make up at least half of it (they
+// can be only if the block is stored raw, and compressing them is CPU
+// spent to then write them a second time, inline), else as configured.
+func (c *committer) blockCompression() wal.Compression {
+	n := 0
+	for _, p := range c.inLog {
+		n += len(p.value)
+	}
+	if 2*n >= c.blk.RawLen() {
+		return wal.CompressNone
+	}
+	return c.s.opts.Compression
 }
 
 // writeInLogRecords writes the deferred value records of the group: in-log

@@ -21,6 +21,9 @@ var (
 	metaStats   = []byte("mstats")   // statsRecord
 	metaHistory = []byte("mhist")    // historyRecord
 	metaProxy   = []byte("mproxy")   // proxyRecord: present iff the store is a proxy
+	metaRetired = []byte("mretired") // retiredTotals (retire.go)
+	// metaRetiredBlock + BE64 block: retiredRecord of a retired log block
+	metaRetiredBlock = []byte("mrb")
 )
 
 // formatVersion is the storage layout version written at creation.

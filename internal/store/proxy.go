@@ -365,6 +365,11 @@ func (c *committer) prepareCache(r *request) error {
 		if ks.chunks == 0 && ks.logRec == nil {
 			sum = crc(ks.value)
 		}
+		// A value in a retired log block (a full node's data become a
+		// proxy's) no longer lives there: count the block down.
+		if err := c.release(ks); err != nil {
+			return err
+		}
 		c.kbuf = dataKey(c.kbuf, e.key)
 		c.buf = encodeRemote(c.buf, ks.index, ks.valueLen, sum)
 		c.batch.Set(c.kbuf, c.buf, nil)
@@ -380,14 +385,25 @@ func (c *committer) prepareCache(r *request) error {
 }
 
 // writeRoleMeta adds the history and proxy records to the batch if the
-// group changed them.
-func (c *committer) writeRoleMeta() {
+// group changed them, and settles the retired log blocks evictions
+// counted down in a group that wrote no entry (groups with entries settle
+// them with their block).
+func (c *committer) writeRoleMeta() error {
+	if c.blk.Len() == 0 && len(c.touched) > 0 {
+		if err := c.settleRetired(); err != nil {
+			return err
+		}
+		if c.retiredDirty {
+			c.batch.Set(metaRetired, c.retired.encode(), nil)
+		}
+	}
 	if c.histDirty {
 		c.batch.Set(metaHistory, c.hist.encode(), nil)
 	}
 	if c.pxDirty {
 		c.batch.Set(metaProxy, c.pstats.encode(), nil)
 	}
+	return nil
 }
 
 // publishRoleMeta exports the committed history and proxy counters.

@@ -441,18 +441,33 @@ func TestProxyOptionsDefaultsTwice(t *testing.T) {
 // dropped, every value counted as stored, then evicted down to the
 // budget; reads stay exact. A proxy's data verifies read-only (qs verify).
 func TestProxyBootstrapFromSnapshot(t *testing.T) {
-	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
+	for _, ret := range []Retention{{}, {MaxEntries: 20, MaxBytes: -1, MaxAge: -1}} {
+		t.Run(fmt.Sprintf("retain_entries=%d", ret.MaxEntries), func(t *testing.T) { proxyBootstrap(t, ret) })
+	}
+}
+
+// proxyBootstrap: with a short retention, the snapshot holds retired log
+// blocks whose values the proxy then evicts (counting the blocks down).
+func proxyBootstrap(t *testing.T, ret Retention) {
+	root := openTest(t, Options{ChunkBytes: 4096, Retention: ret, Logger: quietLogger()})
 	rng := rand.New(rand.NewPCG(8, 8))
 	randomOps(t, root, rng, 200, 50)
+	for i := 0; i < 60; i++ { // large new values, each in its own block: retired once out of the log
+		mustWrite(t, root, setb(fmt.Sprintf("big%02d", i), pattern(i, 2000)))
+	}
 	po := ProxyOptions{Window: 5, CacheBytes: -1, EvictInterval: time.Millisecond}
 	dir := t.TempDir()
-	px := openTest(t, Options{Name: dbName(t), Dir: dir, DBID: root.DBID(), ChunkBytes: 4096, Proxy: &po, Logger: quietLogger()})
+	px := openTest(t, Options{Name: dbName(t), Dir: dir, DBID: root.DBID(), ChunkBytes: 4096, Proxy: &po, Retention: ret, Logger: quietLogger()})
 	px.SetFetcher(&storeFetcher{src: root})
 	if _, err := root.Checkpoint(ReadyDir(dir)); err != nil {
 		t.Fatal(err)
 	}
 	if err := px.Replace(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	retiredBefore := mustVerify(t, px).RetiredBlocks
+	if ret.MaxEntries > 0 && retiredBefore == 0 {
+		t.Fatal("the snapshot holds no retired log block: the case is not exercised")
 	}
 	if px.AppliedIndex() != root.AppliedIndex() {
 		t.Fatalf("applied %d after install, root at %d", px.AppliedIndex(), root.AppliedIndex())
@@ -462,17 +477,23 @@ func TestProxyBootstrapFromSnapshot(t *testing.T) {
 	}
 	st, _ := root.Stats()
 	waitFor(t, "eviction after the install", func() bool { return px.ProxyStats().CachedBytes < st.ValueBytes })
-	m := readModel(t, root)
 	keys := []string{"absent"}
-	for i := 0; i < 50; i++ {
-		keys = append(keys, fmt.Sprintf("k%d", i))
+	for i := 0; i < 60; i++ {
+		keys = append(keys, fmt.Sprintf("k%d", i), fmt.Sprintf("big%02d", i))
 	}
 	at, got := lookupAll(t, px, keys...)
-	for _, k := range keys {
-		wv, _, wf := m.at(k, at)
-		if gv, gf := got[k]; gf != wf || gv != string(wv) {
-			t.Fatalf("%s at %d: got %v %d bytes, want %v %d bytes", k, at, gf, len(gv), wf, len(wv))
+	rat, want := lookupAll(t, root, keys...) // the root is idle: the same index
+	if at != rat || len(got) != len(want) {
+		t.Fatalf("proxy at %d has %d keys, root at %d has %d", at, len(got), rat, len(want))
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Fatalf("%s differs", k)
 		}
+	}
+	if ret.MaxEntries > 0 {
+		r := mustVerify(t, px)
+		t.Logf("after evictions: %d retired blocks (%d before)", r.RetiredBlocks, retiredBefore)
 	}
 	mustVerify(t, px)
 	px.Close()

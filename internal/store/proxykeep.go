@@ -36,7 +36,8 @@ func (s *Store) keepProxyCache() {
 	// (everything over the budget is in the window, or was just used), so
 	// a cache that cannot shrink costs a turn a second, not a turn a tick.
 	var idle time.Duration
-	found := false // the hand found something since its turn began
+	var idleAt uint64 // the applied index when the idling began
+	found := false    // the hand found something since its turn began
 	// The evicted bytes and key range since the last compaction.
 	var evicted int64
 	var lo, hi []byte
@@ -79,10 +80,18 @@ func (s *Store) keepProxyCache() {
 			lastSoft = now
 			need = max(need, p.cachedBytes.Load()/10+1)
 		}
-		if need <= 0 || now.Before(idleUntil) {
+		// Idle only while the window stands still: when it moves, values
+		// may have left it.
+		if need <= 0 || (now.Before(idleUntil) && s.applied.Load() == idleAt) {
 			continue
 		}
-		for round := 0; round < maxRounds && need > 0; round++ {
+		rounds := maxRounds
+		if idle > 0 {
+			// The last turn found nothing: look at a slice a tick, not a
+			// whole turn, until something turns up again.
+			rounds = 1
+		}
+		for round := 0; round < rounds && need > 0; round++ {
 			victims, next, cycled := s.sweep(hand, need)
 			hand = next
 			if len(victims) > 0 {
@@ -107,7 +116,7 @@ func (s *Store) keepProxyCache() {
 			if cycled {
 				if !found {
 					idle = min(max(2*idle, p.opts.EvictInterval), time.Second)
-					idleUntil = now.Add(idle)
+					idleUntil, idleAt = now.Add(idle), s.applied.Load()
 				}
 				found = false
 				break
