@@ -365,6 +365,7 @@ type committer struct {
 	pstats      proxyRecord
 	pxDirty     bool
 	windowFloor uint64 // values written at or below it are stored remote
+	logDropped  int64  // log bytes retention dropped in this group
 }
 
 // keyState is what the committer knows of a key: from the store, then
@@ -426,7 +427,7 @@ func (c *committer) commit(group []*request) {
 	start := time.Now()
 	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
 	baseHist, basePx := c.hist, c.pstats
-	c.histDirty, c.pxDirty = false, false
+	c.histDirty, c.pxDirty, c.logDropped = false, false, 0
 	c.batch = s.db.NewBatch()
 	defer func() {
 		c.batch.Close()
@@ -490,9 +491,11 @@ func (c *committer) commit(group []*request) {
 			if err := c.settleRetired(); err != nil {
 				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
 			}
+			logBytes := c.log.bytes
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
 			}
+			c.logDropped = logBytes - c.log.bytes
 			if err := c.gcHistory(); err != nil {
 				s.opts.Logger.Warn("history GC skipped", "db", s.opts.Name, "err", err)
 			}

@@ -127,7 +127,7 @@ var (
 		Help: "1 while free disk is below the limit: soft (evicting beyond the budget), hard (admitting nothing)."}, []string{"db", "limit"}))
 	mPxCompactions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_compactions_total",
-		Help: "Compactions of a key range after 64 MiB of values were evicted from it (to give their space back)."}, []string{"db"}))
+		Help: "Compactions a proxy runs after 64 MiB of values were evicted from a key range, or 64 MiB of log dropped (to give their space back)."}, []string{"db"}))
 	mPxCompactSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_compaction_seconds",
 		Help: "Time of one compaction after evictions.", Buckets: metrics.LatencyBuckets}, []string{"db"}))

@@ -198,6 +198,9 @@ type proxyState struct {
 
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
+	// logDropped counts the log bytes retention dropped since the keeper
+	// last compacted the log's keyspace.
+	logDropped atomic.Int64
 
 	admitQ chan admission
 	kick   chan struct{}
@@ -415,6 +418,7 @@ func (c *committer) publishRoleMeta() {
 		m.historyHorizon.Set(float64(c.hist.horizon))
 	}
 	if c.px != nil {
+		c.px.logDropped.Add(c.logDropped)
 		c.px.cachedValues.Store(c.pstats.values)
 		c.px.cachedBytes.Store(c.pstats.bytes)
 		m.pxCachedValues.Set(float64(c.pstats.values))

@@ -19,9 +19,10 @@ const (
 	maxSweep  = 20000
 	maxRounds = 8
 	// compactAfter: once this many value bytes were evicted, the key range
-	// they span is compacted. An eviction rewrites a record in place; its
-	// old value keeps taking disk until a compaction rewrites its file,
-	// and nothing else would trigger one in a cold range.
+	// they span is compacted (and once this many log bytes were dropped,
+	// the log's keyspace). An eviction rewrites a record in place; its old
+	// value keeps taking disk until a compaction rewrites its file, and
+	// nothing else would trigger one in a cold range.
 	compactAfter = 64 << 20
 )
 
@@ -71,6 +72,12 @@ func (s *Store) keepProxyCache() {
 				default:
 				}
 			}
+		}
+		if p.logDropped.Load() >= compactAfter {
+			// The log a proxy applies passes through its tables, and
+			// retention drops it with range deletions: give it back too.
+			p.logDropped.Store(0)
+			s.compactRange([]byte{prefixLog}, []byte{prefixLog + 1})
 		}
 		now := time.Now()
 		need := p.cachedBytes.Load() - p.budget()
@@ -128,15 +135,20 @@ func (s *Store) keepProxyCache() {
 // compactEvicted compacts the value records from lo to hi, so that the
 // space of the values evicted there comes back now.
 func (s *Store) compactEvicted(lo, hi []byte) {
+	s.compactRange(dataKey(nil, lo), append(dataKey(nil, hi), 0))
+}
+
+// compactRange compacts the keys in [from, to).
+func (s *Store) compactRange(from, to []byte) {
 	if s.closed.Load() {
 		return
 	}
 	start := time.Now()
 	s.engine.RLock()
-	err := s.db.Compact(context.Background(), dataKey(nil, lo), append(dataKey(nil, hi), 0), false)
+	err := s.db.Compact(context.Background(), from, to, false)
 	s.engine.RUnlock()
 	if err != nil {
-		s.opts.Logger.Warn("proxy: compaction after evictions failed", "db", s.opts.Name, "err", err)
+		s.opts.Logger.Warn("proxy: compaction failed", "db", s.opts.Name, "err", err)
 		return
 	}
 	s.m.pxCompactions.Inc()
