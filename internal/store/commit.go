@@ -335,6 +335,7 @@ type committer struct {
 	blockFirst uint64
 	entries    int
 	buf, kbuf  []byte
+	sumBuf     []byte // a block summary (summary.go)
 	lastGC     time.Time
 	// ids are the outcomes of the group's batches with an ID.
 	ids          map[string]batchOutcome
@@ -485,7 +486,10 @@ func (c *committer) commit(group []*request) {
 			blk := c.blk.Finish(c.buf[:0], c.blockCompression())
 			c.buf = blk
 			c.batch.Set(logKey(c.blockFirst), blk, nil)
-			c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
+			uncompressed := wal.Compression(blk[1]) == wal.CompressNone
+			c.sumBuf = c.encodeSummary(c.sumBuf, len(blk), uncompressed)
+			c.batch.Set(summaryKey(c.blockFirst), c.sumBuf, nil)
+			c.writeInLogRecords(uncompressed)
 			c.log.bytes += int64(len(blk) + 9)
 			s.m.logBlockBytes.Observe(float64(len(blk)))
 			if err := c.settleRetired(); err != nil {

@@ -24,6 +24,8 @@ var (
 	metaRetired = []byte("mretired") // retiredTotals (retire.go)
 	// metaRetiredBlock + BE64 block: retiredRecord of a retired log block
 	metaRetiredBlock = []byte("mrb")
+	// metaBlockSummary + BE64 block: blockSummary of a log block (summary.go)
+	metaBlockSummary = []byte("mlb")
 )
 
 // formatVersion is the storage layout version written at creation.

@@ -168,34 +168,55 @@ func (c *committer) truncateLog() error {
 	// records are in the batch).
 	var stopped error
 	for ok := it.First(); ok && n < maxBlocksPerRun; ok = it.Next() {
-		raw, err := it.ValueAndErr()
+		blockFirst, valid := logKeyIndex(it.Key())
+		if !valid {
+			return fmt.Errorf("%w: bad log key %x", ErrCorrupt, it.Key())
+		}
+		// The block's summary says what retention needs; a block without
+		// one (written before summaries existed) is read.
+		sum, usable, present, err := c.summary(blockFirst)
 		if err != nil {
 			return err
 		}
-		h, _, _, err := wal.ParseBlockHeader(raw)
-		if err != nil {
-			return fmt.Errorf("%w: log block at %x: %v", ErrCorrupt, it.Key(), err)
+		var raw []byte
+		if !usable {
+			if raw, err = it.ValueAndErr(); err != nil {
+				return err
+			}
+			h, _, _, err := wal.ParseBlockHeader(raw)
+			if err != nil {
+				return fmt.Errorf("%w: log block at %d: %v", ErrCorrupt, blockFirst, err)
+			}
+			sum = blockSummary{count: uint64(h.Count), lastTime: h.LastTime, storedBytes: int64(len(raw))}
 		}
-		blockFirst, _ := logKeyIndex(it.Key())
-		next := blockFirst + uint64(h.Count)
+		next := blockFirst + sum.count
 		count := int64(c.last.index - blockFirst + 1) // retained, this block included
-		old := r.MaxAge > 0 && h.LastTime < cutoff
+		old := r.MaxAge > 0 && sum.lastTime < cutoff
 		if !over(count, bytes) && !old {
 			break
 		}
-		last, err := wal.BlockLastHash(raw)
-		if err != nil {
-			stopped = fmt.Errorf("%w: log block %d: %v", ErrCorrupt, blockFirst, err)
-			break
+		if !usable {
+			if sum.lastHash, err = wal.BlockLastHash(raw); err != nil {
+				stopped = fmt.Errorf("%w: log block %d: %v", ErrCorrupt, blockFirst, err)
+				break
+			}
 		}
-		if err := c.leaveLog(blockFirst, raw); err != nil {
+		if usable {
+			err = c.leaveLogSummarized(blockFirst, &sum)
+		} else {
+			err = c.leaveLog(blockFirst, raw)
+		}
+		if err != nil {
 			stopped = err
 			break
 		}
-		bytes -= int64(len(raw) + 9)
+		if present {
+			c.batch.Delete(summaryKey(blockFirst), nil)
+		}
+		bytes -= sum.storedBytes + 9
 		first = next
 		cut = append(cut[:0], it.Key()...)
-		base = last
+		base = sum.lastHash
 		n++
 	}
 	if cut == nil {

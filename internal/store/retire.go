@@ -226,11 +226,7 @@ func (c *committer) leaveLog(blockFirst uint64, blk []byte) error {
 		return err
 	}
 	if r.live > 0 && !r.sparse() {
-		c.batch.Set(retiredKey(blockFirst), r.encode(), nil)
-		c.retired.blocks++
-		c.retired.bytes += r.blockBytes
-		c.retiredDirty = true
-		c.rm.retired.Inc()
+		c.retire(blockFirst, r)
 		return nil
 	}
 	if r.live > 0 {
@@ -240,6 +236,43 @@ func (c *committer) leaveLog(blockFirst uint64, blk []byte) error {
 	}
 	c.batch.Delete(logKey(blockFirst), nil)
 	return nil
+}
+
+// leaveLogSummarized is leaveLog for a block with a summary (summary.go):
+// the block is read only if it is deleted while values in it are live.
+func (c *committer) leaveLogSummarized(blockFirst uint64, s *blockSummary) error {
+	r, err := c.liveFromSummary(blockFirst, s)
+	if err != nil {
+		return err
+	}
+	if r.live > 0 && !r.sparse() {
+		c.retire(blockFirst, r)
+		return nil
+	}
+	if r.live > 0 {
+		blk, found, err := c.lookup(logKey(blockFirst))
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: log block %d is missing", ErrCorrupt, blockFirst)
+		}
+		blk = append([]byte(nil), blk...) // lookups below move the iterator
+		if err := c.materialize(blockFirst, blk); err != nil {
+			return err
+		}
+	}
+	c.batch.Delete(logKey(blockFirst), nil)
+	return nil
+}
+
+// retire keeps a block leaving the log as the home of its live values.
+func (c *committer) retire(blockFirst uint64, r retiredRecord) {
+	c.batch.Set(retiredKey(blockFirst), r.encode(), nil)
+	c.retired.blocks++
+	c.retired.bytes += r.blockBytes
+	c.retiredDirty = true
+	c.rm.retired.Inc()
 }
 
 // release counts down the retired block holding the value a group op

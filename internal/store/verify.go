@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -31,6 +32,7 @@ const (
 	ProblemEngine       = "engine"        // the storage engine reported corruption
 	ProblemHistory      = "history"       // an MVCC history entry is malformed, corrupt, unpaired or miscounted
 	ProblemProxy        = "proxy"         // a proxy's cache counters disagree with a recount
+	ProblemSummary      = "block_summary" // a log block's summary does not decode, disagrees with its block, or has no block in the log
 )
 
 // verifyMaxProblems bounds VerifyReport.Problems; ProblemCount keeps
@@ -178,6 +180,11 @@ type verifier struct {
 	retiredTotals []byte                   // the totals record, nil if none
 	refs          map[uint64]retiredRecord // in-log records per block before the log start
 	seenRetired   map[uint64]int64         // retired blocks found, and their size
+
+	// summaries iterates the log block summaries (summary.go) in step
+	// with the log blocks; sumOK: it is positioned on one.
+	summaries *pebble.Iterator
+	sumOK     bool
 }
 
 func (v *verifier) problem(kind string, key []byte, index uint64, chunk int, format string, args ...any) {
@@ -498,6 +505,11 @@ func (v *verifier) log() error {
 	}
 	defer it.Close()
 
+	if v.summaries, err = v.snap.NewIter(&pebble.IterOptions{LowerBound: metaBlockSummary, UpperBound: prefixEnd(metaBlockSummary)}); err != nil {
+		return err
+	}
+	defer v.summaries.Close()
+	v.sumOK = v.summaries.First()
 	chain := wal.Verifier{Index: lr.first - 1, Hash: lr.baseHash}
 	synced := true // chain holds a trusted position
 	expect := lr.first
@@ -512,6 +524,10 @@ func (v *verifier) log() error {
 		raw, err := it.ValueAndErr()
 		if err != nil {
 			return err
+		}
+		sum := v.summaryOf(first)
+		if sum != nil && (first < lr.first || first > a.index) {
+			v.problem(ProblemSummary, nil, first, -1, "summary of log block %d, which is not in the log", first)
 		}
 		switch {
 		case first < lr.first:
@@ -573,12 +589,17 @@ func (v *verifier) log() error {
 		if h, _, _, err := wal.ParseBlockHeader(raw); err == nil && h.LastTime != entries[len(entries)-1].Time {
 			v.problem(ProblemLogBlock, nil, first, -1, "block header time %d, last entry's %d", h.LastTime, entries[len(entries)-1].Time)
 		}
+		v.checkSummary(first, sum, raw, entries)
 		expect = first + uint64(len(entries))
 	}
 	if err := it.Error(); err != nil {
 		return err
 	}
 	v.r.LogBytes = stored
+	v.summaryOf(math.MaxUint64) // reports the summaries of missing blocks
+	if err := v.summaries.Error(); err != nil {
+		return err
+	}
 	if stored != lr.bytes {
 		v.problem(ProblemLogMeta, nil, 0, -1, "log record counts %d stored bytes, blocks hold %d", lr.bytes, stored)
 	}
@@ -666,4 +687,56 @@ func (v *verifier) retiredBlocks() error {
 		v.problem(ProblemRetired, nil, 0, -1, "retired totals record counts %d blocks of %d bytes, found %d of %d", t.blocks, t.bytes, total.blocks, total.bytes)
 	}
 	return nil
+}
+
+// summaryOf returns the summary of log block first (nil if it has none),
+// reporting the summaries passed on the way: their blocks are missing.
+func (v *verifier) summaryOf(first uint64) []byte {
+	for ; v.sumOK; v.sumOK = v.summaries.Next() {
+		b, valid := summaryKeyBlock(v.summaries.Key())
+		switch {
+		case !valid:
+			v.problem(ProblemSummary, nil, 0, -1, "malformed block summary key %x", v.summaries.Key())
+		case b < first:
+			v.problem(ProblemSummary, nil, b, -1, "summary of log block %d, which is missing", b)
+		case b == first:
+			sum := append([]byte(nil), v.summaries.Value()...)
+			v.sumOK = v.summaries.Next()
+			return sum
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// checkSummary compares the summary b of the log block first (stored
+// bytes raw, decoded entries), if it has one, with the block.
+func (v *verifier) checkSummary(first uint64, b []byte, raw []byte, entries []wal.Entry) {
+	if b == nil {
+		return // written before summaries existed
+	}
+	sum, err := decodeSummary(first, b)
+	if err != nil {
+		v.problem(ProblemSummary, nil, first, -1, "%v", err)
+		return
+	}
+	last := entries[len(entries)-1]
+	if sum.count != uint64(len(entries)) || sum.lastTime != last.Time || sum.lastHash != last.Hash || sum.storedBytes != int64(len(raw)) {
+		v.problem(ProblemSummary, nil, first, -1, "summary of log block %d says %d entries, last at time %d with hash %s, %d bytes; the block holds %d, %d, %s, %d",
+			first, sum.count, sum.lastTime, sum.lastHash, sum.storedBytes, len(entries), last.Time, last.Hash, len(raw))
+		return
+	}
+	for _, sv := range sum.values {
+		found := false
+		for _, op := range entries[sv.index-first].Ops {
+			if op.Type == wal.OpSet && string(op.Key) == string(sv.key) && len(op.Value) == sv.valueLen {
+				found = true
+				break
+			}
+		}
+		if !found {
+			v.problem(ProblemSummary, sv.key, sv.index, -1, "summary of log block %d lists a value of %d bytes that entry %d does not set", first, sv.valueLen, sv.index)
+		}
+	}
 }
