@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -336,6 +337,8 @@ type committer struct {
 	entries    int
 	buf, kbuf  []byte
 	sumBuf     []byte // a block summary (summary.go)
+	// blocks dropped from the log by retention, by what was read
+	droppedBySummary, droppedByBlock prometheus.Counter
 	lastGC     time.Time
 	// ids are the outcomes of the group's batches with an ID.
 	ids          map[string]batchOutcome
@@ -406,6 +409,8 @@ func newCommitter(s *Store) (*committer, error) {
 		return nil, err
 	}
 	c.rm = newRetiredMetrics(s.opts.Name)
+	c.droppedBySummary = mBlocksDropped.WithLabelValues(s.opts.Name, "summary")
+	c.droppedByBlock = mBlocksDropped.WithLabelValues(s.opts.Name, "block")
 	c.rm.blocks.Set(float64(c.retired.blocks))
 	c.rm.bytes.Set(float64(c.retired.bytes))
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {

@@ -162,7 +162,7 @@ func (c *committer) truncateLog() error {
 	first, bytes := c.log.first, c.log.bytes
 	cutoff := now.Add(-r.MaxAge).UnixNano()
 	const maxBlocksPerRun = 4096
-	n := 0
+	n, bySummary := 0, 0
 	// A block that cannot be handled stays, and so do the ones after it:
 	// the log shrinks by the blocks already handled (their deletes and
 	// records are in the batch).
@@ -213,6 +213,9 @@ func (c *committer) truncateLog() error {
 		if present {
 			c.batch.Delete(summaryKey(blockFirst), nil)
 		}
+		if usable {
+			bySummary++
+		}
 		bytes -= sum.storedBytes + 9
 		first = next
 		cut = append(cut[:0], it.Key()...)
@@ -226,6 +229,8 @@ func (c *committer) truncateLog() error {
 		return it.Error()
 	}
 	c.s.m.logTruncated.Add(float64(first - c.log.first))
+	c.droppedBySummary.Add(float64(bySummary))
+	c.droppedByBlock.Add(float64(n - bySummary))
 	c.log = logRecord{first: first, bytes: bytes, baseHash: base}
 	return stopped
 }

@@ -110,6 +110,8 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 				}
 			}
 			materialized := counterValue(t, s.m.materialized)
+			bySummary := counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "summary"))
+			byBlock := counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "block"))
 			mustWrite(t, s, setb("c0", val("c0"))) // block 1 leaves the log
 			mustWrite(t, s, setb("d0", val("d0"))) // block 2 leaves the log
 			if blockExists(t, s, 1) || !blockExists(t, s, 2) {
@@ -117,6 +119,14 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 			}
 			if got := counterValue(t, s.m.materialized) - materialized; got != 1 {
 				t.Fatalf("%v values copied out, want 1 (a1)", got)
+			}
+			wantBySummary, wantByBlock := 2.0, 0.0
+			if mode != "summary" {
+				wantBySummary, wantByBlock = 0, 2
+			}
+			if got, got2 := counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "summary"))-bySummary,
+				counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "block"))-byBlock; got != wantBySummary || got2 != wantByBlock {
+				t.Fatalf("blocks dropped by summary %v, by reading the block %v; want %v, %v", got, got2, wantBySummary, wantByBlock)
 			}
 			recs, tot := retiredOnDisk(t, s)
 			if r := recs[2]; len(recs) != 1 || r.live != 2 || r.liveBytes != 4000 || tot.blocks != 1 {
