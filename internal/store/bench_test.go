@@ -26,7 +26,9 @@ import (
 //
 // log-full: the same, zstd, once the log is at its retention limit (32 MiB
 // here; 1 GiB by default, which the readlat benchmark reaches during its
-// 2-writer phase): every commit also drops the oldest block from the log.
+// 2-writer phase): every commit also drops the oldest block from the log,
+// deciding its fate from its summary (blocks-read/op counts the blocks it
+// had to read back instead).
 func BenchmarkWrite40KB(b *testing.B) {
 	for _, c := range []struct {
 		name string
@@ -61,6 +63,8 @@ func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
 		}
 	}
 	materialized := counterValue(b, s.m.materialized)
+	byBlock := counterValue(b, mBlocksDropped.WithLabelValues(name, "block"))
+	bySummary := counterValue(b, mBlocksDropped.WithLabelValues(name, "summary"))
 	// Only the writes measured: not those filling the log.
 	reports := []func(){
 		histReporter(b, name, "qs_store_sync_seconds", "sync-µs/commit"),
@@ -97,6 +101,12 @@ func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
 	}
 	if logFull {
 		b.ReportMetric((counterValue(b, s.m.materialized)-materialized)/float64(b.N), "copied-out/op")
+		// Blocks dropped from the log, and how many of them retention had
+		// to read back (no summary, summary.go).
+		dropped := counterValue(b, mBlocksDropped.WithLabelValues(name, "block")) - byBlock
+		dropped2 := counterValue(b, mBlocksDropped.WithLabelValues(name, "summary")) - bySummary
+		b.ReportMetric((dropped+dropped2)/float64(b.N), "dropped/op")
+		b.ReportMetric(dropped/float64(b.N), "blocks-read/op")
 	}
 }
 
