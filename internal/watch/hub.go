@@ -55,6 +55,8 @@ type Hub struct {
 	cfg    Config
 	log    *slog.Logger
 	budget *Budget
+	// ownBudget: cfg.Budget was nil; Run runs the hub's own budget.
+	ownBudget bool
 
 	watchers prometheus.Gauge
 	prefixes prometheus.Gauge
@@ -95,6 +97,7 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 	}
 	if h.budget == nil {
 		h.budget = NewBudget(Limits{})
+		h.ownBudget = true
 	}
 	h.mu.feeds = newFeedIndex()
 	p := &position{index: st.AppliedIndex()}
@@ -122,8 +125,24 @@ func (h *Hub) Position() (uint64, time.Time) {
 // Run follows the log until ctx is done or the store closes, then stops
 // every subscriber with ErrClosed. It returns nil on ctx cancellation and
 // store.ErrClosed if the store closed first.
+// A hub without Config.Budget runs its own budget's controller (a shared
+// budget is run by its owner: Budget.Run).
 func (h *Hub) Run(ctx context.Context) error {
 	defer h.shutdown()
+	if h.ownBudget {
+		bctx, cancel := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			if err := h.budget.Run(bctx); err != nil {
+				h.log.Warn("watch write budget runs at a fixed rate", "err", err)
+			}
+		}()
+		defer func() {
+			cancel()
+			<-ran
+		}()
+	}
 	for {
 		if ctx.Err() != nil {
 			return nil

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -28,10 +29,15 @@ import (
 // burst): a token of the limiter buys a step, so that a saturated budget
 // sleeps once per step, not once per turn (each sleep parks a goroutine
 // and often a thread; see BenchmarkTurns).
+//
+// The rate changes while turns are taken (setRate, by the budget's
+// controller); limited counts the turns that waited for it, the
+// controller's sign that the rate held delivery back.
 type turns struct {
-	slots chan struct{} // one element per turn under way
-	lim   *rate.Limiter // one token per step
-	step  int           // turns per token
+	slots   chan struct{} // one element per turn under way
+	lim     *rate.Limiter // one token per step
+	step    int           // turns per token
+	limited atomic.Int64  // turns that waited for the rate
 
 	mu      sync.Mutex
 	credits int // turns bought and not yet taken
@@ -47,6 +53,14 @@ func newTurns(concurrency int, perSecond float64, burst int) *turns {
 		step:  step,
 	}
 }
+
+// setRate sets the rate to perSecond turns per second.
+func (ts *turns) setRate(perSecond float64) {
+	ts.lim.SetLimit(rate.Limit(perSecond / float64(ts.step)))
+}
+
+// rate returns the rate in turns per second.
+func (ts *turns) rate() float64 { return float64(ts.lim.Limit()) * float64(ts.step) }
 
 // credit takes one bought turn, or buys a step of them if the limiter
 // allows it now; false: the caller must wait for the limiter.
@@ -101,6 +115,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 	}
 	r := ts.lim.Reserve() // burst >= 1: always possible
 	if d := r.Delay(); d > 0 {
+		ts.limited.Add(1)
 		if start.IsZero() {
 			start = time.Now()
 		}

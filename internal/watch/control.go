@@ -1,0 +1,145 @@
+package watch
+
+import (
+	"slices"
+	"time"
+)
+
+// The write budget's rate adapts to what watch delivery costs readers
+// (Budget.Run): every control window the budget measures how late a
+// goroutine woken by the network runs (the probe, see probe.go: what a
+// reader's request waits for before it is served) and hands that
+// observation to controlParams.next, which returns the next rate. The
+// rule is additive increase, multiplicative decrease, between a floor and
+// the configured cap (Limits.WriteRate):
+//
+//   - delay above Target: readers are being slowed. Cut the rate by
+//     Target/delay, within [MaxCut, MinCut] (a window far over the target
+//     cuts harder), not below the floor.
+//   - delay within Target, and some write waited for the rate in the
+//     window: the budget held delivery back while readers were fine.
+//     Raise the rate by RaiseStep of the cap.
+//   - otherwise (nothing waited for the rate) hold.
+//
+// Three things must not fool it. Watchers' own goroutines queuing are
+// not measured as such: the probe is a goroutine woken by the network, so
+// it waits only as long as a reader would. A garbage collection slows
+// readers and watchers alike for a moment (with a large heap its mark
+// phase delays the probe by several milliseconds): a window over target
+// in which a GC cycle started or ended is forgiven, up to MaxForgiven in
+// a row, so that a GC does not cut the rate but a process that collects
+// all the time still does. Load from other processes delays the probe
+// like readers: the budget then leaves them the CPU, which is the right
+// response to an overloaded machine.
+//
+// The floor keeps every watcher moving: at least FloorPerWatcher turns
+// per second per watcher (one every 2 s by default, well within what a
+// prefix buffers at a hundred writes per second) and MinRate in all, so a
+// watcher is never cut as too slow because the budget was throttled.
+type controlParams struct {
+	// Window is how often the rate is decided; ProbeEvery how often the
+	// probe measures within it.
+	Window     time.Duration
+	ProbeEvery time.Duration
+	// Quantile of the window's probe delays compared with Target.
+	Quantile float64
+	Target   time.Duration
+	// RaiseStep is the fraction of the cap added per window.
+	RaiseStep float64
+	// A cut multiplies the rate by Target/delay, clamped to [MaxCut,
+	// MinCut] (MaxCut < MinCut < 1: the smaller, the harder the cut).
+	MinCut, MaxCut float64
+	// The floor: max(MinRate, FloorPerWatcher × watchers), at most the cap.
+	MinRate         float64
+	FloorPerWatcher float64
+	// MaxForgiven is how many windows over target in a row are forgiven
+	// when a GC cycle started or ended in each.
+	MaxForgiven int
+}
+
+// defaultControl are the controller's settings; see docs/benchmarks.md,
+// Watchers, for how they were chosen.
+func defaultControl() controlParams {
+	return controlParams{
+		Window:          100 * time.Millisecond,
+		ProbeEvery:      2 * time.Millisecond,
+		Quantile:        0.9,
+		Target:          time.Millisecond, // Limits.WakeDelayTarget
+		RaiseStep:       1.0 / 50,
+		MinCut:          0.8,
+		MaxCut:          0.5,
+		MinRate:         100,
+		FloorPerWatcher: 0.5,
+		MaxForgiven:     2, // a cycle's start and end may fall in two windows
+	}
+}
+
+// observation is what the budget saw during one control window.
+type observation struct {
+	// Delay is the Quantile of the probe's delays in the window, a probe
+	// still outstanding at the window's end counting with its age so far.
+	// Samples is how many there were (0: no signal).
+	Delay   time.Duration
+	Samples int
+	// GC: a garbage collection cycle started or ended during the window.
+	GC bool
+	// Limited: some write turn waited for the rate.
+	Limited bool
+	// Watchers subscribed at the window's end (for the floor).
+	Watchers int
+}
+
+// decision is what the controller did with a window, the label of
+// rate_decisions_total.
+type decision string
+
+const (
+	decideRaise    decision = "raise"
+	decideCut      decision = "cut"
+	decideHold     decision = "hold"
+	decideForgiven decision = "gc_forgiven" // over target, but a GC cycle started or ended in the window
+	decideNoSignal decision = "no_signal"
+)
+
+var decisions = []decision{decideRaise, decideCut, decideHold, decideForgiven, decideNoSignal}
+
+// controlState is the controller's state between windows.
+type controlState struct {
+	Rate     float64 // turns per second
+	forgiven int     // windows over target forgiven in a row (GC)
+}
+
+// floor returns the lowest rate for watchers, at most ceiling.
+func (p controlParams) floor(watchers int, ceiling float64) float64 {
+	return min(ceiling, max(p.MinRate, p.FloorPerWatcher*float64(watchers)))
+}
+
+// next returns the state after window o, the rate within [floor, ceiling].
+func (p controlParams) next(s controlState, o observation, ceiling float64) (controlState, decision) {
+	lo := p.floor(o.Watchers, ceiling)
+	clamp := func(r float64) float64 { return min(ceiling, max(lo, r)) }
+	if o.Samples == 0 {
+		return controlState{Rate: clamp(s.Rate), forgiven: s.forgiven}, decideNoSignal
+	}
+	if o.Delay > p.Target {
+		if o.GC && s.forgiven < p.MaxForgiven {
+			return controlState{Rate: clamp(s.Rate), forgiven: s.forgiven + 1}, decideForgiven
+		}
+		f := min(p.MinCut, max(p.MaxCut, float64(p.Target)/float64(o.Delay)))
+		return controlState{Rate: clamp(s.Rate * f)}, decideCut
+	}
+	if o.Limited && s.Rate < ceiling {
+		return controlState{Rate: clamp(s.Rate + p.RaiseStep*ceiling)}, decideRaise
+	}
+	return controlState{Rate: clamp(s.Rate)}, decideHold
+}
+
+// quantile returns the q-quantile of ds (sorted in place), 0 if empty.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(q*float64(len(ds))+0.5) - 1
+	return ds[min(len(ds)-1, max(0, i))]
+}
