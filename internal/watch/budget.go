@@ -169,7 +169,8 @@ func (b *Budget) watchers() int {
 // Run adapts the rate to what watch delivery costs readers until ctx is
 // done: every control window (100ms) it measures how late goroutines
 // woken by the network run (the probe) and sets the rate the controller
-// decides (controlParams.next). It probes only while there are watchers.
+// decides (controlParams.next). It probes only while delivery is busy
+// (controlParams.busy), and does nothing while there are no watchers.
 // One Run per budget; it returns nil when ctx is done, or an error if it
 // cannot start the probe (the rate then stays at WriteRate).
 func (b *Budget) Run(ctx context.Context) error {
@@ -194,6 +195,7 @@ func (b *Budget) Run(ctx context.Context) error {
 	gc := newGCPauses()
 	tick := time.NewTicker(c.ProbeEvery)
 	defer tick.Stop()
+	probing := true // delivery was busy in the last window: probe (controlParams.busy)
 	var delays []time.Duration
 	windowEnd := time.Now().Add(c.Window)
 	for {
@@ -207,7 +209,9 @@ func (b *Budget) Run(ctx context.Context) error {
 			now := time.Now()
 			delays = p.take(delays[:0], now, time.Hour)
 			b.turns.limited.Store(0)
+			b.turns.taken.Store(0)
 			gc.seen()
+			probing = true
 			tick.Reset(c.ProbeEvery)
 			windowEnd = now.Add(c.Window)
 		}
@@ -219,10 +223,11 @@ func (b *Budget) Run(ctx context.Context) error {
 		// Not the tick's time: the timer fires late by up to a
 		// millisecond, which the probe must not count.
 		now := time.Now()
-		if now.Before(windowEnd) {
+		if probing && now.Before(windowEnd) {
 			p.send(now)
 			continue
 		}
+		// Not probing, the ticker ticks once per window.
 		windowEnd = now.Add(c.Window)
 		delays = p.take(delays[:0], now, c.ProbeEvery)
 		o := observation{
@@ -230,6 +235,7 @@ func (b *Budget) Run(ctx context.Context) error {
 			Delay:    quantile(delays, c.Quantile),
 			GC:       gc.seen(),
 			Limited:  b.turns.limited.Swap(0) > 0,
+			Turns:    int(b.turns.taken.Swap(0)),
 			Watchers: b.watchers(),
 		}
 		var d decision
@@ -242,7 +248,17 @@ func (b *Budget) Run(ctx context.Context) error {
 			wakeDelaySignalSeconds.Set(o.Delay.Seconds())
 		}
 		rateDecisionsTotal.WithLabelValues(string(d)).Inc()
-		p.send(now)
+		if busy := c.busy(o); busy != probing {
+			probing = busy
+			if probing {
+				tick.Reset(c.ProbeEvery)
+			} else {
+				tick.Reset(c.Window)
+			}
+		}
+		if probing {
+			p.send(now)
+		}
 	}
 }
 

@@ -160,3 +160,24 @@ func TestQuantile(t *testing.T) {
 		}
 	}
 }
+
+// TestControlBusy: the budget probes after a window with at least
+// BusyRate (1,000) writes per second, or one in which a write waited for
+// the rate.
+func TestControlBusy(t *testing.T) {
+	p := defaultControl()
+	for _, c := range []struct {
+		o    observation
+		want bool
+	}{
+		{observation{}, false},
+		{observation{Turns: 99}, false}, // 990/s
+		{observation{Turns: 100}, true}, // 1,000/s
+		{observation{Limited: true, Turns: 1}, true},
+		{observation{Turns: 5000, Delay: time.Second, Samples: 50}, true},
+	} {
+		if got := p.busy(c.o); got != c.want {
+			t.Errorf("busy(%+v) = %v, want %v", c.o, got, c.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // hogScheduler keeps every P busy with goroutines that are always
@@ -154,9 +155,10 @@ func waitRate(b *Budget, d time.Duration, cond func(float64) bool) (float64, boo
 	}
 }
 
-// TestBudgetAdapts: with watchers, the budget cuts its rate to the floor
-// while goroutines woken by the network wait (the scheduler hogged), and
-// raises it again once they do not while writes wait for the rate.
+// TestBudgetAdapts: with watchers writing as fast as the budget lets
+// them, the budget cuts its rate to the floor while goroutines woken by
+// the network wait (the scheduler hogged), and raises it again once they
+// do not.
 func TestBudgetAdapts(t *testing.T) {
 	const ceiling = 10_000
 	b := NewBudget(Limits{WriteRate: ceiling, WriteBurst: 8, WriteConcurrency: 1})
@@ -167,6 +169,20 @@ func TestBudgetAdapts(t *testing.T) {
 	floor := b.ctl.floor(1, ceiling)
 	cuts0 := testutil.ToFloat64(rateDecisionsTotal.WithLabelValues(string(decideCut)))
 	runBudget(t, b)
+	// Writers wanting more turns than the budget gives.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tm *time.Timer
+			for b.turns.acquire(ctx, nil, &tm) == nil {
+				b.turns.release()
+			}
+		}()
+	}
 
 	stop := hogScheduler()
 	r, ok := waitRate(b, 5*time.Second, func(r float64) bool { return r <= floor })
@@ -180,25 +196,58 @@ func TestBudgetAdapts(t *testing.T) {
 	if testutil.ToFloat64(writeRateGauge) > floor || b.Signal() <= b.ctl.Target {
 		t.Fatalf("metrics: write_rate %v, signal %v", testutil.ToFloat64(writeRateGauge), b.Signal())
 	}
-
-	// Writes wanting more than the floor: the rate rises.
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var tm *time.Timer
-			for b.turns.acquire(ctx, nil, &tm) == nil {
-				b.turns.release()
-			}
-		}()
-	}
 	r, ok = waitRate(b, 10*time.Second, func(r float64) bool { return r >= 4*floor })
-	cancel()
-	wg.Wait()
 	if !ok {
 		t.Fatalf("rate %.0f 10s after the hog stopped, writes waiting (floor %.0f)", r, floor)
+	}
+}
+
+// TestBudgetQuiet: with watchers that hardly write, the budget does not
+// probe (its wake-ups would cost more than the writes) and keeps its
+// rate, even while the scheduler is hogged; once writes are busy it
+// probes again.
+func TestBudgetQuiet(t *testing.T) {
+	b := NewBudget(Limits{WriteRate: 10_000})
+	if err := b.admit(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.leave()
+	runBudget(t, b)
+	probes := func() uint64 {
+		m := &dto.Metric{}
+		if err := wakeDelaySeconds.Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	time.Sleep(250 * time.Millisecond) // the first window probes: not known to be quiet yet
+	p0 := probes()
+	stop := hogScheduler()
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	if n := probes() - p0; n > 1 { // one may have been in flight
+		t.Fatalf("%d probes while no watcher wrote", n)
+	}
+	if r := b.Rate(); r != 10_000 {
+		t.Fatalf("rate %.0f without writes, want the cap", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var tm *time.Timer
+		for b.turns.acquire(ctx, nil, &tm) == nil { // as fast as the budget allows: 10,000/s, busy
+			b.turns.release()
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for probes()-p0 < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes in 5s of busy writes", probes()-p0)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -32,12 +32,14 @@ import (
 //
 // The rate changes while turns are taken (setRate, by the budget's
 // controller); limited counts the turns that waited for it, the
-// controller's sign that the rate held delivery back.
+// controller's sign that the rate held delivery back, and taken all of
+// them.
 type turns struct {
 	slots   chan struct{} // one element per turn under way
 	lim     *rate.Limiter // one token per step
 	step    int           // turns per token
 	limited atomic.Int64  // turns that waited for the rate
+	taken   atomic.Int64  // turns taken
 
 	mu      sync.Mutex
 	credits int // turns bought and not yet taken
@@ -106,6 +108,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 		}
 	}
 	if ts.credit() { // the usual case, without Reserve's allocation
+		ts.taken.Add(1)
 		if start.IsZero() {
 			turnWaitSeconds.Observe(0)
 		} else {
@@ -139,6 +142,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 		}
 	}
 	ts.bought()
+	ts.taken.Add(1)
 	if start.IsZero() {
 		turnWaitSeconds.Observe(0)
 	} else {
