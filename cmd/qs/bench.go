@@ -50,6 +50,7 @@ func cmdBench(args []string) error {
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", cfg.AllowRemote, "allow targets that are not on loopback")
 
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured phase")
+	fs.IntVar(&cfg.Slices, "slices", cfg.Slices, "cut each phase into this many slices that the targets take in turns (1: each target runs the whole phase in one go)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "limit of an HTTP request, and of a memcache request past the end of its phase")
 	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "connections of the get scenario, HTTP clients of the write scenario")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the random keys and values")

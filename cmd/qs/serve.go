@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/gcfloor"
 	"github.com/quicksilver-kv/qs/internal/server"
 )
 
@@ -108,6 +110,29 @@ func cmdServe(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	// Fewer, rarer collections while the Go heap is small (see
+	// internal/gcfloor); GOGC in the environment turns this off.
+	gcCtx, stopGC := context.WithCancel(context.Background())
+	gcDone := make(chan struct{})
+	go func() { defer close(gcDone); gcfloor.Run(gcCtx) }()
+	defer func() { stopGC(); <-gcDone }()
+	if path := os.Getenv("QS_TRACE"); path != "" {
+		// For performance work: a runtime execution trace of the whole run
+		// (go tool trace; -pprof=sched shows where goroutines waited to run).
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
+	}
+	if path := os.Getenv("QS_ALLOCPROFILE"); path != "" {
+		// For performance work: where the whole run allocated, written at exit.
+		defer writeAllocProfile(path, log)
+	}
 
 	srv, err := server.New(cfg, log, os.Stdout)
 	if err != nil {
@@ -175,5 +200,18 @@ func reloadProducers(srv *server.Server, log *slog.Logger) {
 		log.Error("SIGHUP: producers file not reloaded; the previous producers stay in force", "err", err)
 	case !changed:
 		log.Info("SIGHUP: producers file unchanged")
+	}
+}
+
+func writeAllocProfile(path string, log *slog.Logger) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		log.Error("alloc profile not written", "path", path, "err", err)
 	}
 }

@@ -142,6 +142,9 @@ func printVerifyReport(w io.Writer, r *store.VerifyReport) {
 	fmt.Fprintf(w, "  keys %d (%d key bytes, %d value bytes)\n", r.Keys, r.KeyBytes, r.ValueBytes)
 	fmt.Fprintf(w, "  chunked values %d (%d chunks, %d bytes; %d orphan chunks); values stored in the log %d\n", r.ChunkedValues, r.Chunks, r.ChunkBytes, r.OrphanChunks, r.InLogValues)
 	fmt.Fprintf(w, "  log %d..%d (%d entries in %d blocks, %d bytes)\n", r.LogFirst, r.AppliedIndex, r.LogEntries, r.LogBlocks, r.LogBytes)
+	if r.RetiredBlocks > 0 {
+		fmt.Fprintf(w, "  retired log blocks %d (%d bytes), kept for the values they hold\n", r.RetiredBlocks, r.RetiredBytes)
+	}
 	if r.Clean() {
 		fmt.Fprintf(w, "  OK\n")
 		return

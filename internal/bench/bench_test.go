@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"runtime"
@@ -282,6 +283,7 @@ func TestTimeoutBoundsPhase(t *testing.T) {
 	cfg.ReadLatWriters = []int{0}
 	cfg.Duration = 300 * time.Millisecond
 	cfg.Timeout = 300 * time.Millisecond
+	cfg.Slices = 1 // one hang: one timeout
 	go func() {
 		for a.st.sets.Load() < int64(cfg.ReadLatKeys) {
 			time.Sleep(time.Millisecond)
@@ -420,4 +422,50 @@ func checkNoLeaks(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Errorf("%d goroutines leaked:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+}
+
+// TestSlicesTakeTurns: with 3 slices, the targets run each phase in turns
+// (a, b, a, b, a, b) and each target's slices add up to one phase.
+func TestSlicesTakeTurns(t *testing.T) {
+	defer checkNoLeaks(t)
+	a, b := newFakeTarget(t, "a", false), newFakeTarget(t, "b", false)
+	b.t.Baseline = true
+	cfg := testConfig()
+	cfg.ReadLatWriters = []int{1}
+	cfg.Duration = 600 * time.Millisecond
+	cfg.Slices = 3
+	var order []string
+	logf := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		t.Log(msg)
+		if strings.Contains(msg, "(slice ") {
+			order = append(order, strings.Fields(strings.SplitN(msg, " on ", 2)[1])[0])
+		}
+	}
+	res, err := ReadLat(context.Background(), cfg, []*Target{a.t, b.t}, logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ","); got != "a,b,a,b,a,b" {
+		t.Errorf("slices ran in the order %s", got)
+	}
+	if len(res.Phases) != 2 {
+		t.Fatalf("%d phases, want one per target", len(res.Phases))
+	}
+	for i, ph := range res.Phases {
+		if ph.Target != []string{"a", "b"}[i] || ph.Seconds < 0.55 || ph.Seconds > 1.5 {
+			t.Errorf("phase %d: %s, %.2fs", i, ph.Target, ph.Seconds)
+		}
+		rd, wr := checkOp(t, &ph, "read"), checkOp(t, &ph, "write")
+		if rd.Latency.Count != rd.Ops || wr.Ops == 0 {
+			t.Errorf("phase %d: reads %+v, writes %+v", i, rd, wr)
+		}
+	}
+	// Writers never rewrite a key, whatever the slice: every set is new.
+	if n, sets := a.st.len(), a.st.sets.Load(); int64(n) != sets {
+		t.Errorf("%d keys after %d sets", n, sets)
+	}
+	if len(res.Ratios) != 2 {
+		t.Errorf("ratios %+v", res.Ratios)
+	}
 }

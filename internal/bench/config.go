@@ -61,6 +61,10 @@ type Config struct {
 
 	// Duration of each measured phase. Default 20s.
 	Duration time.Duration `json:"duration_ns"`
+	// Slices cuts each phase into this many slices that the targets take
+	// in turns, so that a change in the rest of the machine's load reaches
+	// them alike. Default 4.
+	Slices int `json:"slices"`
 	// Timeout bounds each HTTP request, how long a memcache request may
 	// run past the end of its phase (memcache connections get one deadline
 	// per phase rather than one per request, which would cost a timer
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		SpawnTimeout:     30 * time.Second,
 		Baseline:         "memcached",
 		Duration:         20 * time.Second,
+		Slices:           4,
 		Timeout:          10 * time.Second,
 		Conns:            16,
 		Seed:             1,
@@ -128,6 +133,9 @@ func DefaultConfig() Config {
 		DB:               "default",
 	}
 }
+
+// minSlice is the shortest slice of a phase.
+const minSlice = 50 * time.Millisecond
 
 // maxValueSize is memcached's default item size limit (-I 1m) minus room
 // for the item header.
@@ -168,6 +176,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Duration <= 0:
 		return errors.New("duration must be positive")
+	case c.Slices < 1 || c.Slices > 100:
+		return fmt.Errorf("slices %d out of range 1..100", c.Slices)
+	case c.Duration/time.Duration(c.Slices) < minSlice:
+		return fmt.Errorf("slices of %v: want at least %v (a longer duration or fewer slices)", c.Duration/time.Duration(c.Slices), minSlice)
 	case c.Timeout <= 0:
 		return errors.New("timeout must be positive")
 	case c.SpawnTimeout <= 0:

@@ -47,9 +47,13 @@
 // whatever is running; run get before readlat against a memcached, or
 // give it memory for both.
 //
-// Within a phase the targets take turns (qs with 0 writers, memcached with
-// 0 writers, qs with 1 writer, ...), so that a slow minute of the machine
-// is shared rather than charged to one side.
+// Within a phase the targets take turns, in slices (--slices, default 4:
+// qs for 5 s of the 20 s phase, then memcached for 5 s, then qs again,
+// ...), and each target's slices are merged (histograms included) into
+// its phase, so that a slow stretch of the machine (other processes'
+// builds and tests on a shared machine) is shared rather than charged to
+// one side. Writers never reuse a key across slices. With --slices 1 each
+// target runs the whole phase in one go.
 //
 // # Reading the ratios
 //
@@ -83,6 +87,24 @@
 // HTTP goes through net/http with keep-alive. Client and servers share the
 // machine's CPUs; on a small machine, the client's share is part of what
 // is measured (pin with taskset to separate them).
+//
+// # CPU
+//
+// For every phase the report also gives the CPU time used (Linux, from
+// /proc): by the target's process if this run spawned it, by this tool,
+// and by everything else on the machine ("others": other processes, and
+// the kernel's work for them). Server CPU per request, and its ratio to
+// the baseline's in the same phase, is the figure to compare when the
+// machine is shared: unlike throughput and latency it hardly changes when
+// other processes take cores away (it does include the kernel's work for
+// the server's own syscalls, and cache misses caused by the neighbours).
+// "others" says how loaded the machine was while each phase ran, and
+// "fsync 4 KiB" how fast the disk was: the median time to write and fsync
+// 4 KiB in the spawned servers' work directory, probed just before each
+// phase (about 0.25 ms on the 2-core machine of docs/benchmarks.md when
+// nothing else writes; other processes' fsyncs multiply it). In
+// readlat phases with writers, a request is a read or a write, so the
+// per-request figure mixes the two in each target's own proportions.
 //
 // Only successful requests count in throughput and latency. Failed
 // requests, misses and wrong values are counted by kind, with a first

@@ -93,6 +93,10 @@ func (r *Report) write(w io.Writer, md bool) error {
 		if len(res.Phases) > 0 {
 			table(ew, phaseHeader, phaseRows(res))
 		}
+		if rows := cpuRows(res); len(rows) > 0 {
+			p("\nThe machine during each phase. CPU in cores (CPU seconds per second of the phase); per request: server CPU time per completed request of any kind, and its ratio to the baseline's in the same phase; others: everything but the server and this tool (the idle target excluded), i.e. the rest of the machine's load; fsync 4 KiB: median time to write and fsync 4 KiB in the servers' work directory just before the phase, the disk's floor under a durable commit:\n\n")
+			table(ew, cpuHeader, rows)
+		}
 		if len(res.Ratios) > 0 {
 			pairs := map[string]bool{}
 			for _, ra := range res.Ratios {
@@ -158,6 +162,43 @@ func phaseRows(r *Result) [][]string {
 				fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max), e,
 			})
 		}
+	}
+	return rows
+}
+
+var cpuHeader = []string{"phase", "target", "server", "per request", "vs base", "client", "others", "fsync 4 KiB"}
+
+// cpuRows has a row per phase with CPU figures, none if no phase has any.
+func cpuRows(r *Result) [][]string {
+	var rows [][]string
+	any := false
+	for _, ph := range r.Phases {
+		c := ph.CPU
+		if c.Server > 0 || c.Machine > 0 {
+			any = true
+		}
+		target := ph.Target
+		if ph.Baseline {
+			target += " (base)"
+		}
+		vs := "-"
+		if !ph.Baseline {
+			for _, b := range r.Phases {
+				if b.Baseline && b.Name == ph.Name {
+					vs = fmtRatio(ratio(c.ServerPerOp(), b.CPU.ServerPerOp()))
+				}
+			}
+		}
+		cores := func(sec float64) string {
+			if sec <= 0 || ph.Seconds <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", sec/ph.Seconds)
+		}
+		rows = append(rows, []string{ph.Name, target, cores(c.Server), fmtUs(c.ServerPerOp()), vs, cores(c.Client), cores(c.Others()), fmtUs(ph.DiskSyncMicros)})
+	}
+	if !any {
+		return nil
 	}
 	return rows
 }

@@ -50,8 +50,8 @@ func Get(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Result
 		s.note("%s: loaded %d keys via %s in %.1fs (%.0f keys/s)", t.Name, cfg.Keys, via, d.Seconds(), float64(cfg.Keys)/d.Seconds())
 	}
 	name := plural(cfg.Conns, "conn")
-	err := s.phases(ctx, []string{name}, func(t *Target, _ int) Phase {
-		return getPhase(ctx, &cfg, t, ks)
+	err := s.phases(ctx, []string{name}, func(t *Target, _, slice int, d time.Duration) *phaseRun {
+		return getPhase(ctx, &cfg, t, ks, slice, d)
 	})
 	return s.finish(err)
 }
@@ -139,7 +139,7 @@ func (ks *keySpace) load(ctx context.Context, cfg *Config, t *Target, via string
 	return context.Cause(ctx)
 }
 
-func getPhase(ctx context.Context, cfg *Config, t *Target, ks *keySpace) Phase {
+func getPhase(ctx context.Context, cfg *Config, t *Target, ks *keySpace, slice int, d time.Duration) *phaseRun {
 	env := newPhaseEnv(ctx, cfg)
 	n := cfg.Conns
 	sessions := make([]*mcSession, n)
@@ -152,26 +152,24 @@ func getPhase(ctx context.Context, cfg *Config, t *Target, ks *keySpace) Phase {
 		_ = sessions[i].dial() // a failure is retried, and counted, by the worker
 		single[i], multi[i] = newOpCounter(), newOpCounter()
 	}
-	elapsed := env.work(cfg.Duration, n, func(i int) {
-		getLoop(env, cfg, i, sessions[i], ks, single[i], multi[i], &errs[i])
+	elapsed := env.work(d, n, func(i int) {
+		getLoop(env, cfg, i+n*slice, sessions[i], ks, single[i], multi[i], &errs[i])
 	})
 
 	g, m := newOpCounter(), newOpCounter()
-	var ec errCounter
+	r := &phaseRun{elapsed: elapsed}
 	for i := range n {
 		g.merge(single[i])
 		m.merge(multi[i])
-		ec.merge(&errs[i])
+		r.errs.merge(&errs[i])
 	}
-	ph := Phase{Seconds: elapsed.Seconds()}
 	if cfg.MultiPct < 100 {
-		ph.Ops = append(ph.Ops, g.stats("get", elapsed))
+		r.add("get", g)
 	}
 	if cfg.MultiPct > 0 {
-		ph.Ops = append(ph.Ops, m.stats("mget", elapsed))
+		r.add("mget", m)
 	}
-	ph.setErrors(&ec)
-	return ph
+	return r
 }
 
 func getLoop(env *phaseEnv, cfg *Config, w int, s *mcSession, ks *keySpace, single, multi *opCounter, ec *errCounter) {

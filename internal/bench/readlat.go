@@ -45,10 +45,10 @@ func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Re
 	// runs; their values are random, so that they do not compress.
 	runID := fmt.Sprintf("%08x", rand.Uint32())
 	pool := randomBytes(cfg.Seed, 4<<20+cfg.ReadLatValueSize)
-	err := s.phases(ctx, names, func(t *Target, i int) Phase {
+	err := s.phases(ctx, names, func(t *Target, i, slice int, d time.Duration) *phaseRun {
 		p := &readLatPhase{
-			cfg: &cfg, addr: t.Memcache, keys: keys, vals: vals, pool: pool,
-			writers: cfg.ReadLatWriters[i], prefix: fmt.Sprintf("rl-%s-%d-", runID, i),
+			cfg: &cfg, addr: t.Memcache, keys: keys, vals: vals, pool: pool, d: d, slice: slice,
+			writers: cfg.ReadLatWriters[i], prefix: fmt.Sprintf("rl-%s-%d-%d-", runID, i, slice),
 		}
 		return p.run(ctx)
 	})
@@ -63,9 +63,11 @@ type readLatPhase struct {
 	pool    []byte // random bytes the writers' values are cut from
 	writers int
 	prefix  string // of the writers' keys
+	d       time.Duration
+	slice   int
 }
 
-func (p *readLatPhase) run(ctx context.Context) Phase {
+func (p *readLatPhase) run(ctx context.Context) *phaseRun {
 	env := newPhaseEnv(ctx, p.cfg)
 	n := 1 + p.writers
 	sessions := make([]*mcSession, n)
@@ -77,7 +79,7 @@ func (p *readLatPhase) run(ctx context.Context) Phase {
 		_ = sessions[i].dial() // a failure is retried, and counted, by the worker
 		ops[i] = newOpCounter()
 	}
-	elapsed := env.work(p.cfg.Duration, n, func(i int) {
+	elapsed := env.work(p.d, n, func(i int) {
 		if i == 0 {
 			p.read(env, sessions[0], ops[0], &errs[0])
 		} else {
@@ -85,21 +87,19 @@ func (p *readLatPhase) run(ctx context.Context) Phase {
 		}
 	})
 
-	ph := Phase{Seconds: elapsed.Seconds()}
-	ph.Ops = append(ph.Ops, ops[0].stats("read", elapsed))
+	r := &phaseRun{elapsed: elapsed}
+	r.add("read", ops[0])
 	if p.writers > 0 {
 		w := newOpCounter()
 		for _, o := range ops[1:] {
 			w.merge(o)
 		}
-		ph.Ops = append(ph.Ops, w.stats("write", elapsed))
+		r.add("write", w)
 	}
-	var ec errCounter
 	for i := range errs {
-		ec.merge(&errs[i])
+		r.errs.merge(&errs[i])
 	}
-	ph.setErrors(&ec)
-	return ph
+	return r
 }
 
 // read gets the keys one at a time, in a cycle, and checks every value.
@@ -135,7 +135,7 @@ func (p *readLatPhase) read(env *phaseEnv, s *mcSession, oc *opCounter, ec *errC
 
 // write sets new keys with random values, one at a time.
 func (p *readLatPhase) write(env *phaseEnv, w int, s *mcSession, oc *opCounter, ec *errCounter) {
-	rng := newRand(p.cfg.Seed, w)
+	rng := newRand(p.cfg.Seed, w+1000*p.slice)
 	size := p.cfg.ReadLatValueSize
 	for seq := 0; env.ctx.Err() == nil; seq++ {
 		c, err := s.conn()

@@ -21,9 +21,15 @@ type Phase struct {
 	Ops []OpStats `json:"ops"`
 	// Errors counts failed requests (including misses and wrong values);
 	// ErrorKinds splits them by kind and FirstError is an example.
-	Errors     int64            `json:"errors"`
-	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
-	FirstError string           `json:"first_error,omitempty"`
+	Errors int64 `json:"errors"`
+	// CPU is the processor time the phase cost (see PhaseCPU).
+	CPU PhaseCPU `json:"cpu"`
+	// DiskSyncMicros is the median time to write and fsync 4 KiB in the
+	// spawned servers' work directory, measured just before the phase
+	// (0: not measured).
+	DiskSyncMicros float64          `json:"disk_sync_us,omitempty"`
+	ErrorKinds     map[string]int64 `json:"error_kinds,omitempty"`
+	FirstError     string           `json:"first_error,omitempty"`
 }
 
 // Op returns the stats of one kind of request, or nil.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -189,22 +191,122 @@ func (s *scenarioRun) active() []*Target {
 	return out
 }
 
-// phases runs run for every phase name and every active target, phase by
-// phase. A phase cut short by an interrupt is dropped.
-func (s *scenarioRun) phases(ctx context.Context, names []string, run func(t *Target, i int) Phase) error {
-	for i, name := range names {
-		for _, t := range s.active() {
-			if err := ctx.Err(); err != nil {
-				return err
+// phaseRun is what one target did in one slice of a phase: the raw
+// counters, merged over the slices before any percentile is taken.
+type phaseRun struct {
+	ops     []namedOps // in report order
+	errs    errCounter
+	elapsed time.Duration
+}
+
+type namedOps struct {
+	op string
+	c  *opCounter
+}
+
+// add records the counter of one kind of request.
+func (r *phaseRun) add(op string, c *opCounter) { r.ops = append(r.ops, namedOps{op, c}) }
+
+// merge adds o's counters to r's.
+func (r *phaseRun) merge(o *phaseRun) {
+	for _, n := range o.ops {
+		found := false
+		for _, m := range r.ops {
+			if m.op == n.op {
+				m.c.merge(n.c)
+				found = true
 			}
-			if err := t.alive(); err != nil {
-				s.fail(t, "%v", err)
+		}
+		if !found {
+			c := newOpCounter()
+			c.merge(n.c)
+			r.add(n.op, c)
+		}
+	}
+	r.errs.merge(&o.errs)
+	r.elapsed += o.elapsed
+}
+
+// phase summarizes r.
+func (r *phaseRun) phase() Phase {
+	ph := Phase{Seconds: r.elapsed.Seconds()}
+	for _, n := range r.ops {
+		ph.Ops = append(ph.Ops, n.c.stats(n.op, r.elapsed))
+	}
+	ph.setErrors(&r.errs)
+	return ph
+}
+
+// phaseRunner runs slice `slice` of phase i against t for d.
+type phaseRunner func(t *Target, i, slice int, d time.Duration) *phaseRun
+
+// phases runs every phase against every active target. Each phase is cut
+// into cfg.Slices slices that the targets take in turns (qs, memcached,
+// qs, memcached, ...), so that a change in the rest of the machine's load
+// during the phase reaches every target alike; each target's slices are
+// merged into its phase. A phase cut short by an interrupt is dropped, and
+// so is the phase of a target that failed during it.
+func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunner) error {
+	nslices := max(1, s.cfg.Slices)
+	for i, name := range names {
+		type acc struct {
+			run   phaseRun
+			cpu   PhaseCPU
+			syncs []time.Duration
+		}
+		accs := map[*Target]*acc{}
+		order := s.active()
+		for k := range nslices {
+			d := s.cfg.Duration / time.Duration(nslices)
+			if k == nslices-1 {
+				d = s.cfg.Duration - d*time.Duration(nslices-1)
+			}
+			for _, t := range s.active() {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := t.alive(); err != nil {
+					s.fail(t, "%v", err)
+					continue
+				}
+				if nslices == 1 {
+					s.logf("%s: %s on %s for %s", s.res.Scenario, name, t.Name, d)
+				} else {
+					s.logf("%s: %s on %s for %s (slice %d of %d)", s.res.Scenario, name, t.Name, d, k+1, nslices)
+				}
+				a := accs[t]
+				if a == nil {
+					a = &acc{}
+					accs[t] = a
+				}
+				if t.Spawned {
+					a.syncs = append(a.syncs, probeFsync(s.workDir()))
+				}
+				before := sampleCPU(t.pid())
+				r := run(t, i, k, d)
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				c := cpuBetween(before, sampleCPU(t.pid()))
+				a.cpu.Server += c.Server
+				a.cpu.Client += c.Client
+				a.cpu.Machine += c.Machine
+				a.run.merge(r)
+			}
+		}
+		for _, t := range order {
+			a := accs[t]
+			if a == nil || s.skipped[t] {
 				continue
 			}
-			s.logf("%s: %s on %s for %s", s.res.Scenario, name, t.Name, s.cfg.Duration)
-			ph := run(t, i)
-			if err := ctx.Err(); err != nil {
-				return err
+			ph := a.run.phase()
+			ph.CPU = a.cpu
+			for _, op := range ph.Ops {
+				ph.CPU.Ops += op.Ops
+			}
+			if len(a.syncs) > 0 {
+				slices.Sort(a.syncs)
+				ph.DiskSyncMicros = float64(a.syncs[len(a.syncs)/2]) / 1e3
 			}
 			ph.Name, ph.Target, ph.Baseline = name, t.Name, t.Baseline
 			s.res.Phases = append(s.res.Phases, ph)
@@ -235,4 +337,12 @@ func randomBytes(seed uint64, n int) []byte {
 
 func newRand(seed uint64, stream int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, uint64(stream)+1))
+}
+
+// workDir is where spawned servers keep their data.
+func (s *scenarioRun) workDir() string {
+	if s.cfg.WorkDir != "" {
+		return s.cfg.WorkDir
+	}
+	return os.TempDir()
 }

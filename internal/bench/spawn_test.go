@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -231,6 +232,14 @@ func TestRunSpawn(t *testing.T) {
 				checkStopped(t, tg.proc, "")
 			}
 		}
+		for _, ph := range res.Phases {
+			if runtime.GOOS == "linux" && (ph.CPU.Machine <= 0 || ph.CPU.Client <= 0 || ph.CPU.Ops <= 0) {
+				t.Errorf("%s %s on %s: CPU not measured: %+v", res.Scenario, ph.Name, ph.Target, ph.CPU)
+			}
+			if ph.DiskSyncMicros <= 0 {
+				t.Errorf("%s %s on %s: disk fsync not probed", res.Scenario, ph.Name, ph.Target)
+			}
+		}
 	}
 }
 
@@ -267,6 +276,7 @@ func TestServerDiesMidRun(t *testing.T) {
 	defer StopTarget(tg)
 	cfg := testConfig()
 	cfg.Duration = 400 * time.Millisecond
+	cfg.Slices = 1 // the phase the server dies in is reported with its errors
 	logf := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		t.Log(msg)

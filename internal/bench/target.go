@@ -108,3 +108,11 @@ func (t *Target) alive() error {
 	}
 	return t.proc.Exited()
 }
+
+// pid returns the process id of a spawned server, or 0.
+func (t *Target) pid() int {
+	if t.proc == nil || t.proc.cmd.Process == nil {
+		return 0
+	}
+	return t.proc.cmd.Process.Pid
+}

@@ -29,10 +29,10 @@ func Write(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Resu
 	}
 	runID := fmt.Sprintf("%08x", rand.Uint32())
 	pool := randomBytes(cfg.Seed+2, 4<<20+cfg.ValueSize)
-	err := s.phases(ctx, names, func(t *Target, i int) Phase {
+	err := s.phases(ctx, names, func(t *Target, i, slice int, d time.Duration) *phaseRun {
 		p := &writePhase{
-			cfg: &cfg, addr: t.HTTP, batch: cfg.BatchSizes[i], pool: pool,
-			prefix: fmt.Sprintf("wr-%s-%d-", runID, i),
+			cfg: &cfg, addr: t.HTTP, batch: cfg.BatchSizes[i], pool: pool, d: d, slice: slice,
+			prefix: fmt.Sprintf("wr-%s-%d-%d-", runID, i, slice),
 		}
 		return p.run(ctx)
 	})
@@ -45,9 +45,11 @@ type writePhase struct {
 	batch  int
 	pool   []byte
 	prefix string
+	d      time.Duration
+	slice  int
 }
 
-func (p *writePhase) run(ctx context.Context) Phase {
+func (p *writePhase) run(ctx context.Context) *phaseRun {
 	bc := newBatchClient(p.addr, p.cfg.DB, p.cfg.Conns, p.cfg.Timeout)
 	defer bc.Close()
 	env := newPhaseEnv(ctx, p.cfg)
@@ -57,24 +59,23 @@ func (p *writePhase) run(ctx context.Context) Phase {
 	for i := range ops {
 		ops[i] = newOpCounter()
 	}
-	elapsed := env.work(p.cfg.Duration, n, func(i int) {
+	elapsed := env.work(p.d, n, func(i int) {
 		p.client(env, bc, i, ops[i], &errs[i])
 	})
+	r := &phaseRun{elapsed: elapsed}
 	all := newOpCounter()
-	var ec errCounter
 	for i := range n {
 		all.merge(ops[i])
-		ec.merge(&errs[i])
+		r.errs.merge(&errs[i])
 	}
-	ph := Phase{Seconds: elapsed.Seconds(), Ops: []OpStats{all.stats("batch", elapsed)}}
-	ph.setErrors(&ec)
-	return ph
+	r.add("batch", all)
+	return r
 }
 
 // client posts batches of new keys one after the other and checks that
 // the committed index increases.
 func (p *writePhase) client(env *phaseEnv, bc *batchClient, w int, oc *opCounter, ec *errCounter) {
-	rng := newRand(p.cfg.Seed, 2000+w)
+	rng := newRand(p.cfg.Seed, 2000+w+1000*p.slice)
 	size := p.cfg.ValueSize
 	keys := make([]string, p.batch)
 	vals := make([][]byte, p.batch)

@@ -20,7 +20,9 @@ var Registry = prometheus.NewRegistry()
 
 func init() {
 	Registry.MustRegister(
-		collectors.NewGoCollector(),
+		// The default Go metrics, plus the scheduler's: go_sched_latencies_seconds
+		// (how long goroutines wait to run) shows a process short of CPU.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -74,6 +75,7 @@ type Status struct {
 // st must be the database's store, opened and used by nothing else for
 // writes.
 func Start(cfg Config, st *store.Store) (*Node, error) {
+	cfg.Peers = maps.Clone(cfg.Peers) // the caller's map is theirs to change
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -130,7 +132,7 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 	}
 	if fresh && !cfg.Join {
 		var peers []raft.Peer
-		for _, id := range slices.Sorted(mapsKeys(cfg.Peers)) {
+		for _, id := range slices.Sorted(maps.Keys(cfg.Peers)) {
 			peers = append(peers, raft.Peer{ID: id, Context: []byte(cfg.Peers[id])})
 		}
 		if err := n.rn.Bootstrap(peers); err != nil {
@@ -177,16 +179,6 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 	n.updateStatus()
 	go n.run()
 	return n, nil
-}
-
-func mapsKeys(m map[uint64]string) func(func(uint64) bool) {
-	return func(yield func(uint64) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // Addr is the address the transport listens on.
@@ -425,7 +417,7 @@ func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.mu.status
-	s.Members = maps(s.Members)
+	s.Members = maps.Clone(s.Members)
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -47,7 +48,7 @@ func (n *Node) maybeCompact() {
 		return // the store is ahead of the log (installed a checkpoint)
 	}
 	n.mu.Lock()
-	d := snapData{StoreIndex: n.st.AppliedIndex(), Repl: n.cfg.ReplAddr, Members: maps(n.mu.members)}
+	d := snapData{StoreIndex: n.st.AppliedIndex(), Repl: n.cfg.ReplAddr, Members: maps.Clone(n.mu.members)}
 	n.mu.Unlock()
 	data, _ := json.Marshal(d)
 	keepFrom := uint64(1)
@@ -74,14 +75,6 @@ func (n *Node) maybeCompact() {
 	n.logBytes = 0
 	mSnapshots.WithLabelValues(n.cfg.Database, "made").Inc()
 	n.log.Info("raft log compacted", "snapshot_index", applied, "store_index", d.StoreIndex, "kept_from", keepFrom)
-}
-
-func maps(m map[uint64]string) map[uint64]string {
-	out := make(map[uint64]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // installSnapshot brings the store up to a snapshot the leader sent: the

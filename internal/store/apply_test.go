@@ -159,3 +159,36 @@ func TestApplyRejectsEntriesThatDoNotFollow(t *testing.T) {
 	sameState(t, root, replica)
 	mustVerify(t, replica)
 }
+
+// ReadLog from every index, at a block's start (the forward seek) and
+// inside it (the backward one), returns the entries that follow.
+func TestReadLogFromAnyIndex(t *testing.T) {
+	root := openTest(t, Options{Name: "readlog-root"})
+	for i := range 20 {
+		mustWrite(t, root, set(fmt.Sprintf("k%02d", i), fmt.Sprint(i)))
+	}
+	all, err := root.ReadLog(1, 100, 1<<30)
+	if err != nil || len(all) != 20 {
+		t.Fatalf("%d entries, %v", len(all), err)
+	}
+	// A replica applying them 8 at a time stores blocks of 8 entries.
+	rep := openTest(t, Options{Name: "readlog-rep", DBID: root.DBID()})
+	replicate(t, root, rep, 8)
+	for _, s := range []*Store{root, rep} {
+		for from := uint64(1); from <= 20; from++ {
+			es, err := s.ReadLog(from, 3, 1<<30)
+			if err != nil {
+				t.Fatalf("%s from %d: %v", s.Name(), from, err)
+			}
+			want := all[from-1 : min(from+2, 20)]
+			if len(es) != len(want) {
+				t.Fatalf("%s from %d: %d entries, want %d", s.Name(), from, len(es), len(want))
+			}
+			for i := range es {
+				if es[i].Index != want[i].Index || es[i].Hash != want[i].Hash {
+					t.Fatalf("%s from %d: entry %d is %d, want %d", s.Name(), from, i, es[i].Index, want[i].Index)
+				}
+			}
+		}
+	}
+}

@@ -11,24 +11,64 @@ import (
 	"sync/atomic"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // BenchmarkWrite40KB measures durable writes of new keys with 40 kB random
 // (incompressible) values from 2 concurrent writers, the write load of the
-// readlat benchmark.
+// readlat benchmark, with log blocks stored uncompressed and with zstd (the
+// server's default). Every value is different (consecutive slices of a
+// random pool), so a block of several values cannot compress.
+//
+// log-full: the same, zstd, once the log is at its retention limit (32 MiB
+// here; 1 GiB by default, which the readlat benchmark reaches during its
+// 2-writer phase): every commit also drops the oldest block from the log.
 func BenchmarkWrite40KB(b *testing.B) {
-	s, err := Open(Options{Dir: b.TempDir()})
+	for _, c := range []struct {
+		name string
+		c    wal.Compression
+		full bool
+	}{{"none", wal.CompressNone, false}, {"zstd", wal.CompressZstd, false}, {"log-full", wal.CompressZstd, true}} {
+		b.Run(c.name, func(b *testing.B) { benchWrite40KB(b, c.c, c.full) })
+	}
+}
+
+func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
+	name := fmt.Sprintf("bench-%s-%d", b.Name(), b.N)
+	o := Options{Dir: b.TempDir(), Name: name, Compression: c}
+	if logFull {
+		o.Retention.MaxBytes = 32 << 20
+	}
+	s, err := Open(o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	val := make([]byte, 40<<10)
-	rand.Read(val)
+	const size = 40 << 10
+	pool := make([]byte, 8<<20)
+	rand.Read(pool)
+	if logFull {
+		for i := range 1000 { // 40 MB
+			off := i * (size + 1) % (len(pool) - size)
+			op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "fill-%d", i), Value: pool[off : off+size]}
+			if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	materialized := counterValue(b, s.m.materialized)
+	// Only the writes measured: not those filling the log.
+	reports := []func(){
+		histReporter(b, name, "qs_store_sync_seconds", "sync-µs/commit"),
+		histReporter(b, name, "qs_store_commit_seconds", "commit-µs/commit"),
+		histReporter(b, name, "qs_store_commit_group_requests", "reqs/commit"),
+	}
 	var n atomic.Int64
-	b.SetBytes(int64(len(val)))
+	b.SetBytes(size)
 	b.ResetTimer()
+	reportCPU(b)
 	var wg sync.WaitGroup
 	for w := 0; w < 2; w++ {
 		wg.Add(1)
@@ -39,7 +79,8 @@ func BenchmarkWrite40KB(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: val}
+				off := int(i) * (size + 1) % (len(pool) - size)
+				op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: pool[off : off+size]}
 				if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
 					b.Error(err)
 					return
@@ -49,32 +90,49 @@ func BenchmarkWrite40KB(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	reportHist(b, "qs_store_sync_seconds", "sync-µs/commit")
-	reportHist(b, "qs_store_commit_seconds", "commit-µs/commit")
-	reportHist(b, "qs_store_commit_group_requests", "")
+	for _, r := range reports {
+		r()
+	}
+	if logFull {
+		b.ReportMetric((counterValue(b, s.m.materialized)-materialized)/float64(b.N), "copied-out/op")
+	}
 }
 
-// reportHist reports the mean of a store histogram as a benchmark metric.
-func reportHist(b *testing.B, name, unit string) {
+// histTotals returns the sum and count of a histogram of database db.
+func histTotals(db, name string) (float64, uint64) {
 	mfs, _ := metrics.Registry.Gather()
+	var sum float64
+	var n uint64
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
-		var sum float64
-		var n uint64
 		for _, m := range mf.GetMetric() {
-			sum += m.GetHistogram().GetSampleSum()
-			n += m.GetHistogram().GetSampleCount()
+			if hasLabel(m.GetLabel(), "db", db) {
+				sum += m.GetHistogram().GetSampleSum()
+				n += m.GetHistogram().GetSampleCount()
+			}
 		}
-		if n == 0 {
+	}
+	return sum, n
+}
+
+// histReporter reports, when the benchmark ends, the mean of what a
+// histogram of database db observed from its creation on, as a metric in
+// unit (µs when the histogram is in seconds, "reqs/commit" for the group
+// size).
+func histReporter(b *testing.B, db, name, unit string) func() {
+	sum0, n0 := histTotals(db, name)
+	return func() {
+		sum, n := histTotals(db, name)
+		if n == n0 {
 			return
 		}
-		if unit == "" {
-			b.ReportMetric(sum/float64(n), "reqs/commit")
-			return
+		mean := (sum - sum0) / float64(n-n0)
+		if unit != "reqs/commit" {
+			mean *= 1e6
 		}
-		b.ReportMetric(sum/float64(n)*1e6, unit)
+		b.ReportMetric(mean, unit)
 	}
 }
 
@@ -185,7 +243,13 @@ func BenchmarkLookup(b *testing.B) {
 		for i := range all {
 			all[i] = fmt.Appendf(nil, "k%06d", (i*7919+13)%n)
 		}
-		found := func(uint64, int, []byte, uint64, bool) error { return nil }
+		// found copies each value into a reply buffer, as the memcached
+		// front door does, so that reading the value's memory is measured.
+		var reply []byte
+		found := func(_ uint64, _ int, v []byte, _ uint64, _ bool) error {
+			reply = append(reply, v...)
+			return nil
+		}
 		for _, k := range all { // warm the cache: measure hits, not the first misses
 			if _, err := s.Lookup([][]byte{k}, found); err != nil {
 				b.Fatal(err)
@@ -197,8 +261,10 @@ func BenchmarkLookup(b *testing.B) {
 		}{{"hot-10k", hot}, {"all-100k", all}} {
 			for _, per := range []int{1, 100} {
 				b.Run(fmt.Sprintf("%s/%s/%d-keys", cache.name, set.name, per), func(b *testing.B) {
+					reportCPU(b)
 					for i := 0; b.Loop(); i++ {
 						start := (i * per) % len(set.keys)
+						reply = reply[:0]
 						if _, err := s.Lookup(set.keys[start:start+per], found); err != nil {
 							b.Fatal(err)
 						}
@@ -208,4 +274,13 @@ func BenchmarkLookup(b *testing.B) {
 		}
 		s.Close()
 	}
+}
+
+func hasLabel(labels []*dto.LabelPair, name, value string) bool {
+	for _, l := range labels {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,5 +188,142 @@ func TestLookupAfterReplace(t *testing.T) {
 	}
 	if v, a := look(); v != "new" || a != root.AppliedIndex() {
 		t.Fatalf("after replace: %q at %d", v, a)
+	}
+}
+
+// The shard table under random inserts, replacements and deletions, with
+// hashes drawn from a tiny range so that probe runs collide, wrap around
+// the end of the table and get cut by deletions: after every step each
+// entry the model holds is found at a slot its probe reaches, and nothing
+// else is held.
+func TestCacheShardTable(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 3))
+		var s cacheShard
+		type kv struct {
+			hash  uint64
+			value string
+		}
+		model := map[string]kv{}
+		hashSpace := uint64(1 + r.IntN(40))
+		for step := range 3000 {
+			k := fmt.Sprintf("k%d", r.IntN(60))
+			_, have := model[k]
+			switch op := r.IntN(10); {
+			case op < 6: // insert or replace
+				h := r.Uint64N(hashSpace) | 7<<58 // shard bits are irrelevant here
+				if have {
+					h = model[k].hash
+				}
+				v := fmt.Sprint("v", step)
+				e := newCacheEntry([]byte(k), []byte(v), uint64(step), uint64(step), true)
+				if i, old := findLocked(&s, k, h); old != nil {
+					s.bytes += e.size() - old.size()
+					s.slots[i].entry = e
+				} else {
+					s.insertLocked(h, e)
+				}
+				model[k] = kv{h, v}
+			case op < 9 && have: // delete
+				i, e := findLocked(&s, k, model[k].hash)
+				if e == nil {
+					t.Fatalf("seed %d step %d: %s not found before delete", seed, step, k)
+				}
+				s.bytes -= e.size()
+				s.deleteLocked(i)
+				delete(model, k)
+			default: // evict one
+				if s.n > 0 {
+					var keep uint64 = 1 << 63 // no entry has it
+					before := s.n
+					if !s.evictOneLocked(keep) || s.n != before-1 {
+						t.Fatalf("seed %d step %d: eviction failed with %d entries", seed, step, before)
+					}
+					for k := range model {
+						if _, e := findLocked(&s, k, model[k].hash); e == nil {
+							delete(model, k)
+						}
+					}
+				}
+			}
+			checkShard(t, &s, len(model), func(key string) (uint64, string, bool) {
+				m, ok := model[key]
+				return m.hash, m.value, ok
+			})
+			for k, m := range model {
+				if _, e := findLocked(&s, k, m.hash); e == nil || string(e.value()) != m.value {
+					t.Fatalf("seed %d step %d: %s: got %v, want %q", seed, step, k, e, m.value)
+				}
+			}
+		}
+	}
+}
+
+// checkShard checks the counters of s and that every held entry is one
+// the model has and is reachable by a probe from its home slot.
+func checkShard(t *testing.T, s *cacheShard, want int, model func(key string) (uint64, string, bool)) {
+	t.Helper()
+	n, bytes := 0, int64(0)
+	for i, sl := range s.slots {
+		if sl.entry == nil {
+			continue
+		}
+		n++
+		bytes += sl.entry.size()
+		h, v, ok := model(string(sl.entry.key()))
+		if !ok || h != sl.hash || v != string(sl.entry.value()) {
+			t.Fatalf("slot %d holds %q=%q (hash %d), the model says %v %q (hash %d)", i, sl.entry.key(), sl.entry.value(), sl.hash, ok, v, h)
+		}
+		if j, _ := findLocked(s, sl.entry.key(), sl.hash); j != i {
+			t.Fatalf("entry %q at slot %d is found at %d", sl.entry.key(), i, j)
+		}
+	}
+	if n != want || n != s.n || bytes != s.bytes {
+		t.Fatalf("%d entries held, %d counted, %d in the model; %d bytes held, %d counted", n, s.n, want, bytes, s.bytes)
+	}
+	if len(s.slots) > 0 && s.n*4 > len(s.slots)*3 {
+		t.Fatalf("%d entries in %d slots", s.n, len(s.slots))
+	}
+}
+
+// The cache keeps to its budget, answers what it holds, and never holds a
+// value other than the last one put.
+func TestReadCacheBudget(t *testing.T) {
+	m := newStoreMetrics("cache-budget-test")
+	c := newReadCache(cacheShards*4096, m)
+	want := map[string]string{}
+	for i := range 20000 {
+		k := fmt.Sprintf("key-%d", i%5000)
+		v := fmt.Sprintf("value-%d-%s", i, strings.Repeat("x", i%200))
+		c.put([]byte(k), []byte(v), uint64(i+1), true, uint64(i+1))
+		want[k] = v
+		if i%1000 == 0 {
+			c.invalidate(map[string]*keyState{k: nil}, uint64(i+1))
+			delete(want, k)
+		}
+	}
+	n, bytes := c.size()
+	if bytes > cacheShards*(4096+int64(entryHeader+200+32+entryOverhead)) {
+		t.Errorf("%d bytes held, budget %d", bytes, cacheShards*4096)
+	}
+	held := 0
+	for k, v := range want {
+		got, _, found, ok := c.get([]byte(k), 1<<62)
+		if !ok {
+			continue
+		}
+		held++
+		if !found || string(got) != v {
+			t.Fatalf("%s: got %q found=%v, want %q", k, got, found, v)
+		}
+	}
+	if held != n || n == 0 || counterValue(t, m.cacheEvictions) == 0 {
+		t.Errorf("%d entries held, %d answered, %v evictions", n, held, counterValue(t, m.cacheEvictions))
+	}
+	for i := range c.shards {
+		checkShard(t, &c.shards[i], c.shards[i].n, func(key string) (uint64, string, bool) {
+			v, ok := want[key]
+			return maphash.String(c.seed, key), v, ok
+		})
 	}
 }

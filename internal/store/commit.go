@@ -78,7 +78,10 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 		return WriteResult{}, err
 	}
 	r := &request{kind: reqWrite, batch: b, size: size, done: make(chan struct{})}
-	return r.res, s.submit(ctx, r)
+	if err := s.submit(ctx, r); err != nil {
+		return WriteResult{}, err // r may still be in the committer's hands
+	}
+	return r.res, nil
 }
 
 // Heartbeat writes an entry carrying only the clock, so replicas can
@@ -88,8 +91,10 @@ func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
 		return 0, errRaftOnly
 	}
 	r := &request{kind: reqHeartbeat, done: make(chan struct{})}
-	err := s.submit(ctx, r)
-	return r.res.Index, err
+	if err := s.submit(ctx, r); err != nil {
+		return 0, err // r may still be in the committer's hands
+	}
+	return r.res.Index, nil
 }
 
 // Apply appends entries received from another node: they must continue
@@ -329,6 +334,12 @@ type committer struct {
 	// ids are the outcomes of the group's batches with an ID.
 	ids          map[string]batchOutcome
 	lastIDExpiry time.Time
+	// Retired log blocks (retire.go): the totals, and the blocks the
+	// group's ops counted down.
+	retired      retiredTotals
+	retiredDirty bool
+	touched      map[uint64]*retiredState
+	rm           *retiredMetrics
 
 	// Raft apply (raftapply.go): the last applied Raft index; whether the
 	// store applies a Raft log; the proposer's time of the command being
@@ -370,6 +381,12 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.stats, err = decodeStats(v); err != nil {
 		return nil, err
 	}
+	if c.retired, err = s.loadRetiredTotals(); err != nil {
+		return nil, err
+	}
+	c.rm = newRetiredMetrics(s.opts.Name)
+	c.rm.blocks.Set(float64(c.retired.blocks))
+	c.rm.bytes.Set(float64(c.retired.bytes))
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {
 		return nil, err
 	}
@@ -379,7 +396,7 @@ func newCommitter(s *Store) (*committer, error) {
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats, baseRaft := c.last, c.log, c.stats, c.raftIndex
+	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
 	c.batch = s.db.NewBatch()
 	defer func() {
 		c.batch.Close()
@@ -392,6 +409,8 @@ func (c *committer) commit(group []*request) {
 	clear(c.overlay)
 	clear(c.inLog)
 	clear(c.ids)
+	clear(c.touched)
+	c.retiredDirty = false
 	c.blk.Reset()
 	c.entries = 0
 
@@ -430,14 +449,20 @@ func (c *committer) commit(group []*request) {
 			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
 		if c.blk.Len() > 0 {
-			blk := c.blk.Finish(c.buf[:0], s.opts.Compression)
+			blk := c.blk.Finish(c.buf[:0], c.blockCompression())
 			c.buf = blk
 			c.batch.Set(logKey(c.blockFirst), blk, nil)
 			c.writeInLogRecords(wal.Compression(blk[1]) == wal.CompressNone)
 			c.log.bytes += int64(len(blk) + 9)
 			s.m.logBlockBytes.Observe(float64(len(blk)))
+			if err := c.settleRetired(); err != nil {
+				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
+			}
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
+			}
+			if c.retiredDirty {
+				c.batch.Set(metaRetired, c.retired.encode(), nil)
 			}
 			c.batch.Set(metaApplied, c.last.encode(), nil)
 			c.batch.Set(metaLog, c.log.encode(), nil)
@@ -453,7 +478,7 @@ func (c *committer) commit(group []*request) {
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
 	}
 	if groupErr != nil {
-		c.last, c.log, c.stats, c.raftIndex = base, baseLog, baseStats, baseRaft
+		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
@@ -473,6 +498,8 @@ func (c *committer) commit(group []*request) {
 		s.m.logBytes.Set(float64(c.log.bytes))
 		s.m.logEntries.Set(float64(c.last.index - c.log.first + 1))
 		s.m.keys.Set(float64(c.stats.keys))
+		c.rm.blocks.Set(float64(c.retired.blocks))
+		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	s.m.groupSize.Observe(float64(len(group)))
 	s.m.commitSeconds.Observe(time.Since(start).Seconds())
@@ -629,6 +656,9 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	ks, err := c.state(op.Key)
 	if err != nil {
+		return err
+	}
+	if err := c.release(ks); err != nil {
 		return err
 	}
 	delete(c.inLog, string(op.Key))
@@ -820,6 +850,21 @@ type pendingValue struct {
 	index  uint64
 	offset int // of the value in the block's uncompressed payload
 	value  []byte
+}
+
+// blockCompression is how to store the group's block: uncompressed when
+// values to be stored only in the log make up at least half of it (they
+// can be only if the block is stored raw, and compressing them is CPU
+// spent to then write them a second time, inline), else as configured.
+func (c *committer) blockCompression() wal.Compression {
+	n := 0
+	for _, p := range c.inLog {
+		n += len(p.value)
+	}
+	if 2*n >= c.blk.RawLen() {
+		return wal.CompressNone
+	}
+	return c.s.opts.Compression
 }
 
 // writeInLogRecords writes the deferred value records of the group: in-log

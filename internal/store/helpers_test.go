@@ -142,7 +142,7 @@ func writeBatch(ctx context.Context, s *Store, ops ...wal.Op) (WriteResult, erro
 
 // counterValue reads a counter, as prometheus/testutil.ToFloat64 does
 // (testutil itself needs a module this repository does not require yet).
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
@@ -160,3 +160,16 @@ func integrityErrors(t *testing.T, db, kind string) float64 {
 // quietLogger drops store and Pebble messages (tests that expect errors
 // would otherwise flood the output).
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// reportCPU adds a cpu-ns/op metric to a benchmark: the CPU time the whole
+// process used per iteration (GC included), which, unlike ns/op, does not
+// count the time the benchmark waited for a core on a busy machine. Call
+// it after setup; it reports when the benchmark ends.
+func reportCPU(b *testing.B) {
+	start := processCPU()
+	b.Cleanup(func() {
+		if start > 0 && b.N > 0 {
+			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+		}
+	})
+}

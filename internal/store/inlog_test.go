@@ -142,3 +142,56 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockCompressionChoice: with zstd configured, a block made mostly of
+// large values is stored raw, so that they are written once (in-log
+// records), even when they compress; a block of mostly small data is
+// compressed, and its large values then get inline records.
+func TestBlockCompressionChoice(t *testing.T) {
+	s := openTest(t, Options{Compression: wal.CompressZstd})
+	block := func(index uint64) wal.Compression {
+		raw, closer, err := s.db.Get(logKey(index))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closer.Close()
+		_, c, _, err := wal.ParseBlockHeader(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	record := func(key string) record {
+		raw, closer, err := s.db.Get(dataKey(nil, []byte(key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closer.Close()
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	large := bytes.Repeat([]byte("compressible "), 400) // 5,200 bytes
+	r := mustWrite(t, s, wal.Op{Type: wal.OpSet, Key: []byte("large"), Value: large})
+	if c := block(r.Index); c != wal.CompressNone || !record("large").inLog {
+		t.Errorf("block of one large value: compression %d, in-log %v; want raw and in-log", c, record("large").inLog)
+	}
+	ops := []wal.Op{{Type: wal.OpSet, Key: []byte("mixed"), Value: large[:1100]}}
+	for i := range 200 {
+		ops = append(ops, set(fmt.Sprintf("small-%03d", i), "a small value that compresses well"))
+	}
+	r = mustWrite(t, s, ops...)
+	if c := block(r.Index); c != wal.CompressZstd || record("mixed").inLog {
+		t.Errorf("block of mostly small values: compression %d, in-log %v; want zstd and inline", c, record("mixed").inLog)
+	}
+	for k, want := range map[string]string{"large": string(large), "mixed": string(large[:1100]), "small-007": "a small value that compresses well"} {
+		if v, _, _ := get(t, s, k); v != want {
+			t.Errorf("%s = %.20q…, want %.20q…", k, v, want)
+		}
+	}
+	if rep, err := s.Verify(); err != nil || rep.ProblemCount != 0 {
+		t.Fatalf("verify: %v %+v", err, rep.Problems)
+	}
+}

@@ -17,6 +17,9 @@ var (
 	metaApplied = []byte("mapplied") // appliedRecord
 	metaLog     = []byte("mlog")     // logRecord
 	metaStats   = []byte("mstats")   // statsRecord
+	metaRetired = []byte("mretired") // retiredTotals (retire.go)
+	// metaRetiredBlock + BE64 block: retiredRecord of a retired log block
+	metaRetiredBlock = []byte("mrb")
 )
 
 // formatVersion is the storage layout version written at creation.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -79,8 +80,14 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	defer it.Close()
 	var out []wal.Entry
 	size := 0
-	// The block holding `from` is the last block starting at or before it.
-	ok := it.SeekLT(logKey(from + 1))
+	// The block holding `from` is the last block starting at or before it:
+	// usually one starting at `from` (readers that follow the log ask for
+	// the entry after their last block), found by a forward seek, which
+	// unlike a backward one does not copy the block.
+	ok := it.SeekGE(logKey(from))
+	if !ok || !bytes.Equal(it.Key(), logKey(from)) {
+		ok = it.SeekLT(logKey(from + 1))
+	}
 	for ; ok; ok = it.Next() {
 		first, valid := logKeyIndex(it.Key())
 		if !valid {
@@ -120,44 +127,13 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	return out, nil
 }
 
-// materialize rewrites, as inline records, the value records that still
-// point into a log block about to be dropped. Keys the group itself
-// rewrites are left alone: their new record is already in the batch.
-func (c *committer) materialize(blockFirst uint64, blk []byte) error {
-	if len(blk) < 2 || wal.Compression(blk[1]) != wal.CompressNone {
-		return nil // only uncompressed blocks hold values records point to
-	}
-	entries, err := wal.DecodeBlock(blk)
-	if err != nil {
-		return fmt.Errorf("%w: log block %d: %v", ErrCorrupt, blockFirst, err)
-	}
-	var k []byte
-	for _, e := range entries {
-		for _, op := range e.Ops {
-			if op.Type != wal.OpSet || len(op.Value) < minInLogBytes {
-				continue
-			}
-			if _, ok := c.overlay[string(op.Key)]; ok {
-				continue
-			}
-			k = dataKey(k, op.Key)
-			v, found, err := c.lookup(k)
-			if err != nil {
-				return err
-			}
-			if !found {
-				continue
-			}
-			rec, err := decodeRecord(v)
-			if err != nil || !rec.inLog || rec.block != blockFirst || rec.index != e.Index {
-				continue
-			}
-			c.buf = encodeInline(c.buf, rec.index, op.Value)
-			c.batch.Set(k, c.buf, nil)
-			c.s.m.materialized.Inc()
-		}
-	}
-	return nil
+// pointsInto reports whether key's record may still point into the log
+// block blockFirst once the group commits: false if the group rewrote or
+// deleted the key (its new record is in the batch). A key the group only
+// read (a condition, an identical rewrite) keeps its stored record.
+func (c *committer) pointsInto(key []byte, blockFirst uint64) bool {
+	ks, ok := c.overlay[string(key)]
+	return !ok || (ks.logRec != nil && ks.logRec.block == blockFirst)
 }
 
 // truncateLog drops the oldest log blocks, inside the group's batch, while
@@ -182,11 +158,15 @@ func (c *committer) truncateLog() error {
 	}
 	defer it.Close()
 	var cut []byte
-	var lastBlock []byte
+	var base wal.Hash // of the last entry of the last block handled
 	first, bytes := c.log.first, c.log.bytes
 	cutoff := now.Add(-r.MaxAge).UnixNano()
 	const maxBlocksPerRun = 4096
 	n := 0
+	// A block that cannot be handled stays, and so do the ones after it:
+	// the log shrinks by the blocks already handled (their deletes and
+	// records are in the batch).
+	var stopped error
 	for ok := it.First(); ok && n < maxBlocksPerRun; ok = it.Next() {
 		raw, err := it.ValueAndErr()
 		if err != nil {
@@ -203,24 +183,28 @@ func (c *committer) truncateLog() error {
 		if !over(count, bytes) && !old {
 			break
 		}
-		if err := c.materialize(blockFirst, raw); err != nil {
-			return err
+		last, err := wal.BlockLastHash(raw)
+		if err != nil {
+			stopped = fmt.Errorf("%w: log block %d: %v", ErrCorrupt, blockFirst, err)
+			break
+		}
+		if err := c.leaveLog(blockFirst, raw); err != nil {
+			stopped = err
+			break
 		}
 		bytes -= int64(len(raw) + 9)
 		first = next
 		cut = append(cut[:0], it.Key()...)
-		lastBlock = append(lastBlock[:0], raw...)
+		base = last
 		n++
 	}
 	if cut == nil {
+		if stopped != nil {
+			return stopped
+		}
 		return it.Error()
 	}
-	base, err := wal.BlockLastHash(lastBlock)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	c.batch.DeleteRange(logKey(c.log.first), logKey(first), nil)
 	c.s.m.logTruncated.Add(float64(first - c.log.first))
 	c.log = logRecord{first: first, bytes: bytes, baseHash: base}
-	return nil
+	return stopped
 }

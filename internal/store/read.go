@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -285,28 +286,23 @@ func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, in
 		return 0, ErrClosed
 	}
 	a := s.applied.Load()
-	type hit struct {
-		value []byte
-		index uint64
-		found bool
-	}
-	var small [8]hit
-	hits := small[:0]
-	for _, k := range keys {
-		v, idx, found, ok := s.cache.get(k, a)
-		if !ok {
-			break
+	var done bool
+	var err error
+	if len(keys) <= 8 {
+		var small [8]cacheHit // stays on the stack
+		_, done, err = s.lookupCached(keys, a, small[:0], fn)
+	} else {
+		hp := hitsPool.Get().(*[]cacheHit)
+		var hits []cacheHit
+		hits, done, err = s.lookupCached(keys, a, (*hp)[:0], fn)
+		if cap(hits) <= maxPooledHits {
+			clear(hits) // drop the references to cached values
+			*hp = hits[:0]
+			hitsPool.Put(hp)
 		}
-		hits = append(hits, hit{v, idx, found})
 	}
-	if len(hits) == len(keys) {
-		s.m.cacheHits.Add(float64(len(keys)))
-		for i, h := range hits {
-			if err := fn(a, i, h.value, h.index, h.found); err != nil {
-				return a, err
-			}
-		}
-		return a, nil
+	if done || err != nil {
+		return a, err
 	}
 	v, err := s.View()
 	if err != nil {
@@ -348,4 +344,39 @@ func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, in
 	s.m.cacheHits.Add(float64(nhits))
 	s.m.cacheMisses.Add(float64(len(keys) - nhits))
 	return at, nil
+}
+
+// cacheHit is a key Lookup found in the read cache, held until it knows
+// whether the cache has every key of the request.
+type cacheHit struct {
+	value []byte
+	index uint64
+	found bool
+}
+
+// hitsPool recycles Lookup's hit lists (a 100-key request needs 4 KB).
+var hitsPool = sync.Pool{New: func() any { return new([]cacheHit) }}
+
+// maxPooledHits bounds the lists kept in hitsPool.
+const maxPooledHits = 1024
+
+// lookupCached answers keys from the read cache at applied index a if it
+// can vouch for all of them: it collects them in hits first, then calls
+// fn for each, and reports done. Otherwise it calls fn for none. It
+// returns hits, grown, for reuse.
+func (s *Store) lookupCached(keys [][]byte, a uint64, hits []cacheHit, fn func(at uint64, i int, value []byte, index uint64, found bool) error) ([]cacheHit, bool, error) {
+	for _, k := range keys {
+		v, idx, found, ok := s.cache.get(k, a)
+		if !ok {
+			return hits, false, nil
+		}
+		hits = append(hits, cacheHit{v, idx, found})
+	}
+	s.m.cacheHits.Add(float64(len(keys)))
+	for i, h := range hits {
+		if err := fn(a, i, h.value, h.index, h.found); err != nil {
+			return hits, true, err
+		}
+	}
+	return hits, true, nil
 }

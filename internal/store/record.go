@@ -22,8 +22,9 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // An in-log record stores no value: the value is read from the log block
 // whose first index is block, at offset in its (uncompressed) payload. The
 // log holds every value anyway, so a large value is written once per
-// commit instead of twice. Before log retention drops such a block it
-// rewrites the records still pointing into it as inline records.
+// commit instead of twice. When log retention drops such a block, it is
+// kept as a retired block while most of it is live, else the records still
+// pointing into it are rewritten as inline records (retire.go).
 //
 // A chunk, stored under chunkKey: crc32c(bytes)(4) bytes.
 const (

@@ -247,3 +247,38 @@ func sameOps(a, b []wal.Op) bool {
 	}
 	return true
 }
+
+// A large value whose log block retention drops stays readable when the
+// group that drops the block only reads the key: an identical rewrite (a
+// no-op) or a condition on it. (Such keys were once taken for keys the
+// group rewrote, and their records were left pointing into the dropped
+// block.)
+func TestRetentionKeepsValuesTheGroupOnlyRead(t *testing.T) {
+	big := bytes.Repeat([]byte("q"), 3000)
+	for _, how := range []string{"identical rewrite", "condition"} {
+		t.Run(how, func(t *testing.T) {
+			s := openTest(t, Options{Compression: wal.CompressNone, Retention: Retention{MaxEntries: 5}})
+			r := mustWrite(t, s, setb("k", big))
+			for i := range 4 {
+				mustWrite(t, s, set(fmt.Sprint("f", i), "x"))
+			}
+			// This batch's commit drops k's block (entry 1).
+			b := Batch{Ops: []wal.Op{set("g", "y")}}
+			if how == "identical rewrite" {
+				b.Ops = append(b.Ops, setb("k", big))
+			} else {
+				b.Conds = []Cond{{Key: []byte("k"), Index: r.Index}}
+			}
+			if _, err := s.Write(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+			if lr, _ := s.LogRange(); lr.First < 2 {
+				t.Fatalf("log not truncated: %+v", lr)
+			}
+			if v, idx, ok := get(t, s, "k"); !ok || v != string(big) || idx != r.Index {
+				t.Fatalf("k = %d bytes at %d (found %v), want the value written at %d", len(v), idx, ok, r.Index)
+			}
+			mustVerify(t, s)
+		})
+	}
+}

@@ -27,6 +27,7 @@ const (
 	ProblemLogChain     = "log_chain"     // an entry's hash does not chain from the previous one
 	ProblemApplied      = "applied"       // the applied record disagrees with the last log entry
 	ProblemStats        = "stats"         // the stats record disagrees with a recount
+	ProblemRetired      = "retired"       // a retired log block's record disagrees with the values pointing into it, or its block is gone
 	ProblemEngine       = "engine"        // the storage engine reported corruption
 )
 
@@ -85,6 +86,10 @@ type VerifyReport struct {
 	LogEntries int64
 	LogBytes   int64 // stored bytes, counted like the log record counts them
 
+	// Log blocks before the log start kept for their live values.
+	RetiredBlocks int64
+	RetiredBytes  int64
+
 	// Problems holds the first problems found; ProblemCount counts all.
 	Problems     []Problem
 	ProblemCount int
@@ -127,7 +132,9 @@ func Verify(o Options) (*VerifyReport, error) {
 //     are contiguous from the log record's first index, the hash chain runs
 //     from the stored base hash to the applied record's index and hash, and
 //     the log record's byte count matches the blocks;
-//   - the stats record against a recount of keys, key bytes, value bytes.
+//   - the stats record against a recount of keys, key bytes, value bytes;
+//   - retired log blocks: each has a record whose live count and bytes
+//     match the in-log records pointing into it, and the totals match.
 //
 // It streams: memory use is bounded by one log block and one chunk, not the
 // database size. An error is returned only when the check itself could not
@@ -138,7 +145,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
-	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats, v.retiredBlocks}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
@@ -162,6 +169,11 @@ type verifier struct {
 	statsRec   statsRecord
 	statsOK    bool
 	unreadable int64 // value records whose length is unknown
+
+	retired       map[uint64]retiredRecord // retired block records
+	retiredTotals []byte                   // the totals record, nil if none
+	refs          map[uint64]retiredRecord // in-log records per block before the log start
+	seenRetired   map[uint64]int64         // retired blocks found, and their size
 }
 
 func (v *verifier) problem(kind string, key []byte, index uint64, chunk int, format string, args ...any) {
@@ -232,7 +244,29 @@ func (v *verifier) meta() error {
 		return err
 	}
 	v.r.AppliedIndex, v.r.AppliedHash = v.applied.index, v.applied.hash
-	return nil
+	if v.retiredTotals, err = v.get(metaRetired); err != nil {
+		return err
+	}
+	v.retired, v.refs, v.seenRetired = map[uint64]retiredRecord{}, map[uint64]retiredRecord{}, map[uint64]int64{}
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		b, valid := retiredKeyBlock(it.Key())
+		if !valid {
+			v.problem(ProblemRetired, nil, 0, -1, "malformed retired block record key %x", it.Key())
+			continue
+		}
+		rec, err := decodeRetired(it.Value())
+		if err != nil {
+			v.problem(ProblemRetired, nil, b, -1, "retired block %d: %v", b, err)
+			continue
+		}
+		v.retired[b] = rec
+	}
+	return it.Error()
 }
 
 // keyspaces reports keys outside the four keyspaces.
@@ -300,6 +334,12 @@ func (v *verifier) data() error {
 		}
 		if rec.inLog {
 			v.r.InLogValues++
+			if v.logOK && rec.block < v.logRec.first {
+				r := v.refs[rec.block]
+				r.live++
+				r.liveBytes += int64(rec.valueLen)
+				v.refs[rec.block] = r
+			}
 			if _, err := readInLog(lit, rec, nil); err != nil {
 				v.problem(ProblemValue, key, rec.index, -1, "value stored in log block %d: %v", rec.block, err)
 			}
@@ -464,6 +504,12 @@ func (v *verifier) log() error {
 		}
 		switch {
 		case first < lr.first:
+			if _, ok := v.retired[first]; ok {
+				v.seenRetired[first] = int64(len(raw))
+				v.r.RetiredBlocks++
+				v.r.RetiredBytes += int64(len(raw))
+				continue
+			}
 			v.problem(ProblemLogGap, nil, first, -1, "block at %d is before the log start %d (not removed by retention)", first, lr.first)
 			continue
 		case first > a.index:
@@ -568,6 +614,45 @@ func (v *verifier) stats() error {
 	}
 	if st.valueBytes != r.ValueBytes {
 		v.problem(ProblemStats, nil, 0, -1, "stats record counts %d value bytes, found %d", st.valueBytes, r.ValueBytes)
+	}
+	return nil
+}
+
+// retiredBlocks checks the retired block records against the blocks found
+// before the log start and the in-log records pointing into them.
+func (v *verifier) retiredBlocks() error {
+	if !v.logOK {
+		return nil
+	}
+	var total retiredTotals
+	for b, rec := range v.retired {
+		size, found := v.seenRetired[b]
+		switch {
+		case b >= v.logRec.first:
+			v.problem(ProblemRetired, nil, b, -1, "retired block record for block %d, which is in the log (from %d)", b, v.logRec.first)
+			continue
+		case !found:
+			v.problem(ProblemRetired, nil, b, -1, "retired block %d is missing", b)
+			continue
+		}
+		total.blocks++
+		total.bytes += size
+		refs := v.refs[b]
+		if rec.live != refs.live || rec.liveBytes != refs.liveBytes || rec.blockBytes != size {
+			v.problem(ProblemRetired, nil, b, -1, "retired block %d: record counts %d live values of %d bytes in %d, found %d of %d bytes in %d",
+				b, rec.live, rec.liveBytes, rec.blockBytes, refs.live, refs.liveBytes, size)
+		}
+	}
+	if v.retiredTotals == nil && len(v.retired) == 0 {
+		return nil
+	}
+	t, err := decodeRetiredTotals(v.retiredTotals)
+	if err != nil {
+		v.problem(ProblemRetired, nil, 0, -1, "retired totals record: %v", err)
+		return nil
+	}
+	if t != total {
+		v.problem(ProblemRetired, nil, 0, -1, "retired totals record counts %d blocks of %d bytes, found %d of %d", t.blocks, t.bytes, total.blocks, total.bytes)
 	}
 	return nil
 }

@@ -85,6 +85,9 @@ func (b *BlockBuilder) NextBodyOffset(bodyLen int) int {
 // Len is the number of entries added.
 func (b *BlockBuilder) Len() int { return b.count }
 
+// RawLen is the size of the uncompressed payload so far.
+func (b *BlockBuilder) RawLen() int { return len(b.raw) }
+
 // Reset empties the builder, keeping its buffer.
 func (b *BlockBuilder) Reset() { b.raw, b.count, b.lastTime = b.raw[:0], 0, 0 }
 
@@ -245,11 +248,13 @@ func BlockLastHash(blk []byte) (Hash, error) {
 	if err != nil {
 		return h, err
 	}
-	raw, err := decompress(bh, c, payload)
-	if err != nil {
-		return h, err
+	raw := payload // a raw payload is read in place
+	if c != CompressNone {
+		if raw, err = decompress(bh, c, payload); err != nil {
+			return h, err
+		}
 	}
-	if len(raw) < len(h) {
+	if len(raw) != bh.RawLen || len(raw) < len(h) {
 		return h, fmt.Errorf("%w: block payload unreadable", ErrMalformed)
 	}
 	copy(h[:], raw[len(raw)-len(h):])

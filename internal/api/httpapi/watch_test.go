@@ -450,8 +450,16 @@ func TestWatchStreamBytes(t *testing.T) {
 	}
 	_, keep = streamBytes(keep, p, nil, 0)
 	e.put("k2", "two")
-	e.put("k3", "three")
-	time.Sleep(50 * time.Millisecond) // both in the feed before a's next turn
+	w3 := e.put("k3", "three")
+	// Both in the feed before a's next turn.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if pos, _ := h.Position(); pos >= w3.Index {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hub did not take k3 within 10s")
+		}
+	}
 	_, keep = streamBytes(keep, next(a, 2), nil, 0)
 	streamBytes(keep, watch.Update{}, watch.ErrSlow, 3)
 	// b writes the first batch only now.

@@ -127,6 +127,12 @@ func BenchmarkSet1KiB(b *testing.B) {
 	benchPipelined(b, staticBackend{}, req)
 }
 
+// BenchmarkSet40KiB is the readlat writers' request.
+func BenchmarkSet40KiB(b *testing.B) {
+	req := []byte("set rl-0000-1-1-123 0 0 40960\r\n" + strings.Repeat("v", 40960) + "\r\n")
+	benchPipelined(b, staticBackend{}, req)
+}
+
 // BenchmarkGet20KeysTCP measures request/response round trips over
 // loopback TCP, one request in flight.
 func BenchmarkGet20KeysTCP(b *testing.B) {

@@ -413,7 +413,10 @@ func (c *conn) readFull(n int) ([]byte, error) {
 			c.r = 0
 		}
 		if len(c.buf) < n {
-			nb := make([]byte, n)
+			// Room for the next request line too, so that a client
+			// sending blocks of this size does not make every request
+			// move its block to the front of the buffer.
+			nb := make([]byte, n+initialBufBytes)
 			copy(nb, c.buf[:c.w])
 			c.buf = nb
 		}

@@ -1,0 +1,15 @@
+//go:build unix
+
+package store
+
+import "syscall"
+
+// processCPU returns the user and system CPU time this process used, in
+// nanoseconds (0 if unknown).
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
