@@ -20,13 +20,14 @@ import (
 )
 
 func init() {
-	register("dev", "start a local tree (root, 2 intermediates, 4 leaves) on loopback and show each node's index and lag; --ha: a 3-member Raft root", cmdDev)
+	register("dev", "start a local tree (root, 2 intermediates, 4 leaves, a proxy) on loopback and show each node's index and lag; --ha: a 3-member Raft root", cmdDev)
 }
 
 // devNode is one qs serve child process of the dev tree.
 type devNode struct {
 	name     string
 	upstream []string // names of its sources, in order
+	replicas []string // proxy: names of the replicas it fetches from
 	// listeners it announces: http, memcache, repl (and raft for an HA
 	// root member).
 	listeners int
@@ -39,9 +40,10 @@ var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 
 // cmdDev runs a local replication tree: the root takes writes on the
 // well-known ports, intermediates replicate from it, leaves from an
-// intermediate (the other intermediate and the root as fall-backs). Every
-// node is a real `qs serve` process with its data under --data; Ctrl-C stops
-// them all and keeps the data.
+// intermediate (the other intermediate and the root as fall-backs), and a
+// proxy follows an intermediate and fetches what it does not keep from
+// two leaves (R-OPS-1). Every node is a real `qs serve` process with its
+// data under --data; Ctrl-C stops them all and keeps the data.
 func cmdDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	data := fs.String("data", "./qs-dev", "data directory, one subdirectory per node (kept after exit)")
@@ -66,6 +68,7 @@ func cmdDev(args []string) error {
 		{name: "leaf2", upstream: []string{"mid1", "mid2", "root"}},
 		{name: "leaf3", upstream: []string{"mid2", "mid1", "root"}},
 		{name: "leaf4", upstream: []string{"mid2", "mid1", "root"}},
+		{name: "proxy1", upstream: []string{"mid1", "mid2", "root"}, replicas: []string{"leaf1", "leaf2"}},
 	}
 	var raftPeers string
 	if *ha {
@@ -84,6 +87,7 @@ func cmdDev(args []string) error {
 			{name: "leaf2", upstream: []string{"mid1", "mid2", "root2"}},
 			{name: "leaf3", upstream: []string{"mid2", "mid1", "root3"}},
 			{name: "leaf4", upstream: []string{"mid2", "mid1", "root1"}},
+			{name: "proxy1", upstream: []string{"mid1", "mid2", "root1"}, replicas: []string{"leaf1", "leaf2"}},
 		}
 	}
 	byName := map[string]*devNode{}
@@ -114,6 +118,13 @@ func cmdDev(args []string) error {
 				a = append(a, "--secondary", strings.Join(ups[1:], ","))
 			}
 		}
+		if len(n.replicas) > 0 {
+			var rs []string
+			for _, r := range n.replicas {
+				rs = append(rs, byName[r].addr["repl"])
+			}
+			a = append(a, "--role", "proxy", "--replicas", strings.Join(rs, ","), "--cache-bytes", "16777216", "--window", "1000")
+		}
 		if err := n.start(self, a, filepath.Join(*data, n.name+".log")); err != nil {
 			return fmt.Errorf("start %s: %w", n.name, err)
 		}
@@ -121,6 +132,9 @@ func cmdDev(args []string) error {
 		fmt.Printf("%-6s http %-21s memcache %-21s repl %-21s", n.name, n.addr["http"], n.addr["memcache"], n.addr["repl"])
 		if len(n.upstream) > 0 {
 			fmt.Printf(" from %s", strings.Join(n.upstream, " > "))
+		}
+		if len(n.replicas) > 0 {
+			fmt.Printf(", proxy fetching from %s", strings.Join(n.replicas, ", "))
 		}
 		fmt.Println()
 	}
@@ -133,9 +147,11 @@ func cmdDev(args []string) error {
 Write at the root, read anywhere:
   qs put --addr %s greeting hello
   qs get --addr %s --min-index <index from put> greeting
+Read through the proxy (it keeps recent and recently read values, fetches the rest):
+  qs get --addr %s --min-index <index from put> greeting
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 
-`, root, byName["leaf4"].addr["http"], *data, *data)
+`, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"], *data, *data)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -35,6 +35,10 @@ func cmdServe(args []string) error {
 		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
 		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
+		role     = fs.String("role", "", "role of the first database when it has an upstream: replica (the whole dataset, default) or proxy (keeps recent and recently read values, fetches the others from --replicas)")
+		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
+		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
+		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
 		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
 		raftPeer = fs.String("raft-peers", "", "initial members of the replicated root: id=host:port,... (this member included, the same list on every member)")
@@ -81,6 +85,18 @@ func cmdServe(args []string) error {
 	}
 	if *prodFile != "" {
 		cfg.ProducersFile = *prodFile
+	}
+	if *role != "" {
+		cfg.Databases[0].Role = *role
+	}
+	if *replicas != "" {
+		cfg.Databases[0].Replicas = splitList(*replicas)
+	}
+	if *cacheB != 0 {
+		cfg.Databases[0].ProxyCacheBytes = *cacheB
+	}
+	if *window != 0 {
+		cfg.Databases[0].ProxyWindow = *window
 	}
 	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
 		if *nodeID != 0 {

@@ -103,6 +103,40 @@ type Database struct {
 	// listener) this database replicates from, tried in order. Empty: this
 	// node is the database's root and accepts writes.
 	Upstream []string `toml:"upstream"`
+	// Role of a database that replicates: "replica" (default: the whole
+	// dataset) or "proxy" (applies the whole log but keeps only recent and
+	// recently read values; fetches the others from Replicas). See
+	// docs/operations.md, "Proxies".
+	Role string `toml:"role"`
+	// Replicas (proxy only) are the replication addresses of full
+	// replicas to fetch missing values from; the upstream and secondary
+	// sources are asked when none can answer.
+	Replicas []string `toml:"replicas"`
+	// ProxyCacheBytes (proxy only, flag --cache-bytes) is the budget of
+	// stored values, the window's included. Default 1 GiB.
+	ProxyCacheBytes int64 `toml:"proxy_cache_bytes"`
+	// ProxyWindow (proxy only, flag --window) is the sliding window in log
+	// entries: values written by the last ProxyWindow entries are never
+	// evicted, so replicas lagging less than that behind the proxy can
+	// serve its misses. Default 10000.
+	ProxyWindow int64 `toml:"proxy_window"`
+	// ProxySoftFreeBytes: below this much free disk, a proxy evicts
+	// values beyond its budget. Default 1 GiB.
+	ProxySoftFreeBytes uint64 `toml:"proxy_soft_free_bytes"`
+	// ProxyHardFreeBytes: below this much free disk, a proxy admits no
+	// fetched value (reads keep working by fetching). Default 512 MiB;
+	// at least min_free_bytes.
+	ProxyHardFreeBytes uint64 `toml:"proxy_hard_free_bytes"`
+	// ProxyFetchTimeout bounds fetching a read's missing values, retries
+	// included. Default 5s.
+	ProxyFetchTimeout Duration `toml:"proxy_fetch_timeout"`
+	// HistoryRetention (full nodes) keeps overwritten and deleted values
+	// this long (by the log's clock) for proxies reading as of an earlier
+	// index. Default 2h; negative disables the history.
+	HistoryRetention Duration `toml:"history_retention"`
+	// HistoryMaxBytes caps the history; the oldest versions go first.
+	// Default 1 GiB; negative: no cap.
+	HistoryMaxBytes int64 `toml:"history_max_bytes"`
 	// Secondary lists sources used when no upstream can serve (nodes that
 	// keep a long log, retain_age = "168h").
 	Secondary []string `toml:"secondary"`
@@ -111,7 +145,8 @@ type Database struct {
 	ReplIdleTimeout Duration `toml:"repl_idle_timeout"`
 	// BootstrapMinEntries: a new replica whose source is more than this
 	// many entries ahead bootstraps from a snapshot rather than replaying
-	// the log. Default 10000; -1: only when the source lacks the log.
+	// the log. Default 10000 (proxies: -1); -1: only when the source lacks
+	// the log.
 	BootstrapMinEntries int64 `toml:"bootstrap_min_entries"`
 
 	// Heartbeat is how often the root writes a heartbeat entry when no
@@ -327,6 +362,18 @@ func (c *Config) Validate() error {
 		if _, err := c.StoreOptions(d); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", where, err))
 		}
+		switch d.Role {
+		case "", "replica":
+			if len(d.Replicas) > 0 {
+				errs = append(errs, fmt.Errorf("%s: replicas are for role = \"proxy\"", where))
+			}
+		case "proxy":
+			if !d.IsReplica() {
+				errs = append(errs, fmt.Errorf("%s: a proxy needs an upstream to replicate the log from", where))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("%s: role %q: want replica or proxy", where, d.Role))
+		}
 		if r := d.Raft; r.Enabled() || r.Listen != "" || len(r.Peers) > 0 {
 			peers, err := ParsePeers(r.Peers)
 			switch {
@@ -387,8 +434,30 @@ func isPortZero(addr string) bool {
 	return len(addr) >= 2 && addr[len(addr)-2:] == ":0"
 }
 
-// IsReplica reports whether the database replicates from other nodes.
+// IsReplica reports whether the database replicates from other nodes
+// (as a replica or a proxy).
 func (d Database) IsReplica() bool { return len(d.Upstream)+len(d.Secondary) > 0 }
+
+// IsProxy reports whether the database is a proxy.
+func (d Database) IsProxy() bool { return d.Role == "proxy" }
+
+// RoleName is "root", "replica" or "proxy".
+func (d Database) RoleName() string {
+	switch {
+	case !d.IsReplica():
+		return "root"
+	case d.IsProxy():
+		return "proxy"
+	}
+	return "replica"
+}
+
+// Proxy log retention defaults: a proxy's log serves watchers resuming and
+// nothing else, so it is kept short (the disk is what a proxy saves).
+const (
+	proxyRetainBytes = 16 << 20
+	proxyRetainAge   = time.Hour
+)
 
 // StoreOptions converts a database's configuration to store options.
 func (c *Config) StoreOptions(d Database) (store.Options, error) {
@@ -412,6 +481,20 @@ func (c *Config) StoreOptions(d Database) (store.Options, error) {
 		BallastBytes:   d.BallastBytes,
 		CacheBytes:     d.CacheBytes,
 		ReadCacheBytes: d.ReadCacheBytes,
+		History:        store.HistoryOptions{Retention: d.HistoryRetention.Duration, MaxBytes: d.HistoryMaxBytes},
+	}
+	if d.IsProxy() {
+		o.Proxy = &store.ProxyOptions{Window: d.ProxyWindow, CacheBytes: d.ProxyCacheBytes,
+			SoftFreeBytes: d.ProxySoftFreeBytes, HardFreeBytes: d.ProxyHardFreeBytes, FetchTimeout: d.ProxyFetchTimeout.Duration}
+		if o.Retention.MaxEntries == 0 {
+			o.Retention.MaxEntries = max(d.ProxyWindow, 10000)
+		}
+		if o.Retention.MaxBytes == 0 {
+			o.Retention.MaxBytes = proxyRetainBytes
+		}
+		if o.Retention.MaxAge == 0 {
+			o.Retention.MaxAge = proxyRetainAge
+		}
 	}
 	if d.DBID != "" {
 		if o.DBID, err = store.ParseDBID(d.DBID); err != nil {
@@ -419,7 +502,13 @@ func (c *Config) StoreOptions(d Database) (store.Options, error) {
 		}
 	}
 	o.EnsureDefaults()
-	return o, o.Validate()
+	if err := o.Validate(); err != nil {
+		return o, err
+	}
+	if p := o.Proxy; p != nil && p.HardFreeBytes < o.MinFreeBytes {
+		return o, fmt.Errorf("proxy_hard_free_bytes %d below min_free_bytes %d: admissions must stop before writes do", p.HardFreeBytes, o.MinFreeBytes)
+	}
+	return o, nil
 }
 
 // Load reads a TOML file, refusing unknown keys, and applies defaults.

@@ -61,6 +61,37 @@ unix = ["/run/qs/waf.sock"]
 	}
 }
 
+func TestProxyAndHistoryOptions(t *testing.T) {
+	c, err := Parse([]byte(`
+[[database]]
+name = "p"
+role = "proxy"
+upstream = ["10.0.0.1:7390"]
+replicas = ["10.0.0.2:7390", "10.0.0.3:7390"]
+proxy_cache_bytes = 1000000
+proxy_window = 500
+[[database]]
+name = "r"
+upstream = ["10.0.0.1:7390"]
+history_retention = "30m"
+history_max_bytes = 123456
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.StoreOptions(c.Databases[0])
+	if p.Proxy == nil || p.Proxy.Window != 500 || p.Proxy.CacheBytes != 1000000 || p.Retention.MaxEntries != 10000 || p.Retention.MaxBytes != 16<<20 {
+		t.Fatalf("proxy options %+v retention %+v", p.Proxy, p.Retention)
+	}
+	r, _ := c.StoreOptions(c.Databases[1])
+	if r.Proxy != nil || r.History.Retention != 30*time.Minute || r.History.MaxBytes != 123456 || r.Retention.MaxBytes != 1<<30 {
+		t.Fatalf("replica options %+v", r)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ toml, want string }{
 		"unknown key":                    {`datta = "x"`, "unknown keys"},
@@ -78,6 +109,11 @@ func TestParseErrors(t *testing.T) {
 		"negative watch rate":            {"watch_write_rate = -1", "watch_write_rate"},
 		"negative watch target":          {`watch_wake_delay_target = "-1ms"`, "watch_wake_delay_target"},
 		"bad watch target":               {`watch_wake_delay_target = "soon"`, "soon"},
+		"bad role":                       {"[[database]]\nname = \"a\"\nrole = \"cache\"\nupstream = [\"h:1\"]", "want replica or proxy"},
+		"root proxy":                     {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
+		"replicas unused":                {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
+		"proxy window":                   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
+		"hard below min":                 {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_hard_free_bytes = 1000\nproxy_soft_free_bytes = 2000", "below min_free_bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.toml), "test")

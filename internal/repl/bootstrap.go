@@ -140,7 +140,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
-	hello := &Hello{Version: ProtocolVersion, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
+	hello := &Hello{Version: streamVersion, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
 		LastIndex: max(r.st.AppliedIndex(), d.minIndex), Bootstrap: true, Resume: resume}
 	if err := WriteMessage(c, hello); err != nil {
 		return false, fmt.Errorf("send hello to %s: %w", d.src, err)

@@ -392,7 +392,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	if err != nil {
 		return false, fmt.Errorf("read applied head: %w", err)
 	}
-	hello := &Hello{Version: ProtocolVersion, Database: r.cfg.Database, DBID: r.st.DBID(),
+	hello := &Hello{Version: streamVersion, Database: r.cfg.Database, DBID: r.st.DBID(),
 		ProcessID: r.cfg.ProcessID, LastIndex: applied}
 	deadline := time.Now().Add(r.cfg.HandshakeTimeout)
 	c.SetDeadline(deadline)

@@ -20,7 +20,7 @@
 //   - A replica whose source fails keeps serving its own downstream clients:
 //     servers and replicas share nothing but the store.
 //
-// # Wire protocol (version 1)
+// # Wire protocol (versions 1 and 2)
 //
 // One TCP connection per stream (TLS, when configured, wraps the connection and
 // changes nothing below). The client sends exactly one message, Hello; the
@@ -42,7 +42,8 @@
 // Messages (type byte, payload):
 //
 //	1 Hello    magic "QSR1" version(2) flags(1) dbid(16) pid(16) last(8) stop(8) name(string ≤ 255)
-//	           flags bit 0: NewestOnly, bit 1: Bootstrap; other bits must be zero.
+//	           flags bit 0: NewestOnly, bit 1: Bootstrap, bit 2: Fetch (version 2);
+//	           other bits must be zero.
 //	           With Bootstrap the name is followed by the resume point:
 //	           snapshot(16) file(4) offset(8), all zero for a new download.
 //	           dbid: the database id the client expects; all zero = accept any
@@ -79,7 +80,8 @@
 // Versioning. Hello carries the client's version; a server accepts
 // MinProtocolVersion..ProtocolVersion and echoes the version it will speak
 // in Welcome, or refuses with code "version". A new version may add message
-// types and Hello flags; version 1 peers refuse them.
+// types and Hello flags; version 1 peers refuse them. Version 2 adds fetch
+// connections; stream and bootstrap clients still send version 1.
 //
 // Refusal codes (stable; the reason text is for humans):
 //
@@ -92,6 +94,26 @@
 //	7 bad_hello         the first message was not a Hello
 //	8 shutting_down     the server is stopping
 //	9 unavailable       the server cannot make a snapshot now
+//	10 bad_request      a fetch connection sent a malformed or unexpected message
+//	11 proxy            the database is a proxy here: no snapshots, no values
+//
+// # Fetch connections (version 2)
+//
+// A proxy fetches the values it does not hold on connections opened with a
+// version-2 Hello carrying the Fetch flag. After the Welcome the client
+// sends Fetch messages, pipelined; the server answers each with one Values
+// message, in order, with the request's id, read from one view of its
+// store as of min(asof, its published applied index):
+//
+//	10 Fetch   id(8) asof(8) count(uvarint 1..MaxFetchKeys) item*;  item := index(8) keylen(uvarint) key
+//	11 Values  id(8) applied(8) horizon(8) count(uvarint) result*;
+//	           result := status(1) [index(8) vallen(uvarint) value]  (status ok only)
+//
+// index is the version the client expects (0: any); statuses: 0 ok, 1
+// absent, 2 behind, 3 gone, 4 mismatch, 5 error, 6 skipped (see
+// protocol_fetch.go). Bad input is counted, refused with bad_request when
+// the frame was readable, and closes the connection. The full description
+// is in docs/protocol.md.
 //
 // # Bootstrap
 //

@@ -44,7 +44,7 @@ func learnFrom(ctx context.Context, src, db string, id ProcessID, dial func(ctx 
 	}
 	// StopIndex 1 with NewestOnly: the server answers Welcome and has
 	// nothing to send; we hang up right after Welcome anyway.
-	hello := &Hello{Version: ProtocolVersion, Database: db, ProcessID: id, NewestOnly: true, StopIndex: 1}
+	hello := &Hello{Version: streamVersion, Database: db, ProcessID: id, NewestOnly: true, StopIndex: 1}
 	if err := WriteMessage(c, hello); err != nil {
 		return store.DBID{}, err
 	}

@@ -80,6 +80,21 @@ var (
 	mBootstrapResumedBytes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstrap_resumed_bytes_total",
 		Help: "Snapshot bytes already on disk when a bootstrap resumed (not sent again)."}, []string{"db"}))
+	mFetchConns = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_connections",
+		Help: "Fetch connections of proxies open on this server."}))
+	mFetchRequests = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_requests_total",
+		Help: "Fetch requests answered (one view each)."}))
+	mFetchKeys = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_keys_total",
+		Help: "Keys asked by fetch requests, by result (ok, absent, behind, gone, mismatch, error, skipped)."}, []string{"result"}))
+	mFetchRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_bad_requests_total",
+		Help: "Fetch connections closed for bad input, by reason (decode, crc, unexpected)."}, []string{"reason"}))
+	mFetchSeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_seconds",
+		Help: "Time to answer one fetch request, on the server.", Buckets: metrics.LatencyBuckets}))
 	mBootstrapping = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstrapping",
 		Help: "1 while the replica downloads or installs a snapshot (or waits for the host's bootstrap lock)."}, []string{"db"}))

@@ -19,8 +19,14 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 1
+	ProtocolVersion    uint16 = 2
 	MinProtocolVersion uint16 = 1
+	// streamVersion is the version replication and bootstrap clients
+	// send: they need nothing version 2 added, so servers of version 1
+	// keep serving them.
+	streamVersion uint16 = 1
+	// FetchVersion is the first version with fetch connections.
+	FetchVersion uint16 = 2
 	// MaxPayload is the hard limit on one message payload. It must hold the
 	// largest single entry the store accepts (64 MiB of keys and values by
 	// default) plus its encoding.
@@ -48,15 +54,17 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 type MsgType uint8
 
 const (
-	MsgHello    MsgType = 1 // client → server, first and only client message
-	MsgWelcome  MsgType = 2 // server → client, accepts the Hello
-	MsgRefuse   MsgType = 3 // server → client, then the server closes
-	MsgEntries  MsgType = 4 // server → client, consecutive log entries
-	MsgProgress MsgType = 5 // server → client, keepalive with the server's applied index
-	MsgDone     MsgType = 6 // server → client, StopIndex reached, then the server closes
-	MsgSnapshot MsgType = 7 // server → client, bootstrap: the snapshot's manifest
-	MsgChunk    MsgType = 8 // server → client, bootstrap: bytes of one snapshot file
-	MsgFileEnd  MsgType = 9 // server → client, bootstrap: a file is complete, with its CRC
+	MsgHello    MsgType = 1  // client → server, first and only client message
+	MsgWelcome  MsgType = 2  // server → client, accepts the Hello
+	MsgRefuse   MsgType = 3  // server → client, then the server closes
+	MsgEntries  MsgType = 4  // server → client, consecutive log entries
+	MsgProgress MsgType = 5  // server → client, keepalive with the server's applied index
+	MsgDone     MsgType = 6  // server → client, StopIndex reached, then the server closes
+	MsgSnapshot MsgType = 7  // server → client, bootstrap: the snapshot's manifest
+	MsgChunk    MsgType = 8  // server → client, bootstrap: bytes of one snapshot file
+	MsgFileEnd  MsgType = 9  // server → client, bootstrap: a file is complete, with its CRC
+	MsgFetch    MsgType = 10 // client → server, fetch connections: values as of an index
+	MsgValues   MsgType = 11 // server → client, fetch connections: the answer to one Fetch
 )
 
 func (t MsgType) String() string {
@@ -79,6 +87,10 @@ func (t MsgType) String() string {
 		return "chunk"
 	case MsgFileEnd:
 		return "file_end"
+	case MsgFetch:
+		return "fetch"
+	case MsgValues:
+		return "values"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -109,15 +121,17 @@ var DefaultProcessID = NewProcessID()
 type RefuseCode uint8
 
 const (
-	RefuseVersion         RefuseCode = 1 // protocol version not supported
-	RefuseUnknownDatabase RefuseCode = 2 // the server has no such database
-	RefuseWrongDBID       RefuseCode = 3 // the database has another id
-	RefuseSelf            RefuseCode = 4 // the client has the server's process id
-	RefuseLogTruncated    RefuseCode = 5 // LastIndex+1 is older than the retained log: bootstrap
-	RefuseAhead           RefuseCode = 6 // LastIndex is beyond the server's applied index
-	RefuseBadHello        RefuseCode = 7 // the Hello could not be decoded
-	RefuseShuttingDown    RefuseCode = 8 // the server is stopping
-	RefuseUnavailable     RefuseCode = 9 // the server cannot make a snapshot now
+	RefuseVersion         RefuseCode = 1  // protocol version not supported
+	RefuseUnknownDatabase RefuseCode = 2  // the server has no such database
+	RefuseWrongDBID       RefuseCode = 3  // the database has another id
+	RefuseSelf            RefuseCode = 4  // the client has the server's process id
+	RefuseLogTruncated    RefuseCode = 5  // LastIndex+1 is older than the retained log: bootstrap
+	RefuseAhead           RefuseCode = 6  // LastIndex is beyond the server's applied index
+	RefuseBadHello        RefuseCode = 7  // the Hello could not be decoded
+	RefuseShuttingDown    RefuseCode = 8  // the server is stopping
+	RefuseUnavailable     RefuseCode = 9  // the server cannot make a snapshot now
+	RefuseBadRequest      RefuseCode = 10 // a fetch connection sent a malformed or unexpected message
+	RefuseProxy           RefuseCode = 11 // the server is a proxy: it serves neither snapshots nor values
 )
 
 var refuseNames = map[RefuseCode]string{
@@ -130,6 +144,8 @@ var refuseNames = map[RefuseCode]string{
 	RefuseBadHello:        "bad_hello",
 	RefuseShuttingDown:    "shutting_down",
 	RefuseUnavailable:     "unavailable",
+	RefuseBadRequest:      "bad_request",
+	RefuseProxy:           "proxy",
 }
 
 func (c RefuseCode) String() string {
@@ -177,6 +193,9 @@ type Hello struct {
 	NewestOnly bool
 	// Bootstrap asks for a snapshot instead of the log (see Resume).
 	Bootstrap bool
+	// Fetch opens a fetch connection (version 2): request/response
+	// messages for values as of an index, instead of the log.
+	Fetch bool
 	// Resume is where an interrupted download of a snapshot stopped; the
 	// zero value asks for a new snapshot.
 	Resume ResumePoint
@@ -302,6 +321,9 @@ func (m *Hello) AppendPayload(dst []byte) []byte {
 	if m.Bootstrap {
 		flags |= 2
 	}
+	if m.Fetch {
+		flags |= 4
+	}
 	dst = append(dst, flags)
 	dst = append(dst, m.DBID[:]...)
 	dst = append(dst, m.ProcessID[:]...)
@@ -328,11 +350,12 @@ func decodeHello(p []byte) (*Hello, error) {
 	}
 	m := &Hello{Version: binary.BigEndian.Uint16(p[4:])}
 	flags := p[6]
-	if flags&^3 != 0 {
+	if flags&^7 != 0 || flags&6 == 6 {
 		return nil, fmt.Errorf("%w: unknown hello flags %#x", ErrMalformed, flags)
 	}
 	m.NewestOnly = flags&1 != 0
 	m.Bootstrap = flags&2 != 0
+	m.Fetch = flags&4 != 0
 	copy(m.DBID[:], p[7:23])
 	copy(m.ProcessID[:], p[23:39])
 	m.LastIndex = binary.BigEndian.Uint64(p[39:])
@@ -602,6 +625,10 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeChunk(p)
 	case MsgFileEnd:
 		return decodeFileEnd(p)
+	case MsgFetch:
+		return decodeFetch(p)
+	case MsgValues:
+		return decodeValues(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

@@ -44,6 +44,9 @@ type ServerConfig struct {
 	SnapshotKeep time.Duration
 	// ChunkBytes is the size of the snapshot file chunks. Default 512 KiB.
 	ChunkBytes int
+	// FetchIdleTimeout closes a fetch connection that sent no request
+	// for this long. Default 10m.
+	FetchIdleTimeout time.Duration
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -72,6 +75,9 @@ func (c *ServerConfig) EnsureDefaults() *ServerConfig {
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = 512 << 10
 	}
+	if c.FetchIdleTimeout == 0 {
+		c.FetchIdleTimeout = 10 * time.Minute
+	}
 	return c
 }
 
@@ -94,6 +100,8 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("repl: SnapshotKeep %v below 1s", c.SnapshotKeep)
 	case c.ChunkBytes < 1 || c.ChunkBytes > MaxPayload/2:
 		return fmt.Errorf("repl: ChunkBytes %d out of range 1..%d", c.ChunkBytes, MaxPayload/2)
+	case c.FetchIdleTimeout < time.Millisecond:
+		return fmt.Errorf("repl: FetchIdleTimeout %v below 1ms", c.FetchIdleTimeout)
 	}
 	return nil
 }
@@ -327,6 +335,11 @@ func (s *Server) handle(c net.Conn) {
 	if !ok {
 		return
 	}
+	if hello.Fetch {
+		cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+		cn.serveFetch(ctx, r, st)
+		return
+	}
 	// The client sends nothing after its Hello: anything it sends, or its
 	// hanging up, ends the stream at once rather than at the next write.
 	c.SetReadDeadline(time.Time{})
@@ -377,6 +390,14 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 		cn.refuse(RefuseWrongDBID, "database %q has id %s, client expects %s", h.Database, st.DBID(), h.DBID)
 		return nil, 0, false
 	}
+	if (h.Fetch || h.Bootstrap) && st.IsProxy() {
+		cn.refuse(RefuseProxy, "database %q is a proxy here: it holds only part of the values; ask a full replica", h.Database)
+		return nil, 0, false
+	}
+	if h.Fetch && h.Version < FetchVersion {
+		cn.refuse(RefuseVersion, "fetch connections need protocol version %d, client sent %d", FetchVersion, h.Version)
+		return nil, 0, false
+	}
 	if h.Bootstrap {
 		return st, 0, true // bootstrap sends its own Welcome
 	}
@@ -387,7 +408,7 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	}
 	next := h.LastIndex + 1
 	switch {
-	case h.NewestOnly:
+	case h.NewestOnly, h.Fetch:
 		next = lr.Last + 1
 	case h.LastIndex > lr.Last:
 		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's %d: the client has entries the server does not", h.LastIndex, lr.Last)

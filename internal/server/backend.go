@@ -48,6 +48,11 @@ func (b memcacheBackend) Stats() [][2]string {
 	if b.db.CanWrite() != nil {
 		role = "replica"
 	}
+	if b.db.Status != nil {
+		if r, ok := b.db.Status()["role"].(string); ok {
+			role = r
+		}
+	}
 	return [][2]string{
 		{"db", s.Name()},
 		{"db_id", s.DBID().String()},

@@ -17,6 +17,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -45,6 +46,7 @@ type Server struct {
 	mc             []*memcache.Server
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
+	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
@@ -131,7 +133,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	if !d.IsReplica() {
 		db.CanWrite = func() error { return nil }
-		db.Status = func() map[string]any { return map[string]any{"role": "root"} }
+		db.Status = func() map[string]any { return map[string]any{"role": "root", "history": historyStatus(st)} }
 		if slot := s.raftNodes[d.Name]; slot != nil {
 			db.Status = slot.status
 		}
@@ -140,18 +142,27 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
-		Dial: s.tls.dial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: d.BootstrapMinEntries}, st, s.log.With("db", d.Name))
+		Dial: s.tls.dial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d)}, st, s.log.With("db", d.Name))
 	if err != nil {
 		return err
 	}
 	s.replicas[d.Name] = r
+	var pool *proxy.Pool
+	if d.IsProxy() {
+		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.tls.dial()}, s.log)
+		if err != nil {
+			return err
+		}
+		st.SetFetcher(pool)
+		s.pools = append(s.pools, pool)
+	}
 	db.CanWrite = func() error {
 		return fmt.Errorf("%w: database %s replicates from %s; write to its root", store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","))
 	}
 	db.Status = func() map[string]any {
 		rs := r.State()
 		m := map[string]any{
-			"role":        "replica",
+			"role":        d.RoleName(),
 			"upstream":    d.Upstream,
 			"secondary":   d.Secondary,
 			"state":       rs.Status.String(),
@@ -167,10 +178,46 @@ func (s *Server) openDatabase(d config.Database) error {
 			m["last_error"] = rs.LastError.Error()
 		}
 		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
+		if pool != nil {
+			m["proxy"] = proxyStatus(st, pool, d.Replicas)
+		} else {
+			m["history"] = historyStatus(st)
+		}
 		return m
 	}
-	s.log.Info("database open", "db", d.Name, "role", "replica", "upstream", sources, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
+	s.log.Info("database open", "db", d.Name, "role", d.RoleName(), "upstream", sources, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 	return nil
+}
+
+// bootstrapMinEntries: a new proxy replays the log rather than download
+// the whole dataset (it bootstraps only if its source lacks the log).
+func bootstrapMinEntries(d config.Database) int64 {
+	if d.IsProxy() && d.BootstrapMinEntries == 0 {
+		return -1
+	}
+	return d.BootstrapMinEntries
+}
+
+// historyStatus is the "history" object of a full node's status.
+func historyStatus(st *store.Store) map[string]any {
+	h, err := st.History()
+	if err != nil {
+		return nil
+	}
+	return map[string]any{"enabled": h.Enabled, "horizon_index": h.Horizon, "bytes": h.Bytes, "versions": h.Entries}
+}
+
+// proxyStatus is the "proxy" object of a proxy's status: its cache and its
+// replicas.
+func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[string]any {
+	ps := st.ProxyStats()
+	var members []map[string]any
+	for _, m := range pool.Status() {
+		members = append(members, map[string]any{"addr": m.Addr, "fallback": m.Fallback, "up": m.Up,
+			"applied_index": m.AppliedIndex, "latency_seconds": m.LatencySeconds, "failures": m.Failures})
+	}
+	return map[string]any{"cached_values": ps.CachedValues, "cached_bytes": ps.CachedBytes, "cache_budget_bytes": ps.CacheBytes,
+		"window_entries": ps.Window, "disk_soft_limited": ps.SoftLimited, "disk_hard_limited": ps.HardLimited, "replicas": members}
 }
 
 // bootstrapStatus is the "bootstrap" object of a replica's status: null
@@ -414,6 +461,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+func (s *Server) closePools() {
+	for _, p := range s.pools {
+		p.Close()
+	}
+	s.pools = nil
+}
+
 // Err returns the first listener failure, if any.
 func (s *Server) Err() error {
 	s.mu.Lock()
@@ -422,6 +476,7 @@ func (s *Server) Err() error {
 }
 
 func (s *Server) closeStores() error {
+	s.closePools()
 	var errs []error
 	for _, name := range s.order {
 		if err := s.dbs[name].Store.Close(); err != nil {

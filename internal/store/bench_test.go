@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/metrics"
@@ -283,4 +285,55 @@ func hasLabel(labels []*dto.LabelPair, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkOverwriteHistory measures what keeping the MVCC history costs
+// writes that replace values: two writers overwriting a hot set of 100
+// keys, with the history (the default) and without it, for small inline
+// values and for 40 KiB values (stored in the log: the history has to read
+// the old value back from its log block).
+//
+//	go test -run XXX -bench OverwriteHistory -benchtime 3000x -count 3 ./internal/store/
+func BenchmarkOverwriteHistory(b *testing.B) {
+	for _, size := range []int{100, 40 << 10} {
+		for _, hist := range []time.Duration{0, -1} {
+			name := fmt.Sprintf("value=%d/history=%v", size, hist == 0)
+			b.Run(name, func(b *testing.B) {
+				s, err := Open(Options{Dir: b.TempDir(), History: HistoryOptions{Retention: hist}, Logger: quietLogger()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				val := make([]byte, size)
+				var n atomic.Int64
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for w := 0; w < 2; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							i := n.Add(1)
+							if i > int64(b.N) {
+								return
+							}
+							v := append([]byte(nil), val...)
+							binary.BigEndian.PutUint64(v, uint64(i))
+							op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "hot%d", i%100), Value: v}
+							if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				if h, _ := s.History(); hist == 0 && b.N > 100 && h.Entries == 0 {
+					b.Fatal("no history kept")
+				}
+			})
+		}
+	}
 }

@@ -52,6 +52,7 @@ const (
 	reqReplace // install the ready snapshot (see snapshot.go)
 	reqRaft    // apply committed Raft commands (see raftapply.go)
 	reqRaftReset
+	reqCache // proxy: admit or evict values (see proxy.go)
 )
 
 type request struct {
@@ -60,6 +61,7 @@ type request struct {
 	entries []wal.Entry
 	cmds    []RaftCommand // reqRaft
 	results []RaftResult  // reqRaft
+	cache   *cacheChange  // reqCache
 	size    int
 	res     WriteResult
 	err     error
@@ -69,6 +71,9 @@ type request struct {
 // Write commits b durably as one log entry and returns its index. It is
 // for the root only; replicas use Apply.
 func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
+	if s.opts.Proxy != nil {
+		return WriteResult{}, fmt.Errorf("%w: database %s is a proxy", ErrNotRoot, s.opts.Name)
+	}
 	if s.raftApplied.Load() > 0 {
 		return WriteResult{}, errRaftOnly
 	}
@@ -347,6 +352,20 @@ type committer struct {
 	raftIndex uint64
 	raft      bool
 	clock     int64
+
+	// MVCC history (history.go).
+	hist                   historyRecord
+	histDirty              bool
+	lastHistGC             time.Time
+	entryTime              int64 // of the entry being appended
+	hbuf, hkey, tkey, tval []byte
+
+	// Proxy stores only (proxy.go).
+	px          *proxyState
+	pstats      proxyRecord
+	pxDirty     bool
+	windowFloor uint64 // values written at or below it are stored remote
+	logDropped  int64  // log bytes retention dropped in this group
 }
 
 // keyState is what the committer knows of a key: from the store, then
@@ -360,6 +379,7 @@ type keyState struct {
 	chunks   int
 	corrupt  bool    // the stored record failed its CRC: chunks unknown
 	logRec   *record // the stored in-log record, when the value is in the log
+	remote   bool    // proxy: the value is not stored here (valueCRC is set)
 }
 
 func newCommitter(s *Store) (*committer, error) {
@@ -390,6 +410,15 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {
 		return nil, err
 	}
+	if v, err = s.getMeta(metaHistory); err != nil {
+		return nil, err
+	}
+	if c.hist, err = decodeHistoryRecord(v); err != nil {
+		return nil, err
+	}
+	if err := c.loadProxy(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -397,6 +426,8 @@ func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
 	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
+	baseHist, basePx := c.hist, c.pstats
+	c.histDirty, c.pxDirty, c.logDropped = false, false, 0
 	c.batch = s.db.NewBatch()
 	defer func() {
 		c.batch.Close()
@@ -439,12 +470,14 @@ func (c *committer) commit(group []*request) {
 			e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindHeartbeat}
 			c.append(&e, true)
 			r.res = WriteResult{Index: e.Index, Changed: true}
+		case reqCache:
+			groupErr = c.prepareCache(r)
 		}
 		if groupErr != nil {
 			break
 		}
 	}
-	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft) {
+	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty) {
 		if c.raftIndex != baseRaft {
 			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
@@ -458,8 +491,13 @@ func (c *committer) commit(group []*request) {
 			if err := c.settleRetired(); err != nil {
 				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
 			}
+			logBytes := c.log.bytes
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
+			}
+			c.logDropped = logBytes - c.log.bytes
+			if err := c.gcHistory(); err != nil {
+				s.opts.Logger.Warn("history GC skipped", "db", s.opts.Name, "err", err)
 			}
 			if c.retiredDirty {
 				c.batch.Set(metaRetired, c.retired.encode(), nil)
@@ -471,6 +509,9 @@ func (c *committer) commit(group []*request) {
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
+		if err := c.writeRoleMeta(); err != nil {
+			s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
+		}
 		syncStart := time.Now()
 		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
 			groupErr = classifyCommitError(err)
@@ -479,6 +520,7 @@ func (c *committer) commit(group []*request) {
 	}
 	if groupErr != nil {
 		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
+		c.hist, c.pstats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
@@ -489,6 +531,9 @@ func (c *committer) commit(group []*request) {
 		s.opts.Logger.Error("commit failed", "db", s.opts.Name, "err", groupErr)
 	} else {
 		s.raftApplied.Store(c.raftIndex)
+		c.publishRoleMeta()
+		c.rm.blocks.Set(float64(c.retired.blocks))
+		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	if groupErr == nil && c.last.index != base.index {
 		s.cache.invalidate(c.overlay, c.last.index)
@@ -618,12 +663,16 @@ func (c *committer) prepareApply(r *request) error {
 			return nil
 		}
 	}
+	n := len(r.entries)
+	if n > 0 && c.px != nil {
+		c.windowFloor = c.px.floor(r.entries[n-1].Index)
+	}
 	for i := range r.entries {
 		if err := c.append(&r.entries[i], false); err != nil {
 			return err
 		}
 	}
-	if n := len(r.entries); n > 0 {
+	if n > 0 {
 		r.res = WriteResult{Index: r.entries[n-1].Index, Changed: true}
 	}
 	return nil
@@ -642,6 +691,7 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 	}
 	at := c.blk.NextBodyOffset(len(c.buf))
 	c.blk.Add(c.buf, e.Hash, e.Time)
+	c.entryTime = e.Time
 	c.offs = e.ValueOffsets(c.offs[:0])
 	for i, op := range e.Ops {
 		if err := c.applyOp(op, e.Index, at+c.offs[i]); err != nil {
@@ -662,6 +712,13 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 		return err
 	}
 	delete(c.inLog, string(op.Key))
+	if c.hist.enabled && ks.exists && ks.index != index {
+		// The version this op replaces; one made by the same entry was
+		// never visible at any index.
+		if err := c.recordHistory(op.Key, ks, index); err != nil {
+			return err
+		}
+	}
 	oldChunks := ks.chunks
 	if ks.corrupt {
 		// The corrupt record's chunk count is unknown: drop every chunk
@@ -674,22 +731,17 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	switch op.Type {
 	case wal.OpSet:
 		newChunks := 0
+		remote := false
 		switch {
+		case c.px != nil:
+			newChunks, remote = c.proxySet(op, index, ks)
 		case len(op.Value) >= minInLogBytes && len(op.Value) <= c.s.opts.ChunkBytes:
 			c.inLog[string(op.Key)] = pendingValue{index: index, offset: valueOff, value: op.Value}
 		case len(op.Value) <= c.s.opts.ChunkBytes:
 			c.buf = encodeInline(c.buf, index, op.Value)
 			c.batch.Set(c.kbuf, c.buf, nil)
 		default:
-			cb := c.s.opts.ChunkBytes
-			newChunks = (len(op.Value) + cb - 1) / cb
-			for i := 0; i < newChunks; i++ {
-				part := op.Value[i*cb : min((i+1)*cb, len(op.Value))]
-				c.buf = encodeChunk(c.buf, part)
-				c.batch.Set(chunkKey(nil, op.Key, uint32(i)), c.buf, nil)
-			}
-			c.buf = encodeChunked(c.buf, index, len(op.Value), newChunks, crc(op.Value))
-			c.batch.Set(c.kbuf, c.buf, nil)
+			newChunks = c.writeValue(op.Key, index, op.Value)
 		}
 		for i := newChunks; i < oldChunks; i++ {
 			c.batch.Delete(chunkKey(nil, op.Key, uint32(i)), nil)
@@ -701,8 +753,8 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 			c.stats.keyBytes += int64(len(op.Key))
 		}
 		c.stats.valueBytes += int64(len(op.Value))
-		*ks = keyState{exists: true, index: index, value: op.Value, valueLen: len(op.Value), chunks: newChunks}
-		if newChunks > 0 {
+		*ks = keyState{exists: true, index: index, value: op.Value, valueLen: len(op.Value), chunks: newChunks, remote: remote}
+		if newChunks > 0 || remote {
 			ks.valueCRC = crc(op.Value)
 		}
 	case wal.OpDelete:
@@ -713,6 +765,7 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 		for i := 0; i < oldChunks; i++ {
 			c.batch.Delete(chunkKey(nil, op.Key, uint32(i)), nil)
 		}
+		c.proxyForget(ks)
 		c.stats.keys--
 		c.stats.keyBytes -= int64(len(op.Key))
 		c.stats.valueBytes -= int64(ks.valueLen)
@@ -721,6 +774,26 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 		return fmt.Errorf("%w: op type %d", ErrInvalid, op.Type)
 	}
 	return nil
+}
+
+// writeValue writes the value record of key (in c.kbuf) inline, or in
+// chunks when it is longer than ChunkBytes, and returns the chunk count.
+func (c *committer) writeValue(key []byte, index uint64, value []byte) int {
+	cb := c.s.opts.ChunkBytes
+	if len(value) <= cb {
+		c.buf = encodeInline(c.buf, index, value)
+		c.batch.Set(c.kbuf, c.buf, nil)
+		return 0
+	}
+	n := (len(value) + cb - 1) / cb
+	for i := 0; i < n; i++ {
+		part := value[i*cb : min((i+1)*cb, len(value))]
+		c.buf = encodeChunk(c.buf, part)
+		c.batch.Set(chunkKey(nil, key, uint32(i)), c.buf, nil)
+	}
+	c.buf = encodeChunked(c.buf, index, len(value), n, crc(value))
+	c.batch.Set(c.kbuf, c.buf, nil)
+	return n
 }
 
 // state returns what the group knows of key, loading it from the store the
@@ -748,6 +821,8 @@ func (c *committer) state(key []byte) (*keyState, error) {
 			switch {
 			case rec.chunked:
 				ks.valueCRC = rec.valueCRC
+			case rec.remote:
+				ks.remote, ks.valueCRC = true, rec.valueCRC
 			case rec.inLog:
 				ks.valueCRC = rec.valueCRC
 				r := rec

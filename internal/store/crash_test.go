@@ -180,6 +180,15 @@ func powerLossRound(t *testing.T, seed uint64) {
 		t.Fatalf("applied index %d after the crash, %d was acknowledged", applied, maxAcked)
 	}
 	checkCrashImage(t, s2, ackedBefore, startedAt)
+	// The history survived with the data: reads as of every index agree
+	// with the recovered log (when it is whole).
+	if lr, err := s2.LogRange(); err == nil && lr.First == 1 {
+		var keys []string
+		for g := 0; g < crashWriters; g++ {
+			keys = append(keys, fmt.Sprintf("last/%d", g), fmt.Sprintf("tmp/%d/%d", g, 0), fmt.Sprintf("tmp/%d/%d", g, 1))
+		}
+		checkAsOfKeys(t, s2, readModel(t, s2), keys)
+	}
 
 	// New writes continue the log.
 	res := mustWrite(t, s2, set("after", "crash"))

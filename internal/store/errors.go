@@ -31,8 +31,18 @@ var (
 	// ErrNotContiguous: a replicated entry does not follow the applied index
 	// or its hash does not chain from the previous entry.
 	ErrNotContiguous = errors.New("qs: log entry does not follow the applied log")
+	// ErrHistoryTruncated: a read as of an index below the history
+	// horizon (older versions were garbage collected, or never kept).
+	ErrHistoryTruncated = errors.New("qs: history no longer retained for that index")
+	// ErrNotYetApplied: a read as of an index beyond the applied index.
+	ErrNotYetApplied = errors.New("qs: index not yet applied")
+	// ErrRoleMismatch: the store's data does not fit the configured role
+	// (a proxy's partial data opened as a full node).
+	ErrRoleMismatch = errors.New("qs: stored data does not fit the database's role")
 )
 
-// ErrUnavailable: the write cannot be taken now (a replicated root with no
-// leader, a member stopping). Nothing was written; retry.
+// ErrUnavailable: the request cannot be served now: a write to a replicated
+// root with no leader or a member stopping (nothing was written), or a
+// proxy read whose values no replica could provide in time (nothing wrong
+// was served). Retry.
 var ErrUnavailable = errors.New("qs: temporarily unavailable")

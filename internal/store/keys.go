@@ -9,6 +9,8 @@ const (
 	prefixData  = 'd' // d<key>: value record of a live key
 	prefixChunk = 'c' // c<uvarint len(key)><key><BE32 chunk#>: chunk of a large value
 	prefixLog   = 'l' // l<BE64 index of first entry>: log block
+	// h: MVCC history of full nodes (history.go)
+	prefixHistory = 'h'
 )
 
 var (
@@ -17,6 +19,8 @@ var (
 	metaApplied = []byte("mapplied") // appliedRecord
 	metaLog     = []byte("mlog")     // logRecord
 	metaStats   = []byte("mstats")   // statsRecord
+	metaHistory = []byte("mhist")    // historyRecord
+	metaProxy   = []byte("mproxy")   // proxyRecord: present iff the store is a proxy
 	metaRetired = []byte("mretired") // retiredTotals (retire.go)
 	// metaRetiredBlock + BE64 block: retiredRecord of a retired log block
 	metaRetiredBlock = []byte("mrb")

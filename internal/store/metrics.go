@@ -80,6 +80,60 @@ var (
 	mLingerSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "commit_linger_seconds",
 		Help: "Time the committer waited for more writes before a durable commit.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
+	mHistoryBytes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_bytes",
+		Help: "Stored bytes of the MVCC history (versions kept for reads as of an earlier index)."}, []string{"db"}))
+	mHistoryVersions = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_versions",
+		Help: "Versions held in the MVCC history."}, []string{"db"}))
+	mHistoryHorizon = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_horizon_index",
+		Help: "Lowest index a read as of an earlier index can be answered at."}, []string{"db"}))
+	mHistoryRecorded = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_recorded_total",
+		Help: "Versions added to the MVCC history (overwrites and deletes)."}, []string{"db"}))
+	mHistoryCollected = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_collected_total",
+		Help: "Versions removed from the MVCC history by retention."}, []string{"db"}))
+	mHistoryReads = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_reads_total",
+		Help: "Reads as of an earlier index that needed the MVCC history (the current version was newer)."}, []string{"db"}))
+	mPxLookups = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_lookups_total",
+		Help: "Keys read on a proxy, by result: hit (value held here), miss (fetched from a replica), negative (no such key, answered here)."}, []string{"db", "result"}))
+	mPxAdmissions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_admissions_total",
+		Help: "Fetched values offered to a proxy's cache, by result: admitted, stale (the key changed meanwhile), refused_hard_limit (free disk below the hard limit), dropped (queue full)."}, []string{"db", "result"}))
+	mPxEvictions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_evictions_total",
+		Help: "Values evicted from a proxy's cache (their record kept, the value fetched again when read)."}, []string{"db"}))
+	mPxEvictedBytes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_evicted_bytes_total",
+		Help: "Bytes of the values evicted from a proxy's cache."}, []string{"db"}))
+	mPxCachedValues = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_cached_values",
+		Help: "Values a proxy stores (its sliding window included)."}, []string{"db"}))
+	mPxCachedBytes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_cached_bytes",
+		Help: "Bytes of the values a proxy stores (its sliding window included)."}, []string{"db"}))
+	mPxBudget = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_cache_budget_bytes",
+		Help: "The configured budget of a proxy's stored values."}, []string{"db"}))
+	mPxWindow = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_window_entries",
+		Help: "Entries in a proxy's sliding window (whose values are never evicted)."}, []string{"db"}))
+	mPxDiskLimit = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_disk_limited",
+		Help: "1 while free disk is below the limit: soft (evicting beyond the budget), hard (admitting nothing)."}, []string{"db", "limit"}))
+	mPxCompactions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_compactions_total",
+		Help: "Compactions a proxy runs after 64 MiB of values were evicted from a key range, or 64 MiB of log dropped (to give their space back)."}, []string{"db"}))
+	mPxCompactSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_compaction_seconds",
+		Help: "Time of one compaction after evictions.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
+	mPxFetchErrors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_read_errors_total",
+		Help: "Proxy reads that failed because a value could not be fetched from any replica in time."}, []string{"db"}))
 	mLogBlockBytes = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_block_bytes",
 		Help: "Stored (compressed) size of log blocks.", Buckets: prometheus.ExponentialBuckets(64, 4, 12)}, []string{"db"}))
@@ -93,6 +147,16 @@ type storeMetrics struct {
 	cacheHits, cacheMisses, cacheRefused, cacheEvictions                     prometheus.Counter
 	writeErrors, integrityErrors                                             *prometheus.CounterVec
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
+
+	historyBytes, historyVersions, historyHorizon   prometheus.Gauge
+	historyRecorded, historyCollected, historyReads prometheus.Counter
+
+	pxHits, pxMisses, pxNegative, pxEvictions, pxEvictedBytes, pxReadErrors prometheus.Counter
+	pxAdmissions                                                            *prometheus.CounterVec
+	pxCachedValues, pxCachedBytes, pxBudget, pxWindowEntries                prometheus.Gauge
+	pxSoftLimited, pxHardLimited                                            prometheus.Gauge
+	pxCompactions                                                           prometheus.Counter
+	pxCompactSeconds                                                        prometheus.Observer
 }
 
 func newStoreMetrics(db string) *storeMetrics {
@@ -110,5 +174,17 @@ func newStoreMetrics(db string) *storeMetrics {
 		duplicateWrites: mDuplicateWrites.With(l), batchIDsExpired: mBatchIDsExpired.With(l),
 		cacheHits: mCacheLookups.WithLabelValues(db, "hit"), cacheMisses: mCacheLookups.WithLabelValues(db, "miss"),
 		cacheRefused: mCacheRefused.With(l), cacheEvictions: mCacheEvictions.With(l),
+
+		historyBytes: mHistoryBytes.With(l), historyVersions: mHistoryVersions.With(l),
+		historyHorizon: mHistoryHorizon.With(l), historyRecorded: mHistoryRecorded.With(l),
+		historyCollected: mHistoryCollected.With(l), historyReads: mHistoryReads.With(l),
+
+		pxHits: mPxLookups.WithLabelValues(db, "hit"), pxMisses: mPxLookups.WithLabelValues(db, "miss"),
+		pxNegative: mPxLookups.WithLabelValues(db, "negative"), pxEvictions: mPxEvictions.With(l),
+		pxEvictedBytes: mPxEvictedBytes.With(l), pxReadErrors: mPxFetchErrors.With(l),
+		pxAdmissions: mPxAdmissions.MustCurryWith(l), pxCachedValues: mPxCachedValues.With(l),
+		pxCachedBytes: mPxCachedBytes.With(l), pxBudget: mPxBudget.With(l), pxWindowEntries: mPxWindow.With(l),
+		pxSoftLimited: mPxDiskLimit.WithLabelValues(db, "soft"), pxHardLimited: mPxDiskLimit.WithLabelValues(db, "hard"),
+		pxCompactions: mPxCompactions.With(l), pxCompactSeconds: mPxCompactSeconds.With(l),
 	}
 }

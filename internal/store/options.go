@@ -59,6 +59,14 @@ type Options struct {
 	// limit is exceeded; the newest block is always kept.
 	Retention Retention
 
+	// History bounds the MVCC history of overwritten and deleted values
+	// that full nodes keep for proxies (history.go). Proxies keep none.
+	History HistoryOptions
+	// Proxy, when set, makes the store a proxy: it applies the whole log
+	// but keeps values only in its sliding window and its cache, and
+	// fetches the others from full replicas (proxy.go).
+	Proxy *ProxyOptions
+
 	// MinFreeBytes is the free disk space below which writes are refused
 	// with ErrDiskFull. Default 256 MiB.
 	MinFreeBytes uint64
@@ -87,6 +95,17 @@ type Retention struct {
 	MaxBytes int64
 	// MaxAge default 24h.
 	MaxAge time.Duration
+}
+
+// HistoryOptions bound the MVCC history. A zero field means its default.
+type HistoryOptions struct {
+	// Retention: versions are kept at least this long after they stopped
+	// being current, by the log's clock. Default 2h; negative disables
+	// the history.
+	Retention time.Duration
+	// MaxBytes caps the history's stored bytes; the oldest versions go
+	// first (the horizon rises sooner). Default 1 GiB; negative: no cap.
+	MaxBytes int64
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns o.
@@ -130,6 +149,15 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.Retention.MaxAge == 0 {
 		o.Retention.MaxAge = 24 * time.Hour
 	}
+	if o.History.Retention == 0 {
+		o.History.Retention = 2 * time.Hour
+	}
+	if o.History.MaxBytes == 0 {
+		o.History.MaxBytes = 1 << 30
+	}
+	if o.Proxy != nil {
+		o.Proxy.ensureDefaults()
+	}
 	if o.MinFreeBytes == 0 {
 		o.MinFreeBytes = 256 << 20
 	}
@@ -172,5 +200,11 @@ func (o *Options) Validate() error {
 	case o.Compression > wal.CompressSnappy:
 		return fmt.Errorf("store: unknown compression %d", o.Compression)
 	}
+	if o.Proxy != nil {
+		return o.Proxy.validate()
+	}
 	return nil
 }
+
+// historyEnabled reports whether the store keeps MVCC history.
+func (o *Options) historyEnabled() bool { return o.Proxy == nil && o.History.Retention > 0 }

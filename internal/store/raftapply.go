@@ -39,7 +39,8 @@ var metaRaft = []byte("mraft")
 // writeOptions is the durability of the group's batch.
 func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
 	for _, r := range group {
-		if r.kind != reqRaft {
+		// A proxy's cache changes need no fsync either (see proxy.go).
+		if r.kind != reqRaft && r.kind != reqCache {
 			return pebble.Sync
 		}
 	}

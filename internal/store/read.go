@@ -24,8 +24,39 @@ type View struct {
 	vbuf  []byte
 }
 
-// View opens a consistent view of the database.
+// View opens a consistent view of the database. Its index is published:
+// durable, and never above what a later read is served at.
 func (s *Store) View() (*View, error) {
+	v, err := s.openView()
+	if err != nil {
+		return nil, err
+	}
+	// Pebble shows a batch to readers before its fsync completes; the
+	// committer publishes the index only after. Wait for that, so the
+	// view holds nothing that could be lost, and a read served from the
+	// published index next (the read cache's fast path) never goes back.
+	if v.index > s.applied.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.WaitApplied(ctx, v.index)
+		cancel()
+	}
+	return v, nil
+}
+
+// AsOfView opens a view for reads as of an earlier index (View.GetAt)
+// without waiting for a commit in flight to become durable. It returns the
+// published applied index too, at most the view's: reads as of an index
+// up to it see durable data only.
+func (s *Store) AsOfView() (*View, uint64, error) {
+	a := s.applied.Load()
+	v, err := s.openView()
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, min(a, v.index), nil
+}
+
+func (s *Store) openView() (*View, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -92,7 +123,19 @@ func (v *View) decode(key, raw []byte) ([]byte, uint64, error) {
 		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 		return nil, 0, fmt.Errorf("key %q: %w", key, err)
 	}
-	if !rec.chunked && !rec.inLog {
+	return v.value(key, rec)
+}
+
+// value returns the value a decoded record describes: inline, from its
+// chunks or its log block, or, on a proxy, fetched from a replica.
+func (v *View) value(key []byte, rec record) ([]byte, uint64, error) {
+	switch {
+	case rec.remote:
+		return v.fetchOne(key, rec)
+	case rec.lost:
+		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
+		return nil, 0, fmt.Errorf("%w: key %q: value record of the history kind", ErrCorrupt, key)
+	case !rec.chunked && !rec.inLog:
 		return rec.inline, rec.index, nil
 	}
 	// A clone reads the same state as the view (a new iterator would read
@@ -182,6 +225,9 @@ func readChunks(it *pebble.Iterator, key []byte, chunks, valueLen int, valueCRC 
 // key to continue from when it stopped at the limit, or nil at the end.
 // Values passed to fn are valid only during the call.
 func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) (next []byte, err error) {
+	if v.s.px != nil {
+		return v.scanProxy(prefix, start, limit, fn)
+	}
 	lower := dataKey(nil, prefix)
 	if bytes.Compare(start, prefix) > 0 {
 		lower = dataKey(nil, start)
@@ -284,6 +330,9 @@ func (s *Store) Digest() (Digest, error) {
 func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
+	}
+	if s.px != nil {
+		return s.lookupProxy(keys, fn)
 	}
 	a := s.applied.Load()
 	var done bool

@@ -18,6 +18,8 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 //	inline body  := value
 //	chunked body := valueLen(uvarint) chunks(uvarint) crc32c(value)(4)
 //	in-log body  := block(8 BE) offset(uvarint) valueLen(uvarint) crc32c(value)(4)
+//	remote body  := valueLen(uvarint) crc32c(value)(4)
+//	lost body    := (empty)
 //
 // An in-log record stores no value: the value is read from the log block
 // whose first index is block, at offset in its (uncompressed) payload. The
@@ -26,11 +28,19 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // kept as a retired block while most of it is live, else the records still
 // pointing into it are rewritten as inline records (retire.go).
 //
+// A remote record (proxy stores only, see proxy.go) says the key exists,
+// with this index, length and CRC, but its value is not stored here: it is
+// fetched from a full replica. A lost record (history only, see
+// history.go) stands for a version whose value was unreadable when it was
+// overwritten.
+//
 // A chunk, stored under chunkKey: crc32c(bytes)(4) bytes.
 const (
 	recHeader    = 4 + 1 + 8
 	flagChunked  = 1 << 0
 	flagInLog    = 1 << 1
+	flagRemote   = 1 << 2
+	flagLost     = 1 << 3
 	chunkOverhed = 4
 )
 
@@ -46,6 +56,10 @@ type record struct {
 	inLog  bool
 	block  uint64
 	offset int
+	// remote: the value is not stored here (valueLen and valueCRC are
+	// set). lost: the value is unknown (history of a corrupt record).
+	remote bool
+	lost   bool
 }
 
 func encodeInline(dst []byte, index uint64, value []byte) []byte {
@@ -77,6 +91,22 @@ func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint
 	return dst
 }
 
+func encodeRemote(dst []byte, index uint64, valueLen int, valueCRC uint32) []byte {
+	dst = append(dst[:0], 0, 0, 0, 0, flagRemote)
+	dst = binary.BigEndian.AppendUint64(dst, index)
+	dst = binary.AppendUvarint(dst, uint64(valueLen))
+	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
+	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
+	return dst
+}
+
+func encodeLost(dst []byte, index uint64) []byte {
+	dst = append(dst[:0], 0, 0, 0, 0, flagLost)
+	dst = binary.BigEndian.AppendUint64(dst, index)
+	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
+	return dst
+}
+
 // decodeRecord checks the record CRC and decodes it. inline aliases b.
 func decodeRecord(b []byte) (record, error) {
 	var r record
@@ -89,6 +119,24 @@ func decodeRecord(b []byte) (record, error) {
 	flags := b[4]
 	r.index = binary.BigEndian.Uint64(b[5:])
 	body := b[recHeader:]
+	switch flags {
+	case 0, flagChunked, flagInLog:
+	case flagRemote:
+		l, n := binary.Uvarint(body)
+		if n <= 0 || l > wal.MaxValueLen || len(body) != n+4 {
+			return r, fmt.Errorf("%w: remote record malformed", ErrCorrupt)
+		}
+		r.remote, r.valueLen, r.valueCRC = true, int(l), binary.BigEndian.Uint32(body[n:])
+		return r, nil
+	case flagLost:
+		if len(body) != 0 {
+			return r, fmt.Errorf("%w: lost record malformed", ErrCorrupt)
+		}
+		r.lost = true
+		return r, nil
+	default:
+		return r, fmt.Errorf("%w: value record flags %#x", ErrCorrupt, flags)
+	}
 	if flags&flagInLog != 0 {
 		if flags != flagInLog || len(body) < 8+1+1+4 {
 			return r, fmt.Errorf("%w: in-log record malformed", ErrCorrupt)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -74,6 +75,10 @@ type Store struct {
 	}
 
 	cache *readCache
+	// px is the state of a proxy store (proxy.go); nil for a full node.
+	px *proxyState
+	// bg tracks the store's goroutines other than the committer.
+	bg sync.WaitGroup
 
 	reqs    chan *request
 	quit    chan struct{}
@@ -96,6 +101,9 @@ func Open(o Options) (*Store, error) {
 		ballast: o.FS.PathJoin(o.Dir, "BALLAST"),
 	}
 	s.mu.changed = make(chan struct{})
+	if o.Proxy != nil {
+		s.px = newProxyState(*o.Proxy)
+	}
 	if !o.ReadOnly {
 		// A snapshot downloaded completely before a crash is installed now.
 		if err := installReady(o); err != nil {
@@ -117,6 +125,11 @@ func Open(o Options) (*Store, error) {
 		removeReplaced(o)
 		s.ensureBallast()
 		go s.commitLoop()
+		if s.px != nil {
+			s.m.pxBudget.Set(float64(s.px.budget()))
+			s.bg.Add(1)
+			go s.keepProxyCache()
+		}
 	} else {
 		close(s.stopped)
 	}
@@ -150,6 +163,12 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 	// amplification (and the CPU it steals from readers) low for large
 	// configuration values and for log blocks.
 	popts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		if o.Proxy != nil {
+			// A proxy's values come and go (window, eviction): in blob
+			// files, their space would come back only when a whole blob
+			// file is rewritten; in tables, the next compaction drops it.
+			return pebble.ValueSeparationPolicy{}
+		}
 		return pebble.ValueSeparationPolicy{
 			Enabled:               true,
 			MinimumSize:           1024,
@@ -195,6 +214,14 @@ func (s *Store) loadMeta() error {
 	if err != nil {
 		return err
 	}
+	if err := s.reconcileRole(a.index); err != nil {
+		return err
+	}
+	if s.px != nil {
+		if _, err := s.readProxyRecord(); err != nil {
+			return err
+		}
+	}
 	s.applied.Store(a.index)
 	s.appliedTime.Store(a.time)
 	ri, err := s.readRaftApplied()
@@ -219,6 +246,10 @@ func (s *Store) create() error {
 	b.Set(metaApplied, appliedRecord{}.encode(), nil)
 	b.Set(metaLog, logRecord{first: 1}.encode(), nil)
 	b.Set(metaStats, statsRecord{}.encode(), nil)
+	b.Set(metaHistory, historyRecord{enabled: s.opts.historyEnabled()}.encode(), nil)
+	if s.opts.Proxy != nil {
+		b.Set(metaProxy, proxyRecord{}.encode(), nil)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
@@ -317,6 +348,7 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	s.mu.Unlock()
 	close(s.quit)
+	s.bg.Wait()
 	<-s.stopped
 	return s.db.Close()
 }
@@ -442,4 +474,17 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error("storage engine failed; exiting to restart from durable state", "err", fmt.Sprintf(format, args...))
 	os.Exit(70)
+}
+
+// Compact compacts the whole database now, reclaiming the space of
+// overwritten, evicted and deleted data at once instead of as background
+// compactions get to it (benchmarks, and operators after bulk changes).
+// Reads and writes go on meanwhile.
+func (s *Store) Compact() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
+	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true)
 }

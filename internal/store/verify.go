@@ -29,6 +29,8 @@ const (
 	ProblemStats        = "stats"         // the stats record disagrees with a recount
 	ProblemRetired      = "retired"       // a retired log block's record disagrees with the values pointing into it, or its block is gone
 	ProblemEngine       = "engine"        // the storage engine reported corruption
+	ProblemHistory      = "history"       // an MVCC history entry is malformed, corrupt, unpaired or miscounted
+	ProblemProxy        = "proxy"         // a proxy's cache counters disagree with a recount
 )
 
 // verifyMaxProblems bounds VerifyReport.Problems; ProblemCount keeps
@@ -145,7 +147,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
-	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats, v.retiredBlocks}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats, v.retiredBlocks, v.history, v.proxy}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
@@ -169,6 +171,8 @@ type verifier struct {
 	statsRec   statsRecord
 	statsOK    bool
 	unreadable int64 // value records whose length is unknown
+	// Values stored here (not remote), for a proxy's counters.
+	storedValues, storedBytes int64
 
 	retired       map[uint64]retiredRecord // retired block records
 	retiredTotals []byte                   // the totals record, nil if none
@@ -271,7 +275,7 @@ func (v *verifier) meta() error {
 
 // keyspaces reports keys outside the four keyspaces.
 func (v *verifier) keyspaces() error {
-	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixBatchID}}, {{prefixBatchTime + 1}, {prefixLog}},
+	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixHistory}}, {{prefixHistory + 1}, {prefixBatchID}}, {{prefixBatchTime + 1}, {prefixLog}},
 		{{prefixLog + 1}, {metaPrefix}}, {{metaPrefix + 1}, nil}} {
 		it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: r[0], UpperBound: r[1]})
 		if err != nil {
@@ -323,6 +327,13 @@ func (v *verifier) data() error {
 			continue
 		}
 		v.r.ValueBytes += int64(rec.valueLen)
+		if rec.lost {
+			v.problem(ProblemValueRecord, key, rec.index, -1, "a lost-value record (history only) in the data keyspace")
+		}
+		if !rec.remote {
+			v.storedValues++
+			v.storedBytes += int64(rec.valueLen)
+		}
 		if rec.index == 0 || (v.appliedOK && rec.index > v.applied.index) {
 			v.problem(ProblemValueIndex, key, rec.index, -1, "value written at index %d, applied index is %d", rec.index, v.applied.index)
 		}

@@ -162,8 +162,8 @@ func (s *Sub) endTurn() {
 // the slots stay balanced.
 func (s *Sub) leaseExpired() {
 	if s.holding.CompareAndSwap(true, false) {
+		turnLeaseExpiredTotal.Inc() // before the release wakes a waiter that may read it
 		s.h.budget.turns.release()
-		turnLeaseExpiredTotal.Inc()
 	}
 }
 

@@ -251,7 +251,8 @@
 //	410   reread              watch from_index older than the retained log: scan, then watch
 //	                          from the scan's index
 //	503   unavailable         the store is closed (shutting down), or watch not served here, or
-//	                          an HA root has no leader (store.ErrUnavailable: nothing proposed)
+//	                          an HA root has no leader (store.ErrUnavailable: nothing proposed),
+//	                          or a proxy could not fetch a value from any replica in time
 //	503   too_many_watchers   the process already serves watch_max_watchers watch streams
 //	504   timeout             min_index not applied in time (applied_index in the body and
 //	                          Qs-Applied-Index), or a write's context expired (it may still commit)

@@ -34,6 +34,7 @@ const (
 	kindBackendClosed
 	kindBackendCanceled
 	kindBackendOther
+	kindBackendUnavailable
 	numErrKinds
 )
 
@@ -57,6 +58,7 @@ var errKindNames = [numErrKinds]string{
 	kindBackendClosed:      "backend_closed",
 	kindBackendCanceled:    "backend_canceled",
 	kindBackendOther:       "backend_other",
+	kindBackendUnavailable: "backend_unavailable",
 }
 
 func (k errKind) String() string { return errKindNames[k] }
@@ -75,6 +77,8 @@ func backendFailure(err error) (errKind, string) {
 		return kindBackendWriteFailed, "SERVER_ERROR " + text
 	case errors.Is(err, store.ErrClosed):
 		return kindBackendClosed, "SERVER_ERROR " + text
+	case errors.Is(err, store.ErrUnavailable):
+		return kindBackendUnavailable, "SERVER_ERROR " + text
 	case errors.Is(err, store.ErrNotRoot):
 		return kindBackendNotRoot, "CLIENT_ERROR writes are accepted only at the root: " + text
 	case errors.Is(err, store.ErrTooLarge):

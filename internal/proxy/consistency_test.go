@@ -1,0 +1,404 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/checker"
+	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// The consistency test of proxies (issue 4). Writers change a small hot
+// keyspace (sets, overwrites, deletes, re-creates) and a larger cold one
+// through the root; three replicas follow the root at different lags
+// (links that delay every byte, one of them stalling now and then); two
+// proxies with tiny caches — one following the root, one following the
+// fastest replica — fetch their misses from the replicas, whose fetch
+// connections are cut at random moments. Concurrent clients read single
+// keys, groups of keys and prefix scans on the proxies, recording each
+// answer with the index it was served at. A checker then replays the
+// root's log and verifies every answer against the state at its index,
+// and that no client saw its index go back.
+
+type consistencyOpts struct {
+	reads     int           // stop after this many reads in all,
+	minTime   time.Duration // and at least this long (reads are paced over it),
+	maxTime   time.Duration // or after this long
+	window    int64
+	naive     bool
+	fetchWait time.Duration // proxy FetchTimeout
+}
+
+type consistencyResult struct {
+	report               checker.Report
+	reads, errors        int
+	misses, evictions    float64
+	retries, replicaErrs float64
+	historyReads         float64
+	entries              uint64
+	elapsed              time.Duration
+}
+
+const (
+	hotKeys  = 40
+	coldKeys = 400
+)
+
+func hotKey(i int) string  { return fmt.Sprintf("h%02d", i) }
+func coldKey(i int) string { return fmt.Sprintf("c%03d", i) }
+
+func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
+	c := newCluster(t)
+	root := c.root()
+	dbid := root.st.DBID()
+	// Replication paths of different speeds.
+	l1 := newLink(t, root.addr, time.Millisecond)
+	l2 := newLink(t, root.addr, 20*time.Millisecond)
+	l3 := newLink(t, root.addr, 80*time.Millisecond)
+	r1 := c.replica(dbid, l1.Addr())
+	r2 := c.replica(dbid, l2.Addr())
+	r3 := c.replica(dbid, l3.Addr())
+	// Fetch paths, cut at random moments.
+	f1, f2, f3 := newLink(t, r1.addr, 0), newLink(t, r2.addr, time.Millisecond), newLink(t, r3.addr, 0)
+	members := []string{f1.Addr(), f2.Addr(), f3.Addr()}
+	po := store.ProxyOptions{Window: o.window, CacheBytes: 2000, EvictInterval: 2 * time.Millisecond, FetchTimeout: o.fetchWait}
+	pc := Config{Replicas: members, Fallback: []string{root.addr}, AttemptTimeout: 300 * time.Millisecond,
+		SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond, naive: o.naive}
+	// The first proxy lags behind the replicas (their answers then come
+	// from their history); the second follows the fastest replica.
+	lp := newLink(t, root.addr, 50*time.Millisecond)
+	p1 := c.proxy(dbid, po, pc, lp.Addr())
+	p2 := c.proxy(dbid, po, pc, r1.addr)
+	proxies := []*node{p1, p2}
+
+	// Seed every key so cold keys exist from the start.
+	ctx := context.Background()
+	var seed []wal.Op
+	for i := 0; i < coldKeys; i++ {
+		seed = append(seed, wal.Op{Type: wal.OpSet, Key: []byte(coldKey(i)), Value: []byte(coldKey(i))})
+	}
+	for i := 0; i < hotKeys; i++ {
+		seed = append(seed, wal.Op{Type: wal.OpSet, Key: []byte(hotKey(i)), Value: []byte(hotKey(i))})
+	}
+	if _, err := root.st.Write(ctx, store.Batch{Ops: seed}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range proxies {
+		waitApplied(t, p.st, root.st.AppliedIndex())
+	}
+
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	// Writers.
+	for w := 0; w < 2; w++ {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var ops []wal.Op
+				for j := rng.IntN(3) + 1; j > 0; j-- {
+					k := hotKey(rng.IntN(hotKeys))
+					if rng.IntN(5) < 2 {
+						k = coldKey(rng.IntN(coldKeys))
+					}
+					switch r := rng.IntN(10); {
+					case r < 6:
+						ops = append(ops, wal.Op{Type: wal.OpSet, Key: []byte(k), Value: []byte(fmt.Sprintf("%s/%d/%d/%s", k, w, n, bytes.Repeat([]byte{'x'}, rng.IntN(300))))})
+					case r < 9:
+						ops = append(ops, wal.Op{Type: wal.OpDelete, Key: []byte(k)})
+					default:
+						ops = append(ops, wal.Op{Type: wal.OpSet, Key: []byte(k), Value: []byte("short-lived")}, wal.Op{Type: wal.OpDelete, Key: []byte(k)})
+					}
+				}
+				if _, err := root.st.Write(ctx, store.Batch{Ops: ops}); err != nil && !errors.Is(err, store.ErrClosed) {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+			}
+		}()
+	}
+	// Lags: the slow replica stalls now and then; fetch connections are
+	// cut at random.
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		rng := rand.New(rand.NewPCG(3, 3))
+		fl := []*link{f1, f2, f3}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				l3.stall.Store(false)
+				lp.stall.Store(false)
+				return
+			case <-time.After(time.Duration(20+rng.IntN(60)) * time.Millisecond):
+			}
+			fl[rng.IntN(3)].cut()
+			l3.stall.Store(i%10 >= 7)
+			lp.stall.Store(i%10 == 3)
+		}
+	}()
+	// Readers: each a client with its own history.
+	const clients = 8
+	var total, failed atomic.Int64
+	reads := make([][]checker.Read, clients)
+	start := time.Now()
+	deadline, minEnd := start.Add(o.maxTime), start.Add(o.minTime)
+	pace := o.minTime * clients / time.Duration(max(o.reads, 1))
+	var rwg sync.WaitGroup
+	for cl := 0; cl < clients; cl++ {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			px := proxies[cl%2].st
+			rng := rand.New(rand.NewPCG(uint64(cl), 99))
+			for now := time.Now(); (total.Load() < int64(o.reads) || now.Before(minEnd)) && now.Before(deadline); now = time.Now() {
+				time.Sleep(pace)
+				rd, err := clientRead(px, rng, cl)
+				if err != nil {
+					failed.Add(1)
+					if !errors.Is(err, store.ErrUnavailable) {
+						t.Errorf("client %d: %v", cl, err)
+						return
+					}
+					continue
+				}
+				reads[cl] = append(reads[cl], rd)
+				total.Add(1)
+			}
+		}()
+	}
+	rwg.Wait()
+	elapsed := time.Since(start)
+	close(stop)
+	bg.Wait()
+
+	// Replay the root's log and check.
+	last := root.st.AppliedIndex()
+	m := checker.NewModel()
+	for from := uint64(1); from <= last; {
+		es, err := root.st.ReadLog(from, 5000, 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if err := m.Apply(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		from = es[len(es)-1].Index + 1
+	}
+	var all []checker.Read
+	for _, rs := range reads {
+		all = append(all, rs...)
+	}
+	res := consistencyResult{report: checker.Check(m, all), reads: len(all), errors: int(failed.Load()), entries: last, elapsed: elapsed}
+	for _, p := range proxies {
+		res.misses += metricValue(t, "qs_store_proxy_lookups_total", map[string]string{"db": p.st.Name(), "result": "miss"})
+		res.evictions += metricValue(t, "qs_store_proxy_evictions_total", map[string]string{"db": p.st.Name()})
+	}
+	res.retries = counter(t, mFetches.WithLabelValues(c.name, "retried"))
+	res.historyReads = metricValue(t, "qs_store_history_reads_total", map[string]string{"db": c.name})
+	for _, a := range members {
+		res.replicaErrs += counter(t, mReplicaRequests.WithLabelValues(c.name, a, "error"))
+	}
+	return res
+}
+
+// clientRead does one read: a single key (60%), several keys at one
+// index (35%), or a prefix scan (5%).
+func clientRead(px *store.Store, rng *rand.Rand, client int) (checker.Read, error) {
+	pick := func() string {
+		if rng.IntN(2) == 0 {
+			return hotKey(rng.IntN(hotKeys))
+		}
+		return coldKey(rng.IntN(coldKeys))
+	}
+	rd := checker.Read{Client: client}
+	switch r := rng.IntN(100); {
+	case r < 95:
+		n := 1
+		if r >= 60 {
+			n = 2 + rng.IntN(5)
+		}
+		keys := make([][]byte, n)
+		for i := range keys {
+			keys[i] = []byte(pick())
+			rd.Keys = append(rd.Keys, string(keys[i]))
+		}
+		rd.Found = make([]bool, n)
+		rd.Values = make([][]byte, n)
+		at, err := px.Lookup(keys, func(_ uint64, i int, v []byte, _ uint64, found bool) error {
+			rd.Found[i], rd.Values[i] = found, bytes.Clone(v)
+			return nil
+		})
+		rd.At = at
+		return rd, err
+	default:
+		prefix := fmt.Sprintf("h%d", rng.IntN(4))
+		v, err := px.View()
+		if err != nil {
+			return rd, err
+		}
+		defer v.Close()
+		rd.At, rd.Exact, rd.From, rd.To = v.Index(), true, prefix, prefix[:1]+string(prefix[1]+1)
+		_, err = v.Scan([]byte(prefix), nil, 0, func(k, val []byte, _ uint64) error {
+			rd.Keys = append(rd.Keys, string(k))
+			rd.Found = append(rd.Found, true)
+			rd.Values = append(rd.Values, bytes.Clone(val))
+			return nil
+		})
+		return rd, err
+	}
+}
+
+func logResult(t *testing.T, what string, r consistencyResult) {
+	t.Helper()
+	t.Logf("%s: %d reads (%d keys) over %d entries in %v; %d violations, %d read errors; %v misses, %v evictions, %v fetch retries, %v replica request errors, %v replica reads from history",
+		what, r.reads, r.report.Keys, r.entries, r.elapsed.Round(time.Millisecond), r.report.Count, r.errors, r.misses, r.evictions, r.retries, r.replicaErrs, r.historyReads)
+	vs := append([]checker.Violation(nil), r.report.Violations...)
+	sort.Slice(vs, func(i, j int) bool { return vs[i].At < vs[j].At })
+	for i, v := range vs {
+		if i == 5 {
+			break
+		}
+		t.Logf("  %s", v)
+	}
+}
+
+// TestProxyConsistency is the consistency test: zero violations, zero
+// failed reads, and the run must have exercised misses, evictions and
+// retries. QS_BENCH=1 runs the full length (at least 100,000 reads).
+func TestProxyConsistency(t *testing.T) {
+	o := consistencyOpts{reads: 12000, minTime: 6 * time.Second, maxTime: 40 * time.Second, window: 200, fetchWait: 5 * time.Second}
+	if os.Getenv("QS_BENCH") == "1" {
+		o.reads, o.minTime, o.maxTime = 120000, time.Minute, 10*time.Minute
+	} else if testing.Short() {
+		o.reads, o.minTime, o.maxTime = 1000, 3*time.Second, 20*time.Second
+	}
+	r := runConsistency(t, o)
+	logResult(t, "consistency", r)
+	if r.report.Count != 0 {
+		t.Fatalf("%d violations", r.report.Count)
+	}
+	if r.errors != 0 {
+		t.Fatalf("%d reads failed", r.errors)
+	}
+	if r.reads < min(o.reads, 2000) || r.misses == 0 || r.evictions == 0 || r.replicaErrs == 0 || r.historyReads == 0 {
+		t.Fatalf("the run did not exercise the proxy enough: %+v", r)
+	}
+}
+
+// TestConsistencyCheckerCatchesNaiveProxy: the same run with the naive
+// design the reference started from — no sliding window (one entry), ask
+// a replica for its current value, believe any answer — must produce
+// violations: the checker can fail.
+func TestConsistencyCheckerCatchesNaiveProxy(t *testing.T) {
+	r := runConsistency(t, consistencyOpts{reads: 3000, minTime: 2 * time.Second, maxTime: 20 * time.Second, window: 1, naive: true, fetchWait: 5 * time.Second})
+	logResult(t, "naive proxy", r)
+	if r.report.Count == 0 {
+		t.Fatal("the naive proxy passed the checker: the test cannot tell a broken proxy")
+	}
+}
+
+// TestWindowCoversLaggingReplicas: every replica stalls while the root
+// keeps writing and the proxy keeps following it. With a sliding window
+// longer than what was written during the stall, every read succeeds:
+// the new values are in the window, the old ones on the replicas. With a
+// window of one entry, the new values are evicted and no replica has them
+// yet: those reads fail (ErrUnavailable) after the fetch timeout — and
+// still no wrong value is served.
+func TestWindowCoversLaggingReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		window     int64
+		wantErrors bool
+	}{{1, true}, {1000, false}} {
+		t.Run(fmt.Sprintf("window=%d", tc.window), func(t *testing.T) {
+			c := newCluster(t)
+			root := c.root()
+			dbid := root.st.DBID()
+			l1, l2 := newLink(t, root.addr, 0), newLink(t, root.addr, 0)
+			r1, r2 := c.replica(dbid, l1.Addr()), c.replica(dbid, l2.Addr())
+			po := store.ProxyOptions{Window: tc.window, CacheBytes: -1, EvictInterval: time.Millisecond, FetchTimeout: 100 * time.Millisecond}
+			px := c.proxy(dbid, po, Config{Replicas: []string{r1.addr, r2.addr}, SidelineMin: 10 * time.Millisecond, SidelineMax: 50 * time.Millisecond}, root.addr)
+			writeMany := func(prefix string, n int) {
+				var wg sync.WaitGroup
+				for w := 0; w < 8; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := w; i < n; i += 8 {
+							k := fmt.Sprintf("%s%04d", prefix, i)
+							if _, err := root.st.Write(context.Background(), store.Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: []byte(k), Value: []byte(k)}}}); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			writeMany("old", 1200) // older than any window here
+			waitApplied(t, r1.st, root.st.AppliedIndex())
+			waitApplied(t, r2.st, root.st.AppliedIndex())
+			l1.stall.Store(true)
+			l2.stall.Store(true)
+			writeMany("new", 300)
+			waitApplied(t, px.st, root.st.AppliedIndex())
+			time.Sleep(200 * time.Millisecond) // the keeper evicts down to the window
+			var got []checker.Read
+			errs := 0
+			for i := 0; i < 300; i += 10 {
+				keys := [][]byte{[]byte(fmt.Sprintf("new%04d", i)), []byte(fmt.Sprintf("old%04d", i*4))}
+				rd := checker.Read{Keys: []string{string(keys[0]), string(keys[1])}, Found: make([]bool, 2), Values: make([][]byte, 2)}
+				at, err := px.st.Lookup(keys, func(_ uint64, j int, v []byte, _ uint64, found bool) error {
+					rd.Found[j], rd.Values[j] = found, bytes.Clone(v)
+					return nil
+				})
+				if err != nil {
+					if !errors.Is(err, store.ErrUnavailable) {
+						t.Fatal(err)
+					}
+					errs++
+					continue
+				}
+				rd.At = at
+				got = append(got, rd)
+			}
+			l1.stall.Store(false)
+			l2.stall.Store(false)
+			m := checker.NewModel()
+			es, err := root.st.ReadLog(1, 1<<20, 1<<30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				m.Apply(e)
+			}
+			rep := checker.Check(m, got)
+			t.Logf("window %d: %d reads answered, %d failed, %d violations", tc.window, len(got), errs, rep.Count)
+			if rep.Count != 0 {
+				t.Fatalf("violations: %v", rep.Violations)
+			}
+			if (errs > 0) != tc.wantErrors {
+				t.Fatalf("%d reads failed with window %d", errs, tc.window)
+			}
+		})
+	}
+}

@@ -1,0 +1,31 @@
+// Package proxy is the replica pool of a proxy database: it implements
+// store.Fetcher by asking full replicas (and, as a fall-back, the proxy's
+// upstream sources) for the values the proxy store does not hold, over
+// fetch connections of the replication protocol (internal/repl).
+//
+// # Invariants
+//
+//   - A value is returned only if it is the version the proxy asked for:
+//     the replica's answer names the version's index, which must equal
+//     the one in the proxy's record, and the value must have the length
+//     and CRC-32C the record holds. Anything else counts against the
+//     replica, and the key is asked elsewhere.
+//   - Each request asks for the versions current at the reader's view
+//     index (asOf); a replica answers from its MVCC history when it is
+//     ahead, and says "behind" when it has not applied the version yet.
+//     The proxy's sliding window keeps the values a replica less than the
+//     window behind cannot have; see internal/store/proxy.go.
+//   - A failing replica costs the reader latency, not an error: a request
+//     that fails, times out or gets a wrong answer is retried on another
+//     member until the reader's deadline; the failing member is sidelined
+//     for a doubling, bounded time, then tried again.
+//   - Requests are spread over the members that can answer (power of two
+//     choices on in-flight requests × latency); members whose applied
+//     index is known to be below the version needed are tried last.
+//   - Every goroutine belongs to a connection and ends with Close.
+//
+// Metrics (subsystem "proxy"): fetch_seconds (one read's remote values,
+// end to end), fetches_total{result}, replica_requests_total{replica,
+// result}, replica_up{replica}, replica_latency_seconds{replica},
+// replica_applied_index{replica}.
+package proxy

@@ -1,0 +1,29 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+const subsystem = "proxy"
+
+var (
+	mFetchSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_seconds",
+		Help: "Time to get the remote values of one proxy read from replicas, retries included.", Buckets: metrics.LatencyBuckets}, []string{"db"}))
+	mFetches = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetches_total",
+		Help: "Remote fetches of proxy reads, by result (ok, failed), and attempts beyond the first (retried)."}, []string{"db", "result"}))
+	mReplicaRequests = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_requests_total",
+		Help: "Fetch requests sent to each replica, by result: ok, partial (some keys behind or gone), error (connection, timeout, refusal), bad_answer (wrong version or CRC)."}, []string{"db", "replica", "result"}))
+	mReplicaUp = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_up",
+		Help: "1 while a replica is in service, 0 while it is sidelined after errors."}, []string{"db", "replica"}))
+	mReplicaLatency = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_latency_seconds",
+		Help: "Moving average of a replica's fetch latency."}, []string{"db", "replica"}))
+	mReplicaApplied = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_applied_index",
+		Help: "A replica's applied index, as of its last answer."}, []string{"db", "replica"}))
+)

@@ -1,0 +1,480 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// Config configures a Pool. The zero value of every field but Database,
+// DBID and Replicas means its default, filled in by EnsureDefaults.
+type Config struct {
+	// Database is the database name asked for in the Hello.
+	Database string
+	// DBID is the database id; members serving another are refused.
+	DBID store.DBID
+	// Replicas are the replication addresses of full replicas to fetch
+	// from, all preferred alike.
+	Replicas []string
+	// Fallback are asked when no replica can answer (typically the
+	// proxy's upstream sources, up to the root).
+	Fallback []string
+	// ProcessID identifies this process. Default repl.DefaultProcessID.
+	ProcessID repl.ProcessID
+	// Dial opens a connection (TLS wraps it here). Default: net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ConnsPerReplica is the connections kept to each member. Default 2.
+	ConnsPerReplica int
+	// DialTimeout bounds a connect and handshake. Default 2s.
+	DialTimeout time.Duration
+	// AttemptTimeout bounds one request to one member before it is
+	// retried elsewhere. Default 1s.
+	AttemptTimeout time.Duration
+	// SidelineMin and SidelineMax bound the doubling time a member is left
+	// out after a failure. Defaults 500ms and 30s.
+	SidelineMin, SidelineMax time.Duration
+	// MaxKeysPerRequest splits larger reads. Default 1000.
+	MaxKeysPerRequest int
+
+	// naive emulates the design the reference started from, for tests
+	// that show what the checks prevent: it asks for the latest value (no
+	// "as of"), accepts any version, and rewrites the item's length and
+	// CRC to match, defeating the store's own check.
+	naive bool
+}
+
+// EnsureDefaults fills zero fields with their defaults and returns c.
+func (c *Config) EnsureDefaults() *Config {
+	if c.ProcessID.IsZero() {
+		c.ProcessID = repl.DefaultProcessID
+	}
+	if c.ConnsPerReplica == 0 {
+		c.ConnsPerReplica = 2
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = time.Second
+	}
+	if c.SidelineMin == 0 {
+		c.SidelineMin = 500 * time.Millisecond
+	}
+	if c.SidelineMax == 0 {
+		c.SidelineMax = 30 * time.Second
+	}
+	if c.MaxKeysPerRequest == 0 {
+		c.MaxKeysPerRequest = 1000
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Replicas)+len(c.Fallback) == 0:
+		return errors.New("proxy: no replicas to fetch from")
+	case c.Database == "":
+		return errors.New("proxy: no database name")
+	case c.ConnsPerReplica < 1 || c.ConnsPerReplica > 64:
+		return fmt.Errorf("proxy: ConnsPerReplica %d out of range 1..64", c.ConnsPerReplica)
+	case c.DialTimeout < time.Millisecond || c.AttemptTimeout < time.Millisecond:
+		return errors.New("proxy: timeouts below 1ms")
+	case c.SidelineMin < time.Millisecond || c.SidelineMax < c.SidelineMin:
+		return fmt.Errorf("proxy: sideline %v..%v invalid", c.SidelineMin, c.SidelineMax)
+	case c.MaxKeysPerRequest < 1 || c.MaxKeysPerRequest > repl.MaxFetchKeys:
+		return fmt.Errorf("proxy: MaxKeysPerRequest %d out of range 1..%d", c.MaxKeysPerRequest, repl.MaxFetchKeys)
+	}
+	return nil
+}
+
+// Pool fetches a proxy's missing values from its members. It implements
+// store.Fetcher.
+type Pool struct {
+	cfg     Config
+	log     *slog.Logger
+	members []*member
+
+	fetchSeconds              prometheus.Observer
+	fetchOK, fetchFail, retry prometheus.Counter
+
+	mu struct {
+		sync.Mutex
+		closed bool
+	}
+}
+
+// New returns a pool; it connects to members when first asked.
+func New(cfg Config, log *slog.Logger) (*Pool, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	db := cfg.Database
+	p := &Pool{cfg: cfg, log: log.With("component", "proxy-pool", "db", db),
+		fetchSeconds: mFetchSeconds.WithLabelValues(db), fetchOK: mFetches.WithLabelValues(db, "ok"),
+		fetchFail: mFetches.WithLabelValues(db, "failed"), retry: mFetches.WithLabelValues(db, "retried")}
+	seen := map[string]bool{}
+	add := func(addr string, fallback bool) {
+		if seen[addr] {
+			return
+		}
+		seen[addr] = true
+		m := &member{p: p, addr: addr, fallback: fallback, conns: make([]*repl.FetchConn, cfg.ConnsPerReplica),
+			up: mReplicaUp.WithLabelValues(db, addr), latency: mReplicaLatency.WithLabelValues(db, addr),
+			applied: mReplicaApplied.WithLabelValues(db, addr), requests: mReplicaRequests.MustCurryWith(prometheus.Labels{"db": db, "replica": addr})}
+		m.up.Set(1)
+		p.members = append(p.members, m)
+	}
+	for _, a := range cfg.Replicas {
+		add(a, false)
+	}
+	for _, a := range cfg.Fallback {
+		add(a, true)
+	}
+	return p, nil
+}
+
+// Close closes every connection and waits for their goroutines.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.mu.closed = true
+	p.mu.Unlock()
+	for _, m := range p.members {
+		m.closeConns()
+	}
+}
+
+func (p *Pool) closed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.closed
+}
+
+// errBadAnswer: a member answered a version or bytes other than asked.
+var errBadAnswer = errors.New("qs: replica answered a value that does not match the proxy's record")
+
+// Fetch implements store.Fetcher: it gets every item, retrying elsewhere
+// until ctx ends.
+func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) error {
+	start := time.Now()
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
+	}
+	tried := map[*member]bool{}
+	var lastErr error
+	backoff := 2 * time.Millisecond
+	attempts := 0
+	for len(pending) > 0 {
+		var need uint64
+		for _, i := range pending {
+			need = max(need, items[i].Index)
+		}
+		m := p.pick(need, asOf, tried)
+		if m == nil {
+			// Every member was tried: wait for replicas to catch up or
+			// for a sideline to end, then go round again.
+			clear(tried)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				p.fetchFail.Inc()
+				if lastErr == nil {
+					lastErr = fmt.Errorf("no member has applied index %d", need)
+				}
+				return fmt.Errorf("%d keys as of %d, %d attempts: %w (last: %v)", len(pending), asOf, attempts, ctx.Err(), lastErr)
+			}
+			backoff = min(2*backoff, 100*time.Millisecond)
+			continue
+		}
+		tried[m] = true
+		if attempts > 0 {
+			p.retry.Inc()
+		}
+		attempts++
+		n := min(len(pending), p.cfg.MaxKeysPerRequest)
+		still, err := m.ask(ctx, asOf, items, pending[:n])
+		if err != nil {
+			lastErr = fmt.Errorf("%s: %w", m.addr, err)
+			if !errors.Is(err, errBadAnswer) {
+				continue
+			}
+		}
+		pending = append(still, pending[n:]...)
+	}
+	p.fetchSeconds.Observe(time.Since(start).Seconds())
+	p.fetchOK.Inc()
+	return nil
+}
+
+// pick chooses the member to ask next among those not tried yet: members
+// in service that can answer as far as is known, replicas before the
+// fall-backs; then those known to be behind (they may have caught up);
+// then sidelined ones. Within a tier, two random members are compared on
+// in-flight requests × latency.
+func (p *Pool) pick(need, asOf uint64, tried map[*member]bool) *member {
+	now := time.Now()
+	var tiers [4][]*member
+	for _, m := range p.members {
+		if tried[m] {
+			continue
+		}
+		m.mu.Lock()
+		sidelined := now.Before(m.sidelinedUntil)
+		known := !m.seen.IsZero()
+		behind := known && m.lastApplied < need
+		m.mu.Unlock()
+		switch {
+		case sidelined:
+			tiers[3] = append(tiers[3], m)
+		case behind:
+			tiers[2] = append(tiers[2], m)
+		case m.fallback:
+			tiers[1] = append(tiers[1], m)
+		default:
+			tiers[0] = append(tiers[0], m)
+		}
+	}
+	for _, t := range tiers {
+		switch len(t) {
+		case 0:
+			continue
+		case 1:
+			return t[0]
+		}
+		a, b := t[rand.IntN(len(t))], t[rand.IntN(len(t))]
+		if b.score() < a.score() {
+			a = b
+		}
+		return a
+	}
+	return nil
+}
+
+// member is one server the pool fetches from.
+type member struct {
+	p        *Pool
+	addr     string
+	fallback bool
+	inflight atomic.Int64
+
+	up, latency, applied prometheus.Gauge
+	requests             *prometheus.CounterVec
+
+	// mu guards the connections and the health and position below.
+	mu             sync.Mutex
+	conns          []*repl.FetchConn
+	next           int
+	sidelinedUntil time.Time
+	fails          int
+	ewma           float64 // seconds
+	lastApplied    uint64
+	lastHorizon    uint64
+	seen           time.Time // of the last answer
+}
+
+func (m *member) score() float64 {
+	m.mu.Lock()
+	l := m.ewma
+	m.mu.Unlock()
+	return l * float64(m.inflight.Load()+1)
+}
+
+// conn returns a live connection, dialing one if needed.
+func (m *member) conn(ctx context.Context) (*repl.FetchConn, error) {
+	m.mu.Lock()
+	slot := m.next % len(m.conns)
+	m.next++
+	fc := m.conns[slot]
+	if fc != nil && fc.Err() == nil {
+		m.mu.Unlock()
+		return fc, nil
+	}
+	m.conns[slot] = nil
+	m.mu.Unlock()
+	if fc != nil {
+		fc.Close()
+	}
+	cfg := &m.p.cfg
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	nfc, err := repl.DialFetch(dctx, cfg.Dial, m.addr, repl.FetchHello{Database: cfg.Database, DBID: cfg.DBID, ProcessID: cfg.ProcessID})
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if m.p.closed() {
+		m.mu.Unlock()
+		nfc.Close()
+		return nil, repl.ErrFetchConnClosed
+	}
+	if cur := m.conns[slot]; cur != nil && cur.Err() == nil {
+		m.mu.Unlock()
+		nfc.Close()
+		return cur, nil
+	}
+	m.conns[slot] = nfc
+	m.mu.Unlock()
+	return nfc, nil
+}
+
+func (m *member) closeConns() {
+	m.mu.Lock()
+	conns := append([]*repl.FetchConn(nil), m.conns...)
+	clear(m.conns)
+	m.mu.Unlock()
+	for _, fc := range conns {
+		if fc != nil {
+			fc.Close()
+		}
+	}
+}
+
+// ask sends the items at idx to the member and fills those it answers
+// with the asked version. It returns the indexes still pending.
+func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, idx []int) ([]int, error) {
+	cfg := &m.p.cfg
+	actx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
+	defer cancel()
+	fc, err := m.conn(actx)
+	if err != nil {
+		m.failed(ctx, "error", err)
+		return idx, err
+	}
+	keys := make([]repl.FetchKey, len(idx))
+	for j, i := range idx {
+		keys[j] = repl.FetchKey{Key: items[i].Key, Index: items[i].Index}
+		if cfg.naive {
+			keys[j].Index = 0
+		}
+	}
+	reqAsOf := asOf
+	if cfg.naive {
+		reqAsOf = 0
+	}
+	m.inflight.Add(1)
+	t0 := time.Now()
+	v, err := fc.Fetch(actx, reqAsOf, keys)
+	m.inflight.Add(-1)
+	if err != nil {
+		m.failed(ctx, "error", err)
+		return idx, err
+	}
+	var still []int
+	bad, partial := false, false
+	for j, r := range v.Results {
+		it := &items[idx[j]]
+		switch {
+		case cfg.naive && r.Status == repl.FetchOK:
+			it.Value, it.Len, it.CRC = r.Value, len(r.Value), crc32.Checksum(r.Value, castagnoli)
+		case r.Status == repl.FetchOK && r.Index == it.Index && it.Check(r.Value):
+			it.Value = r.Value
+		case r.Status == repl.FetchOK, r.Status == repl.FetchMismatch, r.Status == repl.FetchAbsent, r.Status == repl.FetchError:
+			bad = true
+			still = append(still, idx[j])
+		default: // behind, gone, skipped
+			partial = true
+			still = append(still, idx[j])
+		}
+	}
+	m.answered(time.Since(t0), v.Applied, v.Horizon)
+	switch {
+	case bad:
+		err := fmt.Errorf("%w (applied %d)", errBadAnswer, v.Applied)
+		m.failed(ctx, "bad_answer", err)
+		return still, err
+	case partial:
+		m.requests.WithLabelValues("partial").Inc()
+	default:
+		m.requests.WithLabelValues("ok").Inc()
+	}
+	return still, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// answered records a member's answer: its latency and position, and that
+// it is in service.
+func (m *member) answered(d time.Duration, applied, horizon uint64) {
+	m.mu.Lock()
+	if m.ewma == 0 {
+		m.ewma = d.Seconds()
+	} else {
+		m.ewma = 0.8*m.ewma + 0.2*d.Seconds()
+	}
+	m.lastApplied, m.lastHorizon, m.seen = applied, horizon, time.Now()
+	wasOut := m.fails > 0
+	m.fails, m.sidelinedUntil = 0, time.Time{}
+	l := m.ewma
+	m.mu.Unlock()
+	m.latency.Set(l)
+	m.applied.Set(float64(applied))
+	m.up.Set(1)
+	if wasOut {
+		m.p.log.Info("replica back in service", "replica", m.addr)
+	}
+}
+
+// failed sidelines the member for a doubling time, unless the reader
+// itself gave up (not the member's fault).
+func (m *member) failed(ctx context.Context, result string, err error) {
+	if ctx.Err() != nil && !errors.Is(err, errBadAnswer) {
+		return
+	}
+	m.requests.WithLabelValues(result).Inc()
+	cfg := &m.p.cfg
+	m.mu.Lock()
+	m.fails++
+	d := cfg.SidelineMin << min(m.fails-1, 16)
+	d = min(d, cfg.SidelineMax)
+	m.sidelinedUntil = time.Now().Add(d)
+	fails := m.fails
+	m.mu.Unlock()
+	m.up.Set(0)
+	if fails == 1 || fails%10 == 0 {
+		m.p.log.Warn("replica sidelined", "replica", m.addr, "for", d, "failures", fails, "err", err)
+	}
+	if !errors.Is(err, errBadAnswer) {
+		m.closeConns()
+	}
+}
+
+// MemberStatus is one member's state, for status pages.
+type MemberStatus struct {
+	Addr           string
+	Fallback       bool
+	Up             bool
+	AppliedIndex   uint64
+	LatencySeconds float64
+	Failures       int
+}
+
+// Status returns the members' states.
+func (p *Pool) Status() []MemberStatus {
+	now := time.Now()
+	out := make([]MemberStatus, 0, len(p.members))
+	for _, m := range p.members {
+		m.mu.Lock()
+		out = append(out, MemberStatus{Addr: m.addr, Fallback: m.fallback, Up: !now.Before(m.sidelinedUntil),
+			AppliedIndex: m.lastApplied, LatencySeconds: m.ewma, Failures: m.fails})
+		m.mu.Unlock()
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package repl
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// serveFetch answers Fetch messages on a fetch connection, in order, until
+// the client hangs up, sends something else, or the server stops. Each
+// Fetch is answered from one view of the store (one applied index), so
+// the answer is consistent with itself. Answers are flushed when no
+// further request is already buffered, so a pipelining client gets its
+// answers in few writes.
+func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store) {
+	mFetchConns.Inc()
+	defer mFetchConns.Dec()
+	stop := context.AfterFunc(ctx, func() { cn.c.Close() })
+	defer stop()
+	var fr frameReader
+	var out []byte
+	for {
+		cn.c.SetReadDeadline(time.Now().Add(cn.s.cfg.FetchIdleTimeout))
+		t, p, err := fr.next(r)
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF), ctx.Err() != nil:
+			case errors.Is(err, ErrChecksum):
+				mFetchRefused.WithLabelValues("crc").Inc()
+				cn.log.Warn("fetch connection: corrupt frame; closing", "err", err)
+			case errors.Is(err, ErrMalformed):
+				cn.badFetch("decode", "%v", err)
+			default:
+				cn.log.Debug("fetch connection ended", "err", err)
+			}
+			return
+		}
+		if t != MsgFetch {
+			cn.badFetch("unexpected", "%s message on a fetch connection", t)
+			return
+		}
+		m, err := decodeFetch(p)
+		if err != nil {
+			cn.badFetch("decode", "%v", err)
+			return
+		}
+		start := time.Now()
+		ans := answerFetch(st, m)
+		mFetchSeconds.Observe(time.Since(start).Seconds())
+		mFetchRequests.Inc()
+		if out, err = AppendFrame(out[:0], ans); err != nil {
+			cn.log.Error("cannot encode a fetch answer", "err", err)
+			return
+		}
+		cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.WriteTimeout))
+		if _, err := cn.w.Write(out); err != nil {
+			return
+		}
+		if cap(out) > 1<<20 {
+			out = nil
+		}
+		if r.Buffered() == 0 {
+			if err := cn.w.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// badFetch counts and refuses a bad request; the connection then closes.
+func (cn *conn) badFetch(reason, format string, args ...any) {
+	mFetchRefused.WithLabelValues(reason).Inc()
+	cn.refuse(RefuseBadRequest, format, args...)
+}
+
+// answerFetch reads every key of m at one view: the version current at
+// min(asof, applied), which must be the one asked (if one is asked).
+func answerFetch(st *store.Store, m *Fetch) *Values {
+	ans := &Values{ID: m.ID, Results: make([]FetchResult, len(m.Items))}
+	// Answer as of the published (durable) index, without waiting for a
+	// commit in flight.
+	v, applied, err := st.AsOfView()
+	if err != nil {
+		for i := range ans.Results {
+			ans.Results[i].Status = FetchError
+		}
+		mFetchKeys.WithLabelValues(FetchError.String()).Add(float64(len(m.Items)))
+		return ans
+	}
+	defer v.Close()
+	ans.Applied = applied
+	if ans.Horizon, err = v.HistoryHorizon(); err != nil {
+		ans.Horizon = applied
+	}
+	asOf := m.AsOf
+	if asOf == 0 {
+		asOf = applied
+	}
+	var arena []byte
+	size := 0
+	for i, it := range m.Items {
+		r := &ans.Results[i]
+		need := it.Index
+		if need == 0 {
+			need = asOf
+		}
+		switch {
+		case size >= maxValuesBytes:
+			r.Status = FetchSkipped
+		case applied < need:
+			r.Status = FetchBehind
+		default:
+			val, idx, found, err := v.GetAt(it.Key, min(asOf, applied))
+			switch {
+			case errors.Is(err, store.ErrHistoryTruncated):
+				r.Status = FetchGone
+			case err != nil:
+				r.Status = FetchError
+			case !found && it.Index == 0:
+				r.Status = FetchAbsent
+			case !found || (it.Index != 0 && idx != it.Index):
+				r.Status = FetchMismatch
+			default:
+				start := len(arena)
+				arena = append(arena, val...)
+				r.Status, r.Index, r.Value = FetchOK, idx, arena[start:len(arena):len(arena)]
+				size += len(val)
+			}
+		}
+		mFetchKeys.WithLabelValues(r.Status.String()).Inc()
+	}
+	return ans
+}

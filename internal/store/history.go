@@ -1,0 +1,336 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// MVCC history (full nodes: roots and replicas). When a write overwrites
+// or deletes a key, the committer keeps the version it replaces, in the
+// same durable batch, so that "the value of K as of index P" can be
+// answered for any P at or above the history horizon (docs/storage.md,
+// "History"):
+//
+//	hv<uvarint len(key)><key><BE64 until> → the version: an inline value
+//	    record (its index is the write that made it) or a lost record
+//	ht<BE64 until><key>                   → time(8 BE) size(uvarint): the
+//	    same entry in GC order; time is the log time of entry until, size
+//	    the bytes of the hv pair
+//
+// A version record under until U was current for the indexes
+// [record index, U-1]. Versions of a key do not overlap, so the version
+// current at P is the first one with U > P, if its record index is ≤ P;
+// otherwise (a gap between two versions, or before the first) the key did
+// not exist at P. Every version carries its start, so a deletion followed
+// by a re-creation needs no tombstone: the gap is the tombstone.
+//
+// The horizon H (in mhist) is the lowest index for which the history is
+// complete: versions that stopped being current before H may have been
+// garbage collected, or were never recorded (history enabled at H, or a
+// snapshot whose history starts at H). Queries for P < H fail with
+// ErrHistoryTruncated. GC removes versions in until order, by log age
+// (Options.History.Retention) and by size (MaxBytes), a bounded number per
+// commit, and raises H to the highest until removed.
+
+const (
+	histVersionTag = 'v'
+	histTimeTag    = 't'
+	// maxHistoryGCPerRun bounds the versions one commit removes.
+	maxHistoryGCPerRun = 2048
+)
+
+// historyRecord (mhist) describes the history keyspace.
+type historyRecord struct {
+	enabled bool
+	horizon uint64
+	bytes   int64 // stored bytes of the hv and ht pairs
+	entries int64
+}
+
+func (h historyRecord) encode() []byte {
+	b := make([]byte, 1, 25)
+	if h.enabled {
+		b[0] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, h.horizon)
+	b = binary.BigEndian.AppendUint64(b, uint64(h.bytes))
+	return binary.BigEndian.AppendUint64(b, uint64(h.entries))
+}
+
+func decodeHistoryRecord(b []byte) (historyRecord, error) {
+	if len(b) != 25 || b[0] > 1 {
+		return historyRecord{}, fmt.Errorf("%w: history record of %d bytes", ErrCorrupt, len(b))
+	}
+	return historyRecord{enabled: b[0] == 1, horizon: binary.BigEndian.Uint64(b[1:]),
+		bytes: int64(binary.BigEndian.Uint64(b[9:])), entries: int64(binary.BigEndian.Uint64(b[17:]))}, nil
+}
+
+// histVersionPrefix is the part of the hv keys common to all versions of key.
+func histVersionPrefix(dst, key []byte) []byte {
+	dst = append(dst[:0], prefixHistory, histVersionTag)
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	return append(dst, key...)
+}
+
+func histVersionKey(dst, key []byte, until uint64) []byte {
+	dst = histVersionPrefix(dst, key)
+	return binary.BigEndian.AppendUint64(dst, until)
+}
+
+func histTimeKey(dst []byte, until uint64, key []byte) []byte {
+	dst = append(dst[:0], prefixHistory, histTimeTag)
+	dst = binary.BigEndian.AppendUint64(dst, until)
+	return append(dst, key...)
+}
+
+// parseHistTimeKey splits an ht key.
+func parseHistTimeKey(k []byte) (until uint64, key []byte, ok bool) {
+	if len(k) < 2+8+1 || k[0] != prefixHistory || k[1] != histTimeTag {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint64(k[2:]), k[10:], true
+}
+
+// History describes the MVCC history of a database at one point.
+type History struct {
+	Enabled bool
+	// Horizon: "as of P" is answered for Horizon ≤ P ≤ the applied index.
+	Horizon uint64
+	Bytes   int64
+	Entries int64
+}
+
+// History returns the current history counters.
+func (s *Store) History() (History, error) {
+	if s.closed.Load() {
+		return History{}, ErrClosed
+	}
+	s.engine.RLock()
+	defer s.engine.RUnlock()
+	b, err := s.getMeta(metaHistory)
+	if err != nil {
+		return History{}, fmt.Errorf("read history record: %w", err)
+	}
+	h, err := decodeHistoryRecord(b)
+	if err != nil {
+		return History{}, err
+	}
+	return History{Enabled: h.enabled, Horizon: h.horizon, Bytes: h.bytes, Entries: h.entries}, nil
+}
+
+// recordHistory keeps the version of key that the op at index until
+// replaces (ks, before the op).
+func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error {
+	old, lost, err := c.oldValue(key, ks)
+	if err != nil {
+		return err
+	}
+	if lost {
+		c.hbuf = encodeLost(c.hbuf, ks.index)
+	} else {
+		c.hbuf = encodeInline(c.hbuf, ks.index, old)
+	}
+	c.hkey = histVersionKey(c.hkey, key, until)
+	c.batch.Set(c.hkey, c.hbuf, nil)
+	size := len(c.hkey) + len(c.hbuf)
+	c.tkey = histTimeKey(c.tkey, until, key)
+	c.tval = binary.BigEndian.AppendUint64(c.tval[:0], uint64(c.entryTime))
+	c.tval = binary.AppendUvarint(c.tval, uint64(size))
+	c.batch.Set(c.tkey, c.tval, nil)
+	c.hist.bytes += int64(size + len(c.tkey) + len(c.tval))
+	c.hist.entries++
+	c.histDirty = true
+	c.s.m.historyRecorded.Inc()
+	return nil
+}
+
+// oldValue returns the value of the version ks describes, reading it from
+// its chunks or log block when the committer did not load it. lost is set
+// when the value cannot be read back (the record or its data is corrupt):
+// the history then says so rather than guess.
+func (c *committer) oldValue(key []byte, ks *keyState) (value []byte, lost bool, err error) {
+	switch {
+	case ks.corrupt || ks.remote:
+		return nil, true, nil
+	case ks.value != nil:
+		return ks.value, false, nil
+	case ks.logRec != nil:
+		it, err := c.iter()
+		if err != nil {
+			return nil, false, err
+		}
+		v, err := readInLog(it, *ks.logRec, nil)
+		if errors.Is(err, ErrCorrupt) {
+			c.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
+			return nil, true, nil
+		}
+		return v, false, err
+	case ks.chunks > 0:
+		it, err := c.iter()
+		if err != nil {
+			return nil, false, err
+		}
+		v, err := readChunks(it, key, ks.chunks, ks.valueLen, ks.valueCRC, nil)
+		if errors.Is(err, ErrCorrupt) {
+			c.s.m.integrityErrors.WithLabelValues("chunk_crc").Inc()
+			return nil, true, nil
+		}
+		return v, false, err
+	}
+	return nil, false, nil // an empty inline value
+}
+
+// gcHistory removes, inside the group's batch, the oldest versions while
+// they are older than the retention (by the log's clock) or the history
+// exceeds its size cap, and raises the horizon past them. It runs at most
+// once a second unless over the cap, and removes a bounded number per
+// run so a commit never stalls on it.
+func (c *committer) gcHistory() error {
+	o := c.s.opts.History
+	if !c.hist.enabled {
+		return nil
+	}
+	over := func() bool { return o.MaxBytes > 0 && c.hist.bytes > o.MaxBytes }
+	now := time.Now()
+	if !over() && now.Sub(c.lastHistGC) < time.Second {
+		return nil
+	}
+	c.lastHistGC = now
+	cutoff := c.last.time - o.Retention.Nanoseconds()
+	lo := []byte{prefixHistory, histTimeTag}
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	n := 0
+	for ok := it.First(); ok && n < maxHistoryGCPerRun; ok = it.Next() {
+		k := it.Key()
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		until, key, kok := parseHistTimeKey(k)
+		var t int64
+		var size uint64
+		vok := len(v) > 8
+		if vok {
+			t = int64(binary.BigEndian.Uint64(v))
+			var m int
+			size, m = binary.Uvarint(v[8:])
+			vok = m > 0 && 8+m == len(v)
+		}
+		if !kok || !vok {
+			// Unusable GC entry: drop it; its version (if any) stays
+			// until the key's next versions, which is harmless.
+			c.s.m.integrityErrors.WithLabelValues("history_gc").Inc()
+			c.batch.Delete(k, nil)
+			continue
+		}
+		if t >= cutoff && !over() {
+			break
+		}
+		c.hkey = histVersionKey(c.hkey, key, until)
+		c.batch.Delete(c.hkey, nil)
+		c.batch.Delete(k, nil)
+		c.hist.bytes -= int64(size) + int64(len(k)+len(v))
+		c.hist.entries--
+		c.hist.horizon = max(c.hist.horizon, until)
+		c.histDirty = true
+		n++
+	}
+	c.s.m.historyCollected.Add(float64(n))
+	return it.Error()
+}
+
+// GetAt returns the version of key that was current at index at, which
+// must lie between the history horizon and the view's index: its value
+// (valid until the next call on the view), the index of the write that
+// made it, or found false if the key did not exist at at. It fails with
+// ErrHistoryTruncated below the horizon (or on a node that keeps no
+// history, for any at below the view's index) and ErrNotYetApplied above
+// the view's index. A version lost to corruption is an ErrCorrupt error.
+func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found bool, err error) {
+	if at > v.index {
+		return nil, 0, false, fmt.Errorf("%w: asked as of %d, applied index is %d", ErrNotYetApplied, at, v.index)
+	}
+	if v.s.opts.Proxy != nil && at < v.index {
+		return nil, 0, false, fmt.Errorf("%w: a proxy keeps no history", ErrHistoryTruncated)
+	}
+	value, index, found, err = v.Get(key)
+	if err != nil || (found && index <= at) || at == v.index {
+		return value, index, found, err
+	}
+	h, err := v.history()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if !h.enabled || at < h.horizon {
+		horizon := v.index
+		if h.enabled {
+			horizon = h.horizon
+		}
+		return nil, 0, false, fmt.Errorf("%w: asked as of %d, history starts at %d", ErrHistoryTruncated, at, horizon)
+	}
+	v.s.m.historyReads.Inc()
+	v.kbuf = histVersionKey(v.kbuf, key, at+1)
+	if !v.it.SeekGE(v.kbuf) {
+		return nil, 0, false, v.it.Error()
+	}
+	if k := v.it.Key(); len(k) != len(v.kbuf) || !bytes.HasPrefix(k, v.kbuf[:len(v.kbuf)-8]) {
+		return nil, 0, false, nil // no later version: absent since the current one ended
+	}
+	raw, err := v.it.ValueAndErr()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	rec, err := decodeRecord(raw)
+	if err == nil && (rec.chunked || rec.inLog || rec.remote) {
+		err = fmt.Errorf("%w: history record of an unexpected kind", ErrCorrupt)
+	}
+	if err != nil {
+		v.s.m.integrityErrors.WithLabelValues("history_crc").Inc()
+		return nil, 0, false, fmt.Errorf("key %q as of %d: %w", key, at, err)
+	}
+	if rec.lost {
+		return nil, 0, false, fmt.Errorf("%w: key %q as of %d: the version written at %d was corrupt when it was overwritten", ErrCorrupt, key, at, rec.index)
+	}
+	if rec.index > at {
+		return nil, 0, false, nil // a gap: the key did not exist at at
+	}
+	v.vbuf = append(v.vbuf[:0], rec.inline...)
+	return v.vbuf, rec.index, true, nil
+}
+
+// HistoryHorizon is the lowest index GetAt answers at on this view: the
+// history horizon, or the view's index when the node keeps no history.
+func (v *View) HistoryHorizon() (uint64, error) {
+	h, err := v.history()
+	if err != nil {
+		return 0, err
+	}
+	if !h.enabled || v.s.px != nil {
+		return v.index, nil
+	}
+	return h.horizon, nil
+}
+
+// history reads the history record at the view's index.
+func (v *View) history() (historyRecord, error) {
+	if !v.it.SeekPrefixGE(metaHistory) || !bytes.Equal(v.it.Key(), metaHistory) {
+		if err := v.it.Error(); err != nil {
+			return historyRecord{}, err
+		}
+		return historyRecord{}, fmt.Errorf("%w: history record missing", ErrCorrupt)
+	}
+	raw, err := v.it.ValueAndErr()
+	if err != nil {
+		return historyRecord{}, err
+	}
+	return decodeHistoryRecord(raw)
+}

@@ -1,0 +1,495 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// A proxy store (Options.Proxy set) applies the whole log like a replica,
+// through the same committer and the same hash-chain checks, but keeps
+// only some values (docs/storage.md, "Proxy stores"):
+//
+//   - Every key has its value record, with the index that wrote it. A
+//     value the proxy does not hold has a remote record instead: the
+//     index, length and CRC of the value, but not the value. A key that
+//     does not exist has no record, so negative lookups are answered from
+//     the local data (bloom filters) without asking anyone.
+//   - The sliding window: values written by the last Window entries are
+//     always stored here. The committer writes a value that is already
+//     outside the window when its entry is applied (a proxy catching up)
+//     as a remote record at once, and never evicts a value inside it. So
+//     a replica less than Window entries behind the proxy holds every
+//     version the proxy may ask it for.
+//   - The cache: values outside the window stay while the cache is within
+//     CacheBytes and the disk above SoftFreeBytes of free space; beyond,
+//     the least recently used (CLOCK: a reference bit per key hash, set by
+//     reads, cleared by the sweeping hand) become remote records. A value
+//     fetched for a reader is admitted back, unless free space is below
+//     HardFreeBytes.
+//   - Admission and eviction are committer requests (reqCache) checked
+//     against the key's current record: a change applies only if the
+//     record still has the index the request saw, so a newer write is
+//     never clobbered, and they change only where a value is stored, never
+//     which version a reader sees.
+//   - Reads (Lookup, View.Get, View.Scan) answer at one view index P. A
+//     remote record of version I is fetched through the Fetcher from a
+//     full replica (the version current at P), and checked against the
+//     length and CRC the record holds before it is served.
+//
+// A proxy keeps no MVCC history and writes no in-log value records (its
+// log is short; see the proxy retention defaults in internal/config).
+
+// ProxyOptions configure a proxy store. A zero field means its default.
+type ProxyOptions struct {
+	// Window is the sliding window, in log entries: values written by the
+	// last Window entries are never evicted. Default 10000.
+	Window int64
+	// CacheBytes is the budget of stored values (the window's included).
+	// Default 1 GiB; negative: none (keep only the window).
+	CacheBytes int64
+	// SoftFreeBytes: while the disk has less free space, values are
+	// evicted beyond the budget. Default 1 GiB.
+	SoftFreeBytes uint64
+	// HardFreeBytes: while the disk has less free space, fetched values
+	// are not admitted. Default 512 MiB.
+	HardFreeBytes uint64
+	// FetchTimeout bounds getting the remote values of one read.
+	// Default 5s.
+	FetchTimeout time.Duration
+	// EvictInterval is how often the cache is checked against its limits.
+	// Default 100ms.
+	EvictInterval time.Duration
+}
+
+func (p *ProxyOptions) ensureDefaults() {
+	if p.Window == 0 {
+		p.Window = 10000
+	}
+	if p.CacheBytes == 0 {
+		p.CacheBytes = 1 << 30
+	}
+	if p.SoftFreeBytes == 0 {
+		p.SoftFreeBytes = 1 << 30
+	}
+	if p.HardFreeBytes == 0 {
+		p.HardFreeBytes = 512 << 20
+	}
+	if p.FetchTimeout == 0 {
+		p.FetchTimeout = 5 * time.Second
+	}
+	if p.EvictInterval == 0 {
+		p.EvictInterval = 100 * time.Millisecond
+	}
+}
+
+func (p *ProxyOptions) withDefaults() *ProxyOptions {
+	p.ensureDefaults()
+	return p
+}
+
+func (p *ProxyOptions) validate() error {
+	switch {
+	case p.Window < 1:
+		return fmt.Errorf("store: proxy window %d below 1 entry", p.Window)
+	case p.HardFreeBytes > p.SoftFreeBytes:
+		return fmt.Errorf("store: proxy hard free-space limit %d above the soft limit %d", p.HardFreeBytes, p.SoftFreeBytes)
+	case p.FetchTimeout < time.Millisecond:
+		return fmt.Errorf("store: proxy fetch timeout %v below 1ms", p.FetchTimeout)
+	case p.EvictInterval < time.Millisecond:
+		return fmt.Errorf("store: proxy evict interval %v below 1ms", p.EvictInterval)
+	}
+	return nil
+}
+
+// Fetcher gets, from full replicas, the values a proxy store does not hold.
+type Fetcher interface {
+	// Fetch sets the Value of every item to the value of Key written at
+	// Index, which was the key's version at index asOf, checked against
+	// Len and CRC. It returns an error if any item could not be fetched;
+	// it must not keep the items.
+	Fetch(ctx context.Context, asOf uint64, items []FetchItem) error
+}
+
+// FetchItem is one value a proxy read needs from a replica.
+type FetchItem struct {
+	Key   []byte
+	Index uint64 // the version: the index of the write that set it
+	Len   int
+	CRC   uint32 // CRC-32C (Castagnoli) of the value
+	Value []byte // set by Fetch
+}
+
+// Check reports whether value is the one the item describes.
+func (it *FetchItem) Check(value []byte) bool {
+	return len(value) == it.Len && crc(value) == it.CRC
+}
+
+// IsProxy reports whether the store is a proxy.
+func (s *Store) IsProxy() bool { return s.px != nil }
+
+// SetFetcher gives a proxy store the fetcher of its missing values. Reads
+// of values the proxy does not hold fail with ErrUnavailable until then.
+func (s *Store) SetFetcher(f Fetcher) {
+	if s.px != nil {
+		s.px.fetcher.Store(&f)
+	}
+}
+
+// ProxyStats are the counters of a proxy store's cache.
+type ProxyStats struct {
+	CachedValues int64 // values stored here (window included)
+	CachedBytes  int64
+	CacheBytes   int64 // the budget
+	Window       int64 // the sliding window, in entries
+	SoftLimited  bool  // free disk below the soft limit: evicting
+	HardLimited  bool  // free disk below the hard limit: not admitting
+}
+
+// ProxyStats returns the cache counters (zero for a full node).
+func (s *Store) ProxyStats() ProxyStats {
+	p := s.px
+	if p == nil {
+		return ProxyStats{}
+	}
+	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
+		CacheBytes: p.budget(), Window: p.opts.Window,
+		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load()}
+}
+
+// proxyRecord (mproxy) counts the values a proxy stores. Its presence
+// marks the store's data as a proxy's.
+type proxyRecord struct {
+	values int64
+	bytes  int64
+}
+
+func (p proxyRecord) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(p.values))
+	return binary.BigEndian.AppendUint64(b, uint64(p.bytes))
+}
+
+func decodeProxyRecord(b []byte) (proxyRecord, error) {
+	if len(b) != 16 {
+		return proxyRecord{}, fmt.Errorf("%w: proxy record of %d bytes", ErrCorrupt, len(b))
+	}
+	return proxyRecord{values: int64(binary.BigEndian.Uint64(b)), bytes: int64(binary.BigEndian.Uint64(b[8:]))}, nil
+}
+
+// refWords sizes the CLOCK reference bits: 2^22 bits (512 KiB), shared by
+// key hash. A collision only keeps a value longer.
+const refWords = 1 << 16
+
+// proxyState is what the readers, the committer and the cache keeper of a
+// proxy store share.
+type proxyState struct {
+	opts    ProxyOptions
+	fetcher atomic.Pointer[Fetcher]
+
+	seed maphash.Seed
+	ref  []atomic.Uint64
+
+	cachedValues, cachedBytes atomic.Int64
+	softLimited, hardLimited  atomic.Bool
+	// logDropped counts the log bytes retention dropped since the keeper
+	// last compacted the log's keyspace.
+	logDropped atomic.Int64
+
+	admitQ chan admission
+	kick   chan struct{}
+}
+
+type admission struct {
+	key   []byte
+	index uint64
+	value []byte
+}
+
+type eviction struct {
+	key   []byte
+	index uint64
+}
+
+// cacheChange is the payload of a reqCache request.
+type cacheChange struct {
+	admit []admission
+	evict []eviction
+	// Results, set by the committer.
+	admitted, evicted, stale int
+	evictedBytes             int64
+}
+
+func newProxyState(o ProxyOptions) *proxyState {
+	return &proxyState{opts: o, seed: maphash.MakeSeed(), ref: make([]atomic.Uint64, refWords),
+		admitQ: make(chan admission, 1024), kick: make(chan struct{}, 1)}
+}
+
+// budget is the value bytes the cache may hold.
+func (p *proxyState) budget() int64 { return max(p.opts.CacheBytes, 0) }
+
+// floor is the highest index outside the window when last is applied:
+// values written at or below it may be remote.
+func (p *proxyState) floor(last uint64) uint64 {
+	if last <= uint64(p.opts.Window) {
+		return 0
+	}
+	return last - uint64(p.opts.Window)
+}
+
+func (p *proxyState) refBit(key []byte) (*atomic.Uint64, uint64) {
+	h := maphash.Bytes(p.seed, key)
+	return &p.ref[(h>>6)%refWords], 1 << (h & 63)
+}
+
+// touch marks key as recently used.
+func (p *proxyState) touch(key []byte) {
+	w, bit := p.refBit(key)
+	if w.Load()&bit == 0 {
+		w.Or(bit)
+	}
+}
+
+// secondChance clears key's reference bit and reports whether it was set.
+func (p *proxyState) secondChance(key []byte) bool {
+	w, bit := p.refBit(key)
+	return w.And(^bit)&bit != 0
+}
+
+// admit queues a fetched value for the cache; it never blocks a reader.
+func (p *proxyState) admit(m *storeMetrics, a admission) {
+	select {
+	case p.admitQ <- a:
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	default:
+		m.pxAdmissions.WithLabelValues("dropped").Inc()
+	}
+}
+
+// readProxyRecord reads the proxy counters and publishes them.
+func (s *Store) readProxyRecord() (proxyRecord, error) {
+	v, err := s.getMeta(metaProxy)
+	if err != nil {
+		return proxyRecord{}, fmt.Errorf("read proxy record: %w", err)
+	}
+	r, err := decodeProxyRecord(v)
+	if err != nil {
+		return r, err
+	}
+	s.px.cachedValues.Store(r.values)
+	s.px.cachedBytes.Store(r.bytes)
+	return r, nil
+}
+
+// loadProxy gives the committer the proxy state and counters.
+func (c *committer) loadProxy() error {
+	c.px = c.s.px
+	if c.px == nil {
+		return nil
+	}
+	var err error
+	if c.pstats, err = c.s.readProxyRecord(); err != nil {
+		return err
+	}
+	c.publishRoleMeta()
+	return nil
+}
+
+// proxySet writes the record of a set on a proxy: the value inside the
+// window, a remote record outside it. It keeps the cached counters.
+func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int, remote bool) {
+	c.proxyForget(ks)
+	if index <= c.windowFloor {
+		c.buf = encodeRemote(c.buf, index, len(op.Value), crc(op.Value))
+		c.batch.Set(c.kbuf, c.buf, nil)
+		return 0, true
+	}
+	c.pstats.values++
+	c.pstats.bytes += int64(len(op.Value))
+	c.pxDirty = true
+	return c.writeValue(op.Key, index, op.Value), false
+}
+
+// proxyForget uncounts the stored value ks describes, being replaced.
+func (c *committer) proxyForget(ks *keyState) {
+	if c.px == nil || !ks.exists || ks.remote || ks.corrupt {
+		return
+	}
+	c.pstats.values--
+	c.pstats.bytes -= int64(ks.valueLen)
+	c.pxDirty = true
+}
+
+// prepareCache applies admissions and evictions that still fit the key's
+// current record.
+func (c *committer) prepareCache(r *request) error {
+	ch := r.cache
+	if c.px == nil {
+		r.err = fmt.Errorf("%w: cache change on a full node", ErrInvalid)
+		return nil
+	}
+	for _, a := range ch.admit {
+		ks, err := c.state(a.key)
+		if err != nil {
+			return err
+		}
+		if !ks.exists || !ks.remote || ks.index != a.index || len(a.value) != ks.valueLen || crc(a.value) != ks.valueCRC {
+			ch.stale++
+			continue
+		}
+		c.kbuf = dataKey(c.kbuf, a.key)
+		n := c.writeValue(a.key, a.index, a.value)
+		*ks = keyState{exists: true, index: a.index, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
+		c.pstats.values++
+		c.pstats.bytes += int64(len(a.value))
+		c.pxDirty = true
+		ch.admitted++
+	}
+	floor := c.px.floor(c.last.index)
+	for _, e := range ch.evict {
+		ks, err := c.state(e.key)
+		if err != nil {
+			return err
+		}
+		if !ks.exists || ks.remote || ks.corrupt || ks.index != e.index || ks.index > floor {
+			ch.stale++
+			continue
+		}
+		sum := ks.valueCRC
+		if ks.chunks == 0 && ks.logRec == nil {
+			sum = crc(ks.value)
+		}
+		// A value in a retired log block (a full node's data become a
+		// proxy's) no longer lives there: count the block down.
+		if err := c.release(ks); err != nil {
+			return err
+		}
+		c.kbuf = dataKey(c.kbuf, e.key)
+		c.buf = encodeRemote(c.buf, ks.index, ks.valueLen, sum)
+		c.batch.Set(c.kbuf, c.buf, nil)
+		for i := 0; i < ks.chunks; i++ {
+			c.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
+		}
+		c.proxyForget(ks)
+		*ks = keyState{exists: true, index: ks.index, valueLen: ks.valueLen, valueCRC: sum, remote: true}
+		ch.evicted++
+		ch.evictedBytes += int64(ks.valueLen)
+	}
+	return nil
+}
+
+// writeRoleMeta adds the history and proxy records to the batch if the
+// group changed them, and settles the retired log blocks evictions
+// counted down in a group that wrote no entry (groups with entries settle
+// them with their block).
+func (c *committer) writeRoleMeta() error {
+	if c.blk.Len() == 0 && len(c.touched) > 0 {
+		if err := c.settleRetired(); err != nil {
+			return err
+		}
+		if c.retiredDirty {
+			c.batch.Set(metaRetired, c.retired.encode(), nil)
+		}
+	}
+	if c.histDirty {
+		c.batch.Set(metaHistory, c.hist.encode(), nil)
+	}
+	if c.pxDirty {
+		c.batch.Set(metaProxy, c.pstats.encode(), nil)
+	}
+	return nil
+}
+
+// publishRoleMeta exports the committed history and proxy counters.
+func (c *committer) publishRoleMeta() {
+	m := c.s.m
+	if c.hist.enabled {
+		m.historyBytes.Set(float64(c.hist.bytes))
+		m.historyVersions.Set(float64(c.hist.entries))
+		m.historyHorizon.Set(float64(c.hist.horizon))
+	}
+	if c.px != nil {
+		c.px.logDropped.Add(c.logDropped)
+		c.px.cachedValues.Store(c.pstats.values)
+		c.px.cachedBytes.Store(c.pstats.bytes)
+		m.pxCachedValues.Set(float64(c.pstats.values))
+		m.pxCachedBytes.Set(float64(c.pstats.bytes))
+		m.pxWindowEntries.Set(float64(min(c.last.index, uint64(c.px.opts.Window))))
+		if c.pstats.bytes > c.px.budget() {
+			select {
+			case c.px.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// reconcileRole makes the stored data fit the configured role, at open:
+// a proxy's data cannot serve as a full node; a full node's data becomes
+// a proxy's (every value stored, to be evicted down to the budget), and
+// loses its history; the history is started (with the applied index as
+// horizon) or dropped to follow the options.
+func (s *Store) reconcileRole(applied uint64) error {
+	var pr, hr []byte
+	var err error
+	if pr, err = s.getMeta(metaProxy); err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	if hr, err = s.getMeta(metaHistory); err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	if s.opts.ReadOnly {
+		// Tools (qs verify) open any database; a proxy's remote values
+		// then read as unavailable.
+		if pr != nil && s.px == nil {
+			s.px = newProxyState(*(&ProxyOptions{}).withDefaults())
+		}
+		return nil
+	}
+	if pr != nil && s.opts.Proxy == nil {
+		return fmt.Errorf("%w: the database holds a proxy's partial data and cannot serve as a full node; remove its directory to make it a replica", ErrRoleMismatch)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if pr == nil && s.opts.Proxy != nil {
+		sv, err := s.getMeta(metaStats)
+		if err != nil {
+			return err
+		}
+		st, err := decodeStats(sv)
+		if err != nil {
+			return err
+		}
+		b.Set(metaProxy, proxyRecord{values: st.keys, bytes: st.valueBytes}.encode(), nil)
+		s.opts.Logger.Info("database becomes a proxy; values beyond the cache budget will be evicted", "db", s.opts.Name, "values", st.keys, "bytes", st.valueBytes)
+	}
+	want := s.opts.historyEnabled()
+	var h historyRecord
+	if hr != nil {
+		if h, err = decodeHistoryRecord(hr); err != nil {
+			return err
+		}
+	}
+	if hr == nil || h.enabled != want {
+		if !want {
+			b.DeleteRange([]byte{prefixHistory}, []byte{prefixHistory + 1}, nil)
+		}
+		b.Set(metaHistory, historyRecord{enabled: want, horizon: applied}.encode(), nil)
+		if hr != nil {
+			s.opts.Logger.Info("MVCC history switched", "db", s.opts.Name, "enabled", want, "horizon", applied)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	return b.Commit(pebble.Sync)
+}

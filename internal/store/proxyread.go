@@ -1,0 +1,278 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+)
+
+// Reads on a proxy store. They keep every guarantee of a replica's reads:
+// one view index per answer, no answer below an index already returned,
+// values exactly as the log wrote them. A value the proxy does not hold is
+// fetched as the version its record names, at the view's index, and
+// checked against the record's length and CRC (see proxy.go).
+
+// fetch gets the values of items, all versions current at index at, and
+// checks each against its record. It queues them for admission.
+func (s *Store) fetch(at uint64, items []FetchItem) error {
+	p := s.px
+	f := p.fetcher.Load()
+	if f == nil {
+		s.m.pxReadErrors.Inc()
+		return fmt.Errorf("%w: the proxy has no replicas to fetch from", ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.FetchTimeout)
+	defer cancel()
+	if err := (*f).Fetch(ctx, at, items); err != nil {
+		s.m.pxReadErrors.Inc()
+		return fmt.Errorf("%w: %d values at index %d: %v", ErrUnavailable, len(items), at, err)
+	}
+	for i := range items {
+		it := &items[i]
+		if !it.Check(it.Value) {
+			// The fetcher checks too; this is the last line.
+			s.m.integrityErrors.WithLabelValues("remote_value").Inc()
+			return fmt.Errorf("%w: key %q: fetched value does not match its record (length %d, want %d)", ErrCorrupt, it.Key, len(it.Value), it.Len)
+		}
+		p.admit(s.m, admission{key: it.Key, index: it.Index, value: it.Value})
+	}
+	s.m.pxMisses.Add(float64(len(items)))
+	return nil
+}
+
+// fetchOne gets one remote value for a view (View.Get, View.Scan of a
+// single key); the view stays open meanwhile.
+func (v *View) fetchOne(key []byte, rec record) ([]byte, uint64, error) {
+	items := []FetchItem{{Key: append([]byte(nil), key...), Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC}}
+	if err := v.s.fetch(v.index, items); err != nil {
+		return nil, 0, err
+	}
+	v.vbuf = append(v.vbuf[:0], items[0].Value...)
+	return v.vbuf, rec.index, nil
+}
+
+// proxyAnswer is one key of a proxy lookup.
+type proxyAnswer struct {
+	value []byte
+	index uint64
+	found bool
+	fetch int // index into the fetch items, or -1
+}
+
+// lookupProxy is Lookup on a proxy store: the read cache first, then a
+// view; values the view only knows the version of are fetched after the
+// view is closed (local values are copied), so a slow replica never keeps
+// a view open.
+func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
+	a := s.applied.Load()
+	var small [8]proxyAnswer
+	ans := small[:0]
+	for _, k := range keys {
+		v, idx, found, ok := s.cache.get(k, a)
+		if !ok {
+			break
+		}
+		ans = append(ans, proxyAnswer{value: v, index: idx, found: found, fetch: -1})
+	}
+	if len(ans) == len(keys) {
+		s.m.cacheHits.Add(float64(len(keys)))
+		for i, h := range ans {
+			s.countProxy(keys[i], h.found, false)
+			if err := fn(a, i, h.value, h.index, h.found); err != nil {
+				return a, err
+			}
+		}
+		return a, nil
+	}
+	v, err := s.View()
+	if err != nil {
+		return 0, err
+	}
+	at := v.Index()
+	if at > s.applied.Load() { // see Lookup
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.WaitApplied(ctx, at)
+		cancel()
+	}
+	useCache := at <= s.applied.Load()
+	ans = ans[:0]
+	var items []FetchItem
+	var arena []byte
+	nhits := 0
+	for _, k := range keys {
+		if useCache {
+			if val, idx, found, ok := s.cache.get(k, at); ok {
+				ans = append(ans, proxyAnswer{value: val, index: idx, found: found, fetch: -1})
+				nhits++
+				continue
+			}
+		}
+		raw, found, err := v.record(k)
+		if err != nil {
+			v.Close()
+			return at, err
+		}
+		if !found {
+			s.cache.put(k, nil, 0, false, at)
+			ans = append(ans, proxyAnswer{fetch: -1})
+			continue
+		}
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			v.Close()
+			s.m.integrityErrors.WithLabelValues("value_crc").Inc()
+			return at, fmt.Errorf("key %q: %w", k, err)
+		}
+		if rec.remote {
+			items = append(items, FetchItem{Key: k, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
+			ans = append(ans, proxyAnswer{index: rec.index, found: true, fetch: len(items) - 1})
+			continue
+		}
+		val, idx, err := v.value(k, rec)
+		if err != nil {
+			v.Close()
+			return at, err
+		}
+		s.cache.put(k, val, idx, true, at)
+		start := len(arena)
+		arena = append(arena, val...)
+		ans = append(ans, proxyAnswer{value: arena[start:len(arena):len(arena)], index: idx, found: true, fetch: -1})
+	}
+	v.Close()
+	s.m.cacheHits.Add(float64(nhits))
+	s.m.cacheMisses.Add(float64(len(keys) - nhits))
+	if len(items) > 0 {
+		if err := s.fetch(at, items); err != nil {
+			return at, err
+		}
+		for i := range items {
+			s.cache.put(items[i].Key, items[i].Value, items[i].Index, true, at)
+		}
+	}
+	for i := range ans {
+		h := &ans[i]
+		if h.fetch >= 0 {
+			h.value = items[h.fetch].Value
+		}
+		s.countProxy(keys[i], h.found, h.fetch >= 0)
+		if err := fn(at, i, h.value, h.index, h.found); err != nil {
+			return at, err
+		}
+	}
+	return at, nil
+}
+
+// countProxy counts one key of a proxy read and marks it used.
+func (s *Store) countProxy(key []byte, found, fetched bool) {
+	switch {
+	case !found:
+		s.m.pxNegative.Inc()
+	case fetched: // counted by fetch
+		s.px.touch(key)
+	default:
+		s.m.pxHits.Inc()
+		s.px.touch(key)
+	}
+}
+
+// record returns the raw value record of key (valid until the next call
+// on the view).
+func (v *View) record(key []byte) ([]byte, bool, error) {
+	v.kbuf = dataKey(v.kbuf, key)
+	if !v.it.SeekPrefixGE(v.kbuf) || !bytes.Equal(v.it.Key(), v.kbuf) {
+		return nil, false, v.it.Error()
+	}
+	raw, err := v.it.ValueAndErr()
+	return raw, err == nil, err
+}
+
+// Scan pages on a proxy: at most scanPageItems keys or scanPageBytes of
+// values are gathered (local values copied), their remote values fetched
+// together, then passed to fn.
+const (
+	scanPageItems = 256
+	scanPageBytes = 4 << 20
+)
+
+type scanItem struct {
+	key   []byte
+	value []byte
+	index uint64
+	fetch int
+}
+
+func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) ([]byte, error) {
+	lower := dataKey(nil, prefix)
+	if bytes.Compare(start, prefix) > 0 {
+		lower = dataKey(nil, start)
+	}
+	upper := prefixEnd(dataKey(nil, prefix))
+	inRange := func() bool {
+		k := v.it.Key()
+		return (upper == nil || bytes.Compare(k, upper) < 0) && k[0] == prefixData
+	}
+	n := 0
+	ok := v.it.SeekGE(lower)
+	for ok && inRange() {
+		var page []scanItem
+		var items []FetchItem
+		bytesIn := 0
+		for ; ok && inRange() && len(page) < scanPageItems && bytesIn < scanPageBytes; ok = v.it.Next() {
+			if limit > 0 && n+len(page) == limit {
+				break
+			}
+			key := append([]byte(nil), v.it.Key()[1:]...)
+			raw, err := v.it.ValueAndErr()
+			if err != nil {
+				return nil, err
+			}
+			rec, err := decodeRecord(raw)
+			if err != nil {
+				v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
+				return nil, fmt.Errorf("key %q: %w", key, err)
+			}
+			bytesIn += rec.valueLen
+			if rec.remote {
+				items = append(items, FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
+				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
+				continue
+			}
+			// value may move a clone, never v.it.
+			val, idx, err := v.value(key, rec)
+			if err != nil {
+				return nil, err
+			}
+			page = append(page, scanItem{key: key, value: append([]byte(nil), val...), index: idx, fetch: -1})
+		}
+		if err := v.it.Error(); err != nil {
+			return nil, err
+		}
+		if len(items) > 0 {
+			if err := v.s.fetch(v.index, items); err != nil {
+				return nil, err
+			}
+		}
+		for i := range page {
+			it := &page[i]
+			if it.fetch >= 0 {
+				it.value = items[it.fetch].Value
+				v.s.px.touch(it.key)
+			} else {
+				v.s.m.pxHits.Inc()
+				v.s.px.touch(it.key)
+			}
+			if err := fn(it.key, it.value, it.index); err != nil {
+				return nil, err
+			}
+			n++
+		}
+		if limit > 0 && n == limit {
+			if ok && inRange() {
+				return append([]byte(nil), v.it.Key()[1:]...), nil
+			}
+			return nil, v.it.Error()
+		}
+	}
+	return nil, v.it.Error()
+}

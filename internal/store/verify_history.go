@@ -1,0 +1,133 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// history checks the MVCC history: every version key and record decodes,
+// its version was written before it ended and ended at or before the
+// applied index, it has its GC entry (and every GC entry its version),
+// and the history record's counters match a recount.
+func (v *verifier) history() error {
+	raw, err := v.get(metaHistory)
+	if err != nil {
+		return err
+	}
+	var h historyRecord
+	if raw != nil {
+		if h, err = decodeHistoryRecord(raw); err != nil {
+			v.problem(ProblemMeta, nil, 0, -1, "history record: %v", err)
+			return nil
+		}
+	}
+	if v.appliedOK && h.horizon > v.applied.index {
+		v.problem(ProblemHistory, nil, h.horizon, -1, "history horizon %d beyond the applied index %d", h.horizon, v.applied.index)
+	}
+	vp := []byte{prefixHistory, histVersionTag}
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: vp, UpperBound: prefixEnd(vp)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var count, size int64
+	var tk []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		l, n := binary.Uvarint(k[2:])
+		if n <= 0 || l == 0 || uint64(len(k)) != 2+uint64(n)+l+8 {
+			v.problem(ProblemHistory, nil, 0, -1, "malformed history key %x", k)
+			continue
+		}
+		key := k[2+n : len(k)-8]
+		until := binary.BigEndian.Uint64(k[len(k)-8:])
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		count++
+		size += int64(len(k) + len(val))
+		if !h.enabled {
+			v.problem(ProblemHistory, key, until, -1, "history entry while the history is disabled")
+		}
+		rec, err := decodeRecord(val)
+		switch {
+		case err != nil:
+			v.problem(ProblemHistory, key, until, -1, "version ending at %d: %v", until, err)
+		case rec.chunked || rec.inLog || rec.remote:
+			v.problem(ProblemHistory, key, until, -1, "version ending at %d is not an inline or lost record", until)
+		case !rec.lost && rec.index >= until:
+			v.problem(ProblemHistory, key, until, -1, "version written at %d ends at %d", rec.index, until)
+		}
+		if v.appliedOK && until > v.applied.index {
+			v.problem(ProblemHistory, key, until, -1, "version ends at %d, beyond the applied index %d", until, v.applied.index)
+		}
+		tk = histTimeKey(tk, until, key)
+		tv, err := v.get(tk)
+		if err != nil {
+			return err
+		}
+		if tv == nil {
+			v.problem(ProblemHistory, key, until, -1, "version ending at %d has no GC entry", until)
+			continue
+		}
+		size += int64(len(tk) + len(tv))
+		if len(tv) <= 8 {
+			v.problem(ProblemHistory, key, until, -1, "GC entry of %d bytes", len(tv))
+		} else if sz, m := binary.Uvarint(tv[8:]); m <= 0 || 8+m != len(tv) || sz != uint64(len(k)+len(val)) {
+			v.problem(ProblemHistory, key, until, -1, "GC entry states %d bytes for a version of %d", sz, len(k)+len(val))
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	// GC entries without their version.
+	tp := []byte{prefixHistory, histTimeTag}
+	tit, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: tp, UpperBound: prefixEnd(tp)})
+	if err != nil {
+		return err
+	}
+	defer tit.Close()
+	var hk []byte
+	for ok := tit.First(); ok; ok = tit.Next() {
+		until, key, kok := parseHistTimeKey(tit.Key())
+		if !kok {
+			v.problem(ProblemHistory, nil, 0, -1, "malformed history GC key %x", tit.Key())
+			continue
+		}
+		hk = histVersionKey(hk, key, until)
+		if _, c, err := v.snap.Get(hk); errors.Is(err, pebble.ErrNotFound) {
+			v.problem(ProblemHistory, key, until, -1, "GC entry without its version")
+		} else if err != nil {
+			return err
+		} else {
+			c.Close()
+		}
+	}
+	if err := tit.Error(); err != nil {
+		return err
+	}
+	if raw != nil && (count != h.entries || size != h.bytes) {
+		v.problem(ProblemHistory, nil, 0, -1, "history record counts %d versions in %d bytes, found %d in %d", h.entries, h.bytes, count, size)
+	}
+	return nil
+}
+
+// proxy checks a proxy's cache counters against the stored values.
+func (v *verifier) proxy() error {
+	raw, err := v.get(metaProxy)
+	if err != nil || raw == nil {
+		return err
+	}
+	p, err := decodeProxyRecord(raw)
+	if err != nil {
+		v.problem(ProblemMeta, nil, 0, -1, "proxy record: %v", err)
+		return nil
+	}
+	if v.unreadable == 0 && (p.values != v.storedValues || p.bytes != v.storedBytes) {
+		v.problem(ProblemProxy, nil, 0, -1, "proxy record counts %d stored values of %d bytes, found %d of %d", p.values, p.bytes, v.storedValues, v.storedBytes)
+	}
+	return nil
+}
