@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -201,6 +202,75 @@ func BenchmarkBudgetProbe(b *testing.B) {
 			b.ReportMetric(float64(writes.Load()-writes0)/wall, "writes/s")
 			b.ReportMetric((probes()-probes0)/wall, "probes/s")
 			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkHubIdle: what the hub costs a store taking durable 40 kB writes
+// (2 writers, incompressible values: the write load of the readlat
+// benchmark) while nobody watches, as process CPU per write (cpu-µs/op):
+// no hub, the hub reading every entry back (readIdle, as before it
+// skipped), and the hub skipping the log while no subscriber is live.
+// Only same-run differences mean something.
+//
+//	go test -run XXX -bench HubIdle -benchtime 3000x ./internal/watch
+func BenchmarkHubIdle(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		hub, readIdle bool
+	}{{"no-hub", false, false}, {"hub-reading", true, true}, {"hub-idle", true, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			st := openStore(b, store.Options{Compression: wal.CompressZstd})
+			var h *Hub
+			read := func() float64 { return 0 }
+			if c.hub {
+				h = NewHub(st, Config{}, nil)
+				h.readIdle = c.readIdle
+				read = func() float64 {
+					m := &dto.Metric{}
+					h.read.Write(m)
+					return m.GetCounter().GetValue()
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				ran := make(chan struct{})
+				go func() { defer close(ran); h.Run(ctx) }()
+				defer func() { cancel(); <-ran }()
+			}
+			const size = 40 << 10
+			pool := make([]byte, 8<<20)
+			rand.Read(pool)
+			var n atomic.Int64
+			b.SetBytes(size)
+			b.ResetTimer()
+			cpu0, read0 := cpuTime(), read()
+			var wg sync.WaitGroup
+			for w := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := n.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						off := int(i) * (size + 1) % (len(pool) - size)
+						op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: pool[off : off+size]}
+						if _, err := st.Write(context.Background(), store.Batch{Ops: []wal.Op{op}}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if h != nil { // the hub's work for the last writes counts too
+				for p, _ := h.Position(); p < st.AppliedIndex(); p, _ = h.Position() {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric((read()-read0)/float64(b.N), "read-entries/op")
 		})
 	}
 }

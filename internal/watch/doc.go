@@ -9,7 +9,10 @@
 // changes are filtered, kept and encoded (Batch.Encoded) once per prefix,
 // and each subscriber follows the feed with its own cursor on its own
 // goroutine. The hub's work per batch grows with the number of distinct
-// prefixes, not of watchers.
+// prefixes, not of watchers. With no live subscriber it reads nothing: it
+// moves its position to the store's applied position (skipIdle); a
+// subscriber arriving later from an older index reads the log itself up
+// to there, as any subscriber behind the hub does.
 //
 // A subscriber writes to its watcher only during a write turn of the
 // process's Budget (shared by the hubs of all databases): at most
@@ -72,7 +75,9 @@
 //     ErrClosed.
 //
 // Metrics (subsystem "watch"): watchers{db}, prefixes{db} (distinct
-// watched prefixes: feeds), hub_lag_entries{db}, events_sent_total,
+// watched prefixes: feeds), hub_lag_entries{db}, hub_read_entries_total{db}
+// and hub_skipped_entries_total{db} (entries read and fanned out; passed
+// unread with no live subscriber), events_sent_total,
 // writes_total (their ratio is the coalescing), delivery_delay_seconds
 // (entry commit time to written to the watcher, recorded by the caller
 // through Sub.Delivered), turn_wait_seconds and turn_waiting (the budget

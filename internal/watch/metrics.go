@@ -62,6 +62,14 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "hub_lag_entries",
 		Help: "Applied entries the watch hub has not fanned out yet, by database.",
 	}, []string{"db"}))
+	hubReadEntriesTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "hub_read_entries_total",
+		Help: "Log entries the watch hub read back from the store and fanned out to live watchers, by database.",
+	}, []string{"db"}))
+	hubSkippedEntriesTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "hub_skipped_entries_total",
+		Help: "Log entries the watch hub passed without reading them because no watcher was live, by database (watchers arriving later read the log themselves).",
+	}, []string{"db"}))
 )
 
 func init() {
