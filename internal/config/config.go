@@ -69,7 +69,8 @@ type Config struct {
 	WatchWriteConcurrency int     `toml:"watch_write_concurrency"`
 	// WatchWakeDelayTarget is how late, at the 90th percentile, a request
 	// may be picked up while watchers are served before the watch write
-	// rate is cut. Default 1ms.
+	// rate is cut (it is cut too when delivery doubles that delay, at
+	// least +200µs, over what it is while no watcher writes). Default 1ms.
 	WatchWakeDelayTarget Duration `toml:"watch_wake_delay_target"`
 	// HTTPReadHeaderTimeout bounds receiving request headers (slow-loris).
 	// Default 5s.

@@ -39,7 +39,9 @@ type Limits struct {
 	WriteConcurrency int
 	// WakeDelayTarget is how late, at the 90th percentile over 100ms, a
 	// goroutine woken by the network (a reader's request) may run while
-	// watchers are served: above it Run cuts the write rate. Default 1ms.
+	// watchers are served: above it Run cuts the write rate, as it does
+	// above twice the delay measured while no watcher writes (at least
+	// that + 200µs; see control.go). Default 1ms.
 	WakeDelayTarget time.Duration
 }
 
@@ -95,11 +97,12 @@ func (l *Limits) Validate() error {
 // Budget enforces Limits for every hub sharing it (Config.Budget): the
 // count of subscriptions and the write turns, whose rate Run adapts.
 type Budget struct {
-	limits Limits
-	turns  *turns
-	ctl    controlParams
-	wake   chan struct{} // a first watcher arrived: Run resumes probing
-	signal atomic.Int64  // the last window's delay (Signal), nanoseconds
+	limits   Limits
+	turns    *turns
+	ctl      controlParams
+	wake     chan struct{} // a first watcher arrived: Run resumes probing
+	signal   atomic.Int64  // the last window's delay (Signal), nanoseconds
+	baseline atomic.Int64  // the last baseline (Baseline), nanoseconds
 
 	mu struct {
 		sync.Mutex
@@ -136,6 +139,10 @@ func (b *Budget) Rate() float64 { return b.turns.rate() }
 // before the first).
 func (b *Budget) Signal() time.Duration { return time.Duration(b.signal.Load()) }
 
+// Baseline returns the same while no watcher wrote, over Run's last quiet
+// periods (0 before the first).
+func (b *Budget) Baseline() time.Duration { return time.Duration(b.baseline.Load()) }
+
 // admit counts one more subscription, or fails with ErrTooManyWatchers.
 func (b *Budget) admit() error {
 	b.mu.Lock()
@@ -169,10 +176,12 @@ func (b *Budget) watchers() int {
 // Run adapts the rate to what watch delivery costs readers until ctx is
 // done: every control window (100ms) it measures how late goroutines
 // woken by the network run (the probe) and sets the rate the controller
-// decides (controlParams.next). It probes only while delivery is busy
-// (controlParams.busy), and does nothing while there are no watchers.
-// One Run per budget; it returns nil when ctx is done, or an error if it
-// cannot start the probe (the rate then stays at WriteRate).
+// decides (controlParams.next); about once a second it pauses turns for
+// 20ms to measure the same while no watcher writes (the baseline).
+// It probes only while delivery is busy (controlParams.busy), and does
+// nothing while there are no watchers. One Run per budget; it returns nil
+// when ctx is done, or an error if it cannot start the probe (the rate
+// then stays at WriteRate).
 func (b *Budget) Run(ctx context.Context) error {
 	p, err := newProbe()
 	if err != nil {
@@ -188,78 +197,180 @@ func (b *Budget) Run(ctx context.Context) error {
 		p.close()
 		wg.Wait()
 	}()
-	c := b.ctl
-	ceiling := b.limits.WriteRate
-	state := controlState{Rate: b.turns.rate()}
-	writeRateGauge.Set(state.Rate)
-	gc := newGCPauses()
-	tick := time.NewTicker(c.ProbeEvery)
-	defer tick.Stop()
-	probing := true // delivery was busy in the last window: probe (controlParams.busy)
-	var delays []time.Duration
-	windowEnd := time.Now().Add(c.Window)
+	r := &budgetRun{b: b, p: p, c: b.ctl, gc: newGCPauses(), state: controlState{Rate: b.turns.rate()}}
+	writeRateGauge.Set(r.state.Rate)
+	return r.loop(ctx)
+}
+
+// budgetRun is the state of Budget.Run, owned by its goroutine.
+type budgetRun struct {
+	b     *Budget
+	p     *probe
+	c     controlParams
+	gc    *gcPauses
+	state controlState
+
+	tick      *time.Ticker
+	probing   bool            // delivery was busy in the last window (controlParams.busy)
+	windowEnd time.Time       // of the current control window
+	window    []time.Duration // its probes so far
+
+	// A quiet period: turns paused from quietStart to quietEnd (zero
+	// when none is under way); probes count after settled.
+	quietStart, quietEnd, nextQuiet time.Time
+	settled                         bool
+	quiet                           [][]time.Duration // probes of the last QuietKeep periods
+}
+
+func (r *budgetRun) loop(ctx context.Context) error {
+	c := r.c
+	r.tick = time.NewTicker(c.ProbeEvery)
+	defer r.tick.Stop()
+	defer r.endQuiet(time.Now(), false)
+	r.start(time.Now())
 	for {
-		if b.watchers() == 0 { // nothing to deliver: no probe, no decision
-			tick.Stop()
+		if r.b.watchers() == 0 { // nothing to deliver: no probe, no decision
+			r.endQuiet(time.Now(), false)
+			r.tick.Stop()
 			select {
-			case <-b.wake:
+			case <-r.b.wake:
 			case <-ctx.Done():
 				return nil
 			}
-			now := time.Now()
-			delays = p.take(delays[:0], now, time.Hour)
-			b.turns.limited.Store(0)
-			b.turns.taken.Store(0)
-			gc.seen()
-			probing = true
-			tick.Reset(c.ProbeEvery)
-			windowEnd = now.Add(c.Window)
+			r.start(time.Now())
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-r.tick.C:
 		}
 		// Not the tick's time: the timer fires late by up to a
 		// millisecond, which the probe must not count.
 		now := time.Now()
-		if probing && now.Before(windowEnd) {
-			p.send(now)
+		switch {
+		case !r.quietEnd.IsZero() && !now.Before(r.quietEnd):
+			r.endQuiet(now, true)
+		case !r.quietEnd.IsZero():
+			if !r.settled && now.Sub(r.quietStart) >= c.QuietSettle {
+				r.p.take(nil, now, time.Hour) // what came back while the last writes' work finished
+				r.settled = true
+			}
+			if r.settled {
+				r.p.send(now)
+			}
+			continue // the window's decision waits for the period's end
+		case r.probing && !now.Before(r.nextQuiet) && now.Before(r.windowEnd):
+			r.window = r.p.take(r.window, now, c.ProbeEvery)
+			r.startQuiet(now)
 			continue
 		}
-		// Not probing, the ticker ticks once per window.
-		windowEnd = now.Add(c.Window)
-		delays = p.take(delays[:0], now, c.ProbeEvery)
-		o := observation{
-			Samples:  len(delays),
-			Delay:    quantile(delays, c.Quantile),
-			GC:       gc.seen(),
-			Limited:  b.turns.limited.Swap(0) > 0,
-			Turns:    int(b.turns.taken.Swap(0)),
-			Watchers: b.watchers(),
+		if r.probing && now.Before(r.windowEnd) {
+			r.p.send(now)
+			continue
 		}
-		var d decision
-		state, d = c.next(state, o, ceiling)
-		b.turns.setRate(state.Rate)
-		writeRateGauge.Set(state.Rate)
-		writeRateFloorGauge.Set(c.floor(o.Watchers, ceiling))
-		if o.Samples > 0 {
-			b.signal.Store(int64(o.Delay))
-			wakeDelaySignalSeconds.Set(o.Delay.Seconds())
-		}
-		rateDecisionsTotal.WithLabelValues(string(d)).Inc()
-		if busy := c.busy(o); busy != probing {
-			probing = busy
-			if probing {
-				tick.Reset(c.ProbeEvery)
-			} else {
-				tick.Reset(c.Window)
-			}
-		}
-		if probing {
-			p.send(now)
+		r.decide(now) // not probing, the ticker ticks once per window
+		if r.probing {
+			r.p.send(now)
 		}
 	}
+}
+
+// start begins probing (watchers came, or Run started).
+func (r *budgetRun) start(now time.Time) {
+	r.window = r.p.take(r.window[:0], now, time.Hour)[:0]
+	r.b.turns.limited.Store(0)
+	r.b.turns.taken.Store(0)
+	r.gc.seen()
+	r.probing = true
+	r.tick.Reset(r.c.ProbeEvery)
+	r.windowEnd = now.Add(r.c.Window)
+	r.nextQuiet = now.Add(r.c.Window) // a baseline soon
+}
+
+// decide ends a control window: the controller's next rate.
+func (r *budgetRun) decide(now time.Time) {
+	c, b := r.c, r.b
+	r.windowEnd = now.Add(c.Window)
+	r.window = r.p.take(r.window, now, c.ProbeEvery)
+	o := observation{
+		Samples:  len(r.window),
+		Delay:    quantile(r.window, c.Quantile),
+		Baseline: r.baseline(),
+		GC:       r.gc.seen(),
+		Limited:  b.turns.limited.Swap(0) > 0,
+		Turns:    int(b.turns.taken.Swap(0)),
+		Watchers: b.watchers(),
+	}
+	r.window = r.window[:0]
+	var d decision
+	r.state, d = c.next(r.state, o, b.limits.WriteRate)
+	b.turns.setRate(r.state.Rate)
+	writeRateGauge.Set(r.state.Rate)
+	writeRateFloorGauge.Set(c.floor(o.Watchers, b.limits.WriteRate))
+	if o.Samples > 0 {
+		b.signal.Store(int64(o.Delay))
+		wakeDelaySignalSeconds.Set(o.Delay.Seconds())
+	}
+	rateDecisionsTotal.WithLabelValues(string(d)).Inc()
+	if busy := c.busy(o); busy != r.probing {
+		r.probing = busy
+		if busy {
+			r.tick.Reset(c.ProbeEvery)
+			r.nextQuiet = now.Add(c.Window)
+		} else {
+			r.tick.Reset(c.Window)
+		}
+	}
+}
+
+// startQuiet pauses turns for QuietFor to measure the baseline: no new
+// turn starts meanwhile, and those under way end within their lease,
+// before QuietSettle.
+func (r *budgetRun) startQuiet(now time.Time) {
+	r.b.turns.pause()
+	r.quietStart = now
+	r.quietEnd = now.Add(r.c.QuietFor)
+	r.settled = false
+}
+
+// endQuiet resumes turns and, if measured, keeps the period's probes for
+// the baseline.
+func (r *budgetRun) endQuiet(now time.Time, measured bool) {
+	r.b.turns.resume()
+	if r.quietEnd.IsZero() {
+		return
+	}
+	r.quietEnd = time.Time{}
+	r.nextQuiet = now.Add(r.c.QuietEvery)
+	if !measured || !r.settled {
+		return
+	}
+	q := r.p.take(nil, now, r.c.ProbeEvery)
+	if len(r.quiet) == r.c.QuietKeep {
+		r.quiet = append(r.quiet[:0], r.quiet[1:]...)
+	}
+	r.quiet = append(r.quiet, q)
+	if base := r.baseline(); base > 0 {
+		r.b.baseline.Store(int64(base))
+		wakeDelayBaselineSeconds.Set(base.Seconds())
+	}
+}
+
+// minBaselineSamples: fewer quiet probes than this, and the baseline is
+// unknown.
+const minBaselineSamples = 10
+
+// baseline returns the Quantile of the probes of the last quiet periods,
+// 0 if there are too few.
+func (r *budgetRun) baseline() time.Duration {
+	var all []time.Duration
+	for _, q := range r.quiet {
+		all = append(all, q...)
+	}
+	if len(all) < minBaselineSamples {
+		return 0
+	}
+	return quantile(all, r.c.Quantile)
 }
 
 // gcPauses tells whether a garbage collection cycle started or ended

@@ -11,26 +11,41 @@ import (
 // reader's request waits for before it is served) and hands that
 // observation to controlParams.next, which returns the next rate. The
 // rule is additive increase, multiplicative decrease, between a floor and
-// the configured cap (Limits.WriteRate):
+// the configured cap (Limits.WriteRate).
 //
-//   - delay above Target: readers are being slowed. Cut the rate by
-//     Target/delay, within [MaxCut, MinCut] (a window far over the target
-//     cuts harder), not below the floor.
-//   - delay within Target, and some write waited for the rate in the
-//     window: the budget held delivery back while readers were fine.
-//     Raise the rate by RaiseStep of the cap.
+// Delivery slows readers (over) when the window's delay exceeds either
+//
+//   - Target (Limits.WakeDelayTarget, 1ms): readers wait too long,
+//     whoever is to blame; on an overloaded machine the budget leaves the
+//     CPU to them; or
+//   - the baseline by more than delivery may add: Ratio × baseline, and at
+//     least baseline + Margin. The baseline is the delay while watchers
+//     do not write: about once a second the budget pauses every turn for
+//     QuietFor and probes meanwhile (QuietEvery, Budget.Run). On a quiet
+//     machine readers are served within tens of microseconds and their
+//     latency tail is tight: delivery adding a few hundred microseconds to
+//     the wake-up delay already doubles the tail, long before Target.
+//
+// Then:
+//
+//   - over: cut the rate by limit/delay, within [MaxCut, MinCut] (a
+//     window far over the limit cuts harder), not below the floor.
+//   - within, and some write waited for the rate in the window: the
+//     budget held delivery back while readers were fine. Raise the rate
+//     by RaiseStep of the cap.
 //   - otherwise (nothing waited for the rate) hold.
 //
 // Three things must not fool it. Watchers' own goroutines queuing are
 // not measured as such: the probe is a goroutine woken by the network, so
 // it waits only as long as a reader would. A garbage collection slows
 // readers and watchers alike for a moment (with a large heap its mark
-// phase delays the probe by several milliseconds): a window over target
-// in which a GC cycle started or ended is forgiven, up to MaxForgiven in
-// a row, so that a GC does not cut the rate but a process that collects
-// all the time still does. Load from other processes delays the probe
-// like readers: the budget then leaves them the CPU, which is the right
-// response to an overloaded machine.
+// phase delays the probe by several milliseconds): a window over the
+// limit in which a GC cycle started or ended is forgiven, up to
+// MaxForgiven in a row, so that a GC does not cut the rate but a process
+// that collects all the time still does. Load from other processes
+// delays the probe like readers: it raises the baseline too, so only
+// what delivery adds counts against Ratio and Margin, while Target still
+// cuts delivery on an overloaded machine, which is the right response.
 //
 // The budget probes only while delivery is busy (busy): at least
 // BusyRate writes per second, or some waiting for the rate. Below that
@@ -48,9 +63,19 @@ type controlParams struct {
 	// probe measures within it.
 	Window     time.Duration
 	ProbeEvery time.Duration
-	// Quantile of the window's probe delays compared with Target.
+	// Quantile of the window's probe delays (and of the baseline's)
+	// compared with the limit: Target, or the baseline × Ratio, at least
+	// baseline + Margin.
 	Quantile float64
 	Target   time.Duration
+	Ratio    float64
+	Margin   time.Duration
+	// QuietEvery and QuietFor: how often the budget pauses turns to
+	// measure the baseline, and for how long (probing after QuietSettle,
+	// once the last writes' work is done); QuietKeep: how many quiet
+	// periods' probes make the baseline.
+	QuietEvery, QuietFor, QuietSettle time.Duration
+	QuietKeep                         int
 	// RaiseStep is the fraction of the cap added per window.
 	RaiseStep float64
 	// A cut multiplies the rate by Target/delay, clamped to [MaxCut,
@@ -75,6 +100,12 @@ func defaultControl() controlParams {
 		ProbeEvery:      2 * time.Millisecond,
 		Quantile:        0.9,
 		Target:          time.Millisecond, // Limits.WakeDelayTarget
+		Ratio:           2,
+		Margin:          200 * time.Microsecond,
+		QuietEvery:      time.Second,
+		QuietFor:        20 * time.Millisecond,
+		QuietSettle:     6 * time.Millisecond,
+		QuietKeep:       8,
 		RaiseStep:       1.0 / 50,
 		MinCut:          0.8,
 		MaxCut:          0.5,
@@ -92,6 +123,9 @@ type observation struct {
 	// Samples is how many there were (0: no signal).
 	Delay   time.Duration
 	Samples int
+	// Baseline is the Quantile of the probe's delays in the last quiet
+	// periods, while no watcher wrote (0: not measured yet).
+	Baseline time.Duration
 	// GC: a garbage collection cycle started or ended during the window.
 	GC bool
 	// Limited: some write turn waited for the rate. Turns: how many were
@@ -133,6 +167,15 @@ func (p controlParams) busy(o observation) bool {
 	return o.Limited || float64(o.Turns) >= p.BusyRate*p.Window.Seconds()
 }
 
+// limit returns the delay above which delivery slows readers, given the
+// baseline (0: unknown, Target alone).
+func (p controlParams) limit(baseline time.Duration) time.Duration {
+	if baseline <= 0 {
+		return p.Target
+	}
+	return min(p.Target, max(time.Duration(p.Ratio*float64(baseline)), baseline+p.Margin))
+}
+
 // next returns the state after window o, the rate within [floor, ceiling].
 func (p controlParams) next(s controlState, o observation, ceiling float64) (controlState, decision) {
 	lo := p.floor(o.Watchers, ceiling)
@@ -140,11 +183,11 @@ func (p controlParams) next(s controlState, o observation, ceiling float64) (con
 	if o.Samples == 0 {
 		return controlState{Rate: clamp(s.Rate), forgiven: s.forgiven}, decideNoSignal
 	}
-	if o.Delay > p.Target {
+	if limit := p.limit(o.Baseline); o.Delay > limit {
 		if o.GC && s.forgiven < p.MaxForgiven {
 			return controlState{Rate: clamp(s.Rate), forgiven: s.forgiven + 1}, decideForgiven
 		}
-		f := min(p.MinCut, max(p.MaxCut, float64(p.Target)/float64(o.Delay)))
+		f := min(p.MinCut, max(p.MaxCut, float64(limit)/float64(o.Delay)))
 		return controlState{Rate: clamp(s.Rate * f)}, decideCut
 	}
 	if o.Limited && s.Rate < ceiling {

@@ -58,6 +58,8 @@ func TestControlScript(t *testing.T) {
 				o.Samples, err = strconv.Atoi(v)
 			case "watchers":
 				o.Watchers, err = strconv.Atoi(v)
+			case "baseline":
+				o.Baseline, err = time.ParseDuration(v)
 			case "limited":
 				o.Limited = true
 			case "gc":
@@ -116,6 +118,9 @@ func TestControlBounds(t *testing.T) {
 				Limited:  r.IntN(2) == 0,
 				Watchers: r.IntN(20_000),
 			}
+			if r.IntN(2) == 0 {
+				o.Baseline = time.Duration(r.ExpFloat64() * float64(p.Target) / 4)
+			}
 			prev := s
 			var d decision
 			s, d = p.next(s, o, ceiling)
@@ -123,7 +128,11 @@ func TestControlBounds(t *testing.T) {
 			if s.Rate < lo || s.Rate > ceiling {
 				t.Fatalf("run %d: rate %g outside [%g, %g] after %+v", run, s.Rate, lo, ceiling, o)
 			}
-			over := o.Samples > 0 && o.Delay > p.Target
+			limit := p.limit(o.Baseline)
+			if limit > p.Target || limit < min(p.Target, o.Baseline+p.Margin) {
+				t.Fatalf("limit %v with baseline %v", limit, o.Baseline)
+			}
+			over := o.Samples > 0 && o.Delay > limit
 			switch {
 			case d == decideCut && !over, d == decideRaise && (over || !o.Limited):
 				t.Fatalf("run %d: %s on %+v", run, d, o)

@@ -29,8 +29,11 @@
 // measures how late a goroutine woken by the network runs (probe.go: a
 // byte through a pipe, every 2ms while delivery is busy, as a reader's
 // request arrives on its connection) and compares the 90th percentile with
-// Limits.WakeDelayTarget: over it, watch delivery is slowing readers and
-// the rate is cut (by target/delay, to half at most); within it, and
+// a limit: twice the baseline (at least baseline + 200µs), the same
+// percentile measured while turns are paused for 20ms about once a
+// second, and never above Limits.WakeDelayTarget. Over the limit, watch
+// delivery is slowing readers and the rate is cut (by limit/delay, to
+// half at most); within it, and
 // with writes waiting for the rate, the rate is raised by 2% of
 // Limits.WriteRate, its cap. So when the process has CPU to spare the
 // rate sits at the cap and changes reach watchers within milliseconds;
@@ -86,5 +89,5 @@
 // adaptive rate: write_rate and write_rate_floor (turns/s now),
 // wake_delay_seconds (every probe), wake_delay_signal_seconds (the last
 // window's 90th percentile) and rate_decisions_total{decision} (raise,
-// cut, hold, gc_forgiven, no_signal).
+// cut, hold, gc_forgiven, no_signal), wake_delay_baseline_seconds.
 package watch

@@ -95,7 +95,11 @@ var (
 	}))
 	wakeDelaySignalSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "wake_delay_signal_seconds",
-		Help: "The watch budget's signal in the last 100ms window: the 90th percentile of wake_delay_seconds; over 1ms the write rate is cut.",
+		Help: "The watch budget's signal in the last 100ms window: the 90th percentile of wake_delay_seconds; over watch_wake_delay_target (1ms), or over 2x wake_delay_baseline_seconds (at least +200µs), the write rate is cut.",
+	}))
+	wakeDelayBaselineSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "wake_delay_baseline_seconds",
+		Help: "The same percentile while no watcher writes, measured by holding every write turn for 20ms about once a second: the signal may exceed it by 2x (at least 200µs) before the write rate is cut.",
 	}))
 	rateDecisionsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "rate_decisions_total",

@@ -283,3 +283,59 @@ func TestBudgetIdle(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestBudgetBaseline: while writes are busy the budget, about once a
+// second, pauses turns for QuietFor (no write gets one meanwhile)
+// and measures the baseline then; turns resume afterwards.
+func TestBudgetBaseline(t *testing.T) {
+	b := NewBudget(Limits{WriteRate: 20_000, WriteConcurrency: 1})
+	if err := b.admit(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.leave()
+	runBudget(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		times []time.Time
+	)
+	wg.Add(1)
+	go func() { // as many turns as the budget gives: busy
+		defer wg.Done()
+		var tm *time.Timer
+		for b.turns.acquire(ctx, nil, &tm) == nil {
+			mu.Lock()
+			times = append(times, time.Now())
+			mu.Unlock()
+			b.turns.release()
+		}
+	}()
+	start := time.Now()
+	for b.Baseline() == 0 || time.Since(start) < 2500*time.Millisecond {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("no baseline 10s into busy writes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	quiet := b.ctl.QuietFor
+	var gaps int
+	for i := 1; i < len(times); i++ {
+		if times[i].Sub(times[i-1]) >= quiet*3/4 {
+			gaps++
+		}
+	}
+	// Quiet periods: one soon after the start, then one per second.
+	if gaps < 2 || gaps > 6 {
+		t.Fatalf("%d gaps of %v or more between turns in %d turns over 2.5s, want 2 to 6 quiet periods", gaps, quiet*3/4, len(times))
+	}
+	if len(times) < 1000 {
+		t.Fatalf("only %d turns in 2.5s", len(times))
+	}
+	if got := testutil.ToFloat64(wakeDelayBaselineSeconds); got <= 0 {
+		t.Fatalf("wake_delay_baseline_seconds %v", got)
+	}
+	t.Logf("%d turns, %d quiet gaps, baseline %v, signal %v", len(times), gaps, b.Baseline(), b.Signal())
+}

@@ -43,6 +43,11 @@ type turns struct {
 
 	mu      sync.Mutex
 	credits int // turns bought and not yet taken
+
+	// paused, while not nil, is closed when turns resume (pause): a
+	// watcher that gets a slot meanwhile waits for it, holding the slot,
+	// so that the others stay queued for slots without waking.
+	paused atomic.Pointer[chan struct{}]
 }
 
 const maxTurnsPerStep = 8
@@ -107,6 +112,20 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 			return ErrClosed
 		}
 	}
+	if p := ts.paused.Load(); p != nil {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		select {
+		case <-*p:
+		case <-ctx.Done():
+			ts.release()
+			return ctx.Err()
+		case <-done:
+			ts.release()
+			return ErrClosed
+		}
+	}
 	if ts.credit() { // the usual case, without Reserve's allocation
 		ts.taken.Add(1)
 		if start.IsZero() {
@@ -152,3 +171,19 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 }
 
 func (ts *turns) release() { <-ts.slots }
+
+// pause stops new turns from starting until resume; turns under way go
+// on until they end.
+func (ts *turns) pause() {
+	ch := make(chan struct{})
+	if !ts.paused.CompareAndSwap(nil, &ch) {
+		return // already paused
+	}
+}
+
+// resume lets turns start again.
+func (ts *turns) resume() {
+	if p := ts.paused.Swap(nil); p != nil {
+		close(*p)
+	}
+}

@@ -318,12 +318,14 @@ func TestProgressWait(t *testing.T) {
 
 // TestExactlyOnceVaryingRate: while the budget's rate changes every
 // millisecond (between 20 and 20,000 turns/s, as the controller may move
-// it, and faster) and changes keep coming, live and catching-up
-// subscribers of shared prefixes each get every change of their prefix
-// exactly once, in order.
+// it, and faster), its controller runs too (it moves the rate and holds
+// every turn for its quiet periods) and changes keep coming, live and
+// catching-up subscribers of shared prefixes each get every change of
+// their prefix exactly once, in order.
 func TestExactlyOnceVaryingRate(t *testing.T) {
 	st := openStore(t, store.Options{})
 	b := NewBudget(Limits{WriteRate: 20_000, WriteBurst: 8, WriteConcurrency: 1})
+	runBudget(t, b)
 	h, _ := startHub(t, st, Config{Budget: b, CoalesceBytes: 300})
 	prefixes := []string{"a/", "b/", ""}
 	const nsubs, writes = 90, 300
@@ -408,5 +410,58 @@ func TestExactlyOnceVaryingRate(t *testing.T) {
 		if fmt.Sprint(describe(got[i])) != fmt.Sprint(want) {
 			t.Fatalf("subscriber %d (prefix %q) got %d changes\nwant %d", i, prefixes[i%len(prefixes)], len(got[i]), len(want))
 		}
+	}
+}
+
+// TestTurnsPause: while turns are paused (the budget's quiet periods) no
+// turn starts, a waiter that is cancelled gives its slot back, and resume
+// lets the waiters go.
+func TestTurnsPause(t *testing.T) {
+	ts := newTurns(1, 1e6, 8)
+	ts.pause()
+	ts.pause() // twice: one resume ends it
+	got := make(chan error, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	for range 2 {
+		go func() {
+			var tm *time.Timer
+			err := ts.acquire(context.Background(), nil, &tm)
+			if err == nil {
+				ts.release()
+			}
+			got <- err
+		}()
+	}
+	go func() { // cancelled while paused: must not keep a slot
+		var tm *time.Timer
+		got <- ts.acquire(ctx, nil, &tm)
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a turn started while paused (%v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelled waiter still waits")
+	}
+	ts.resume()
+	for range 2 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiters did not get their turn after resume")
+		}
+	}
+	if len(ts.slots) != 0 {
+		t.Fatalf("%d slots held after every turn ended", len(ts.slots))
 	}
 }

@@ -305,6 +305,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 			if v.adaptive {
 				t.Logf("    budget: %.0f raise, %.0f cut, %.0f hold; %s", with.hub.raise, with.hub.cut, with.hub.hold, with.budget)
 			}
+			v.ratios = append(v.ratios, ratio(with.reads, base.reads))
 			t.Logf("    p99.9 ratio with/without: %.2f", ratio(with.reads, base.reads))
 		}
 	}
@@ -313,6 +314,9 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		t.Logf("all rounds %s: %s", v.name, lat(v.reads))
 		t.Logf("  p99.9 ratio with/without: %.2f (target <= 1.5); p99 ratio %.2f",
 			ratio(v.reads, allBase), float64(q(v.reads, 99))/float64(max(1, q(allBase, 99))))
+		rs := slices.Clone(v.ratios)
+		slices.Sort(rs)
+		t.Logf("  rounds' p99.9 ratios, sorted: %.2f (median %.2f)", rs, rs[len(rs)/2])
 		t.Logf("  delivery delay (write submitted -> watcher read its line): %s; watchers cut: %d", lat(v.delays), v.cuts)
 		if v.adaptive {
 			t.Logf("  budget: %s", v.samples)
@@ -331,6 +335,7 @@ type loadVariant struct {
 	reads    *hdrhistogram.Histogram // GET latency with watchers, µs
 	delays   *hdrhistogram.Histogram // delivery delay, µs
 	cuts     int64
+	ratios   []float64     // each round's read p99.9 ratio with/without
 	samples  budgetSamples // while it served watchers, if adaptive
 }
 
@@ -356,9 +361,10 @@ func (v *loadVariant) start(t *testing.T, e *env) {
 // budgetSamples are an adaptive budget's rate and signal (Budget.Rate,
 // Signal), sampled every 100ms.
 type budgetSamples struct {
-	rates   []float64
-	signals []time.Duration
-	target  time.Duration
+	rates     []float64
+	signals   []time.Duration
+	baselines []time.Duration
+	target    time.Duration
 }
 
 // sampleBudget samples b into s until stop is called (nothing if b is nil).
@@ -379,6 +385,7 @@ func sampleBudget(b *watch.Budget, s *budgetSamples) (stop func()) {
 			case <-tick.C:
 				s.rates = append(s.rates, b.Rate())
 				s.signals = append(s.signals, b.Signal())
+				s.baselines = append(s.baselines, b.Baseline())
 			}
 		}
 	}()
@@ -388,6 +395,7 @@ func sampleBudget(b *watch.Budget, s *budgetSamples) (stop func()) {
 func (s *budgetSamples) merge(o budgetSamples) {
 	s.rates = append(s.rates, o.rates...)
 	s.signals = append(s.signals, o.signals...)
+	s.baselines = append(s.baselines, o.baselines...)
 	s.target = o.target
 }
 
@@ -395,9 +403,10 @@ func (s budgetSamples) String() string {
 	if len(s.rates) == 0 {
 		return "no samples"
 	}
-	r, g := slices.Clone(s.rates), slices.Clone(s.signals)
+	r, g, bl := slices.Clone(s.rates), slices.Clone(s.signals), slices.Clone(s.baselines)
 	slices.Sort(r)
 	slices.Sort(g)
+	slices.Sort(bl)
 	over := 0
 	for _, d := range g {
 		if d > s.target {
@@ -405,9 +414,10 @@ func (s budgetSamples) String() string {
 		}
 	}
 	at := func(n int, q float64) int { return min(n-1, int(q*float64(n))) }
-	return fmt.Sprintf("rate p10/p50/p90 %.0f/%.0f/%.0f per s; wake delay p90 per 100ms p50/p90 %v/%v, over the %v target in %.0f%% of samples",
+	return fmt.Sprintf("rate p10/p50/p90 %.0f/%.0f/%.0f per s; wake delay p90 per 100ms p50/p90 %v/%v, over the %v target in %.0f%% of samples; baseline p10/p50/p90 %v/%v/%v",
 		r[at(len(r), 0.1)], r[at(len(r), 0.5)], r[at(len(r), 0.9)], g[at(len(g), 0.5)].Round(time.Microsecond), g[at(len(g), 0.9)].Round(time.Microsecond),
-		s.target, 100*float64(over)/float64(len(g)))
+		s.target, 100*float64(over)/float64(len(g)),
+		bl[at(len(bl), 0.1)].Round(time.Microsecond), bl[at(len(bl), 0.5)].Round(time.Microsecond), bl[at(len(bl), 0.9)].Round(time.Microsecond))
 }
 
 // watchersRun is a set of open watch streams.
