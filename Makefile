@@ -18,8 +18,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeBody -fuzztime=$(FUZZTIME) ./internal/wal/
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeBlock -fuzztime=$(FUZZTIME) ./internal/wal/
 	$(GO) test -run '^$$' -fuzz=FuzzBatchDecode -fuzztime=$(FUZZTIME) ./internal/api/httpapi/
-	$(GO) test -run '^$$' -fuzz=FuzzServe -fuzztime=$(FUZZTIME) ./internal/api/memcache/
+	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/api/memcache/
+	$(GO) test -run '^$$' -fuzz=FuzzConn -fuzztime=$(FUZZTIME) ./internal/api/memcache/
+	$(GO) test -run '^$$' -fuzz=FuzzReadMessage -fuzztime=$(FUZZTIME) ./internal/repl/
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeCommand -fuzztime=$(FUZZTIME) ./internal/raftroot/
+	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
 
 lint:
 	test -z "$$(gofmt -l .)"

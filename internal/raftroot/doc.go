@@ -22,8 +22,9 @@
 //     before the Raft log is compacted past it.
 //   - A write is answered only after the member that took it applied it:
 //     it is then committed (durable on a quorum). A follower forwards
-//     proposals to the leader; a proposal with a batch id is proposed again
-//     when the leader changes (the store applies a batch id once).
+//     proposals to the leader; a proposal is proposed again when the
+//     leader changes, and the store applies its batch id once (a write
+//     without one gets one from the member that took it).
 //   - A member applies a Raft snapshot only once its store has reached it:
 //     snapshots carry metadata only, and the store is brought up to date
 //     with a checkpoint fetched over replication (Config.FetchSnapshot).

@@ -296,3 +296,42 @@ func TestFiveMembersSurviveTwoDown(t *testing.T) {
 	c.waitConverged()
 	c.checkDigests()
 }
+
+// TestWriteWithoutIDSurvivesLeaderLoss: a write without a batch ID (as
+// memcached sends them) forwarded to a leader that is gone is proposed
+// again to the next leader, and applied once.
+func TestWriteWithoutIDSurvivesLeaderLoss(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.ProposalTimeout = 4 * time.Second })
+	ctx := context.Background()
+	lead := c.leader()
+	f := c.follower()
+	if _, err := lead.node.Write(ctx, put("before", "v")); err != nil {
+		t.Fatal(err)
+	}
+	lead.stop()
+	// The follower still believes in the old leader: its forward is lost.
+	t0 := time.Now()
+	res, err := f.node.Write(ctx, put("during", "v"))
+	if err != nil {
+		t.Fatalf("write during the election: %v (after %v)", err, time.Since(t0))
+	}
+	t.Logf("acknowledged at %d, %v after the leader stopped", res.Index, time.Since(t0))
+	c.start(lead.id, lead.dir, false)
+	head := c.waitConverged()
+	entries, err := f.st.ReadLog(1, int(head.Index)+1, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := 0
+	for _, e := range entries {
+		for _, op := range e.Ops {
+			if string(op.Key) == "during" {
+				sets++
+			}
+		}
+	}
+	if sets != 1 {
+		t.Fatalf("the write is in the log %d times", sets)
+	}
+	c.checkDigests()
+}

@@ -66,6 +66,12 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 	defer cancel()
 	c := command{batch: b}
 	rand.Read(c.id[:])
+	if len(c.batch.ID) == 0 {
+		// A write without its producer's ID (memcached, HTTP without an
+		// Idempotency-Key) gets one here, so that it too can be proposed
+		// again when the leader changes: the store applies it once.
+		c.batch.ID = append([]byte("qs-raft:"), c.id[:]...)
+	}
 	w := make(chan store.RaftResult, 1)
 	n.mu.Lock()
 	n.mu.waiters[c.id] = w
@@ -136,11 +142,9 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			}
 			return r.Res, r.Err
 		case <-leaderCh:
-			// The proposal may have been lost with the old leader. A batch
-			// with an ID is proposed again: the store applies it once.
-			if len(b.ID) > 0 {
-				proposed = false
-			}
+			// The proposal may have been lost with the old leader: propose
+			// it again; its batch ID makes the store apply it once.
+			proposed = false
 		case <-ctx.Done():
 			return unknown(ctx.Err())
 		case <-n.quit:
