@@ -57,13 +57,21 @@ type Config struct {
 	// other requests, so that watchers never take every connection from
 	// readers. Default 10,000, or what max_http_conns leaves.
 	WatchMaxWatchers int `toml:"watch_max_watchers"`
-	// WatchWriteRate and WatchWriteConcurrency are the write budget of all
+	// WatchWriteRate and WatchWriteConcurrency cap the write budget of all
 	// watch streams: at most this many writes per second, this many under
-	// way at once (see docs/operations.md, Watchers). A storm of changes to
-	// many watchers then costs delivery delay, not reader latency.
-	// Defaults 2,500 per CPU and one per 4 CPUs (at least one).
+	// way at once. Within the cap the rate adapts: it rises while readers
+	// are served promptly and is cut when watch delivery slows them (their
+	// wake-up delay over WatchWakeDelayTarget), so a storm of changes to
+	// many watchers costs delivery delay, not reader latency (see
+	// docs/operations.md, Watchers). Defaults 25,000 per CPU (in effect no
+	// cap) and one per 4 CPUs (at least one).
 	WatchWriteRate        float64 `toml:"watch_write_rate"`
 	WatchWriteConcurrency int     `toml:"watch_write_concurrency"`
+	// WatchWakeDelayTarget is how late, at the 90th percentile, a request
+	// may be picked up while watchers are served before the watch write
+	// rate is cut (it is cut too when delivery doubles that delay, at
+	// least +200µs, over what it is while no watcher writes). Default 1ms.
+	WatchWakeDelayTarget Duration `toml:"watch_wake_delay_target"`
 	// HTTPReadHeaderTimeout bounds receiving request headers (slow-loris).
 	// Default 5s.
 	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
@@ -402,8 +410,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("watch_max_watchers %d: want 1 to %d, leaving %d of max_http_conns %d to other requests",
 			c.WatchMaxWatchers, c.MaxHTTPConns-others, others, c.MaxHTTPConns))
 	}
-	if c.WatchWriteRate < 0 || c.WatchWriteConcurrency < 0 {
-		errs = append(errs, errors.New("watch_write_rate and watch_write_concurrency must be positive (0: the default)"))
+	if c.WatchWriteRate < 0 || c.WatchWriteConcurrency < 0 || c.WatchWakeDelayTarget.Duration < 0 {
+		errs = append(errs, errors.New("watch_write_rate, watch_write_concurrency and watch_wake_delay_target must be positive (0: the default)"))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -419,7 +427,8 @@ func (c *Config) connsForOthers() int { return min(1024, c.MaxHTTPConns/2) }
 // WatchLimits returns the limits of the process's watch streams (zero
 // fields: the watch package's defaults).
 func (c *Config) WatchLimits() watch.Limits {
-	return watch.Limits{MaxWatchers: c.WatchMaxWatchers, WriteRate: c.WatchWriteRate, WriteConcurrency: c.WatchWriteConcurrency}
+	return watch.Limits{MaxWatchers: c.WatchMaxWatchers, WriteRate: c.WatchWriteRate, WriteConcurrency: c.WatchWriteConcurrency,
+		WakeDelayTarget: c.WatchWakeDelayTarget.Duration}
 }
 
 func isPortZero(addr string) bool {

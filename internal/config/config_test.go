@@ -107,6 +107,8 @@ func TestParseErrors(t *testing.T) {
 		"window too long":                {"[[database]]\nname = \"a\"\nbatch_window = \"1m\"", "BatchWindow"},
 		"watchers take every connection": {"max_http_conns = 4096\nwatch_max_watchers = 4000", "watch_max_watchers 4000: want 1 to 3072"},
 		"negative watch rate":            {"watch_write_rate = -1", "watch_write_rate"},
+		"negative watch target":          {`watch_wake_delay_target = "-1ms"`, "watch_wake_delay_target"},
+		"bad watch target":               {`watch_wake_delay_target = "soon"`, "soon"},
 		"bad role":                       {"[[database]]\nname = \"a\"\nrole = \"cache\"\nupstream = [\"h:1\"]", "want replica or proxy"},
 		"root proxy":                     {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
 		"replicas unused":                {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
@@ -160,5 +162,19 @@ func TestRaftValidation(t *testing.T) {
 	j.Join, j.Peers = true, []string{"1=127.0.0.1:7401"}
 	if err := ok(j).Validate(); err != nil {
 		t.Fatalf("joining member: %v", err)
+	}
+}
+
+func TestWatchLimits(t *testing.T) {
+	c, err := Parse([]byte("watch_write_rate = 8000\nwatch_write_concurrency = 2\nwatch_wake_delay_target = \"2ms\""), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l := c.WatchLimits()
+	if l.WriteRate != 8000 || l.WriteConcurrency != 2 || l.WakeDelayTarget != 2*time.Millisecond || l.MaxWatchers != c.WatchMaxWatchers {
+		t.Fatalf("watch limits %+v", l)
 	}
 }

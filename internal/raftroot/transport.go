@@ -204,17 +204,6 @@ func (t *transport) removePeer(id uint64) {
 	}
 }
 
-// peerAddrs returns the raft addresses of the peers.
-func (t *transport) peerAddrs() map[uint64]string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := map[uint64]string{}
-	for id, p := range t.mu.peers {
-		out[id] = p.addr
-	}
-	return out
-}
-
 // replAddr is the replication address peer id told us ("" if unknown).
 func (t *transport) replAddr(id uint64) string {
 	t.mu.Lock()

@@ -275,7 +275,7 @@ func (d *download) start(snap *Snapshot) error {
 	}
 	s := &bootstrapState{DBID: d.r.st.DBID().String(), Source: d.src, Snapshot: snap.ID.String(), Index: snap.Index}
 	for _, f := range snap.Files {
-		s.Files = append(s.Files, snapshotFile{Name: f.Name, Size: f.Size})
+		s.Files = append(s.Files, snapshotFile(f))
 	}
 	d.state = s
 	return d.save()

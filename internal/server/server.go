@@ -346,6 +346,11 @@ func (s *Server) Start() error {
 	}
 	replCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
+	s.goFunc(func() {
+		if err := s.watchBudget.Run(replCtx); err != nil {
+			s.log.Warn("watch write budget runs at a fixed rate (watch_write_rate)", "err", err)
+		}
+	})
 	for _, name := range s.order {
 		if r, ok := s.replicas[name]; ok {
 			s.goFunc(func() { r.Run(replCtx) })

@@ -55,7 +55,8 @@ type Store struct {
 	// entry is durable.
 	applied     atomic.Uint64
 	appliedTime atomic.Int64
-	raftApplied atomic.Uint64 // see raftapply.go
+	appliedPos  atomic.Pointer[appliedRecord] // both, read together (AppliedPosition)
+	raftApplied atomic.Uint64                 // see raftapply.go
 	diskFull    atomic.Bool
 	// closed is set when Close begins. Readers check it so that a read
 	// racing a shutdown gets ErrClosed; callers must still stop reading
@@ -224,6 +225,7 @@ func (s *Store) loadMeta() error {
 	}
 	s.applied.Store(a.index)
 	s.appliedTime.Store(a.time)
+	s.appliedPos.Store(&a)
 	ri, err := s.readRaftApplied()
 	if err != nil {
 		return err
@@ -317,6 +319,17 @@ func (s *Store) AppliedTime() time.Time {
 	return time.Unix(0, t)
 }
 
+// AppliedPosition returns the index of the last durable entry and its
+// time (root clock, Unix nanoseconds; 0 if none), read together: the time
+// is that entry's, unlike AppliedIndex and AppliedTime called in turn.
+func (s *Store) AppliedPosition() (index uint64, unixNanos int64) {
+	a := s.appliedPos.Load()
+	if a == nil {
+		return 0, 0
+	}
+	return a.index, a.time
+}
+
 // Changed returns a channel closed when the applied index next moves.
 func (s *Store) Changed() <-chan struct{} {
 	s.mu.Lock()
@@ -329,6 +342,7 @@ func (s *Store) Changed() <-chan struct{} {
 func (s *Store) publish(a appliedRecord) {
 	s.applied.Store(a.index)
 	s.appliedTime.Store(a.time)
+	s.appliedPos.Store(&a)
 	s.m.applied.Set(float64(a.index))
 	s.mu.Lock()
 	close(s.mu.changed)

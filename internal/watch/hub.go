@@ -55,10 +55,17 @@ type Hub struct {
 	cfg    Config
 	log    *slog.Logger
 	budget *Budget
+	// ownBudget: cfg.Budget was nil; Run runs the hub's own budget.
+	ownBudget bool
 
 	watchers prometheus.Gauge
 	prefixes prometheus.Gauge
 	lag      prometheus.Gauge
+	read     prometheus.Counter // entries read from the log and fanned out
+	skipped  prometheus.Counter // entries passed without reading (skipIdle)
+	// readIdle: read and fan out every entry even with no live
+	// subscriber (tests and benchmarks compare with it).
+	readIdle bool
 
 	// pos is stored under mu, after the batch it covers was appended to
 	// every feed, so that a subscriber that loads pos and then finds its
@@ -91,17 +98,17 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 		watchers: watchersGauge.WithLabelValues(st.Name()),
 		prefixes: prefixesGauge.WithLabelValues(st.Name()),
 		lag:      hubLagEntries.WithLabelValues(st.Name()),
+		read:     hubReadEntriesTotal.WithLabelValues(st.Name()),
+		skipped:  hubSkippedEntriesTotal.WithLabelValues(st.Name()),
 		done:     make(chan struct{}),
 	}
 	if h.budget == nil {
 		h.budget = NewBudget(Limits{})
+		h.ownBudget = true
 	}
 	h.mu.feeds = newFeedIndex()
-	p := &position{index: st.AppliedIndex()}
-	if t := st.AppliedTime(); !t.IsZero() {
-		p.time = t.UnixNano()
-	}
-	h.pos.Store(p)
+	index, t := st.AppliedPosition()
+	h.pos.Store(&position{index: index, time: t})
 	return h
 }
 
@@ -122,15 +129,31 @@ func (h *Hub) Position() (uint64, time.Time) {
 // Run follows the log until ctx is done or the store closes, then stops
 // every subscriber with ErrClosed. It returns nil on ctx cancellation and
 // store.ErrClosed if the store closed first.
+// A hub without Config.Budget runs its own budget's controller (a shared
+// budget is run by its owner: Budget.Run).
 func (h *Hub) Run(ctx context.Context) error {
 	defer h.shutdown()
+	if h.ownBudget {
+		bctx, cancel := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			if err := h.budget.Run(bctx); err != nil {
+				h.log.Warn("watch write budget runs at a fixed rate", "err", err)
+			}
+		}()
+		defer func() {
+			cancel()
+			<-ran
+		}()
+	}
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
 		changed := h.st.Changed()
 		pos := h.pos.Load().index
-		applied := h.st.AppliedIndex()
+		applied, _ := h.st.AppliedPosition()
 		if applied <= pos {
 			h.lag.Set(0)
 			select {
@@ -139,6 +162,9 @@ func (h *Hub) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			}
+		}
+		if !h.readIdle && h.skipIdle() {
+			continue
 		}
 		entries, err := h.st.ReadLog(pos+1, h.cfg.ReadBatchEntries, h.cfg.ReadBatchBytes)
 		switch {
@@ -161,6 +187,7 @@ func (h *Hub) Run(ctx context.Context) error {
 			continue
 		}
 		h.fanOut(entries)
+		h.read.Add(float64(len(entries)))
 		last := entries[len(entries)-1].Index
 		if a := h.st.AppliedIndex(); a > last {
 			h.lag.Set(float64(a - last))
@@ -168,6 +195,29 @@ func (h *Hub) Run(ctx context.Context) error {
 			h.lag.Set(0)
 		}
 	}
+}
+
+// skipIdle moves the hub to the store's applied position without reading
+// the log if no subscriber is live (no feed): nobody would receive those
+// changes. It reports whether it did. A subscriber that arrives later
+// from an index before the new position reads the log itself until it
+// reaches it (Sub.catchUp), as it does whenever the hub is ahead; one
+// from the applied index joins at once. Checked and moved under the lock
+// that joining takes, so no subscriber joins a feed the hub skipped past.
+func (h *Hub) skipIdle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.feeds.len() > 0 {
+		return false
+	}
+	index, t := h.st.AppliedPosition()
+	p := h.pos.Load()
+	if index <= p.index {
+		return false
+	}
+	h.skipped.Add(float64(index - p.index))
+	h.pos.Store(&position{index: index, time: t})
+	return true
 }
 
 // skipTruncated handles a hub so far behind that its next entry was

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -507,4 +509,127 @@ func TestManyWatchers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestIdleHub: with no live subscriber the hub reads nothing from the log
+// (it moves to the applied position), and subscribers arriving after the
+// idle period still get every change: from an index in that period, from
+// the start, live from the applied index (whose first progress carries
+// the last entry's index and time), and one that keeps leaving and
+// coming back while writes go on (the hub switching between idle and
+// reading under it). With readIdle (the hub before skipping) the
+// counters show every entry read instead.
+func TestIdleHub(t *testing.T) {
+	for _, readIdle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readIdle=%v", readIdle), func(t *testing.T) {
+			st := openStore(t, store.Options{})
+			h := NewHub(st, Config{}, nil)
+			h.readIdle = readIdle
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan struct{})
+			go func() { defer close(ran); h.Run(ctx) }()
+			defer func() { cancel(); <-ran }()
+			read0, skipped0 := testutil.ToFloat64(h.read), testutil.ToFloat64(h.skipped)
+
+			var mid uint64
+			for i := range 40 {
+				k := fmt.Sprintf("%c/%d", 'a'+i%3, i)
+				if i%2 == 0 {
+					write(t, st, set(k, fmt.Sprint(i)), set("z/"+k, "x"))
+				} else {
+					write(t, st, del(fmt.Sprintf("a/%d", i-1)))
+				}
+				if i == 17 {
+					mid = st.AppliedIndex()
+				}
+			}
+			hb, err := st.Heartbeat(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPos(t, h, hb)
+			head, err := st.Head()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, tm := h.Position(); p != head.Index || tm.UnixNano() != head.Time {
+				t.Fatalf("hub at %d (%v), store head %d (%v)", p, tm, head.Index, unixTime(head.Time))
+			}
+			read, skipped := testutil.ToFloat64(h.read)-read0, testutil.ToFloat64(h.skipped)-skipped0
+			if readIdle && (read != float64(hb) || skipped != 0) || !readIdle && (read != 0 || skipped != float64(hb)) {
+				t.Fatalf("idle hub through %d: read %v entries, skipped %v", hb, read, skipped)
+			}
+
+			// Arriving after the idle period.
+			for _, c := range []struct {
+				prefix string
+				from   uint64
+			}{{"a/", 0}, {"", mid}, {"z/", 3}} {
+				s, err := h.Subscribe([]byte(c.prefix), c.from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, want := describe(collect(t, s, hb)), expected(t, st, c.prefix, c.from)
+				s.Close()
+				if fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 {
+					t.Fatalf("prefix %q from %d after the idle period: got %q, want %q", c.prefix, c.from, got, want)
+				}
+			}
+			live, err := h.Subscribe([]byte("b/"), st.AppliedIndex())
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := live.Next(ctx, 10*time.Millisecond)
+			if err != nil || len(u.Batches) != 0 || u.Index != hb || u.Time.UnixNano() != head.Time {
+				t.Fatalf("first progress of a live subscriber after the idle period: %+v, %v (want %d at %v)", u, err, hb, unixTime(head.Time))
+			}
+			i := write(t, st, set("b/live", "1"))
+			if got := describe(collect(t, live, i)); fmt.Sprint(got) != fmt.Sprint([]string{fmt.Sprintf("%d set b/live=1", i)}) {
+				t.Fatalf("live subscriber got %q", got)
+			}
+			live.Close()
+
+			// A subscriber leaving and resuming from its last index
+			// while writes go on: every change once, in order.
+			from := st.AppliedIndex()
+			var wg sync.WaitGroup
+			var last atomic.Uint64
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 300 {
+					last.Store(write(t, st, set(fmt.Sprintf("c/%d", j), "v")))
+				}
+			}()
+			var got []string
+			at := from
+			for round := 0; ; round++ {
+				if round > 10_000 {
+					t.Fatal("resuming subscriber did not finish")
+				}
+				s, err := h.Subscribe([]byte("c/"), at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if u, err := s.Next(ctx, time.Millisecond); err != nil {
+					t.Fatal(err)
+				} else {
+					got = append(got, describe(u.Events())...)
+					s.Delivered(u, time.Now())
+				}
+				at = s.LastIndex()
+				s.Close()
+				if round%3 == 0 {
+					time.Sleep(time.Millisecond) // idle a moment
+				}
+				if l := last.Load(); l != 0 && at >= l && len(got) >= 300 {
+					break
+				}
+			}
+			wg.Wait()
+			if want := expected(t, st, "c/", from); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("resuming subscriber got %d changes, want %d:\n%q\nwant\n%q", len(got), len(want), got, want)
+			}
+		})
+	}
 }

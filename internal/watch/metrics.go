@@ -62,10 +62,53 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "hub_lag_entries",
 		Help: "Applied entries the watch hub has not fanned out yet, by database.",
 	}, []string{"db"}))
+	hubReadEntriesTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "hub_read_entries_total",
+		Help: "Log entries the watch hub read back from the store and fanned out to live watchers, by database.",
+	}, []string{"db"}))
+	hubSkippedEntriesTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "hub_skipped_entries_total",
+		Help: "Log entries the watch hub passed without reading them because no watcher was live, by database (watchers arriving later read the log themselves).",
+	}, []string{"db"}))
 )
 
 func init() {
 	for _, r := range []string{cutSlow, cutTruncated, cutShutdown} {
 		subscribersCutTotal.WithLabelValues(r)
+	}
+}
+
+// Metrics of the adaptive write budget (Budget.Run).
+var (
+	writeRateGauge = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "write_rate",
+		Help: "Write turns per second the watch budget allows now: adapted between write_rate_floor and watch_write_rate to what delivery costs readers.",
+	}))
+	writeRateFloorGauge = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "write_rate_floor",
+		Help: "Lowest write rate the watch budget may set now: a turn every 2 s per watcher, at least 100/s.",
+	}))
+	wakeDelaySeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "wake_delay_seconds",
+		Help:    "How late a goroutine woken by the network ran (the watch budget's probe, every 2ms while there are watchers): what a reader's request waits before it is served.",
+		Buckets: metrics.LatencyBuckets,
+	}))
+	wakeDelaySignalSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "wake_delay_signal_seconds",
+		Help: "The watch budget's signal in the last 100ms window: the 90th percentile of wake_delay_seconds; over watch_wake_delay_target (1ms), or over 2x wake_delay_baseline_seconds (at least +200µs), the write rate is cut.",
+	}))
+	wakeDelayBaselineSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "wake_delay_baseline_seconds",
+		Help: "The same percentile while no watcher writes, measured by holding every write turn for 20ms about once a second: the signal may exceed it by 2x (at least 200µs) before the write rate is cut.",
+	}))
+	rateDecisionsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "rate_decisions_total",
+		Help: "Decisions of the watch budget, one per 100ms window with watchers: raise, cut, hold, gc_forgiven (over target in a window where a GC cycle started or ended: forgiven, up to 2 in a row), no_signal (no probe came back).",
+	}, []string{"decision"}))
+)
+
+func init() {
+	for _, d := range decisions {
+		rateDecisionsTotal.WithLabelValues(string(d))
 	}
 }

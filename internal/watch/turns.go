@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -28,13 +29,25 @@ import (
 // burst): a token of the limiter buys a step, so that a saturated budget
 // sleeps once per step, not once per turn (each sleep parks a goroutine
 // and often a thread; see BenchmarkTurns).
+//
+// The rate changes while turns are taken (setRate, by the budget's
+// controller); limited counts the turns that waited for it, the
+// controller's sign that the rate held delivery back, and taken all of
+// them.
 type turns struct {
-	slots chan struct{} // one element per turn under way
-	lim   *rate.Limiter // one token per step
-	step  int           // turns per token
+	slots   chan struct{} // one element per turn under way
+	lim     *rate.Limiter // one token per step
+	step    int           // turns per token
+	limited atomic.Int64  // turns that waited for the rate
+	taken   atomic.Int64  // turns taken
 
 	mu      sync.Mutex
 	credits int // turns bought and not yet taken
+
+	// paused, while not nil, is closed when turns resume (pause): a
+	// watcher that gets a slot meanwhile waits for it, holding the slot,
+	// so that the others stay queued for slots without waking.
+	paused atomic.Pointer[chan struct{}]
 }
 
 const maxTurnsPerStep = 8
@@ -47,6 +60,14 @@ func newTurns(concurrency int, perSecond float64, burst int) *turns {
 		step:  step,
 	}
 }
+
+// setRate sets the rate to perSecond turns per second.
+func (ts *turns) setRate(perSecond float64) {
+	ts.lim.SetLimit(rate.Limit(perSecond / float64(ts.step)))
+}
+
+// rate returns the rate in turns per second.
+func (ts *turns) rate() float64 { return float64(ts.lim.Limit()) * float64(ts.step) }
 
 // credit takes one bought turn, or buys a step of them if the limiter
 // allows it now; false: the caller must wait for the limiter.
@@ -91,7 +112,22 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 			return ErrClosed
 		}
 	}
+	if p := ts.paused.Load(); p != nil {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		select {
+		case <-*p:
+		case <-ctx.Done():
+			ts.release()
+			return ctx.Err()
+		case <-done:
+			ts.release()
+			return ErrClosed
+		}
+	}
 	if ts.credit() { // the usual case, without Reserve's allocation
+		ts.taken.Add(1)
 		if start.IsZero() {
 			turnWaitSeconds.Observe(0)
 		} else {
@@ -101,6 +137,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 	}
 	r := ts.lim.Reserve() // burst >= 1: always possible
 	if d := r.Delay(); d > 0 {
+		ts.limited.Add(1)
 		if start.IsZero() {
 			start = time.Now()
 		}
@@ -124,6 +161,7 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 		}
 	}
 	ts.bought()
+	ts.taken.Add(1)
 	if start.IsZero() {
 		turnWaitSeconds.Observe(0)
 	} else {
@@ -133,3 +171,19 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 }
 
 func (ts *turns) release() { <-ts.slots }
+
+// pause stops new turns from starting until resume; turns under way go
+// on until they end.
+func (ts *turns) pause() {
+	ch := make(chan struct{})
+	if !ts.paused.CompareAndSwap(nil, &ch) {
+		return // already paused
+	}
+}
+
+// resume lets turns start again.
+func (ts *turns) resume() {
+	if p := ts.paused.Swap(nil); p != nil {
+		close(*p)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -311,5 +313,155 @@ func TestProgressWait(t *testing.T) {
 	}
 	if len(seen) < 20 {
 		t.Fatalf("ProgressWait hardly varies: %d distinct values", len(seen))
+	}
+}
+
+// TestExactlyOnceVaryingRate: while the budget's rate changes every
+// millisecond (between 20 and 20,000 turns/s, as the controller may move
+// it, and faster), its controller runs too (it moves the rate and holds
+// every turn for its quiet periods) and changes keep coming, live and
+// catching-up subscribers of shared prefixes each get every change of
+// their prefix exactly once, in order.
+func TestExactlyOnceVaryingRate(t *testing.T) {
+	st := openStore(t, store.Options{})
+	b := NewBudget(Limits{WriteRate: 20_000, WriteBurst: 8, WriteConcurrency: 1})
+	runBudget(t, b)
+	h, _ := startHub(t, st, Config{Budget: b, CoalesceBytes: 300})
+	prefixes := []string{"a/", "b/", ""}
+	const nsubs, writes = 90, 300
+	from := st.AppliedIndex()
+
+	stopRates := make(chan struct{})
+	ratesDone := make(chan int)
+	go func() {
+		r := rand.New(rand.NewPCG(3, 4))
+		n := 0
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopRates:
+				ratesDone <- n
+				return
+			case <-tick.C:
+				b.turns.setRate(20 * math.Pow(1000, r.Float64())) // 20 to 20,000, log-uniform
+				n++
+			}
+		}
+	}()
+
+	var last atomic.Uint64
+	writerDone := make(chan struct{})
+	go func() { // changes arrive while subscribers read
+		defer close(writerDone)
+		for i := range writes {
+			ops := []wal.Op{set(fmt.Sprintf("a/%d", i), fmt.Sprint(i))}
+			if i%3 == 0 {
+				ops = append(ops, set(fmt.Sprintf("b/%d", i), fmt.Sprint("v", i)), del(fmt.Sprintf("a/%d", i-3)))
+			}
+			last.Store(write(t, st, ops...))
+			if i%50 == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+
+	got := make([][]Event, nsubs)
+	var wg sync.WaitGroup
+	for i := range nsubs {
+		s, err := h.Subscribe([]byte(prefixes[i%len(prefixes)]), from) // the first ones are live, later ones catch up
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for {
+				select {
+				case <-writerDone:
+					if s.LastIndex() >= last.Load() {
+						return
+					}
+				default:
+				}
+				u, err := s.Next(ctx, 20*time.Millisecond)
+				if err != nil {
+					t.Errorf("subscriber %d after %d events: %v", i, len(got[i]), err)
+					return
+				}
+				got[i] = append(got[i], u.Events()...)
+				s.Delivered(u, time.Now())
+			}
+		}()
+		if i%10 == 9 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wg.Wait()
+	close(stopRates)
+	if n := <-ratesDone; n < 20 {
+		t.Fatalf("the rate changed only %d times", n)
+	}
+	for i := range nsubs {
+		want := expected(t, st, prefixes[i%len(prefixes)], from)
+		if fmt.Sprint(describe(got[i])) != fmt.Sprint(want) {
+			t.Fatalf("subscriber %d (prefix %q) got %d changes\nwant %d", i, prefixes[i%len(prefixes)], len(got[i]), len(want))
+		}
+	}
+}
+
+// TestTurnsPause: while turns are paused (the budget's quiet periods) no
+// turn starts, a waiter that is cancelled gives its slot back, and resume
+// lets the waiters go.
+func TestTurnsPause(t *testing.T) {
+	ts := newTurns(1, 1e6, 8)
+	ts.pause()
+	ts.pause() // twice: one resume ends it
+	got := make(chan error, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	for range 2 {
+		go func() {
+			var tm *time.Timer
+			err := ts.acquire(context.Background(), nil, &tm)
+			if err == nil {
+				ts.release()
+			}
+			got <- err
+		}()
+	}
+	go func() { // cancelled while paused: must not keep a slot
+		var tm *time.Timer
+		got <- ts.acquire(ctx, nil, &tm)
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a turn started while paused (%v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelled waiter still waits")
+	}
+	ts.resume()
+	for range 2 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiters did not get their turn after resume")
+		}
+	}
+	if len(ts.slots) != 0 {
+		t.Fatalf("%d slots held after every turn ended", len(ts.slots))
 	}
 }

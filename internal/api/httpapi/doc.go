@@ -112,10 +112,11 @@
 // The database's watch hub reads each log entry once for all watchers of
 // the node, and keeps and encodes each change once per watched prefix.
 // Every write to a watch stream takes a turn of the process's write
-// budget (watch_write_rate per second, watch_write_concurrency at once):
-// under a storm a stream waits for its turn and then writes everything
-// pending at once, so changes arrive later, never out of order, twice or
-// at the expense of reads.
+// budget (watch_write_concurrency at once, at a rate that adapts up to
+// watch_write_rate to what delivery costs readers): under a storm, or on
+// an overloaded machine, a stream waits for its turn and then writes
+// everything pending at once, so changes arrive later, never out of
+// order, twice or at the expense of reads.
 //
 // A from_index older than the retained log is answered 410 reread: scan
 // the prefix, then watch from the scan's index. Beyond watch_max_watchers

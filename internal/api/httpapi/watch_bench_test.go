@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,9 +57,16 @@ import (
 // then hold only its own side of the 5,000 connections.
 // QS_WATCH_BENCH_INPROCESS=1 runs them in this process instead.
 // QS_WATCH_BENCH_PROFILE_DIR=dir writes a CPU profile of each phase with
-// watchers. QS_WATCH_BENCH_RATE and QS_WATCH_BENCH_TURNS override the
-// write budget (watch.Limits.WriteRate, WriteConcurrency). It runs only with
-// QS_WATCH_BENCH=1:
+// watchers.
+//
+// The write budget adapts (watch.Budget.Run), as in qs serve.
+// QS_WATCH_BENCH_RATE, QS_WATCH_BENCH_TURNS and QS_WATCH_BENCH_TARGET_US
+// override its limits (watch.Limits.WriteRate, WriteConcurrency,
+// WakeDelayTarget); QS_WATCH_BENCH_FIXED=1 keeps its rate at WriteRate.
+// To compare two budgets in the same run, each round can add a phase with
+// another budget on a hub of its own: a fixed rate
+// (QS_WATCH_BENCH_COMPARE_RATE=N writes/s) or another target
+// (QS_WATCH_BENCH_COMPARE_TARGET_US). It runs only with QS_WATCH_BENCH=1:
 //
 //	QS_WATCH_BENCH=1 go test -count=1 -run 'TestWatchLoad$' -v -timeout 30m ./internal/api/httpapi
 func TestWatchLoad(t *testing.T) {
@@ -78,12 +86,27 @@ func TestWatchLoad(t *testing.T) {
 	if os.Getenv("QS_WATCH_BENCH_TURNS") != "" {
 		o.limits.WriteConcurrency = envInt(t, "QS_WATCH_BENCH_TURNS", 1)
 	}
+	o.fixed = os.Getenv("QS_WATCH_BENCH_FIXED") != ""
+	if os.Getenv("QS_WATCH_BENCH_TARGET_US") != "" {
+		o.limits.WakeDelayTarget = time.Duration(envInt(t, "QS_WATCH_BENCH_TARGET_US", 1)) * time.Microsecond
+	}
+	if os.Getenv("QS_WATCH_BENCH_COMPARE_RATE") != "" {
+		c := o.limits
+		c.WriteRate = float64(envInt(t, "QS_WATCH_BENCH_COMPARE_RATE", 1))
+		o.compare = &c
+	}
+	if os.Getenv("QS_WATCH_BENCH_COMPARE_TARGET_US") != "" {
+		c := o.limits
+		c.WakeDelayTarget = time.Duration(envInt(t, "QS_WATCH_BENCH_COMPARE_TARGET_US", 1)) * time.Microsecond
+		o.compare = &c
+		o.compareAdaptive = true
+	}
 	scenarios := []int{50, 1}
 	if os.Getenv("QS_WATCH_BENCH_GROUPS") != "" {
 		scenarios = []int{envInt(t, "QS_WATCH_BENCH_GROUPS", 50)}
 	}
-	t.Logf("GOMAXPROCS=%d NumCPU=%d; watchers in a child process: %v; write budget %.0f/s, burst %d, %d at a time; load average before: %s",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), !o.inProcess, o.limits.WriteRate, o.limits.WriteBurst, o.limits.WriteConcurrency, loadAverage())
+	t.Logf("GOMAXPROCS=%d NumCPU=%d; watchers in a child process: %v; write budget up to %.0f/s (adaptive: %v, wake delay target %v), burst %d, %d at a time; load average before: %s",
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), !o.inProcess, o.limits.WriteRate, !o.fixed, o.limits.WakeDelayTarget, o.limits.WriteBurst, o.limits.WriteConcurrency, loadAverage())
 	for _, groups := range scenarios {
 		o.groups = groups
 		t.Run(fmt.Sprintf("prefixes=%d", groups), func(t *testing.T) { watchLoad(t, o) })
@@ -95,7 +118,10 @@ type watchLoadOptions struct {
 	watchers, groups, rounds int
 	phase                    time.Duration
 	inProcess                bool
-	limits                   watch.Limits // MaxWatchers is set from watchers
+	limits                   watch.Limits  // MaxWatchers is set from watchers
+	fixed                    bool          // the budget does not adapt: its rate stays at limits.WriteRate
+	compare                  *watch.Limits // another budget measured too, in every round
+	compareAdaptive          bool          // that budget adapts (else its rate is fixed)
 }
 
 // phaseStats is what one phase measured.
@@ -107,6 +133,7 @@ type phaseStats struct {
 	hub    hubCounters   // delta over the phase
 	wall   time.Duration
 	writes int // writes the writer committed (it aims at writesPerS)
+	budget budgetSamples
 }
 
 func watchLoad(t *testing.T, o watchLoadOptions) {
@@ -119,7 +146,23 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 	e := newEnv(t, Config{}, store.Options{})
 	l := o.limits
 	l.MaxWatchers = o.watchers + 10
-	withHub(t, e, watch.Config{Budget: watch.NewBudget(l)})
+	first := fmt.Sprintf("target %v", l.WakeDelayTarget)
+	if o.fixed {
+		first = fmt.Sprintf("fixed %.0f/s", l.WriteRate)
+	}
+	variants := []*loadVariant{{name: first, limits: l, adaptive: !o.fixed}}
+	if o.compare != nil {
+		c := *o.compare
+		c.MaxWatchers = l.MaxWatchers
+		name := fmt.Sprintf("fixed %.0f/s", c.WriteRate)
+		if o.compareAdaptive {
+			name = fmt.Sprintf("target %v", c.WakeDelayTarget)
+		}
+		variants = append(variants, &loadVariant{name: name, limits: c, adaptive: o.compareAdaptive})
+	}
+	for _, v := range variants {
+		v.start(t, e)
+	}
 	for i := range keys {
 		if _, err := e.st.Write(context.Background(), store.Batch{Ops: []wal.Op{setOp(fmt.Sprintf("cfg/%d/%d", i%o.groups, i), "initial value of some config key")}}); err != nil {
 			t.Fatal(err)
@@ -130,7 +173,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 	client := &http.Client{Transport: tr}
 
 	// run drives the writer and the readers for d.
-	run := func(d time.Duration) phaseStats {
+	run := func(d time.Duration, budget *watch.Budget) phaseStats {
 		runtime.GC()
 		var ps phaseStats
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -140,6 +183,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		runtime.ReadMemStats(&ms)
 		gc0, pause0 := ms.NumGC, ms.PauseTotalNs
 		cpu0, hub0, start := processCPU(), readHubCounters(t), time.Now()
+		stopSampling := sampleBudget(budget, &ps.budget)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { // writer; the value is its submit time
@@ -195,6 +239,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 			}()
 		}
 		wg.Wait()
+		stopSampling()
 		ps.wall = time.Since(start)
 		ps.cpu = (processCPU() - cpu0).Seconds() / ps.wall.Seconds()
 		ps.hub = readHubCounters(t).minus(hub0)
@@ -219,46 +264,160 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 	t.Logf("watchers=%d prefixes=%d (each write reaches %d watchers) writes/s=%d GET/s=%d phase=%v rounds=%d",
 		o.watchers, o.groups, o.watchers/o.groups, writesPerS, readers*1_000_000/readEveryUs, o.phase, o.rounds)
 	allBase := hdrhistogram.New(1, 10_000_000, 3)
-	allWith := hdrhistogram.New(1, 10_000_000, 3)
-	delays := hdrhistogram.New(1, 600_000_000, 3) // all rounds, µs
-	var cuts int64
 	for r := range o.rounds {
-		base := run(o.phase)
-		var w *watchersRun
-		var err error
-		if o.inProcess {
-			w, err = startWatchersInProcess(e.srv.URL, o.watchers, o.groups)
-		} else {
-			w, err = startWatchersProcess(t, e.srv.URL, o.watchers, o.groups)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Second) // let the setup settle
-		stopProfile := startCPUProfile(t, fmt.Sprintf("prefixes%d-round%d", o.groups, r+1))
-		with := run(o.phase)
-		stopProfile()
-		roundDelays, roundCuts, err := w.stop()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cuts += roundCuts
-		delays.Merge(roundDelays)
+		base := run(o.phase, nil)
 		allBase.Merge(base.reads)
-		allWith.Merge(with.reads)
-		t.Logf("round %d (load %s): watchers opened in %v; watcher process CPU %v in all", r+1, loadAverage(), w.took.Round(time.Millisecond), w.cpu.Round(time.Millisecond))
+		t.Logf("round %d (load %s)", r+1, loadAverage())
 		t.Logf("  without: %s; CPU %.2f cores, %d GCs", lat(base.reads), base.cpu, base.gcs)
-		t.Logf("  with:    %s; CPU %.2f cores (server, writer, readers), %d GCs (%v stopped)", lat(with.reads), with.cpu, with.gcs, with.gcStop.Round(time.Microsecond))
-		t.Logf("  writer %.0f writes/s; stream writes %.0f/s, %.1f changes per write, %.0f%% of writes waited for the budget (mean %v); delivery delay %s; cut %d",
-			float64(with.writes)/with.wall.Seconds(), with.hub.writes/with.wall.Seconds(), with.hub.events/max(1, with.hub.writes),
-			100*with.hub.waited/max(1, with.hub.waits), with.hub.meanWait().Round(time.Microsecond), lat(roundDelays), roundCuts)
-		t.Logf("  p99.9 ratio with/without: %.2f", ratio(with.reads, base.reads))
+		for _, v := range variants {
+			e.db.Watch = v.hub
+			var w *watchersRun
+			var err error
+			if o.inProcess {
+				w, err = startWatchersInProcess(e.srv.URL, o.watchers, o.groups)
+			} else {
+				w, err = startWatchersProcess(t, e.srv.URL, o.watchers, o.groups)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // let the setup settle
+			stopProfile := startCPUProfile(t, fmt.Sprintf("prefixes%d-round%d-%s", o.groups, r+1, strings.ReplaceAll(v.name, "/", "")))
+			var adapting *watch.Budget
+			if v.adaptive {
+				adapting = v.budget
+			}
+			with := run(o.phase, adapting)
+			stopProfile()
+			roundDelays, roundCuts, err := w.stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.cuts += roundCuts
+			v.delays.Merge(roundDelays)
+			v.reads.Merge(with.reads)
+			v.samples.merge(with.budget)
+			t.Logf("  %s: watchers opened in %v; watcher process CPU %v in all", v.name, w.took.Round(time.Millisecond), w.cpu.Round(time.Millisecond))
+			t.Logf("    reads: %s; CPU %.2f cores (server, writer, readers), %d GCs (%v stopped)", lat(with.reads), with.cpu, with.gcs, with.gcStop.Round(time.Microsecond))
+			t.Logf("    writer %.0f writes/s; stream writes %.0f/s, %.1f changes per write, %.0f%% of writes waited for the budget (mean %v); delivery delay %s; cut %d",
+				float64(with.writes)/with.wall.Seconds(), with.hub.writes/with.wall.Seconds(), with.hub.events/max(1, with.hub.writes),
+				100*with.hub.waited/max(1, with.hub.waits), with.hub.meanWait().Round(time.Microsecond), lat(roundDelays), roundCuts)
+			if v.adaptive {
+				t.Logf("    budget: %.0f raise, %.0f cut, %.0f hold; %s", with.hub.raise, with.hub.cut, with.hub.hold, with.budget)
+			}
+			v.ratios = append(v.ratios, ratio(with.reads, base.reads))
+			t.Logf("    p99.9 ratio with/without: %.2f", ratio(with.reads, base.reads))
+		}
 	}
 	t.Logf("all rounds without: %s", lat(allBase))
-	t.Logf("all rounds with:    %s", lat(allWith))
-	t.Logf("all rounds p99.9 ratio with/without: %.2f (target <= 1.5); p99 ratio %.2f",
-		ratio(allWith, allBase), float64(q(allWith, 99))/float64(max(1, q(allBase, 99))))
-	t.Logf("delivery delay (write submitted -> watcher read its line), all rounds: %s; watchers cut: %d", lat(delays), cuts)
+	for _, v := range variants {
+		t.Logf("all rounds %s: %s", v.name, lat(v.reads))
+		t.Logf("  p99.9 ratio with/without: %.2f (target <= 1.5); p99 ratio %.2f",
+			ratio(v.reads, allBase), float64(q(v.reads, 99))/float64(max(1, q(allBase, 99))))
+		rs := slices.Clone(v.ratios)
+		slices.Sort(rs)
+		t.Logf("  rounds' p99.9 ratios, sorted: %.2f (median %.2f)", rs, rs[len(rs)/2])
+		t.Logf("  delivery delay (write submitted -> watcher read its line): %s; watchers cut: %d", lat(v.delays), v.cuts)
+		if v.adaptive {
+			t.Logf("  budget: %s", v.samples)
+		}
+	}
+}
+
+// loadVariant is one watch budget TestWatchLoad measures, with a hub of
+// its own, and what it measured over every round.
+type loadVariant struct {
+	name     string
+	limits   watch.Limits
+	adaptive bool // the budget runs (Budget.Run); otherwise its rate is fixed
+	hub      *watch.Hub
+	budget   *watch.Budget
+	reads    *hdrhistogram.Histogram // GET latency with watchers, µs
+	delays   *hdrhistogram.Histogram // delivery delay, µs
+	cuts     int64
+	ratios   []float64     // each round's read p99.9 ratio with/without
+	samples  budgetSamples // while it served watchers, if adaptive
+}
+
+func (v *loadVariant) start(t *testing.T, e *env) {
+	v.reads = hdrhistogram.New(1, 10_000_000, 3)
+	v.delays = hdrhistogram.New(1, 600_000_000, 3)
+	v.budget = watch.NewBudget(v.limits)
+	if v.adaptive {
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			if err := v.budget.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-ran })
+	}
+	withHub(t, e, watch.Config{Budget: v.budget})
+	v.hub = e.db.Watch
+}
+
+// budgetSamples are an adaptive budget's rate and signal (Budget.Rate,
+// Signal), sampled every 100ms.
+type budgetSamples struct {
+	rates     []float64
+	signals   []time.Duration
+	baselines []time.Duration
+	target    time.Duration
+}
+
+// sampleBudget samples b into s until stop is called (nothing if b is nil).
+func sampleBudget(b *watch.Budget, s *budgetSamples) (stop func()) {
+	if b == nil {
+		return func() {}
+	}
+	s.target = b.Limits().WakeDelayTarget
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				s.rates = append(s.rates, b.Rate())
+				s.signals = append(s.signals, b.Signal())
+				s.baselines = append(s.baselines, b.Baseline())
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
+func (s *budgetSamples) merge(o budgetSamples) {
+	s.rates = append(s.rates, o.rates...)
+	s.signals = append(s.signals, o.signals...)
+	s.baselines = append(s.baselines, o.baselines...)
+	s.target = o.target
+}
+
+func (s budgetSamples) String() string {
+	if len(s.rates) == 0 {
+		return "no samples"
+	}
+	r, g, bl := slices.Clone(s.rates), slices.Clone(s.signals), slices.Clone(s.baselines)
+	slices.Sort(r)
+	slices.Sort(g)
+	slices.Sort(bl)
+	over := 0
+	for _, d := range g {
+		if d > s.target {
+			over++
+		}
+	}
+	at := func(n int, q float64) int { return min(n-1, int(q*float64(n))) }
+	return fmt.Sprintf("rate p10/p50/p90 %.0f/%.0f/%.0f per s; wake delay p90 per 100ms p50/p90 %v/%v, over the %v target in %.0f%% of samples; baseline p10/p50/p90 %v/%v/%v",
+		r[at(len(r), 0.1)], r[at(len(r), 0.5)], r[at(len(r), 0.9)], g[at(len(g), 0.5)].Round(time.Microsecond), g[at(len(g), 0.9)].Round(time.Microsecond),
+		s.target, 100*float64(over)/float64(len(g)),
+		bl[at(len(bl), 0.1)].Round(time.Microsecond), bl[at(len(bl), 0.5)].Round(time.Microsecond), bl[at(len(bl), 0.9)].Round(time.Microsecond))
 }
 
 // watchersRun is a set of open watch streams.
@@ -519,10 +678,12 @@ func startCPUProfile(t testing.TB, name string) (stop func()) {
 type hubCounters struct {
 	writes, events      float64 // qs_watch_writes_total, qs_watch_events_sent_total
 	waits, waited, wait float64 // budget waits: all, those above 10µs, seconds in all
+	raise, cut, hold    float64 // the budget's decisions (forgiven and no-signal count as hold)
 }
 
 func (c hubCounters) minus(o hubCounters) hubCounters {
-	return hubCounters{c.writes - o.writes, c.events - o.events, c.waits - o.waits, c.waited - o.waited, c.wait - o.wait}
+	return hubCounters{c.writes - o.writes, c.events - o.events, c.waits - o.waits, c.waited - o.waited, c.wait - o.wait,
+		c.raise - o.raise, c.cut - o.cut, c.hold - o.hold}
 }
 
 func (c hubCounters) meanWait() time.Duration {
@@ -538,6 +699,16 @@ func readHubCounters(t testing.TB) hubCounters {
 	for _, f := range fams {
 		for _, m := range f.GetMetric() {
 			switch f.GetName() {
+			case "qs_watch_rate_decisions_total":
+				v := m.GetCounter().GetValue()
+				switch m.GetLabel()[0].GetValue() {
+				case "raise":
+					c.raise += v
+				case "cut":
+					c.cut += v
+				default:
+					c.hold += v
+				}
 			case "qs_watch_writes_total":
 				c.writes += m.GetCounter().GetValue()
 			case "qs_watch_events_sent_total":
