@@ -126,6 +126,8 @@ func cmdServe(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	procs := setServeProcs()
+	log.Debug("scheduler", "gomaxprocs", procs)
 	// Fewer, rarer collections while the Go heap is small (see
 	// internal/gcfloor); GOGC in the environment turns this off.
 	gcCtx, stopGC := context.WithCancel(context.Background())
