@@ -334,16 +334,19 @@ func TestProxyKill9UnderWrites(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		rng := rand.New(rand.NewPCG(3, 5))
+		// Each write runs to its answer (stopping cancels no request): a
+		// write cancelled in flight could still land after the last one.
+		bg := context.Background()
 		for n := 0; n < 20000 && ctx.Err() == nil; n++ {
 			key := fmt.Sprintf("k%03d", rng.IntN(200))
 			var err error
 			switch r := rng.IntN(10); {
 			case r < 7:
-				_, err = rc.Put(ctx, key, make([]byte, 10+rng.IntN(3000)), nil)
+				_, err = rc.Put(bg, key, make([]byte, 10+rng.IntN(3000)), nil)
 			case r < 9:
-				_, err = rc.Delete(ctx, key, nil)
+				_, err = rc.Delete(bg, key, nil)
 			default:
-				_, err = rc.Batch(ctx, []client.Op{
+				_, err = rc.Batch(bg, []client.Op{
 					{Key: key, Value: []byte(fmt.Sprint(n))},
 					{Delete: true, Key: fmt.Sprintf("k%03d", rng.IntN(200))},
 				}, nil)

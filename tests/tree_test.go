@@ -49,16 +49,19 @@ func TestTreeKillIntermediateMidStream(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		rng := rand.New(rand.NewPCG(7, 11))
+		// Each write runs to its answer (stopping cancels no request): a
+		// write cancelled in flight could still land after the last one.
+		bg := context.Background()
 		for n := 0; n < 20000 && ctx.Err() == nil; n++ {
 			key := fmt.Sprintf("k%03d", rng.IntN(300))
 			var err error
 			switch r := rng.IntN(10); {
 			case r < 6:
-				_, err = rc.Put(ctx, key, []byte(fmt.Sprintf("v%d-%d", n, rng.Int())), nil)
+				_, err = rc.Put(bg, key, []byte(fmt.Sprintf("v%d-%d", n, rng.Int())), nil)
 			case r < 9:
-				_, err = rc.Delete(ctx, key, nil)
+				_, err = rc.Delete(bg, key, nil)
 			default:
-				_, err = rc.Batch(ctx, []client.Op{
+				_, err = rc.Batch(bg, []client.Op{
 					{Key: key, Value: []byte(fmt.Sprint(n))},
 					{Delete: true, Key: fmt.Sprintf("k%03d", rng.IntN(300))},
 					{Key: fmt.Sprintf("b%03d", rng.IntN(50)), Value: make([]byte, rng.IntN(3000))},
