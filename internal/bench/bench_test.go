@@ -140,12 +140,7 @@ func TestReadLatServerErrors(t *testing.T) {
 	cfg := testConfig()
 	cfg.ReadLatWriters = []int{1}
 	// Loading works; then the server refuses every set.
-	go func() {
-		for a.st.sets.Load() < int64(cfg.ReadLatKeys) {
-			time.Sleep(time.Millisecond)
-		}
-		a.st.failSets.Store(true)
-	}()
+	a.st.failAfter.Store(int64(cfg.ReadLatKeys))
 	res, err := ReadLat(context.Background(), cfg, []*Target{a.t}, testLogf(t))
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ type fakeStore struct {
 		index uint64
 	}
 	failSets  atomic.Bool  // answer sets with SERVER_ERROR
+	failAfter atomic.Int64 // if n > 0, answer sets beyond the nth with SERVER_ERROR
 	failGets  atomic.Bool  // answer gets with SERVER_ERROR
 	hangGets  atomic.Bool  // never answer gets
 	failBatch atomic.Bool  // answer batches with 500
@@ -161,7 +162,7 @@ func (f *fakeMC) serve(c net.Conn) {
 			if _, err := io.ReadFull(r, data); err != nil {
 				return
 			}
-			if f.st.failSets.Load() {
+			if f.st.failSets.Load() || (f.st.failAfter.Load() > 0 && f.st.sets.Load() >= f.st.failAfter.Load()) {
 				fmt.Fprint(w, "SERVER_ERROR fake set failure\r\n")
 				break
 			}
