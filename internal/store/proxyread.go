@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 )
 
 // Reads on a proxy store. They keep every guarantee of a replica's reads:
@@ -90,11 +89,8 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 		return 0, err
 	}
 	at := v.Index()
-	if at > s.applied.Load() { // see Lookup
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.WaitApplied(ctx, at)
-		cancel()
-	}
+	// View waited for at to be published; only then has every write up to
+	// it left the cache (see Lookup).
 	useCache := at <= s.applied.Load()
 	ans = ans[:0]
 	var items []FetchItem

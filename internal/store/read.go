@@ -359,16 +359,10 @@ func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, in
 	}
 	defer v.Close()
 	at := v.Index()
-	// A view can see a commit a moment before the committer publishes its
-	// index (and invalidates the cache for it); wait for that, so the cache
-	// can answer for at, and so the next request, served at the published
-	// index, does not go back.
-	if at > s.applied.Load() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.WaitApplied(ctx, at)
-		cancel()
-	}
-	// Only once at is published has every write up to it left the cache.
+	// View waited for at to be published (a view can see a commit a moment
+	// before the committer publishes its index and invalidates the cache
+	// for it). Only once at is published has every write up to it left the
+	// cache; after View's bounded wait ran out, the cache is not used.
 	useCache := at <= s.applied.Load()
 	var nhits int
 	for i, k := range keys {
