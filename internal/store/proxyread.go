@@ -65,25 +65,16 @@ type proxyAnswer struct {
 // a view open.
 func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
 	a := s.applied.Load()
+	var hits [8]cacheHit
+	_, done, err := s.lookupCached(keys, a, hits[:0], func(at uint64, i int, value []byte, index uint64, found bool) error {
+		s.countProxy(keys[i], found, false)
+		return fn(at, i, value, index, found)
+	})
+	if done || err != nil {
+		return a, err
+	}
 	var small [8]proxyAnswer
 	ans := small[:0]
-	for _, k := range keys {
-		v, idx, found, ok := s.cache.get(k, a)
-		if !ok {
-			break
-		}
-		ans = append(ans, proxyAnswer{value: v, index: idx, found: found, fetch: -1})
-	}
-	if len(ans) == len(keys) {
-		s.m.cacheHits.Add(float64(len(keys)))
-		for i, h := range ans {
-			s.countProxy(keys[i], h.found, false)
-			if err := fn(a, i, h.value, h.index, h.found); err != nil {
-				return a, err
-			}
-		}
-		return a, nil
-	}
 	v, err := s.View()
 	if err != nil {
 		return 0, err
@@ -92,7 +83,6 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 	// View waited for at to be published; only then has every write up to
 	// it left the cache (see Lookup).
 	useCache := at <= s.applied.Load()
-	ans = ans[:0]
 	var items []FetchItem
 	var arena []byte
 	nhits := 0
