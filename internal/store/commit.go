@@ -519,7 +519,7 @@ func (c *committer) commit(group []*request) {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
 		if err := c.writeRoleMeta(); err != nil {
-			s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
+			s.opts.Logger.Warn("history and proxy state not recorded", "db", s.opts.Name, "err", err)
 		}
 		syncStart := time.Now()
 		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
@@ -552,8 +552,6 @@ func (c *committer) commit(group []*request) {
 		s.m.logBytes.Set(float64(c.log.bytes))
 		s.m.logEntries.Set(float64(c.last.index - c.log.first + 1))
 		s.m.keys.Set(float64(c.stats.keys))
-		c.rm.blocks.Set(float64(c.retired.blocks))
-		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	s.m.groupSize.Observe(float64(len(group)))
 	s.m.commitSeconds.Observe(time.Since(start).Seconds())

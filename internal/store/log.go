@@ -170,22 +170,26 @@ func (c *committer) truncateLog() error {
 	for ok := it.First(); ok && n < maxBlocksPerRun; ok = it.Next() {
 		blockFirst, valid := logKeyIndex(it.Key())
 		if !valid {
-			return fmt.Errorf("%w: bad log key %x", ErrCorrupt, it.Key())
+			stopped = fmt.Errorf("%w: bad log key %x", ErrCorrupt, it.Key())
+			break
 		}
 		// The block's summary says what retention needs; a block without
 		// one (written before summaries existed) is read.
 		sum, usable, present, err := c.summary(blockFirst)
 		if err != nil {
-			return err
+			stopped = err
+			break
 		}
 		var raw []byte
 		if !usable {
 			if raw, err = it.ValueAndErr(); err != nil {
-				return err
+				stopped = err
+				break
 			}
 			h, _, _, err := wal.ParseBlockHeader(raw)
 			if err != nil {
-				return fmt.Errorf("%w: log block at %d: %v", ErrCorrupt, blockFirst, err)
+				stopped = fmt.Errorf("%w: log block at %d: %v", ErrCorrupt, blockFirst, err)
+				break
 			}
 			sum = blockSummary{count: uint64(h.Count), lastTime: h.LastTime, storedBytes: int64(len(raw))}
 		}

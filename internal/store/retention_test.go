@@ -282,3 +282,36 @@ func TestRetentionKeepsValuesTheGroupOnlyRead(t *testing.T) {
 		})
 	}
 }
+
+// TestRetentionStopsAtUnreadableBlock: retention that meets a block it
+// cannot read (no summary, damaged header) drops the blocks before it and
+// stops there: the log record moves to that block, so it never points at
+// blocks the same batch deleted.
+func TestRetentionStopsAtUnreadableBlock(t *testing.T) {
+	s := openTest(t, Options{Name: "retain-stop", Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2, MaxBytes: -1, MaxAge: -1}})
+	mustWrite(t, s, set("a", "1"))
+	mustWrite(t, s, set("b", "2"))
+	// Block 2 loses its summary and all but its first byte; blocks 1 and 2
+	// are still inside the limit.
+	rawDelete(t, s, summaryKey(2))
+	rawSet(t, s, logKey(2), rawGet(t, s, logKey(2))[:1])
+	for i := 0; i < 3; i++ { // now 1 and 2 are over the limit
+		mustWrite(t, s, set("c", fmt.Sprint(i)))
+	}
+	lr, err := s.LogRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.First != 2 {
+		t.Fatalf("the log starts at %d, want 2 (block 1 dropped, retention stopped at block 2)", lr.First)
+	}
+	if _, err := s.ReadLog(1, 10, 1<<20); !errors.Is(err, ErrLogTruncated) {
+		t.Fatalf("ReadLog(1) below the log start: %v", err)
+	}
+	if _, err := s.ReadLog(2, 10, 1<<20); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadLog of the damaged block: %v", err)
+	}
+	if es, err := s.ReadLog(3, 10, 1<<20); err != nil || len(es) != 3 {
+		t.Fatalf("the entries after the damaged block: %d, %v", len(es), err)
+	}
+}
