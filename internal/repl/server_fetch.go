@@ -124,6 +124,10 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 				r.Status = FetchAbsent
 			case !found || (it.Index != 0 && idx != it.Index):
 				r.Status = FetchMismatch
+			case size > 0 && size+len(val) > maxValuesBytes:
+				// The answer must fit one frame: asked again on its own, a
+				// value as large as the limit is sent alone.
+				r.Status = FetchSkipped
 			default:
 				start := len(arena)
 				arena = append(arena, val...)

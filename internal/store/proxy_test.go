@@ -567,3 +567,35 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+// TestProxyAdmissionOwnsItsKey: a caller may reuse its key buffer as soon
+// as Lookup returns (the memcached door parses keys out of a reused
+// request line); the admission queued by the fetch stores the key that
+// was read, not what the buffer holds by then.
+func TestProxyAdmissionOwnsItsKey(t *testing.T) {
+	root := openTest(t, Options{Logger: quietLogger()})
+	for i := 0; i < 20; i++ {
+		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 1000)))
+	}
+	px, _ := openProxy(t, root, ProxyOptions{Window: 1, CacheBytes: 1 << 20, EvictInterval: time.Hour})
+	replicate(t, root, px, 20)
+	admitted0 := counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted"))
+	buf := []byte("k05")
+	if _, err := px.Lookup([][]byte{buf}, func(uint64, int, []byte, uint64, bool) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "k06") // the caller's next request
+	waitFor(t, "the admission", func() bool {
+		return counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")) == admitted0+1
+	})
+	for _, k := range []string{"k05", "k06"} {
+		rec, err := decodeRecord(rawGet(t, px, dataKey(nil, []byte(k))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := k == "k05"; rec.remote == want {
+			t.Fatalf("%s: stored locally %v, want %v", k, !rec.remote, want)
+		}
+	}
+	mustVerify(t, px)
+}

@@ -34,7 +34,13 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 			s.m.integrityErrors.WithLabelValues("remote_value").Inc()
 			return fmt.Errorf("%w: key %q: fetched value does not match its record (length %d, want %d)", ErrCorrupt, it.Key, len(it.Value), it.Len)
 		}
-		p.admit(s.m, admission{key: it.Key, index: it.Index, value: it.Value})
+		// The admission outlives the request: its own copy of the key (the
+		// caller's may be a reused request buffer) and of the value (a slice
+		// of the fetch answer's frame, up to 64 MiB).
+		kv := make([]byte, len(it.Key)+len(it.Value))
+		copy(kv, it.Key)
+		copy(kv[len(it.Key):], it.Value)
+		p.admit(s.m, admission{key: kv[:len(it.Key):len(it.Key)], index: it.Index, value: kv[len(it.Key):]})
 	}
 	s.m.pxMisses.Add(float64(len(items)))
 	return nil
@@ -43,7 +49,7 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 // fetchOne gets one remote value for a view (View.Get, View.Scan of a
 // single key); the view stays open meanwhile.
 func (v *View) fetchOne(key []byte, rec record) ([]byte, uint64, error) {
-	items := []FetchItem{{Key: append([]byte(nil), key...), Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC}}
+	items := []FetchItem{{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC}}
 	if err := v.s.fetch(v.index, items); err != nil {
 		return nil, 0, err
 	}
