@@ -313,8 +313,11 @@ func (c *committer) release(ks *keyState) error {
 
 // settleRetired writes the counts of the retired blocks the group's ops
 // counted down, and deletes those left sparse or empty (copying out what
-// is still live: the count is checked against the records first).
+// is still live: the count is checked against the records first). A block
+// that cannot be settled keeps its lowered count and the others are still
+// settled; the errors are returned together.
 func (c *committer) settleRetired() error {
+	var errs []error
 	for b, st := range c.touched {
 		if !st.ok {
 			continue
@@ -323,37 +326,48 @@ func (c *committer) settleRetired() error {
 			c.batch.Set(retiredKey(b), st.rec.encode(), nil)
 			continue
 		}
-		blk, found, err := c.lookup(logKey(b))
-		if err != nil {
-			return err
+		if err := c.freeRetired(b, st); err != nil {
+			c.batch.Set(retiredKey(b), st.rec.encode(), nil)
+			errs = append(errs, err)
 		}
-		if !found {
-			return fmt.Errorf("%w: retired log block %d is missing", ErrCorrupt, b)
-		}
-		blk = append([]byte(nil), blk...) // lookups below move the iterator
-		actual, err := c.liveRecord(b, blk)
-		if err != nil {
-			return err
-		}
-		if actual.live != st.rec.live || actual.liveBytes != st.rec.liveBytes {
-			c.rm.recounts.Inc()
-			c.s.opts.Logger.Warn("retired log block count corrected", "db", c.s.opts.Name, "block", b,
-				"counted", st.rec.live, "found", actual.live)
-			st.rec = actual
-			if actual.live > 0 && !actual.sparse() {
-				c.batch.Set(retiredKey(b), actual.encode(), nil)
-				continue
-			}
-		}
-		if err := c.materialize(b, blk); err != nil {
-			return err
-		}
-		c.batch.Delete(logKey(b), nil)
-		c.batch.Delete(retiredKey(b), nil)
-		c.retired.blocks--
-		c.retired.bytes -= st.rec.blockBytes
-		c.retiredDirty = true
-		c.rm.freed.Inc()
 	}
+	return errors.Join(errs...)
+}
+
+// freeRetired deletes retired block b, sparse or empty by the group's
+// count, once the count is checked; a wrong count is corrected and written
+// instead when the block must stay.
+func (c *committer) freeRetired(b uint64, st *retiredState) error {
+	blk, found, err := c.lookup(logKey(b))
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: retired log block %d is missing", ErrCorrupt, b)
+	}
+	blk = append([]byte(nil), blk...) // lookups below move the iterator
+	actual, err := c.liveRecord(b, blk)
+	if err != nil {
+		return err
+	}
+	if actual.live != st.rec.live || actual.liveBytes != st.rec.liveBytes {
+		c.rm.recounts.Inc()
+		c.s.opts.Logger.Warn("retired log block count corrected", "db", c.s.opts.Name, "block", b,
+			"counted", st.rec.live, "found", actual.live)
+		st.rec = actual
+		if actual.live > 0 && !actual.sparse() {
+			c.batch.Set(retiredKey(b), actual.encode(), nil)
+			return nil
+		}
+	}
+	if err := c.materialize(b, blk); err != nil {
+		return err
+	}
+	c.batch.Delete(logKey(b), nil)
+	c.batch.Delete(retiredKey(b), nil)
+	c.retired.blocks--
+	c.retired.bytes -= st.rec.blockBytes
+	c.retiredDirty = true
+	c.rm.freed.Inc()
 	return nil
 }

@@ -356,3 +356,40 @@ func TestRetiredBlockKeyTwiceInAnEntry(t *testing.T) {
 	}
 	mustVerify(t, s)
 }
+
+// TestRetiredSettleGoesPastABadBlock: a retired block that cannot be
+// freed (here: gone from the database) does not keep the other blocks
+// the same group counted down from being settled.
+func TestRetiredSettleGoesPastABadBlock(t *testing.T) {
+	s := openTest(t, Options{Name: "retired-bad", Retention: Retention{MaxEntries: 2}, Logger: quietLogger()})
+	mustWrite(t, s, setb("a", pattern(1, 3000)), setb("b", pattern(2, 3000))) // block 1
+	mustWrite(t, s, setb("c", pattern(3, 3000)), setb("d", pattern(4, 3000))) // block 2
+	mustWrite(t, s, setb("e", pattern(5, 3000)), setb("f", pattern(6, 3000))) // block 3
+	for i := range 3 {
+		mustWrite(t, s, set(fmt.Sprint("x", i), "x"))
+	}
+	recs, _ := retiredOnDisk(t, s)
+	for _, b := range []uint64{1, 2, 3} {
+		if r, ok := recs[b]; !ok || r.live != 2 {
+			t.Fatalf("block %d not retired with 2 live values: %+v", b, recs)
+		}
+	}
+	rawDelete(t, s, logKey(1))
+	// One group: block 1 goes empty (its free fails), blocks 2 and 3 each
+	// lose one of two values.
+	mustWrite(t, s, set("a", "1"), set("b", "2"), set("c", "3"), set("e", "4"))
+	recs, _ = retiredOnDisk(t, s)
+	if r, ok := recs[1]; !ok || r.live != 0 {
+		t.Fatalf("block 1 (missing) should keep its lowered count 0: %+v", recs[1])
+	}
+	for _, b := range []uint64{2, 3} {
+		if r, ok := recs[b]; ok && r.live != 1 {
+			t.Fatalf("block %d: count %d, want 1 (or freed)", b, r.live)
+		}
+	}
+	for _, k := range []string{"d", "f"} {
+		if _, _, ok := get(t, s, k); !ok {
+			t.Fatalf("%s unreadable", k)
+		}
+	}
+}
