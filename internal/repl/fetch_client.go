@@ -57,6 +57,9 @@ func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
+	// A context without a deadline still ends the handshake when it ends.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	hello := &Hello{Version: FetchVersion, Fetch: true, Database: h.Database, DBID: h.DBID, ProcessID: h.ProcessID}
 	if err := WriteMessage(c, hello); err != nil {
 		c.Close()
