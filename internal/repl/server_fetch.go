@@ -102,6 +102,7 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 	}
 	var arena []byte
 	size := 0
+	var counts [len(fetchStatusNames)]int // keys by status, counted once per request
 	for i, it := range m.Items {
 		r := &ans.Results[i]
 		need := it.Index
@@ -135,7 +136,12 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 				size += len(val)
 			}
 		}
-		mFetchKeys.WithLabelValues(r.Status.String()).Inc()
+		counts[r.Status]++
+	}
+	for st, n := range counts {
+		if n > 0 {
+			mFetchKeys.WithLabelValues(FetchStatus(st).String()).Add(float64(n))
+		}
 	}
 	return ans
 }
