@@ -380,6 +380,12 @@ func (c *Config) Validate() error {
 			if !d.IsReplica() {
 				errs = append(errs, fmt.Errorf("%s: a proxy needs an upstream to replicate the log from", where))
 			}
+			if t := d.ProxyAttemptTimeout.Duration; t != 0 && t < time.Millisecond {
+				errs = append(errs, fmt.Errorf("%s: proxy_attempt_timeout %v below 1ms", where, t))
+			}
+			if d.ProxyMinFetchRate < 0 {
+				errs = append(errs, fmt.Errorf("%s: proxy_min_fetch_rate %d is negative", where, d.ProxyMinFetchRate))
+			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: role %q: want replica or proxy", where, d.Role))
 		}
