@@ -488,15 +488,12 @@ func (c *committer) commit(group []*request) {
 			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
 		if c.blk.Len() > 0 {
-			blk := c.blk.Finish(c.buf[:0], c.blockCompression())
-			c.buf = blk
-			c.batch.Set(logKey(c.blockFirst), blk, nil)
-			uncompressed := wal.Compression(blk[1]) == wal.CompressNone
-			c.sumBuf = c.encodeSummary(c.sumBuf, len(blk), uncompressed)
+			blkLen, uncompressed := c.setBlock()
+			c.sumBuf = c.encodeSummary(c.sumBuf, blkLen, uncompressed)
 			c.batch.Set(summaryKey(c.blockFirst), c.sumBuf, nil)
 			c.writeInLogRecords(uncompressed)
-			c.log.bytes += int64(len(blk) + 9)
-			s.m.logBlockBytes.Observe(float64(len(blk)))
+			c.log.bytes += int64(blkLen + 9)
+			s.m.logBlockBytes.Observe(float64(blkLen))
 			if err := c.settleRetired(); err != nil {
 				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
 			}
@@ -688,16 +685,12 @@ func (c *committer) prepareApply(r *request) error {
 // append adds e to the group's block and its ops to the batch. With seal,
 // the entry's hash is computed here (root); otherwise it was verified.
 func (c *committer) append(e *wal.Entry, seal bool) error {
-	if seal {
-		c.buf = e.Seal(c.last.hash, c.buf)
-	} else {
-		c.buf = e.AppendBody(c.buf[:0])
-	}
 	if c.blk.Len() == 0 {
 		c.blockFirst = e.Index
 	}
-	at := c.blk.NextBodyOffset(len(c.buf))
-	c.blk.Add(c.buf, e.Hash, e.Time)
+	// The body is encoded into the block itself and hashed there: each
+	// value is copied once, from the request to the block.
+	at := c.blk.AddEntry(e, c.last.hash, seal)
 	c.entryTime = e.Time
 	c.offs = e.ValueOffsets(c.offs[:0])
 	for i, op := range e.Ops {
@@ -947,6 +940,22 @@ func (c *committer) blockCompression() wal.Compression {
 		return wal.CompressNone
 	}
 	return c.s.opts.Compression
+}
+
+// setBlock puts the group's finished block in the batch, encoded straight
+// into the batch's buffer (its payload is copied once), and returns its
+// size and whether it is stored uncompressed.
+func (c *committer) setBlock() (int, bool) {
+	comp := c.blockCompression()
+	hdr, payload := c.blk.Parts(c.buf[:0], comp)
+	c.buf = hdr
+	key := logKey(c.blockFirst)
+	n := len(hdr) + len(payload)
+	op := c.batch.SetDeferred(len(key), n)
+	copy(op.Key, key)
+	copy(op.Value[copy(op.Value, hdr):], payload)
+	op.Finish() // fails only for an indexed batch, as Set does
+	return n, wal.Compression(hdr[1]) == wal.CompressNone
 }
 
 // writeInLogRecords writes the deferred value records of the group: in-log

@@ -163,13 +163,20 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 // reportCPU adds a cpu-ns/op metric to a benchmark: the CPU time the whole
 // process used per iteration (GC included), which, unlike ns/op, does not
-// count the time the benchmark waited for a core on a busy machine. Call
-// it after setup; it reports when the benchmark ends.
+// count the time the benchmark waited for a core on a busy machine; and
+// its two parts, user-ns/op (the program's own work, the steadier figure
+// on a shared machine) and sys-ns/op (the kernel's: writes, fsyncs, file
+// creation, scheduling). Call it after setup; it reports when the
+// benchmark ends.
 func reportCPU(b *testing.B) {
-	start := processCPU()
+	user0, sys0 := processCPUSplit()
 	b.Cleanup(func() {
-		if start > 0 && b.N > 0 {
-			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+		user, sys := processCPUSplit()
+		if user0+sys0 > 0 && b.N > 0 {
+			n := float64(b.N)
+			b.ReportMetric(float64(user+sys-user0-sys0)/n, "cpu-ns/op")
+			b.ReportMetric(float64(user-user0)/n, "user-ns/op")
+			b.ReportMetric(float64(sys-sys0)/n, "sys-ns/op")
 		}
 	})
 }

@@ -76,6 +76,25 @@ func (b *BlockBuilder) Add(body []byte, h Hash, t int64) {
 	b.lastTime = t
 }
 
+// AddEntry encodes e's body straight into the block (no intermediate
+// copy of its values) and returns where, in the uncompressed payload, the
+// body starts. With seal, e.Hash is set to ChainHash(prev, body), hashing
+// the body's bytes once; otherwise e.Hash is the entry's own (verified)
+// hash. The result is the same as Add(e.AppendBody(nil), e.Hash, e.Time)
+// after e.Seal(prev, nil).
+func (b *BlockBuilder) AddEntry(e *Entry, prev Hash, seal bool) int {
+	b.raw = binary.AppendUvarint(b.raw, uint64(e.BodySize()))
+	at := len(b.raw)
+	b.raw = e.AppendBody(b.raw)
+	if seal {
+		e.Hash = ChainHash(prev, b.raw[at:])
+	}
+	b.raw = append(b.raw, e.Hash[:]...)
+	b.count++
+	b.lastTime = e.Time
+	return at
+}
+
 // NextBodyOffset is where, in the uncompressed payload, the body of an
 // entry of bodyLen bytes added next will start.
 func (b *BlockBuilder) NextBodyOffset(bodyLen int) int {
@@ -93,7 +112,17 @@ func (b *BlockBuilder) Reset() { b.raw, b.count, b.lastTime = b.raw[:0], 0, 0 }
 
 // Finish appends the encoded block to dst.
 func (b *BlockBuilder) Finish(dst []byte, c Compression) []byte {
-	payload := b.raw
+	hdr, payload := b.Parts(dst, c)
+	return append(hdr, payload...)
+}
+
+// Parts returns the encoded block in two parts, to be stored one after
+// the other: its header (appended to dst) and its payload. An
+// uncompressed payload is the builder's own buffer, valid until the next
+// Add or Reset, so a caller copying both parts into their destination
+// copies the entries' bytes once.
+func (b *BlockBuilder) Parts(dst []byte, c Compression) (header, payload []byte) {
+	payload = b.raw
 	if len(payload) < minCompress {
 		c = CompressNone
 	}
@@ -110,7 +139,7 @@ func (b *BlockBuilder) Finish(dst []byte, c Compression) []byte {
 	dst = binary.AppendUvarint(dst, uint64(b.count))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(b.lastTime))
 	dst = binary.AppendUvarint(dst, uint64(len(b.raw)))
-	return append(dst, payload...)
+	return dst, payload
 }
 
 // ParseBlockHeader decodes the header and returns the payload.

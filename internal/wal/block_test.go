@@ -258,3 +258,38 @@ func TestBlockHighlyCompressible(t *testing.T) {
 		}
 	}
 }
+
+// AddEntry must produce exactly the block and hashes of Seal + Add (the
+// format and the hash chain are the protocol), and Parts exactly Finish.
+func TestAddEntryMatchesSealAndAdd(t *testing.T) {
+	want := chain(7, 4, 3000, Hash{5})
+	var ref, got BlockBuilder
+	prev := Hash{5}
+	for i := range want {
+		ref.Add(want[i].AppendBody(nil), want[i].Hash, want[i].Time)
+		e := want[i]
+		e.Hash = Hash{}
+		at := got.AddEntry(&e, prev, true)
+		if e.Hash != want[i].Hash {
+			t.Fatalf("entry %d: hash %s, want %s", i, e.Hash, want[i].Hash)
+		}
+		if want := ref.RawLen() - 32 - want[i].BodySize(); at != want {
+			t.Fatalf("entry %d: body at %d, want %d", i, at, want)
+		}
+		prev = e.Hash
+	}
+	// A replicated entry keeps its own hash.
+	e := chain(11, 1, 10, prev)[0]
+	ref.Add(e.AppendBody(nil), e.Hash, e.Time)
+	got.AddEntry(&e, Hash{}, false)
+	for _, c := range []Compression{CompressNone, CompressZstd, CompressSnappy} {
+		a, b := ref.Finish(nil, c), got.Finish(nil, c)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("compression %d: blocks differ", c)
+		}
+		hdr, payload := got.Parts([]byte("x"), c)
+		if !bytes.Equal(append(hdr[1:], payload...), a) || hdr[0] != 'x' {
+			t.Fatalf("compression %d: Parts differs from Finish", c)
+		}
+	}
+}
