@@ -77,6 +77,19 @@ type Config struct {
 	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
 	// HTTPIdleTimeout closes idle keep-alive connections. Default 2m.
 	HTTPIdleTimeout Duration `toml:"http_idle_timeout"`
+	// MemcacheThreads: per database, how many memcached connections at
+	// most are served each on a dedicated thread with blocking socket
+	// calls, which picks requests up sooner than Go's network poller when
+	// writes keep the CPUs busy; later connections use the poller.
+	// Default 256; -1: none.
+	MemcacheThreads int `toml:"memcache_threads"`
+	// MemcacheReadNice is the nice value of those threads while they serve
+	// gets (-20 to 19, lower runs first): reads are then picked up before
+	// writes and background work. Needs CAP_SYS_NICE or a matching
+	// RLIMIT_NICE (systemd: AmbientCapabilities=CAP_SYS_NICE, or
+	// LimitNICE=); without it reads keep the process's priority (logged
+	// once). Default -5; 0: leave the priority alone.
+	MemcacheReadNice *int `toml:"memcache_read_nice"`
 	// ProducersFile is the producers file of the write gateway (tokens,
 	// prefixes, quotas; see internal/gateway), reloaded on SIGHUP and when
 	// its content changes. Default none: writes are open to anyone who
@@ -291,6 +304,13 @@ func (c *Config) EnsureDefaults() {
 	if c.WatchMaxWatchers == 0 {
 		c.WatchMaxWatchers = max(1, min(10_000, c.MaxHTTPConns-c.connsForOthers()))
 	}
+	if c.MemcacheThreads == 0 {
+		c.MemcacheThreads = 256
+	}
+	if c.MemcacheReadNice == nil {
+		n := -5
+		c.MemcacheReadNice = &n
+	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
 	}
@@ -412,6 +432,12 @@ func (c *Config) Validate() error {
 	}
 	if c.WatchWriteRate < 0 || c.WatchWriteConcurrency < 0 || c.WatchWakeDelayTarget.Duration < 0 {
 		errs = append(errs, errors.New("watch_write_rate, watch_write_concurrency and watch_wake_delay_target must be positive (0: the default)"))
+	}
+	if c.MemcacheThreads < -1 {
+		errs = append(errs, fmt.Errorf("memcache_threads %d: want -1 (none) or more", c.MemcacheThreads))
+	}
+	if n := c.MemcacheReadNice; n != nil && (*n < -20 || *n > 19) {
+		errs = append(errs, fmt.Errorf("memcache_read_nice %d: want -20 to 19", *n))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
