@@ -144,6 +144,14 @@ type Database struct {
 	// ProxyFetchTimeout bounds fetching a read's missing values, retries
 	// included. Default 5s.
 	ProxyFetchTimeout Duration `toml:"proxy_fetch_timeout"`
+	// ProxyAttemptTimeout: a replica that sends no byte for this long
+	// while a fetch waits on it counts as stalled (the fetch is retried
+	// elsewhere, the replica sidelined). Default 1s.
+	ProxyAttemptTimeout Duration `toml:"proxy_attempt_timeout"`
+	// ProxyMinFetchRate (bytes/s): a fetch may take proxy_attempt_timeout
+	// plus its expected value bytes at this rate before its replica counts
+	// as too slow. Default 1 MiB/s.
+	ProxyMinFetchRate int64 `toml:"proxy_min_fetch_rate"`
 	// HistoryRetention (full nodes) keeps overwritten and deleted values
 	// this long (by the log's clock) for proxies reading as of an earlier
 	// index. Default 2h; negative disables the history.
@@ -391,6 +399,12 @@ func (c *Config) Validate() error {
 		case "proxy":
 			if !d.IsReplica() {
 				errs = append(errs, fmt.Errorf("%s: a proxy needs an upstream to replicate the log from", where))
+			}
+			if t := d.ProxyAttemptTimeout.Duration; t != 0 && t < time.Millisecond {
+				errs = append(errs, fmt.Errorf("%s: proxy_attempt_timeout %v below 1ms", where, t))
+			}
+			if d.ProxyMinFetchRate < 0 {
+				errs = append(errs, fmt.Errorf("%s: proxy_min_fetch_rate %d is negative", where, d.ProxyMinFetchRate))
 			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: role %q: want replica or proxy", where, d.Role))

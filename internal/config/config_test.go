@@ -113,6 +113,8 @@ func TestParseErrors(t *testing.T) {
 		"root proxy":                     {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
 		"replicas unused":                {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
 		"proxy window":                   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
+		"proxy attempt timeout":          {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_attempt_timeout = \"-1s\"", "proxy_attempt_timeout"},
+		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},
 		"hard below min":                 {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_hard_free_bytes = 1000\nproxy_soft_free_bytes = 2000", "below min_free_bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -80,6 +80,8 @@ type cluster struct {
 	name string
 	ctx  context.Context
 	wg   sync.WaitGroup
+	// readCacheBytes, if set, is the read cache of the stores opened next.
+	readCacheBytes int64
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -92,6 +94,7 @@ func newCluster(t *testing.T) *cluster {
 func (c *cluster) open(o store.Options) *store.Store {
 	c.t.Helper()
 	o.Name, o.Dir, o.MinFreeBytes, o.BallastBytes, o.Logger = c.name, c.t.TempDir(), 1, -1, quiet
+	o.ReadCacheBytes = c.readCacheBytes
 	st, err := store.Open(o)
 	if err != nil {
 		c.t.Fatal(err)
@@ -175,12 +178,15 @@ func waitApplied(t *testing.T, st *store.Store, index uint64) {
 }
 
 // link forwards TCP connections to a target, delaying every chunk by a
-// settable time (a slow path), stalling all traffic while stalled, and
-// cutting every connection on demand (a server dying mid-request).
+// settable time (a slow path), carrying at most rate bytes a second each
+// way of each connection (a thin pipe), stalling all traffic while
+// stalled, and cutting every connection on demand (a server dying
+// mid-request).
 type link struct {
 	ln     net.Listener
 	target string
 	delay  atomic.Int64 // ns
+	rate   atomic.Int64 // bytes per second; 0: unlimited
 	stall  atomic.Bool
 
 	mu    sync.Mutex
@@ -250,6 +256,9 @@ func (l *link) pipe(dst, src net.Conn) {
 			}
 			if d := time.Until(ch.at.Add(time.Duration(l.delay.Load()))); d > 0 {
 				time.Sleep(d)
+			}
+			if r := l.rate.Load(); r > 0 {
+				time.Sleep(time.Duration(int64(len(ch.b)) * int64(time.Second) / r))
 			}
 			if _, err := dst.Write(ch.b); err != nil {
 				for range q {

@@ -19,13 +19,21 @@
 //     that fails, times out or gets a wrong answer is retried on another
 //     member until the reader's deadline; the failing member is sidelined
 //     for a doubling, bounded time, then tried again.
+//   - A request times out when its member sends no byte for
+//     AttemptTimeout (stalled), or has not answered by AttemptTimeout plus
+//     the value bytes expected on its connection at MinFetchRate (too
+//     slow): a large batch from a slow but healthy member is waited for.
+//     A timeout closes only that request's connection.
+//   - A value larger than repl.MaxFetchValueBytes is never asked for: the
+//     read fails at once with store.ErrTooLarge.
 //   - Requests are spread over the members that can answer (power of two
 //     choices on in-flight requests × latency); members whose applied
 //     index is known to be below the version needed are tried last.
 //   - Every goroutine belongs to a connection and ends with Close.
 //
 // Metrics (subsystem "proxy"): fetch_seconds (one read's remote values,
-// end to end), fetches_total{result}, replica_requests_total{replica,
-// result}, replica_up{replica}, replica_latency_seconds{replica},
+// end to end), fetches_total{result} (ok, failed, retried, too_large),
+// replica_requests_total{replica, result} (ok, partial, error, timeout,
+// bad_answer, aborted), replica_up{replica}, replica_latency_seconds{replica},
 // replica_applied_index{replica}.
 package proxy

@@ -38,9 +38,17 @@ type Config struct {
 	ConnsPerReplica int
 	// DialTimeout bounds a connect and handshake. Default 2s.
 	DialTimeout time.Duration
-	// AttemptTimeout bounds one request to one member before it is
-	// retried elsewhere. Default 1s.
+	// AttemptTimeout is how long a request to a member may go without a
+	// byte arriving on its connection before the member counts as stalled
+	// and the request is retried elsewhere; it is also the fixed part of
+	// an attempt's deadline (see MinFetchRate). Default 1s.
 	AttemptTimeout time.Duration
+	// MinFetchRate (bytes per second) is the slowest a member may deliver
+	// values and stay in service: an attempt's deadline is AttemptTimeout
+	// plus the value bytes expected on its connection (the request's own
+	// and those of the requests queued before it, known from the proxy's
+	// records) at this rate. Default 1 MiB/s.
+	MinFetchRate int64
 	// SidelineMin and SidelineMax bound the doubling time a member is left
 	// out after a failure. Defaults 500ms and 30s.
 	SidelineMin, SidelineMax time.Duration
@@ -68,6 +76,9 @@ func (c *Config) EnsureDefaults() *Config {
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = time.Second
 	}
+	if c.MinFetchRate == 0 {
+		c.MinFetchRate = 1 << 20
+	}
 	if c.SidelineMin == 0 {
 		c.SidelineMin = 500 * time.Millisecond
 	}
@@ -91,6 +102,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("proxy: ConnsPerReplica %d out of range 1..64", c.ConnsPerReplica)
 	case c.DialTimeout < time.Millisecond || c.AttemptTimeout < time.Millisecond:
 		return errors.New("proxy: timeouts below 1ms")
+	case c.MinFetchRate < 1:
+		return fmt.Errorf("proxy: MinFetchRate %d below 1 byte/s", c.MinFetchRate)
 	case c.SidelineMin < time.Millisecond || c.SidelineMax < c.SidelineMin:
 		return fmt.Errorf("proxy: sideline %v..%v invalid", c.SidelineMin, c.SidelineMax)
 	case c.MaxKeysPerRequest < 1 || c.MaxKeysPerRequest > repl.MaxFetchKeys:
@@ -106,8 +119,8 @@ type Pool struct {
 	log     *slog.Logger
 	members []*member
 
-	fetchSeconds              prometheus.Observer
-	fetchOK, fetchFail, retry prometheus.Counter
+	fetchSeconds                        prometheus.Observer
+	fetchOK, fetchFail, retry, tooLarge prometheus.Counter
 
 	mu struct {
 		sync.Mutex
@@ -127,14 +140,15 @@ func New(cfg Config, log *slog.Logger) (*Pool, error) {
 	db := cfg.Database
 	p := &Pool{cfg: cfg, log: log.With("component", "proxy-pool", "db", db),
 		fetchSeconds: mFetchSeconds.WithLabelValues(db), fetchOK: mFetches.WithLabelValues(db, "ok"),
-		fetchFail: mFetches.WithLabelValues(db, "failed"), retry: mFetches.WithLabelValues(db, "retried")}
+		fetchFail: mFetches.WithLabelValues(db, "failed"), retry: mFetches.WithLabelValues(db, "retried"),
+		tooLarge: mFetches.WithLabelValues(db, "too_large")}
 	seen := map[string]bool{}
 	add := func(addr string, fallback bool) {
 		if seen[addr] {
 			return
 		}
 		seen[addr] = true
-		m := &member{p: p, addr: addr, fallback: fallback, conns: make([]*repl.FetchConn, cfg.ConnsPerReplica),
+		m := &member{p: p, addr: addr, fallback: fallback, conns: make([]*repl.FetchConn, cfg.ConnsPerReplica), queued: make([]int64, cfg.ConnsPerReplica),
 			up: mReplicaUp.WithLabelValues(db, addr), latency: mReplicaLatency.WithLabelValues(db, addr),
 			applied: mReplicaApplied.WithLabelValues(db, addr), requests: mReplicaRequests.MustCurryWith(prometheus.Labels{"db": db, "replica": addr})}
 		m.up.Set(1)
@@ -169,9 +183,17 @@ func (p *Pool) closed() bool {
 var errBadAnswer = errors.New("qs: replica answered a value that does not match the proxy's record")
 
 // Fetch implements store.Fetcher: it gets every item, retrying elsewhere
-// until ctx ends.
+// until ctx ends. A value no fetch answer can carry fails the read at
+// once with store.ErrTooLarge: no member could ever send it.
 func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) error {
 	start := time.Now()
+	for i := range items {
+		if it := &items[i]; it.Len > repl.MaxFetchValueBytes {
+			p.tooLarge.Inc()
+			return fmt.Errorf("%w: key %q: its value of %d bytes is larger than a fetch answer can carry (%d); read it from a full replica",
+				store.ErrTooLarge, it.Key, it.Len, repl.MaxFetchValueBytes)
+		}
+	}
 	pending := make([]int, len(items))
 	for i := range pending {
 		pending[i] = i
@@ -281,6 +303,7 @@ type member struct {
 	// mu guards the connections and the health and position below.
 	mu             sync.Mutex
 	conns          []*repl.FetchConn
+	queued         []int64 // per connection slot: value bytes of the requests in flight
 	next           int
 	sidelinedUntil time.Time
 	fails          int
@@ -297,11 +320,34 @@ func (m *member) score() float64 {
 	return l * float64(m.inflight.Load()+1)
 }
 
-// conn returns a live connection, dialing one if needed.
-func (m *member) conn(ctx context.Context) (*repl.FetchConn, error) {
+// reserve picks the connection slot with the fewest value bytes in
+// flight (in turn among equals) and adds want to them. It returns the
+// slot and the bytes queued on it before.
+func (m *member) reserve(want int64) (slot int, ahead int64) {
 	m.mu.Lock()
-	slot := m.next % len(m.conns)
+	defer m.mu.Unlock()
+	n := len(m.conns)
+	slot = m.next % n
+	for j := 1; j < n; j++ {
+		if s := (m.next + j) % n; m.queued[s] < m.queued[slot] {
+			slot = s
+		}
+	}
 	m.next++
+	ahead = m.queued[slot]
+	m.queued[slot] += want
+	return slot, ahead
+}
+
+func (m *member) release(slot int, want int64) {
+	m.mu.Lock()
+	m.queued[slot] -= want
+	m.mu.Unlock()
+}
+
+// conn returns a live connection in slot, dialing one if needed.
+func (m *member) conn(ctx context.Context, slot int) (*repl.FetchConn, error) {
+	m.mu.Lock()
 	fc := m.conns[slot]
 	if fc != nil && fc.Err() == nil {
 		m.mu.Unlock()
@@ -335,6 +381,18 @@ func (m *member) conn(ctx context.Context) (*repl.FetchConn, error) {
 	return nfc, nil
 }
 
+// closeConn closes fc and forgets it, if it is still one of the member's.
+func (m *member) closeConn(fc *repl.FetchConn) {
+	m.mu.Lock()
+	for i, c := range m.conns {
+		if c == fc {
+			m.conns[i] = nil
+		}
+	}
+	m.mu.Unlock()
+	fc.Close()
+}
+
 func (m *member) closeConns() {
 	m.mu.Lock()
 	conns := append([]*repl.FetchConn(nil), m.conns...)
@@ -347,15 +405,32 @@ func (m *member) closeConns() {
 	}
 }
 
+// errAttemptTimeout: a member stalled (no byte for AttemptTimeout) or
+// delivered too slowly (past the attempt's deadline).
+var errAttemptTimeout = errors.New("qs: fetch attempt timed out")
+
+// expectedBytes is what the answer to the items at idx will carry: their
+// values (the records give their lengths) and a little per key.
+func expectedBytes(items []store.FetchItem, idx []int) int64 {
+	var n int64
+	for _, i := range idx {
+		n += int64(items[i].Len) + 16
+	}
+	return n
+}
+
 // ask sends the items at idx to the member and fills those it answers
 // with the asked version. It returns the indexes still pending.
 func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, idx []int) ([]int, error) {
 	cfg := &m.p.cfg
-	actx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
-	defer cancel()
-	fc, err := m.conn(actx)
+	want := expectedBytes(items, idx)
+	slot, ahead := m.reserve(want)
+	defer m.release(slot, want)
+	dctx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
+	fc, err := m.conn(dctx, slot)
+	cancel()
 	if err != nil {
-		m.failed(ctx, "error", err)
+		m.failed(ctx, "error", err, nil)
 		return idx, err
 	}
 	keys := make([]repl.FetchKey, len(idx))
@@ -371,10 +446,28 @@ func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, 
 	}
 	m.inflight.Add(1)
 	t0 := time.Now()
+	actx, stop := m.watch(ctx, fc, t0, ahead+want)
 	v, err := fc.Fetch(actx, reqAsOf, keys)
+	stop()
 	m.inflight.Add(-1)
 	if err != nil {
-		m.failed(ctx, "error", err)
+		cause := context.Cause(actx)
+		switch {
+		case ctx.Err() == nil && errors.Is(cause, errAttemptTimeout):
+			// The member stalled or is too slow for this request: the
+			// connection is clogged with an answer nobody waits for; close
+			// it (only it) and leave the member out for a while.
+			m.failed(ctx, "timeout", cause, fc)
+			return idx, cause
+		case errors.Is(err, repl.ErrFetchConnClosedLocally):
+			// Closed by this pool (after another request on it timed out,
+			// or at shutdown): not the member's doing; asked elsewhere.
+			if ctx.Err() == nil {
+				m.requests.WithLabelValues("aborted").Inc()
+			}
+			return idx, err
+		}
+		m.failed(ctx, "error", err, fc)
 		return idx, err
 	}
 	var still []int
@@ -398,7 +491,7 @@ func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, 
 	switch {
 	case bad:
 		err := fmt.Errorf("%w (applied %d)", errBadAnswer, v.Applied)
-		m.failed(ctx, "bad_answer", err)
+		m.failed(ctx, "bad_answer", err, nil)
 		return still, err
 	case partial:
 		m.requests.WithLabelValues("partial").Inc()
@@ -409,6 +502,58 @@ func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, 
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// watch returns a context for one request on fc, sent at start, that ends
+// with cause errAttemptTimeout when no byte has arrived on fc for
+// AttemptTimeout (the member stalled), or when the request is still
+// unanswered at its deadline: AttemptTimeout plus bytes (its answer's and
+// those queued before it on fc) at MinFetchRate (the member is too slow).
+// A member streaming a large answer at a healthy rate is waited for. Call
+// stop when the request is done.
+func (m *member) watch(ctx context.Context, fc *repl.FetchConn, start time.Time, bytes int64) (actx context.Context, stop func()) {
+	cfg := &m.p.cfg
+	stallAfter := cfg.AttemptTimeout
+	limit := cfg.AttemptTimeout + time.Duration(float64(bytes)/float64(cfg.MinFetchRate)*float64(time.Second))
+	deadline := start.Add(limit)
+	actx, cancel := context.WithCancelCause(ctx)
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		now := time.Now()
+		last := fc.LastRead()
+		if last.Before(start) {
+			last = start
+		}
+		switch {
+		case now.Sub(last) >= stallAfter:
+			cancel(fmt.Errorf("%w: no byte for %v", errAttemptTimeout, now.Sub(last).Round(time.Millisecond)))
+		case !now.Before(deadline):
+			cancel(fmt.Errorf("%w: %d bytes not delivered in %v (min_fetch_rate %d B/s)", errAttemptTimeout, bytes, limit.Round(time.Millisecond), cfg.MinFetchRate))
+		default:
+			next := last.Add(stallAfter)
+			if deadline.Before(next) {
+				next = deadline
+			}
+			t.Reset(next.Sub(now))
+		}
+	}
+	mu.Lock()
+	t = time.AfterFunc(stallAfter, check)
+	mu.Unlock()
+	return actx, func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
+}
 
 // answered records a member's answer: its latency and position, and that
 // it is in service.
@@ -433,8 +578,11 @@ func (m *member) answered(d time.Duration, applied, horizon uint64) {
 }
 
 // failed sidelines the member for a doubling time, unless the reader
-// itself gave up (not the member's fault).
-func (m *member) failed(ctx context.Context, result string, err error) {
+// itself gave up (not the member's fault), and closes fc (the connection
+// that failed, if any). The member's other connections are left alone: a
+// broken one fails on its own and is dialed again, and closing them would
+// abort requests the member may be answering well.
+func (m *member) failed(ctx context.Context, result string, err error, fc *repl.FetchConn) {
 	if ctx.Err() != nil && !errors.Is(err, errBadAnswer) {
 		return
 	}
@@ -451,8 +599,8 @@ func (m *member) failed(ctx context.Context, result string, err error) {
 	if fails == 1 || fails%10 == 0 {
 		m.p.log.Warn("replica sidelined", "replica", m.addr, "for", d, "failures", fails, "err", err)
 	}
-	if !errors.Is(err, errBadAnswer) {
-		m.closeConns()
+	if fc != nil {
+		m.closeConn(fc)
 	}
 }
 

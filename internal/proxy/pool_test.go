@@ -2,11 +2,15 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,5 +237,176 @@ func TestPoolConfig(t *testing.T) {
 	defer p.Close()
 	if st := p.Status(); len(st) != 2 || st[0].Fallback || !st[1].Fallback {
 		t.Fatalf("members %+v: duplicates must collapse, replicas first", st)
+	}
+}
+
+// bigValue is key k's value in TestPoolWaitsForSlowHealthyMember.
+func bigValue(k string, size int) []byte {
+	v := make([]byte, size)
+	for i := range v {
+		v[i] = k[len(k)-1-i%2] + byte(i%7)
+	}
+	return v
+}
+
+// TestPoolWaitsForSlowHealthyMember: a replica behind a thin link
+// (4 MiB/s) answers a 3 MiB batch in ~0.75 s, several times the attempt
+// timeout. It keeps delivering, so it is waited for: every big read
+// succeeds, nothing times out, the member is never sidelined and the
+// fall-back is never asked. Then the link stalls: the same big batch is
+// given up after AttemptTimeout without a byte (not after the batch's
+// multi-second deadline), the member is sidelined, and the fall-back
+// answers.
+func TestPoolWaitsForSlowHealthyMember(t *testing.T) {
+	const (
+		nkeys     = 48
+		size      = 64 << 10
+		attempt   = 300 * time.Millisecond
+		minRate   = 1 << 20
+		linkRate  = 4 << 20
+		batchTime = time.Duration(nkeys * size * int64(time.Second) / linkRate) // ~0.75s
+	)
+	c := newCluster(t)
+	root := c.root()
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		k := fmt.Sprintf("big%02d", i)
+		keys[i] = []byte(k)
+		if _, err := root.st.Write(context.Background(), store.Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: keys[i], Value: bigValue(k, size)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more write, so the window (one entry) holds none of the keys.
+	fill(t, root.st, 1)
+	r1 := c.replica(root.st.DBID(), root.addr)
+	r2 := c.replica(root.st.DBID(), root.addr)
+	waitApplied(t, r1.st, root.st.AppliedIndex())
+	waitApplied(t, r2.st, root.st.AppliedIndex())
+	slow := newLink(t, r1.addr, 0)
+	slow.rate.Store(linkRate)
+	po := store.ProxyOptions{Window: 1, CacheBytes: -1, EvictInterval: time.Millisecond, FetchTimeout: 10 * time.Second}
+	c.readCacheBytes = -1 // every read of the proxy fetches
+	px := c.proxy(root.st.DBID(), po, Config{Replicas: []string{slow.Addr()}, Fallback: []string{r2.addr},
+		AttemptTimeout: attempt, MinFetchRate: minRate, SidelineMin: 5 * time.Second, SidelineMax: 10 * time.Second}, root.addr)
+	waitApplied(t, px.st, root.st.AppliedIndex())
+
+	readAll := func() (time.Duration, error) {
+		// The read before admitted the values; wait until the keeper
+		// evicted them (the budget is 0), so every key is fetched.
+		for i := 0; px.st.ProxyStats().CachedBytes >= size; i++ {
+			if i == 500 {
+				t.Fatalf("fetched values not evicted: %+v", px.st.ProxyStats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		start := time.Now()
+		_, err := px.st.Lookup(keys, func(_ uint64, i int, v []byte, _ uint64, found bool) error {
+			if !found || !bytes.Equal(v, bigValue(string(keys[i]), size)) {
+				t.Errorf("%s: found=%v, %d bytes", keys[i], found, len(v))
+			}
+			return nil
+		})
+		return time.Since(start), err
+	}
+	for round := 0; round < 3; round++ {
+		d, err := readAll()
+		if err != nil {
+			t.Fatalf("round %d: big read through the slow member failed after %v: %v", round, d, err)
+		}
+		t.Logf("round %d: %d keys of %d KiB in %v (attempt timeout %v)", round, nkeys, size>>10, d, attempt)
+		for _, r := range []string{"timeout", "error", "aborted"} {
+			if n := counter(t, mReplicaRequests.WithLabelValues(c.name, slow.Addr(), r)); n != 0 {
+				t.Errorf("round %d: slow but healthy member: %v requests %s", round, n, r)
+			}
+		}
+		if n := counter(t, mReplicaRequests.WithLabelValues(c.name, r2.addr, "ok")); n != 0 {
+			t.Fatalf("round %d: the fall-back answered %v requests: the slow member was passed over", round, n)
+		}
+		if d < attempt {
+			t.Fatalf("round %d took %v: the link is not slow enough for the test to mean anything (expected ~%v)", round, d, batchTime)
+		}
+	}
+	if n := counter(t, mReplicaRequests.WithLabelValues(c.name, slow.Addr(), "ok")); n != 3 {
+		t.Errorf("slow member answered %v requests, want 3", n)
+	}
+	if st := px.pool.Status(); !st[0].Up || st[0].Failures != 0 {
+		t.Fatalf("slow member sidelined: %+v", st[0])
+	}
+
+	// Stalled: no byte passes. The big batch is given up after about
+	// AttemptTimeout, not its deadline (AttemptTimeout + 3 MiB at 1 MiB/s).
+	slow.stall.Store(true)
+	d, err := readAll()
+	if err != nil {
+		t.Fatalf("big read with the member stalled failed after %v: %v", d, err)
+	}
+	t.Logf("stalled member: read answered by the fall-back in %v", d)
+	if deadline := attempt + time.Duration(nkeys*(size+16)*int64(time.Second)/minRate); d >= deadline/2 {
+		t.Errorf("stalled member given up after %v: not detected by its silence (deadline %v)", d, deadline)
+	}
+	if n := counter(t, mReplicaRequests.WithLabelValues(c.name, slow.Addr(), "timeout")); n != 1 {
+		t.Errorf("stalled member: %v timeouts, want 1", n)
+	}
+	if n := counter(t, mReplicaRequests.WithLabelValues(c.name, r2.addr, "ok")); n != 1 {
+		t.Errorf("the fall-back answered %v requests, want 1", n)
+	}
+	if st := px.pool.Status(); st[0].Up || st[0].Failures != 1 {
+		t.Fatalf("stalled member not sidelined: %+v", st[0])
+	}
+}
+
+// TestPoolRefusesValuesTooLargeToFetch: a read needing a value larger
+// than a fetch answer can carry fails at once with store.ErrTooLarge,
+// counted, without asking any member (it used to ask, and ask again,
+// until the read's deadline).
+func TestPoolRefusesValuesTooLargeToFetch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	defer func() { ln.Close(); wg.Wait() }()
+	db := "too_large_" + fmt.Sprint(dbSeq.Add(1))
+	p, err := New(Config{Database: db, Replicas: []string{ln.Addr().String()}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	items := []store.FetchItem{{Key: []byte("small"), Index: 3, Len: 10}, {Key: []byte("huge"), Index: 7, Len: repl.MaxFetchValueBytes + 1}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = p.Fetch(ctx, 9, items)
+	if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), `"huge"`) {
+		t.Fatalf("fetch of a %d-byte value: %v, want store.ErrTooLarge naming the key", items[1].Len, err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("refused after %v: not at once", d)
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("%d connections to the member for a value none can send", n)
+	}
+	if n := counter(t, mFetches.WithLabelValues(db, "too_large")); n != 1 {
+		t.Fatalf("too_large counted %v times, want 1", n)
+	}
+	// A value of exactly the limit is asked for.
+	items[1].Len = repl.MaxFetchValueBytes
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	if err := p.Fetch(ctx2, 9, items); errors.Is(err, store.ErrTooLarge) || accepted.Load() == 0 {
+		t.Fatalf("a value of MaxFetchValueBytes was not asked for: %v, %d connections", err, accepted.Load())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -16,6 +17,10 @@ import (
 // in flight on it fail with an error wrapping it.
 var ErrFetchConnClosed = errors.New("qs: fetch connection closed")
 
+// ErrFetchConnClosedLocally: Close was called on the connection (by this
+// process, not because it broke); it wraps ErrFetchConnClosed.
+var ErrFetchConnClosedLocally = fmt.Errorf("%w by this process", ErrFetchConnClosed)
+
 // FetchConn is the client side of one fetch connection. Any number of
 // goroutines may call Fetch at once: requests are written one at a time
 // and pipelined, and a reader goroutine (owned by the connection, ended
@@ -23,6 +28,7 @@ var ErrFetchConnClosed = errors.New("qs: fetch connection closed")
 type FetchConn struct {
 	c       net.Conn
 	Welcome Welcome
+	in      *progressReader
 
 	wmu  sync.Mutex // serializes request writes
 	wbuf []byte
@@ -65,7 +71,8 @@ func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr
 		c.Close()
 		return nil, fmt.Errorf("send fetch hello: %w", err)
 	}
-	br := bufio.NewReaderSize(c, 64<<10)
+	in := &progressReader{c: c}
+	br := bufio.NewReaderSize(in, 64<<10)
 	m, err := ReadMessage(br)
 	if err != nil {
 		c.Close()
@@ -87,7 +94,7 @@ func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr
 		return nil, &RefusedError{Code: RefuseWrongDBID, Reason: fmt.Sprintf("%s serves database id %s, want %s", addr, w.DBID, h.DBID)}
 	}
 	c.SetDeadline(time.Time{})
-	fc := &FetchConn{c: c, Welcome: *w, done: make(chan struct{}), stopped: make(chan struct{})}
+	fc := &FetchConn{c: c, Welcome: *w, in: in, done: make(chan struct{}), stopped: make(chan struct{})}
 	fc.mu.pending = map[uint64]chan *Values{}
 	go fc.read(br)
 	return fc, nil
@@ -103,9 +110,29 @@ func (fc *FetchConn) Err() error {
 	return fc.mu.err
 }
 
-// Close ends the connection and waits for its reader.
+// LastRead is when bytes last arrived on the connection (the handshake's
+// included): a caller waiting on an answer tells a member that is sending
+// (this answer or those queued before it) from one that stalled.
+func (fc *FetchConn) LastRead() time.Time { return time.Unix(0, fc.in.last.Load()) }
+
+// progressReader notes when bytes last arrived.
+type progressReader struct {
+	c    net.Conn
+	last atomic.Int64 // unix ns
+}
+
+func (r *progressReader) Read(p []byte) (int, error) {
+	n, err := r.c.Read(p)
+	if n > 0 {
+		r.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// Close ends the connection and waits for its reader. Requests in flight
+// on it fail with ErrFetchConnClosedLocally.
 func (fc *FetchConn) Close() error {
-	fc.fail(ErrFetchConnClosed)
+	fc.fail(ErrFetchConnClosedLocally)
 	<-fc.stopped
 	return nil
 }

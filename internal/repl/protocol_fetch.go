@@ -21,6 +21,14 @@ const MaxFetchKeys = 10000
 // under MaxPayload.
 const maxValuesBytes = 64 << 20
 
+// MaxFetchValueBytes is the largest value a fetch answer can carry: a
+// value is sent alone in its answer when it is larger than the others
+// leave room for, so one value must fit one payload with the answer's
+// header and a status byte for every other key of the request (about 10
+// KB at MaxFetchKeys). A proxy cannot fetch a larger value (it can still
+// hold one written inside its window).
+const MaxFetchValueBytes = MaxPayload - 64<<10
+
 // FetchKey is one key of a Fetch: the version the client expects (the
 // index of the write that set it), or 0 for whatever version is current
 // at the request's AsOf.

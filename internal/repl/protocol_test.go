@@ -175,3 +175,35 @@ func TestWriteSeedCorpus(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxFetchValueFitsOneAnswer: a value of MaxFetchValueBytes, alone in
+// the answer to a request of MaxFetchKeys keys (every other key skipped),
+// fits one frame and decodes; a value of MaxPayload does not.
+func TestMaxFetchValueFitsOneAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~400 MB")
+	}
+	v := &Values{ID: 1, Applied: 1 << 40, Horizon: 1 << 39, Results: make([]FetchResult, MaxFetchKeys)}
+	for i := range v.Results {
+		v.Results[i].Status = FetchSkipped
+	}
+	big := make([]byte, MaxFetchValueBytes)
+	v.Results[0] = FetchResult{Status: FetchOK, Index: 1 << 40, Value: big}
+	frame, err := AppendFrame(nil, v)
+	if err != nil {
+		t.Fatalf("a value of MaxFetchValueBytes does not fit an answer: %v", err)
+	}
+	typ, p, err := ReadFrame(bytes.NewReader(frame))
+	if err != nil || typ != MsgValues {
+		t.Fatalf("read back: %v %v", typ, err)
+	}
+	got, err := decodeValues(p)
+	if err != nil || len(got.Results[0].Value) != MaxFetchValueBytes {
+		t.Fatalf("decode: %v", err)
+	}
+	frame = nil
+	v.Results[0].Value = make([]byte, MaxPayload)
+	if _, err := AppendFrame(nil, v); err == nil {
+		t.Fatal("a value of MaxPayload fit an answer: the limit is not where the protocol puts it")
+	}
+}

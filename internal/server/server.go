@@ -149,7 +149,8 @@ func (s *Server) openDatabase(d config.Database) error {
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
 	if d.IsProxy() {
-		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.tls.dial()}, s.log)
+		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.tls.dial(),
+			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate}, s.log)
 		if err != nil {
 			return err
 		}

@@ -599,3 +599,31 @@ func TestProxyAdmissionOwnsItsKey(t *testing.T) {
 	}
 	mustVerify(t, px)
 }
+
+// tooLargeFetcher refuses every fetch as a value no replica can send.
+type tooLargeFetcher struct{}
+
+func (tooLargeFetcher) Fetch(context.Context, uint64, []FetchItem) error {
+	return fmt.Errorf("%w: larger than a fetch answer can carry", ErrTooLarge)
+}
+
+// TestProxyFetchTooLargeIsFinal: a fetcher's ErrTooLarge reaches the
+// reader as ErrTooLarge (a final answer), not as ErrUnavailable (a 503 to
+// retry), and is counted as a read error.
+func TestProxyFetchTooLargeIsFinal(t *testing.T) {
+	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
+	mustWrite(t, root, setb("big", pattern(1, 1000)))
+	mustWrite(t, root, setb("other", pattern(2, 10)))
+	px, _ := openProxy(t, root, ProxyOptions{Window: 1, CacheBytes: -1})
+	replicate(t, root, px, 10)
+	waitFor(t, "eviction down to the window", func() bool { return px.ProxyStats().CachedValues == 1 })
+	px.SetFetcher(tooLargeFetcher{})
+	before := counterValue(t, px.m.pxReadErrors)
+	_, err := px.Lookup([][]byte{[]byte("big")}, func(uint64, int, []byte, uint64, bool) error { return nil })
+	if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("read of a value too large to fetch: %v, want ErrTooLarge only", err)
+	}
+	if n := counterValue(t, px.m.pxReadErrors) - before; n != 1 {
+		t.Fatalf("read errors counted %v, want 1", n)
+	}
+}

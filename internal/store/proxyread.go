@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -25,6 +26,10 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 	defer cancel()
 	if err := (*f).Fetch(ctx, at, items); err != nil {
 		s.m.pxReadErrors.Inc()
+		if errors.Is(err, ErrTooLarge) {
+			// Final (a value no replica can send): not a 503 to retry.
+			return fmt.Errorf("%d values at index %d: %w", len(items), at, err)
+		}
 		return fmt.Errorf("%w: %d values at index %d: %v", ErrUnavailable, len(items), at, err)
 	}
 	for i := range items {

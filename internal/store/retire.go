@@ -175,25 +175,41 @@ func (c *committer) forEachLiveValue(blockFirst uint64, blk []byte, fn func(data
 				}
 				later[string(op.Key)] = true
 			}
-			if op.Type != wal.OpSet || len(op.Value) < minInLogBytes || !c.pointsInto(op.Key, blockFirst) {
+			if op.Type != wal.OpSet || len(op.Value) < minInLogBytes {
 				continue
 			}
-			k = dataKey(k, op.Key)
-			v, found, err := c.lookup(k)
+			var rec record
+			var live bool
+			k, rec, live, err = c.liveAt(k, op.Key, blockFirst, e.Index)
 			if err != nil {
 				return err
 			}
-			if !found {
-				continue
+			if live {
+				fn(k, rec, op.Value)
 			}
-			rec, err := decodeRecord(v)
-			if err != nil || !rec.inLog || rec.block != blockFirst || rec.index != e.Index {
-				continue
-			}
-			fn(k, rec, op.Value)
 		}
 	}
 	return nil
+}
+
+// liveAt reports whether key's record will still point, once the group
+// commits, at the value written at index into the log block blockFirst,
+// and returns that record. k is a buffer for the key's data key, returned
+// (grown) with it.
+func (c *committer) liveAt(k, key []byte, blockFirst, index uint64) ([]byte, record, bool, error) {
+	if !c.pointsInto(key, blockFirst) {
+		return k, record{}, false, nil
+	}
+	k = dataKey(k, key)
+	v, found, err := c.lookup(k)
+	if err != nil || !found {
+		return k, record{}, false, err
+	}
+	rec, err := decodeRecord(v)
+	if err != nil || !rec.inLog || rec.block != blockFirst || rec.index != index {
+		return k, record{}, false, nil
+	}
+	return k, rec, true, nil
 }
 
 // liveRecord counts the live values of a block.

@@ -175,19 +175,14 @@ func (c *committer) liveFromSummary(block uint64, s *blockSummary) (retiredRecor
 	r := retiredRecord{blockBytes: s.storedBytes}
 	var k []byte
 	for _, v := range s.values {
-		if !c.pointsInto(v.key, block) {
-			continue
-		}
-		k = dataKey(k, v.key)
-		raw, found, err := c.lookup(k)
+		var rec record
+		var live bool
+		var err error
+		k, rec, live, err = c.liveAt(k, v.key, block, v.index)
 		if err != nil {
 			return r, err
 		}
-		if !found {
-			continue
-		}
-		rec, err := decodeRecord(raw)
-		if err != nil || !rec.inLog || rec.block != block || rec.index != v.index {
+		if !live {
 			continue
 		}
 		r.live++
