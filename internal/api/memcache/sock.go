@@ -34,8 +34,8 @@ type sock interface {
 
 // pollSock serves a connection through Go's network poller.
 type pollSock struct {
-	nc                      net.Conn
-	readDeadline, writeDead time.Time // as last set, to skip repeating it
+	nc                          net.Conn
+	readDeadline, writeDeadline time.Time // as last set, to skip repeating it
 }
 
 func (p *pollSock) read(b []byte, deadline time.Time) (int, error) {
@@ -47,9 +47,9 @@ func (p *pollSock) read(b []byte, deadline time.Time) (int, error) {
 }
 
 func (p *pollSock) write(b []byte, deadline time.Time) (int, error) {
-	if !deadline.Equal(p.writeDead) {
+	if !deadline.Equal(p.writeDeadline) {
 		p.nc.SetWriteDeadline(deadline)
-		p.writeDead = deadline
+		p.writeDeadline = deadline
 	}
 	return p.nc.Write(b)
 }
