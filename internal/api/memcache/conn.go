@@ -89,11 +89,7 @@ func newConn(s *Server, nc net.Conn, sk sock) *conn {
 // serve reads and answers requests until the connection ends.
 func (c *conn) serve() {
 	if c.sock.dedicated() {
-		// For good: the thread ends with the goroutine, so a nice value
-		// set for this connection never outlives it.
-		runtime.LockOSThread()
-		c.baseNice = threadNice()
-		c.nice = c.baseNice
+		c.takeThread()
 	}
 	defer c.finish()
 	for {
@@ -530,6 +526,20 @@ func (c *conn) wakeIfIdle() {
 	defer c.mu.Unlock()
 	if c.mu.idle {
 		c.sock.wake()
+	}
+}
+
+// takeThread locks the goroutine to its thread for good (the thread ends
+// with the goroutine, so what is set here never outlives the connection)
+// and asks for short scheduling slices: see readSlice.
+func (c *conn) takeThread() {
+	runtime.LockOSThread()
+	c.baseNice = threadNice()
+	c.nice = c.baseNice
+	if err := setThreadSlice(readSlice); err != nil {
+		c.s.refuseSlice(err)
+	} else {
+		c.s.sliceSet()
 	}
 }
 

@@ -39,6 +39,10 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
 		Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",
 	}))
+	readSliceSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_slice_seconds",
+		Help: "Scheduling slice the dedicated threads asked the kernel for (a shorter one lets a woken reader preempt long-running work); 0 until one did, and if the system refused it.",
+	}))
 	getHitsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "get_hits_total",
 		Help: "Keys found by get and gets.",

@@ -50,6 +50,7 @@ type Server struct {
 	// value; niceOnce logs the outcome, refused or in force, once.
 	niceRefused atomic.Bool
 	niceOnce    sync.Once
+	sliceOnce   sync.Once // records readSlice's outcome, in force or refused, once
 
 	// Counters for the stats command, per Server. cmd_get is hits+misses.
 	stats struct {
@@ -316,5 +317,17 @@ func (s *Server) refuseNice(err error) {
 	s.niceOnce.Do(func() {
 		s.log.Info("memcache: threads serving reads keep the process's priority: raising it needs CAP_SYS_NICE or a nice limit (LimitNICE); see docs/operations.md",
 			"memcache_read_nice", s.cfg.ReadNice, "err", err)
+	})
+}
+
+// sliceSet records that a dedicated thread runs with readSlice.
+func (s *Server) sliceSet() {
+	s.sliceOnce.Do(func() { readSliceSeconds.Set(readSlice.Seconds()) })
+}
+
+// refuseSlice records that the system refused readSlice for a thread.
+func (s *Server) refuseSlice(err error) {
+	s.sliceOnce.Do(func() {
+		s.log.Info("memcache: dedicated threads keep the kernel's default scheduling slice", "err", err)
 	})
 }

@@ -61,3 +61,12 @@ func (p *pollSock) abort()          { p.nc.SetDeadline(aLongTimeAgo) }
 func (p *pollSock) dedicated() bool { return false }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// readSlice is the scheduling slice a dedicated thread asks for (Linux
+// 6.12 and later; the smallest the kernel accepts). The kernel's EEVDF
+// scheduler gives a task with a shorter slice an earlier deadline, so a
+// woken reader preempts a task running a long slice (a flush, a
+// compaction, hashing a large value) instead of waiting for it to end,
+// while its share of the CPU stays what its nice value makes it. Any
+// process may ask for it; older kernels ignore it.
+const readSlice = 100 * time.Microsecond

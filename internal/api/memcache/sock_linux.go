@@ -161,3 +161,30 @@ func threadNice() int {
 	}
 	return 20 - p
 }
+
+// setThreadSlice asks for scheduling slices of d for the calling thread,
+// if it runs under the normal policy (others are left alone).
+func setThreadSlice(d time.Duration) error {
+	a, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return os.NewSyscallError("sched_getattr", err)
+	}
+	if a.Policy != unix.SCHED_NORMAL {
+		return nil
+	}
+	a.Runtime = uint64(d)
+	if err := unix.SchedSetAttr(0, a, 0); err != nil {
+		return os.NewSyscallError("sched_setattr", err)
+	}
+	return nil
+}
+
+// threadSlice returns the calling thread's requested slice (0: the
+// kernel's default, or a kernel that does not report it).
+func threadSlice() time.Duration {
+	a, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(a.Runtime)
+}

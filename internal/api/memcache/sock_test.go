@@ -95,8 +95,8 @@ func TestShutdownAbortsBlockedCalls(t *testing.T) {
 	})
 }
 
-// TestReadNice: a dedicated thread runs gets at Config.ReadNice and
-// anything else at the nice value it started with.
+// TestReadNice: a dedicated thread asks for readSlice, and runs gets at
+// Config.ReadNice and anything else at the nice value it started with.
 func TestReadNice(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("dedicated threads are Linux only")
@@ -105,6 +105,7 @@ func TestReadNice(t *testing.T) {
 	type result struct {
 		base, get, set, bad, getAgain int
 		refused                       bool
+		slice                         time.Duration
 	}
 	done := make(chan result)
 	go func() {
@@ -112,9 +113,9 @@ func TestReadNice(t *testing.T) {
 		// it the nice values this test gave it.
 		runtime.LockOSThread()
 		c := newConn(s, nil, &testDedicated{})
-		c.baseNice = threadNice()
-		c.nice = c.baseNice
+		c.takeThread()
 		var r result
+		r.slice = threadSlice()
 		r.base = c.baseNice
 		c.prioritize(cmdGets, true)
 		r.get = threadNice()
@@ -128,6 +129,12 @@ func TestReadNice(t *testing.T) {
 		done <- r
 	}()
 	r := <-done
+	if kernelKeepsSlices() && r.slice != readSlice {
+		t.Errorf("dedicated thread's slice %v, want %v", r.slice, readSlice)
+	}
+	if r.slice == readSlice && gaugeValue(t, readSliceSeconds) != readSlice.Seconds() {
+		t.Errorf("thread_slice_seconds %v, want %v", gaugeValue(t, readSliceSeconds), readSlice.Seconds())
+	}
 	if r.refused {
 		if r.get != r.base {
 			t.Errorf("nice refused, yet a get ran at %d (base %d)", r.get, r.base)
@@ -151,3 +158,18 @@ func TestReadNice(t *testing.T) {
 type testDedicated struct{ pollSock }
 
 func (*testDedicated) dedicated() bool { return true }
+
+// kernelKeepsSlices reports whether the kernel keeps (and reports) a
+// thread's requested slice: Linux 6.12 and later.
+func kernelKeepsSlices() bool {
+	got := make(chan time.Duration)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends here
+		if setThreadSlice(2*readSlice) != nil {
+			got <- 0
+			return
+		}
+		got <- threadSlice()
+	}()
+	return <-got == 2*readSlice
+}
