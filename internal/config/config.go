@@ -83,13 +83,14 @@ type Config struct {
 	// writes keep the CPUs busy; later connections use the poller.
 	// Default 256; -1: none.
 	MemcacheThreads int `toml:"memcache_threads"`
-	// MemcacheReadNice is the nice value of those threads while they serve
-	// gets (-20 to 19, lower runs first): reads are then picked up before
-	// writes and background work. Needs CAP_SYS_NICE or a matching
-	// RLIMIT_NICE (systemd: AmbientCapabilities=CAP_SYS_NICE, or
-	// LimitNICE=); without it reads keep the process's priority (logged
-	// once). Default -5; 0: leave the priority alone.
-	MemcacheReadNice *int `toml:"memcache_read_nice"`
+	// MemcacheReadNice, below 0, is the nice value of those threads while
+	// they serve gets (-20 to 19, lower runs first): reads are then picked
+	// up first and get a larger share of the CPUs, at the expense of
+	// writes and, on a replica, of applying the log (docs/operations.md,
+	// "Reads first"). Needs CAP_SYS_NICE or a matching RLIMIT_NICE
+	// (systemd: AmbientCapabilities=CAP_SYS_NICE, or LimitNICE=); without
+	// it reads keep the process's priority (logged once). Default 0: off.
+	MemcacheReadNice int `toml:"memcache_read_nice"`
 	// ProducersFile is the producers file of the write gateway (tokens,
 	// prefixes, quotas; see internal/gateway), reloaded on SIGHUP and when
 	// its content changes. Default none: writes are open to anyone who
@@ -315,10 +316,6 @@ func (c *Config) EnsureDefaults() {
 	if c.MemcacheThreads == 0 {
 		c.MemcacheThreads = 256
 	}
-	if c.MemcacheReadNice == nil {
-		n := -5
-		c.MemcacheReadNice = &n
-	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
 	}
@@ -450,8 +447,8 @@ func (c *Config) Validate() error {
 	if c.MemcacheThreads < -1 {
 		errs = append(errs, fmt.Errorf("memcache_threads %d: want -1 (none) or more", c.MemcacheThreads))
 	}
-	if n := c.MemcacheReadNice; n != nil && (*n < -20 || *n > 19) {
-		errs = append(errs, fmt.Errorf("memcache_read_nice %d: want -20 to 19", *n))
+	if n := c.MemcacheReadNice; n < -20 || n > 19 {
+		errs = append(errs, fmt.Errorf("memcache_read_nice %d: want -20 to 19", n))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

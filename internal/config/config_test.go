@@ -27,13 +27,12 @@ func TestDefaults(t *testing.T) {
 			t.Fatalf("max_http_conns %d: watch_max_watchers %d, want %d", conns, c.WatchMaxWatchers, watchers)
 		}
 	}
-	if c.MemcacheThreads != 256 || *c.MemcacheReadNice != -5 {
-		t.Fatalf("memcache threads %d, read nice %d", c.MemcacheThreads, *c.MemcacheReadNice)
+	if c.MemcacheThreads != 256 || c.MemcacheReadNice != 0 {
+		t.Fatalf("memcache threads %d, read nice %d", c.MemcacheThreads, c.MemcacheReadNice)
 	}
-	// An explicit 0 turns the raised priority off; it is not "the default".
-	off, err := Parse([]byte("memcache_read_nice = 0\nmemcache_threads = -1"), "test")
-	if err != nil || *off.MemcacheReadNice != 0 || off.MemcacheThreads != -1 || off.Validate() != nil {
-		t.Fatalf("memcache_read_nice = 0: %v, %v", off.MemcacheReadNice, err)
+	set, err := Parse([]byte("memcache_read_nice = -5\nmemcache_threads = -1"), "test")
+	if err != nil || set.MemcacheReadNice != -5 || set.MemcacheThreads != -1 || set.Validate() != nil {
+		t.Fatalf("memcache_read_nice = -5, memcache_threads = -1: %+v, %v", set, err)
 	}
 	o, err := c.StoreOptions(c.Databases[0])
 	if err != nil || o.Dir != "qs-data/default" {

@@ -290,7 +290,7 @@ func (s *Server) Start() error {
 		}
 		mcfg := memcache.DefaultConfig()
 		mcfg.Threads = s.cfg.MemcacheThreads
-		mcfg.ReadNice = *s.cfg.MemcacheReadNice
+		mcfg.ReadNice = s.cfg.MemcacheReadNice
 		mc := memcache.New(mcfg, memcacheBackend{db}, s.log.With("db", d.Name))
 		s.mc = append(s.mc, mc)
 		for _, addr := range d.Memcache {

@@ -51,14 +51,14 @@ type Config struct {
 	// (sock.go); later connections go through the poller. Each costs a
 	// thread while it is open. Default 256; -1: none.
 	Threads int
-	// ReadNice is the nice value (-20 to 19, lower runs first) of a
-	// dedicated thread while its connection serves gets, so that reads
-	// are picked up before writes and background work (Pebble's flushes
-	// and compactions) when the CPUs are busy. The system allows it only
-	// with CAP_SYS_NICE or a matching RLIMIT_NICE; otherwise reads keep
-	// the process's priority (logged once). Zero (or any value not
-	// below the process's own) leaves the priority alone; DefaultConfig's
-	// is -5. EnsureDefaults does not touch it.
+	// ReadNice, if not 0 and below the process's nice value, is the nice
+	// value (-20 to 19, lower runs first) of a dedicated thread while its connection
+	// serves gets: reads are then picked up before writes and background
+	// work (Pebble's flushes and compactions) when the CPUs are busy, and
+	// get a larger share of them, at the expense of writes (and, on a
+	// replica, of applying the log). The system allows it only with
+	// CAP_SYS_NICE or a matching RLIMIT_NICE; otherwise reads keep the
+	// process's priority (logged once). Default 0: off.
 	ReadNice int
 }
 
@@ -75,7 +75,6 @@ func DefaultConfig() Config {
 		RequestTimeout:  10 * time.Second,
 		WriteTimeout:    10 * time.Second,
 		Threads:         256,
-		ReadNice:        -5,
 	}
 }
 

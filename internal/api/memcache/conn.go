@@ -550,7 +550,7 @@ func (c *conn) takeThread() {
 // one system call when a connection turns from reads to writes or back.
 func (c *conn) prioritize(cmd command, parsed bool) {
 	want := c.baseNice
-	if parsed && (cmd == cmdGet || cmd == cmdGets) {
+	if parsed && (cmd == cmdGet || cmd == cmdGets) && c.s.cfg.ReadNice != 0 {
 		want = min(c.baseNice, c.s.cfg.ReadNice)
 	}
 	if want == c.nice || c.s.niceRefused.Load() {
