@@ -42,6 +42,7 @@ func cmdBench(args []string) error {
 	fs.BoolVar(&cfg.Spawn, "spawn", cfg.Spawn, "start qs (qs serve) and memcached on loopback for this run and stop them at the end")
 	fs.BoolVar(&cfg.NoBaseline, "no-baseline", cfg.NoBaseline, "with --spawn: do not start memcached")
 	fs.StringVar(&cfg.QSBin, "qs-bin", cfg.QSBin, "qs binary to spawn (default: this executable)")
+	fs.StringVar(&cfg.QSConfig, "qs-config", cfg.QSConfig, "configuration file of the spawned qs (its --config; the bench's own flags for data and listeners override it)")
 	fs.StringVar(&cfg.MemcachedBin, "memcached-bin", cfg.MemcachedBin, "memcached binary to spawn (default: from PATH, then /usr/bin/memcached)")
 	fs.IntVar(&cfg.MemcachedMemMB, "memcached-mem", cfg.MemcachedMemMB, "memory of the spawned memcached, in MB (-m)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", cfg.WorkDir, "parent of the spawned qs data directory (default: $TMPDIR or /tmp; use a real disk, not tmpfs)")

@@ -41,6 +41,9 @@ type Config struct {
 	NoBaseline bool `json:"no_baseline,omitempty"`
 	// QSBin is the qs binary to spawn. Default "" (the running executable).
 	QSBin string `json:"qs_bin,omitempty"`
+	// QSConfig is a configuration file for the spawned qs (its --config),
+	// e.g. to measure memcache_read_nice. Default "" (none).
+	QSConfig string `json:"qs_config,omitempty"`
 	// MemcachedBin is the memcached binary to spawn. Default "" (looked up
 	// in PATH, then /usr/bin/memcached).
 	MemcachedBin string `json:"memcached_bin,omitempty"`

@@ -240,6 +240,11 @@ func fakeServe(mode string, args []string) int {
 			httpAddr = args[i+1]
 		case "--memcache":
 			mcAddr = args[i+1]
+		case "--config":
+			if _, err := os.Stat(args[i+1]); err != nil {
+				fmt.Fprintf(os.Stderr, "fake qs: config: %v\n", err)
+				return 2
+			}
 		}
 	}
 	if len(args) == 0 || args[0] != "serve" || data == "" || httpAddr == "" || mcAddr == "" {

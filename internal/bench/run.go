@@ -95,7 +95,7 @@ func setUp(ctx context.Context, cfg *Config, rep *Report, logf Logf) (targets []
 			}
 			logf("spawned memcached: memcache %s", baseline.Memcache)
 		}
-		qs, err := SpawnQS(ctx, cfg.QSBin, cfg.WorkDir, cfg.SpawnTimeout)
+		qs, err := SpawnQS(ctx, cfg.QSBin, cfg.QSConfig, cfg.WorkDir, cfg.SpawnTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("spawn qs: %w", err)
 		}

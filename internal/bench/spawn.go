@@ -101,10 +101,11 @@ func (p *Process) Stop() error {
 var listenerRE = regexp.MustCompile(`(\w+) listening on (\S+)`)
 
 // SpawnQS starts `bin serve --data <tmp> --http 127.0.0.1:0 --memcache
-// 127.0.0.1:0` with its data in a new directory under workDir and waits,
-// up to wait, for it to print both listeners. The returned target's
-// process must be stopped with StopTarget.
-func SpawnQS(ctx context.Context, bin, workDir string, wait time.Duration) (*Target, error) {
+// 127.0.0.1:0` (with `--config config` first if config is not empty: the
+// flags override the file) with its data in a new directory under workDir
+// and waits, up to wait, for it to print both listeners. The returned
+// target's process must be stopped with StopTarget.
+func SpawnQS(ctx context.Context, bin, config, workDir string, wait time.Duration) (*Target, error) {
 	if bin == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -118,7 +119,12 @@ func SpawnQS(ctx context.Context, bin, workDir string, wait time.Duration) (*Tar
 	}
 	out := &tailBuffer{max: 64 << 10}
 	lw := newLineWatcher(out)
-	cmd := exec.Command(bin, "serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off")
+	args := []string{"serve"}
+	if config != "" {
+		args = append(args, "--config", config)
+	}
+	args = append(args, "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off")
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout = lw
 	p, err := startProcess("qs serve", cmd, out)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ func spawnFakeQS(t *testing.T, mode string, wait time.Duration) (*Target, string
 	t.Helper()
 	t.Setenv(fakeServeEnv, mode)
 	dir := t.TempDir()
-	tg, err := SpawnQS(context.Background(), os.Args[0], dir, wait)
+	tg, err := SpawnQS(context.Background(), os.Args[0], "", dir, wait)
 	return tg, dir, err
 }
 
@@ -99,7 +100,7 @@ func TestSpawnQSFailures(t *testing.T) {
 	}
 	checkEmpty(t, dir)
 
-	_, err = SpawnQS(context.Background(), "/nonexistent/qs", t.TempDir(), time.Second)
+	_, err = SpawnQS(context.Background(), "/nonexistent/qs", "", t.TempDir(), time.Second)
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/qs") {
 		t.Errorf("missing binary: err %v", err)
 	}
@@ -117,7 +118,7 @@ func TestSpawnCanceled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	dir := t.TempDir()
-	_, err := SpawnQS(ctx, os.Args[0], dir, time.Minute)
+	_, err := SpawnQS(ctx, os.Args[0], "", dir, time.Minute)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err %v", err)
 	}
@@ -302,5 +303,23 @@ func TestServerDiesMidRun(t *testing.T) {
 	}
 	if len(res.Phases) != 0 || len(res.Failures) != 1 || !strings.Contains(res.Failures[0], "qs serve exited (signal: killed)") {
 		t.Errorf("phases %+v failures %q: want a failure", res.Phases, res.Failures)
+	}
+}
+
+// TestSpawnQSConfig: the configuration file reaches the spawned qs.
+func TestSpawnQSConfig(t *testing.T) {
+	t.Setenv(fakeServeEnv, "ok")
+	cfg := filepath.Join(t.TempDir(), "qs.toml")
+	if err := os.WriteFile(cfg, []byte("memcache_read_nice = -5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tg, err := SpawnQS(context.Background(), os.Args[0], cfg, t.TempDir(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	StopTarget(tg)
+	_, err = SpawnQS(context.Background(), os.Args[0], cfg+".missing", t.TempDir(), 10*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "config") {
+		t.Fatalf("spawn with a missing config file: %v, want the fake's complaint about it", err)
 	}
 }

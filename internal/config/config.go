@@ -77,6 +77,20 @@ type Config struct {
 	HTTPReadHeaderTimeout Duration `toml:"http_read_header_timeout"`
 	// HTTPIdleTimeout closes idle keep-alive connections. Default 2m.
 	HTTPIdleTimeout Duration `toml:"http_idle_timeout"`
+	// MemcacheThreads: per database, how many memcached connections at
+	// most are served each on a dedicated thread with blocking socket
+	// calls, which picks requests up sooner than Go's network poller when
+	// writes keep the CPUs busy; later connections use the poller.
+	// Default 256; -1: none.
+	MemcacheThreads int `toml:"memcache_threads"`
+	// MemcacheReadNice, below 0, is the nice value of those threads while
+	// they serve gets (-20 to 19, lower runs first): reads are then picked
+	// up first and get a larger share of the CPUs, at the expense of
+	// writes and, on a replica, of applying the log (docs/operations.md,
+	// "Reads first"). Needs CAP_SYS_NICE or a matching RLIMIT_NICE
+	// (systemd: AmbientCapabilities=CAP_SYS_NICE, or LimitNICE=); without
+	// it reads keep the process's priority (logged once). Default 0: off.
+	MemcacheReadNice int `toml:"memcache_read_nice"`
 	// ProducersFile is the producers file of the write gateway (tokens,
 	// prefixes, quotas; see internal/gateway), reloaded on SIGHUP and when
 	// its content changes. Default none: writes are open to anyone who
@@ -299,6 +313,9 @@ func (c *Config) EnsureDefaults() {
 	if c.WatchMaxWatchers == 0 {
 		c.WatchMaxWatchers = max(1, min(10_000, c.MaxHTTPConns-c.connsForOthers()))
 	}
+	if c.MemcacheThreads == 0 {
+		c.MemcacheThreads = 256
+	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
 	}
@@ -426,6 +443,12 @@ func (c *Config) Validate() error {
 	}
 	if c.WatchWriteRate < 0 || c.WatchWriteConcurrency < 0 || c.WatchWakeDelayTarget.Duration < 0 {
 		errs = append(errs, errors.New("watch_write_rate, watch_write_concurrency and watch_wake_delay_target must be positive (0: the default)"))
+	}
+	if c.MemcacheThreads < -1 {
+		errs = append(errs, fmt.Errorf("memcache_threads %d: want -1 (none) or more", c.MemcacheThreads))
+	}
+	if n := c.MemcacheReadNice; n < -20 || n > 19 {
+		errs = append(errs, fmt.Errorf("memcache_read_nice %d: want -20 to 19", n))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

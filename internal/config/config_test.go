@@ -27,6 +27,13 @@ func TestDefaults(t *testing.T) {
 			t.Fatalf("max_http_conns %d: watch_max_watchers %d, want %d", conns, c.WatchMaxWatchers, watchers)
 		}
 	}
+	if c.MemcacheThreads != 256 || c.MemcacheReadNice != 0 {
+		t.Fatalf("memcache threads %d, read nice %d", c.MemcacheThreads, c.MemcacheReadNice)
+	}
+	set, err := Parse([]byte("memcache_read_nice = -5\nmemcache_threads = -1"), "test")
+	if err != nil || set.MemcacheReadNice != -5 || set.MemcacheThreads != -1 || set.Validate() != nil {
+		t.Fatalf("memcache_read_nice = -5, memcache_threads = -1: %+v, %v", set, err)
+	}
 	o, err := c.StoreOptions(c.Databases[0])
 	if err != nil || o.Dir != "qs-data/default" {
 		t.Fatalf("store options %+v %v", o, err)
@@ -115,6 +122,8 @@ func TestParseErrors(t *testing.T) {
 		"proxy window":                   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
 		"proxy attempt timeout":          {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_attempt_timeout = \"-1s\"", "proxy_attempt_timeout"},
 		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},
+		"memcache threads":               {"memcache_threads = -2", "memcache_threads -2"},
+		"memcache read nice":             {"memcache_read_nice = -21", "memcache_read_nice -21"},
 		"hard below min":                 {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_hard_free_bytes = 1000\nproxy_soft_free_bytes = 2000", "below min_free_bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -288,7 +288,10 @@ func (s *Server) Start() error {
 		if len(d.Memcache) == 0 && len(d.Unix) == 0 {
 			continue
 		}
-		mc := memcache.New(memcache.DefaultConfig(), memcacheBackend{db}, s.log.With("db", d.Name))
+		mcfg := memcache.DefaultConfig()
+		mcfg.Threads = s.cfg.MemcacheThreads
+		mcfg.ReadNice = s.cfg.MemcacheReadNice
+		mc := memcache.New(mcfg, memcacheBackend{db}, s.log.With("db", d.Name))
 		s.mc = append(s.mc, mc)
 		for _, addr := range d.Memcache {
 			ln, err := ls.listen("memcache-"+d.Name, "tcp", addr)

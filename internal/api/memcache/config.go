@@ -45,6 +45,21 @@ type Config struct {
 	// WriteTimeout bounds each write of replies to a client that does not
 	// read. Default 10 seconds.
 	WriteTimeout time.Duration
+	// Threads is how many connections at most are served each on a
+	// dedicated OS thread with blocking socket calls (Linux), which picks
+	// a request up faster than Go's network poller when the CPUs are busy
+	// (sock.go); later connections go through the poller. Each costs a
+	// thread while it is open. Default 256; -1: none.
+	Threads int
+	// ReadNice, if not 0 and below the process's nice value, is the nice
+	// value (-20 to 19, lower runs first) of a dedicated thread while its connection
+	// serves gets: reads are then picked up before writes and background
+	// work (Pebble's flushes and compactions) when the CPUs are busy, and
+	// get a larger share of them, at the expense of writes (and, on a
+	// replica, of applying the log). The system allows it only with
+	// CAP_SYS_NICE or a matching RLIMIT_NICE; otherwise reads keep the
+	// process's priority (logged once). Default 0: off.
+	ReadNice int
 }
 
 // DefaultConfig returns the default limits.
@@ -59,6 +74,7 @@ func DefaultConfig() Config {
 		IdleTimeout:     5 * time.Minute,
 		RequestTimeout:  10 * time.Second,
 		WriteTimeout:    10 * time.Second,
+		Threads:         256,
 	}
 }
 
@@ -84,6 +100,7 @@ func (c *Config) EnsureDefaults() {
 	setDur(&c.IdleTimeout, d.IdleTimeout)
 	setDur(&c.RequestTimeout, d.RequestTimeout)
 	setDur(&c.WriteTimeout, d.WriteTimeout)
+	setInt(&c.Threads, d.Threads)
 }
 
 // Validate reports the first field that a server cannot work with. It
@@ -106,6 +123,8 @@ func (c *Config) Validate() error {
 	check(c.IdleTimeout > 0, "IdleTimeout %v must be positive", c.IdleTimeout)
 	check(c.RequestTimeout > 0, "RequestTimeout %v must be positive", c.RequestTimeout)
 	check(c.WriteTimeout > 0, "WriteTimeout %v must be positive", c.WriteTimeout)
+	check(c.Threads >= -1, "Threads %d must be -1 (none) or more", c.Threads)
+	check(c.ReadNice >= -20 && c.ReadNice <= 19, "ReadNice %d must be in [-20, 19]", c.ReadNice)
 	return errors.Join(errs...)
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -16,8 +17,12 @@ import (
 // conn is one client connection. Apart from mu, its fields belong to the
 // goroutine running serve.
 type conn struct {
-	s  *Server
-	nc net.Conn
+	s    *Server
+	nc   net.Conn
+	sock sock // how nc is read and written
+	// Nice values of a dedicated thread: the one it started with and the
+	// one in force (see prioritize).
+	baseNice, nice int
 
 	// Input: buf[r:w] was received and not yet consumed. Request lines and
 	// data blocks are handed out as subslices of buf, valid until the next
@@ -35,9 +40,8 @@ type conn struct {
 	linger  bool   // close after an error reply: half-close and drain first
 
 	// The current request.
-	inRequest   bool      // its first byte arrived
-	reqStart    time.Time // when it did
-	deadlineSet bool      // its read deadline is in place
+	inRequest bool      // its first byte arrived
+	reqStart  time.Time // when it did
 
 	// The get being served. found is c.foundValue, bound once so that a get
 	// does not allocate a closure.
@@ -65,12 +69,18 @@ var (
 // "VALUE ", " 0 ", the length, " <cas>", two CRLFs and the final END.
 const valueOverhead = 64
 
-func newConn(s *Server, nc net.Conn) *conn {
+// newConn returns a connection served through sk (nil: the network
+// poller).
+func newConn(s *Server, nc net.Conn, sk sock) *conn {
+	if sk == nil {
+		sk = &pollSock{nc: nc}
+	}
 	c := &conn{
-		s:   s,
-		nc:  nc,
-		buf: make([]byte, initialBufBytes),
-		out: make([]byte, 0, initialBufBytes),
+		s:    s,
+		nc:   nc,
+		sock: sk,
+		buf:  make([]byte, initialBufBytes),
+		out:  make([]byte, 0, initialBufBytes),
 	}
 	c.found = c.foundValue
 	return c
@@ -78,6 +88,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // serve reads and answers requests until the connection ends.
 func (c *conn) serve() {
+	if c.sock.dedicated() {
+		c.takeThread()
+	}
 	defer c.finish()
 	for {
 		if c.s.closing.Load() {
@@ -123,10 +136,10 @@ func (c *conn) drain() {
 	if !ok || c.s.ctx.Err() != nil || cw.CloseWrite() != nil {
 		return
 	}
-	c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+	deadline := time.Now().Add(lingerTimeout)
 	buf := c.buf[:cap(c.buf)]
 	for total := 0; total < lingerBytes; {
-		n, err := c.nc.Read(buf)
+		n, err := c.sock.read(buf, deadline)
 		total += n
 		if err != nil {
 			return
@@ -137,7 +150,6 @@ func (c *conn) drain() {
 func (c *conn) beginRequest(now time.Time) {
 	c.inRequest = true
 	c.reqStart = now
-	c.deadlineSet = false
 }
 
 // handle serves one request line; it reports whether to keep the
@@ -145,6 +157,9 @@ func (c *conn) beginRequest(now time.Time) {
 func (c *conn) handle(line []byte) bool {
 	req := &c.req
 	perr := parseRequest(line, c.s.lim, req)
+	if c.sock.dedicated() {
+		c.prioritize(req.cmd, perr == nil)
+	}
 	c.noreply = req.noreply
 	keep := true
 	if perr != nil {
@@ -343,8 +358,7 @@ func (c *conn) flush() error {
 	if c.writeErr != nil || len(c.out) == 0 {
 		return c.writeErr
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	_, err := c.nc.Write(c.out)
+	_, err := c.sock.write(c.out, time.Now().Add(c.s.cfg.WriteTimeout))
 	if cap(c.out) > retainBufBytes {
 		c.out = make([]byte, 0, initialBufBytes)
 	} else {
@@ -459,7 +473,7 @@ func (c *conn) fill() error {
 		if !c.setIdle(true) {
 			return errShutdown
 		}
-		n, err := c.nc.Read(c.buf[c.w:])
+		n, err := c.sock.read(c.buf[c.w:], time.Now().Add(c.s.cfg.IdleTimeout))
 		c.setIdle(false)
 		if n > 0 {
 			c.w += n
@@ -469,20 +483,15 @@ func (c *conn) fill() error {
 		switch {
 		case err == nil:
 			return nil
+		case c.s.closing.Load():
+			return errShutdown // woken by Shutdown: a deadline or, on a dedicated thread, EOF
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if c.s.closing.Load() {
-				return errShutdown
-			}
 			return errIdle
 		default:
 			return err
 		}
 	}
-	if !c.deadlineSet {
-		c.nc.SetReadDeadline(c.reqStart.Add(c.s.cfg.RequestTimeout))
-		c.deadlineSet = true
-	}
-	n, err := c.nc.Read(c.buf[c.w:])
+	n, err := c.sock.read(c.buf[c.w:], c.reqStart.Add(c.s.cfg.RequestTimeout))
 	c.w += n
 	switch {
 	case n > 0 || err == nil:
@@ -497,16 +506,13 @@ func (c *conn) fill() error {
 }
 
 // setIdle records whether the connection waits for a new request. Going
-// idle fails once the server is shutting down; otherwise it arms the idle
-// timeout. See wakeIfIdle for the other half.
+// idle fails once the server is shutting down. See wakeIfIdle for the
+// other half.
 func (c *conn) setIdle(idle bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if idle {
-		if c.s.closing.Load() {
-			return false
-		}
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	if idle && c.s.closing.Load() {
+		return false
 	}
 	c.mu.idle = idle
 	return true
@@ -519,8 +525,43 @@ func (c *conn) wakeIfIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.idle {
-		c.nc.SetReadDeadline(aLongTimeAgo)
+		c.sock.wake()
 	}
 }
 
-var aLongTimeAgo = time.Unix(1, 0)
+// takeThread locks the goroutine to its thread for good (the thread ends
+// with the goroutine, so what is set here never outlives the connection)
+// and asks for short scheduling slices: see readSlice.
+func (c *conn) takeThread() {
+	runtime.LockOSThread()
+	c.baseNice = threadNice()
+	c.nice = c.baseNice
+	if err := setThreadSlice(readSlice); err != nil {
+		c.s.refuseSlice(err)
+	} else {
+		c.s.sliceSet()
+	}
+}
+
+// prioritize gives a dedicated thread the nice value for the request it
+// is about to serve: Config.ReadNice for a get or gets, its starting value
+// for anything else, so that a connection that writes never outranks the
+// commit it waits for. The nice value is changed only when it must be,
+// one system call when a connection turns from reads to writes or back.
+func (c *conn) prioritize(cmd command, parsed bool) {
+	want := c.baseNice
+	if parsed && (cmd == cmdGet || cmd == cmdGets) && c.s.cfg.ReadNice != 0 {
+		want = min(c.baseNice, c.s.cfg.ReadNice)
+	}
+	if want == c.nice || c.s.niceRefused.Load() {
+		return
+	}
+	if err := setThreadNice(want); err != nil {
+		c.s.refuseNice(err)
+		return
+	}
+	c.nice = want
+	if want != c.baseNice {
+		c.s.niceAllowed()
+	}
+}

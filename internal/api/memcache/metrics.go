@@ -31,6 +31,18 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_total",
 		Help: "Connections accepted and served (rejected ones are counted in errors_total{kind=\"too_many_conns\"}).",
 	}))
+	threadConnections = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_connections",
+		Help: "Connections served on a dedicated thread with blocking socket calls (memcache_threads); the others go through Go's network poller.",
+	}))
+	readNice = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
+		Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",
+	}))
+	readSliceSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_slice_seconds",
+		Help: "Scheduling slice the dedicated threads asked the kernel for (a shorter one lets a woken reader preempt long-running work); 0 until one did, and if the system refused it.",
+	}))
 	getHitsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "get_hits_total",
 		Help: "Keys found by get and gets.",

@@ -43,7 +43,14 @@ type Server struct {
 		sync.Mutex
 		listeners map[net.Listener]struct{}
 		conns     map[*conn]struct{}
+		threads   int // connections on a dedicated thread
 	}
+
+	// niceRefused is set once the system refused a read thread's nice
+	// value; niceOnce logs the outcome, refused or in force, once.
+	niceRefused atomic.Bool
+	niceOnce    sync.Once
+	sliceOnce   sync.Once // records readSlice's outcome, in force or refused, once
 
 	// Counters for the stats command, per Server. cmd_get is hits+misses.
 	stats struct {
@@ -178,7 +185,15 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 	if len(s.mu.conns) >= s.cfg.MaxConns {
 		return nil, errTooManyConns
 	}
-	c := newConn(s, nc)
+	var sk sock
+	if s.mu.threads < s.cfg.Threads {
+		if ts, ok := newThreadSock(nc); ok {
+			sk = ts
+			s.mu.threads++
+			threadConnections.Inc()
+		}
+	}
+	c := newConn(s, nc, sk)
 	s.mu.conns[c] = struct{}{}
 	s.stats.currConns.Add(1)
 	s.stats.totalConns.Add(1)
@@ -191,6 +206,10 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.mu.conns, c)
+	if c.sock.dedicated() {
+		s.mu.threads--
+		threadConnections.Dec()
+	}
 	s.mu.Unlock()
 	s.stats.currConns.Add(-1)
 	connectionsOpen.Dec()
@@ -230,6 +249,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.mu.conns {
+		c.sock.abort() // ends a blocking call on a dedicated thread
 		c.nc.Close()
 	}
 	s.mu.Unlock()
@@ -280,4 +300,34 @@ func remoteAddr(nc net.Conn) string {
 		return a.String()
 	}
 	return ""
+}
+
+// niceAllowed records that a read thread runs at Config.ReadNice.
+func (s *Server) niceAllowed() {
+	s.niceOnce.Do(func() {
+		readNice.Set(float64(s.cfg.ReadNice))
+		s.log.Info("memcache: threads serving reads run at a raised priority", "nice", s.cfg.ReadNice)
+	})
+}
+
+// refuseNice records that the system refused Config.ReadNice: reads then
+// run at the process's priority.
+func (s *Server) refuseNice(err error) {
+	s.niceRefused.Store(true)
+	s.niceOnce.Do(func() {
+		s.log.Info("memcache: threads serving reads keep the process's priority: raising it needs CAP_SYS_NICE or a nice limit (LimitNICE); see docs/operations.md",
+			"memcache_read_nice", s.cfg.ReadNice, "err", err)
+	})
+}
+
+// sliceSet records that a dedicated thread runs with readSlice.
+func (s *Server) sliceSet() {
+	s.sliceOnce.Do(func() { readSliceSeconds.Set(readSlice.Seconds()) })
+}
+
+// refuseSlice records that the system refused readSlice for a thread.
+func (s *Server) refuseSlice(err error) {
+	s.sliceOnce.Do(func() {
+		s.log.Info("memcache: dedicated threads keep the kernel's default scheduling slice", "err", err)
+	})
 }

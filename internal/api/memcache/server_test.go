@@ -115,8 +115,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestTCPRaw(t *testing.T) {
-	ts := startServer(t, Config{}, newFakeBackend())
+func TestTCPRaw(t *testing.T) { forIOModes(t, testTCPRaw) }
+
+func testTCPRaw(t *testing.T, threads int) {
+	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend())
 	c := dial(t, "tcp", ts.addr)
 	// Pipelined, and split at awkward places.
 	c.send("set a 0 0 5\r\nhel")
@@ -200,13 +202,15 @@ func TestGomemcache(t *testing.T) {
 	}
 }
 
-func TestUnixSocket(t *testing.T) {
+func TestUnixSocket(t *testing.T) { forIOModes(t, testUnixSocket) }
+
+func testUnixSocket(t *testing.T, threads int) {
 	path := filepath.Join(t.TempDir(), "mc.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := startServer(t, Config{}, newFakeBackend()) // also serves TCP
+	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend()) // also serves TCP
 	go ts.Serve(ln)
 	waitFor(t, "unix listener", func() bool {
 		nc, err := net.Dial("unix", path)
@@ -229,9 +233,11 @@ func TestUnixSocket(t *testing.T) {
 	u.expect("VALUE u 0 9 1\r\nover unix\r\nEND\r\n")
 }
 
-func TestSlowLoris(t *testing.T) {
+func TestSlowLoris(t *testing.T) { forIOModes(t, testSlowLoris) }
+
+func testSlowLoris(t *testing.T, threads int) {
 	const timeout = 300 * time.Millisecond
-	ts := startServer(t, Config{RequestTimeout: timeout}, newFakeBackend())
+	ts := startServer(t, withThreads(Config{RequestTimeout: timeout}, threads), newFakeBackend())
 	before := counterValue(errorsByKind[kindTimeout])
 
 	// Half a line, then silence.
@@ -280,8 +286,10 @@ func TestSlowLoris(t *testing.T) {
 	}
 }
 
-func TestIdleTimeout(t *testing.T) {
-	ts := startServer(t, Config{IdleTimeout: 200 * time.Millisecond}, newFakeBackend())
+func TestIdleTimeout(t *testing.T) { forIOModes(t, testIdleTimeout) }
+
+func testIdleTimeout(t *testing.T, threads int) {
+	ts := startServer(t, withThreads(Config{IdleTimeout: 200 * time.Millisecond}, threads), newFakeBackend())
 	c := dial(t, "tcp", ts.addr)
 	c.send("version\r\n")
 	c.expect("VERSION quicksilver\r\n")
@@ -351,10 +359,12 @@ func TestOversizedValueTCP(t *testing.T) {
 
 // TestWriteTimeout: a client that sends requests but never reads replies is
 // disconnected after WriteTimeout.
-func TestWriteTimeout(t *testing.T) {
+func TestWriteTimeout(t *testing.T) { forIOModes(t, testWriteTimeout) }
+
+func testWriteTimeout(t *testing.T, threads int) {
 	b := newFakeBackend()
 	b.put("big", strings.Repeat("z", 1<<20))
-	ts := startServer(t, Config{WriteTimeout: 200 * time.Millisecond}, b)
+	ts := startServer(t, withThreads(Config{WriteTimeout: 200 * time.Millisecond}, threads), b)
 	before := counterValue(errorsByKind[kindTimeout])
 	c := dial(t, "tcp", ts.addr)
 	go func() {
@@ -426,7 +436,9 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 	}
 }
 
-func TestShutdownForcesAfterDeadline(t *testing.T) {
+func TestShutdownForcesAfterDeadline(t *testing.T) { forIOModes(t, testShutdownForcesAfterDeadline) }
+
+func testShutdownForcesAfterDeadline(t *testing.T, threads int) {
 	b := newFakeBackend()
 	entered := make(chan struct{})
 	canceled := make(chan struct{})
@@ -436,7 +448,7 @@ func TestShutdownForcesAfterDeadline(t *testing.T) {
 		close(canceled)
 		return ctx.Err()
 	}
-	ts := startServer(t, Config{}, b)
+	ts := startServer(t, withThreads(Config{}, threads), b)
 	c := dial(t, "tcp", ts.addr)
 	c.send("set k 0 0 1\r\nx\r\n")
 	<-entered
@@ -528,8 +540,10 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 
 // TestShutdownGracefulIsQuick: with only idle connections, Shutdown returns
 // at once, well before any timeout.
-func TestShutdownGracefulIsQuick(t *testing.T) {
-	ts := startServer(t, Config{}, newFakeBackend())
+func TestShutdownGracefulIsQuick(t *testing.T) { forIOModes(t, testShutdownGracefulIsQuick) }
+
+func testShutdownGracefulIsQuick(t *testing.T, threads int) {
+	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend())
 	var cs []*client
 	for range 20 {
 		c := dial(t, "tcp", ts.addr)
@@ -549,4 +563,20 @@ func TestShutdownGracefulIsQuick(t *testing.T) {
 	for _, c := range cs {
 		c.expectClosed(time.Second)
 	}
+}
+
+// forIOModes runs test once with connections on dedicated threads and once
+// through the network poller (Config.Threads -1).
+func forIOModes(t *testing.T, test func(t *testing.T, threads int)) {
+	for _, m := range []struct {
+		name    string
+		threads int
+	}{{"thread", 0}, {"poller", -1}} {
+		t.Run(m.name, func(t *testing.T) { test(t, m.threads) })
+	}
+}
+
+func withThreads(cfg Config, threads int) Config {
+	cfg.Threads = threads
+	return cfg
 }

@@ -1,0 +1,175 @@
+package memcache
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+func gaugeValue(t *testing.T, g interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
+// TestThreadLimit: Config.Threads connections get a dedicated thread, the
+// next ones go through the poller, and closed ones give their thread back.
+func TestThreadLimit(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("dedicated threads are Linux only")
+	}
+	ts := startServer(t, Config{Threads: 1}, newFakeBackend())
+	before := gaugeValue(t, threadConnections)
+	c1, c2 := dial(t, "tcp", ts.addr), dial(t, "tcp", ts.addr)
+	for _, c := range []*client{c1, c2} {
+		c.send("set k 0 0 1\r\nv\r\nget k\r\n")
+		c.expect("STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n")
+	}
+	dedicated := 0
+	ts.mu.Lock()
+	for c := range ts.mu.conns {
+		if c.sock.dedicated() {
+			dedicated++
+		}
+	}
+	ts.mu.Unlock()
+	if dedicated != 1 {
+		t.Errorf("%d connections on a dedicated thread, want 1 (Threads: 1)", dedicated)
+	}
+	if g := gaugeValue(t, threadConnections) - before; g != 1 {
+		t.Errorf("thread_connections rose by %v, want 1", g)
+	}
+	c1.send("quit\r\n")
+	c1.expectClosed(5 * time.Second)
+	waitFor(t, "the dedicated thread to be given back", func() bool {
+		return gaugeValue(t, threadConnections) == before
+	})
+	c3 := dial(t, "tcp", ts.addr) // takes the free thread
+	c3.send("version\r\n")
+	c3.expect("VERSION quicksilver\r\n")
+	if g := gaugeValue(t, threadConnections) - before; g != 1 {
+		t.Errorf("after a reconnect thread_connections is %v above the start, want 1", g)
+	}
+}
+
+// TestShutdownAbortsBlockedCalls: a forced Shutdown ends connections
+// blocked in a read (a request that never completes) and in a write (a
+// client that does not read its replies), in both I/O modes.
+func TestShutdownAbortsBlockedCalls(t *testing.T) {
+	forIOModes(t, func(t *testing.T, threads int) {
+		b := newFakeBackend()
+		b.put("big", strings.Repeat("z", 1<<20))
+		ts := startServer(t, Config{Threads: threads, RequestTimeout: time.Minute, WriteTimeout: time.Minute}, b)
+		reader := dial(t, "tcp", ts.addr)
+		reader.send("set k 0 0 10\r\n01234") // blocks in the data block's read
+		writer := dial(t, "tcp", ts.addr)
+		go func() {
+			for range 100 {
+				if _, err := writer.nc.Write([]byte("get big\r\n")); err != nil {
+					return
+				}
+			}
+		}()
+		waitFor(t, "both connections", func() bool { return ts.stats.currConns.Load() == 2 })
+		time.Sleep(200 * time.Millisecond) // the writer's replies fill the socket buffers
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := ts.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown = %v, want DeadlineExceeded (two connections were busy)", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("forced Shutdown took %v", d)
+		}
+		if n := ts.stats.currConns.Load(); n != 0 {
+			t.Errorf("%d connections left after Shutdown", n)
+		}
+	})
+}
+
+// TestReadNice: a dedicated thread asks for readSlice, and runs gets at
+// Config.ReadNice and anything else at the nice value it started with.
+func TestReadNice(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("dedicated threads are Linux only")
+	}
+	s := New(Config{ReadNice: -5}, newFakeBackend(), nil)
+	type result struct {
+		base, get, set, bad, getAgain int
+		refused                       bool
+		slice                         time.Duration
+	}
+	done := make(chan result)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, and with
+		// it the nice values this test gave it.
+		runtime.LockOSThread()
+		c := newConn(s, nil, &testDedicated{})
+		c.takeThread()
+		var r result
+		r.slice = threadSlice()
+		r.base = c.baseNice
+		c.prioritize(cmdGets, true)
+		r.get = threadNice()
+		c.prioritize(cmdSet, true)
+		r.set = threadNice()
+		c.prioritize(cmdGet, true)
+		r.getAgain = threadNice()
+		c.prioritize(cmdGet, false) // refused by the parser: not served as a read
+		r.bad = threadNice()
+		r.refused = s.niceRefused.Load()
+		done <- r
+	}()
+	r := <-done
+	if kernelKeepsSlices() && r.slice != readSlice {
+		t.Errorf("dedicated thread's slice %v, want %v", r.slice, readSlice)
+	}
+	if r.slice == readSlice && gaugeValue(t, readSliceSeconds) != readSlice.Seconds() {
+		t.Errorf("thread_slice_seconds %v, want %v", gaugeValue(t, readSliceSeconds), readSlice.Seconds())
+	}
+	if r.refused {
+		if r.get != r.base {
+			t.Errorf("nice refused, yet a get ran at %d (base %d)", r.get, r.base)
+		}
+		t.Skip("raising a thread's priority is not permitted here (needs CAP_SYS_NICE)")
+	}
+	want := min(r.base, -5)
+	if r.get != want || r.getAgain != want {
+		t.Errorf("gets ran at nice %d and %d, want %d", r.get, r.getAgain, want)
+	}
+	if r.set != r.base || r.bad != r.base {
+		t.Errorf("a set ran at nice %d and a refused line at %d, want the base %d", r.set, r.bad, r.base)
+	}
+	if g := gaugeValue(t, readNice); g != -5 {
+		t.Errorf("read_nice gauge %v, want -5", g)
+	}
+}
+
+// testDedicated stands for a dedicated thread's socket in tests that call
+// conn methods directly.
+type testDedicated struct{ pollSock }
+
+func (*testDedicated) dedicated() bool { return true }
+
+// kernelKeepsSlices reports whether the kernel keeps (and reports) a
+// thread's requested slice: Linux 6.12 and later.
+func kernelKeepsSlices() bool {
+	got := make(chan time.Duration)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends here
+		if setThreadSlice(2*readSlice) != nil {
+			got <- 0
+			return
+		}
+		got <- threadSlice()
+	}()
+	return <-got == 2*readSlice
+}
