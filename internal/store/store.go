@@ -160,13 +160,6 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 		Logger:             pebbleLogger{o.Logger.With("db", o.Name)},
 		MemTableSize:       memTableBytes,
 	}
-	// A table's size counts the blob bytes it references. At Pebble's
-	// default targets (2 MB for L0, doubling per level) compactions cut
-	// the references to large values into many tables of a few kB each,
-	// every one created, written and fsynced (80 for 160 MB of 40 kB
-	// values, TestLargeValuesMakeFewTables), which cost the kernel more
-	// CPU than their bytes. At 32 MiB (doubling per level) it is 6.
-	popts.TargetFileSizes[0] = 32 << 20
 	// Values of 1 KiB and more go to blob files: compactions move
 	// references instead of rewriting them, which keeps write
 	// amplification (and the CPU it steals from readers) low for large

@@ -92,38 +92,3 @@ func TestBlobFilesCompressOnlyWhatShrinks(t *testing.T) {
 		})
 	}
 }
-
-// Flushes and compactions of large values write few tables (L0 target
-// file size 32 MiB, doubling per level). A table's size counts the blob
-// bytes it references, so at Pebble's default (2 MB for L0, 4 MB for
-// Lbase) compactions cut the references to 160 MB of values into ~80
-// tables of a few kB each, every one created, written and fsynced.
-func TestLargeValuesMakeFewTables(t *testing.T) {
-	const n, size = 4000, 40 << 10 // 160 MB: 10 flushes, and compactions
-	s := openTest(t, Options{Dir: t.TempDir(), Logger: quietLogger()})
-	v := make([]byte, size)
-	for i := range n {
-		rand.Read(v[:64])
-		op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "k%d", i), Value: v}
-		if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.db.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	m := s.db.Metrics()
-	flushes, tables := m.Flush.Count, m.Levels[0].TablesFlushed
-	var compacted, blobs uint64
-	for _, l := range m.Levels {
-		compacted += l.TablesCompacted
-	}
-	blobs = m.BlobFiles.LiveCount
-	t.Logf("%d flushes wrote %d tables; compactions %d tables; blob files %d", flushes, tables, compacted, blobs)
-	if flushes < 8 || tables > uint64(flushes)+1 {
-		t.Fatalf("%d flushes wrote %d tables, want about one each", flushes, tables)
-	}
-	if compacted > 2*uint64(flushes) {
-		t.Fatalf("compactions wrote %d tables after %d flushes, want at most %d", compacted, flushes, 2*flushes)
-	}
-}
