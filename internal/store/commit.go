@@ -70,7 +70,10 @@ type request struct {
 }
 
 // Write commits b durably as one log entry and returns its index. It is
-// for the root only; replicas use Apply.
+// for the root only; replicas use Apply. The committer reads b's keys and
+// values until the write is done: the caller must not change them before
+// Write returns, nor ever if it returns a context error (the write may
+// still commit).
 func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 	if s.opts.Proxy != nil {
 		return WriteResult{}, fmt.Errorf("%w: database %s is a proxy", ErrNotRoot, s.opts.Name)

@@ -282,6 +282,12 @@ func (c *conn) set(req *request) bool {
 	c.s.stats.cmdSet.Add(1)
 	if _, err := c.s.b.Set(c.s.ctx, c.key, data[:n]); err != nil {
 		c.backendFailed(err)
+		if c.s.ctx.Err() != nil {
+			// Given up at a forced shutdown: the write may still commit,
+			// reading its value from c.buf, so nothing more is read into
+			// it. The connection ends after the reply.
+			return false
+		}
 		return true
 	}
 	c.replyLine("STORED")
