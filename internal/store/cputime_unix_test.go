@@ -4,13 +4,6 @@ package store
 
 import "syscall"
 
-// processCPU returns the user and system CPU time this process used, in
-// nanoseconds (0 if unknown).
-func processCPU() int64 {
-	user, sys := processCPUSplit()
-	return user + sys
-}
-
 // processCPUSplit returns the user and the system CPU time this process
 // used, in nanoseconds (0 if unknown).
 func processCPUSplit() (user, sys int64) {
