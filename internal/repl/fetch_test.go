@@ -215,3 +215,30 @@ func TestFetchRefusals(t *testing.T) {
 		t.Fatal("corrupt frame not counted")
 	}
 }
+
+// TestFetchValueTooLargeForAnAnswer: a value no answer can carry is
+// answered error (and counted), the other keys of the request are
+// answered, and the connection stays usable (it used to be closed).
+func TestFetchValueTooLargeForAnAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 128 MiB value")
+	}
+	st, err := store.Open(store.Options{Name: dbName(t), Dir: t.TempDir(), MinFreeBytes: 1, BallastBytes: -1,
+		MaxValueBytes: MaxFetchValueBytes + 1, MaxBatchBytes: MaxFetchValueBytes + 1<<20, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ib := writeOps(t, st, wal.Op{Type: wal.OpSet, Key: []byte("big"), Value: make([]byte, MaxFetchValueBytes+1)})
+	is := writeOps(t, st, setOp("small", "v"))
+	addr := startServer(t, st, NewProcessID(), nil)
+	c := fetchSession(t, addr, st)
+	before := counter(t, mFetchTooLarge)
+	v := roundTrip(t, c, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("big"), Index: ib}, {Key: []byte("small"), Index: is}}})
+	checkResults(t, v, []FetchResult{{Status: FetchError}, {Status: FetchOK, Index: is, Value: []byte("v")}})
+	if n := counter(t, mFetchTooLarge) - before; n != 1 {
+		t.Errorf("fetch_values_too_large_total rose by %v, want 1", n)
+	}
+	v = roundTrip(t, c, &Fetch{ID: 2, Items: []FetchKey{{Key: []byte("small"), Index: is}}})
+	checkResults(t, v, []FetchResult{{Status: FetchOK, Index: is, Value: []byte("v")}})
+}

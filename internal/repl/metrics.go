@@ -89,6 +89,9 @@ var (
 	mFetchKeys = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_keys_total",
 		Help: "Keys asked by fetch requests, by result (ok, absent, behind, gone, mismatch, error, skipped)."}, []string{"result"}))
+	mFetchTooLarge = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_values_too_large_total",
+		Help: "Keys of fetch requests answered error because their value is larger than an answer can carry (MaxFetchValueBytes); also counted in fetch_keys_total{result=\"error\"}."}))
 	mFetchRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_bad_requests_total",
 		Help: "Fetch connections closed for bad input, by reason (decode, crc, unexpected)."}, []string{"reason"}))

@@ -64,7 +64,8 @@ const (
 	FetchGone FetchStatus = 3
 	// FetchMismatch: the version current at asof is not the one asked.
 	FetchMismatch FetchStatus = 4
-	// FetchError: the server could not read the value (integrity error).
+	// FetchError: the server could not read the value (integrity error),
+	// or cannot send it (larger than MaxFetchValueBytes).
 	FetchError FetchStatus = 5
 	// FetchSkipped: the answer was full; ask again.
 	FetchSkipped FetchStatus = 6

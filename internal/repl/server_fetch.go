@@ -125,6 +125,11 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 				r.Status = FetchAbsent
 			case !found || (it.Index != 0 && idx != it.Index):
 				r.Status = FetchMismatch
+			case len(val) > MaxFetchValueBytes:
+				// No answer can carry it (answering anyway ended the
+				// connection): the key fails, the others are answered.
+				r.Status = FetchError
+				mFetchTooLarge.Inc()
 			case size > 0 && size+len(val) > maxValuesBytes:
 				// The answer must fit one frame: asked again on its own, a
 				// value as large as the limit is sent alone.
