@@ -3,6 +3,7 @@ package memcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -172,4 +173,37 @@ func kernelKeepsSlices() bool {
 		got <- threadSlice()
 	}()
 	return <-got == 2*readSlice
+}
+
+// TestIdleThreadsDoNotStallOthers: many connections whose threads are
+// blocked in read(2) (more than GOMAXPROCS) hold no scheduler slot the
+// others need: a busy connection and the server's other goroutines keep
+// being served promptly.
+func TestIdleThreadsDoNotStallOthers(t *testing.T) {
+	ts := startServer(t, Config{}, newFakeBackend())
+	idle := make([]*client, 4*runtime.GOMAXPROCS(0)+8)
+	for i := range idle {
+		idle[i] = dial(t, "tcp", ts.addr)
+		idle[i].send("version\r\n")
+		idle[i].expect("VERSION quicksilver\r\n")
+	}
+	time.Sleep(50 * time.Millisecond) // every idle thread is back in read(2)
+	busy := dial(t, "tcp", ts.addr)
+	var worst time.Duration
+	start := time.Now()
+	for i := range 300 {
+		t0 := time.Now()
+		busy.send(fmt.Sprintf("set k%d 0 0 1\r\nv\r\nget k%d\r\n", i, i))
+		busy.expect(fmt.Sprintf("STORED\r\nVALUE k%d 0 1\r\nv\r\nEND\r\n", i))
+		worst = max(worst, time.Since(t0))
+	}
+	t.Logf("%d idle threads: 300 round trips in %v, slowest %v", len(idle), time.Since(start), worst)
+	if worst > time.Second {
+		t.Errorf("a round trip took %v with %d idle threads blocked in read", worst, len(idle))
+	}
+	// The idle ones still answer.
+	for _, c := range idle {
+		c.send("version\r\n")
+		c.expect("VERSION quicksilver\r\n")
+	}
 }
