@@ -205,10 +205,14 @@ func (c *committer) truncateLog() error {
 				break
 			}
 		}
+		var live retiredRecord
 		if usable {
-			err = c.leaveLogSummarized(blockFirst, &sum)
+			live, err = c.liveFromSummary(blockFirst, &sum)
 		} else {
-			err = c.leaveLog(blockFirst, raw)
+			live, err = c.liveRecord(blockFirst, raw)
+		}
+		if err == nil {
+			err = c.leaveLog(blockFirst, live, raw) // raw is nil with a summary
 		}
 		if err != nil {
 			stopped = err

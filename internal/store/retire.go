@@ -233,19 +233,23 @@ func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 	})
 }
 
-// leaveLog handles a block that retention drops from the log: deleted if
-// nothing in it is live any more, its live values copied out first if
-// they are few, else retired.
-func (c *committer) leaveLog(blockFirst uint64, blk []byte) error {
-	r, err := c.liveRecord(blockFirst, blk)
-	if err != nil {
-		return err
-	}
+// leaveLog handles a block that retention drops from the log, r counting
+// its live values: deleted if nothing in it is live any more, its live
+// values copied out first if they are few, else retired. blk is the
+// block, or nil if the caller did not read it (a summary told it r): it
+// is then read only to copy values out.
+func (c *committer) leaveLog(blockFirst uint64, r retiredRecord, blk []byte) error {
 	if r.live > 0 && !r.sparse() {
 		c.retire(blockFirst, r)
 		return nil
 	}
 	if r.live > 0 {
+		if blk == nil {
+			var err error
+			if blk, err = c.readBlock(blockFirst); err != nil {
+				return err
+			}
+		}
 		if err := c.materialize(blockFirst, blk); err != nil {
 			return err
 		}
@@ -254,32 +258,17 @@ func (c *committer) leaveLog(blockFirst uint64, blk []byte) error {
 	return nil
 }
 
-// leaveLogSummarized is leaveLog for a block with a summary (summary.go):
-// the block is read only if it is deleted while values in it are live.
-func (c *committer) leaveLogSummarized(blockFirst uint64, s *blockSummary) error {
-	r, err := c.liveFromSummary(blockFirst, s)
+// readBlock returns a copy of log block b (the lookups that follow move
+// the iterator it was read with).
+func (c *committer) readBlock(b uint64) ([]byte, error) {
+	blk, found, err := c.lookup(logKey(b))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if r.live > 0 && !r.sparse() {
-		c.retire(blockFirst, r)
-		return nil
+	if !found {
+		return nil, fmt.Errorf("%w: log block %d is missing", ErrCorrupt, b)
 	}
-	if r.live > 0 {
-		blk, found, err := c.lookup(logKey(blockFirst))
-		if err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("%w: log block %d is missing", ErrCorrupt, blockFirst)
-		}
-		blk = append([]byte(nil), blk...) // lookups below move the iterator
-		if err := c.materialize(blockFirst, blk); err != nil {
-			return err
-		}
-	}
-	c.batch.Delete(logKey(blockFirst), nil)
-	return nil
+	return append([]byte(nil), blk...), nil
 }
 
 // retire keeps a block leaving the log as the home of its live values.
@@ -354,14 +343,10 @@ func (c *committer) settleRetired() error {
 // count, once the count is checked; a wrong count is corrected and written
 // instead when the block must stay.
 func (c *committer) freeRetired(b uint64, st *retiredState) error {
-	blk, found, err := c.lookup(logKey(b))
+	blk, err := c.readBlock(b)
 	if err != nil {
-		return err
+		return fmt.Errorf("retired: %w", err)
 	}
-	if !found {
-		return fmt.Errorf("%w: retired log block %d is missing", ErrCorrupt, b)
-	}
-	blk = append([]byte(nil), blk...) // lookups below move the iterator
 	actual, err := c.liveRecord(b, blk)
 	if err != nil {
 		return err
