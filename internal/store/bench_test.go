@@ -73,30 +73,13 @@ func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
 		histReporter(b, name, "qs_store_commit_seconds", "commit-µs/commit"),
 		histReporter(b, name, "qs_store_commit_group_requests", "reqs/commit"),
 	}
-	var n atomic.Int64
 	b.SetBytes(size)
 	b.ResetTimer()
 	reportCPU(b)
-	var wg sync.WaitGroup
-	for w := 0; w < 2; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := n.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				off := int(i) * (size + 1) % (len(pool) - size)
-				op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: pool[off : off+size]}
-				if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	writeConcurrently(b, s, 2, func(w int, i int64) Batch {
+		off := int(i) * (size + 1) % (len(pool) - size)
+		return Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: fmt.Appendf(nil, "w%d-%d", w, i), Value: pool[off : off+size]}}}
+	})
 	b.StopTimer()
 	for _, r := range reports {
 		r()
@@ -317,30 +300,13 @@ func BenchmarkOverwriteHistory(b *testing.B) {
 				}
 				defer s.Close()
 				val := make([]byte, size)
-				var n atomic.Int64
 				b.SetBytes(int64(size))
 				b.ResetTimer()
-				var wg sync.WaitGroup
-				for w := 0; w < 2; w++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							i := n.Add(1)
-							if i > int64(b.N) {
-								return
-							}
-							v := append([]byte(nil), val...)
-							binary.BigEndian.PutUint64(v, uint64(i))
-							op := wal.Op{Type: wal.OpSet, Key: fmt.Appendf(nil, "hot%d", i%100), Value: v}
-							if _, err := s.Write(context.Background(), Batch{Ops: []wal.Op{op}}); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
+				writeConcurrently(b, s, 2, func(_ int, i int64) Batch {
+					v := append([]byte(nil), val...)
+					binary.BigEndian.PutUint64(v, uint64(i))
+					return Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: fmt.Appendf(nil, "hot%d", i%100), Value: v}}}
+				})
 				b.StopTimer()
 				if h, _ := s.History(); hist == 0 && b.N > 100 && h.Entries == 0 {
 					b.Fatal("no history kept")
@@ -361,31 +327,15 @@ func BenchmarkWriteBatchID(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			var n atomic.Int64
 			b.ResetTimer()
 			reportCPU(b)
-			var wg sync.WaitGroup
-			for w := 0; w < 4; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := n.Add(1)
-						if i > int64(b.N) {
-							return
-						}
-						batch := Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: fmt.Appendf(nil, "k%d", i), Value: make([]byte, 100)}}}
-						if withID {
-							batch.ID = fmt.Appendf(nil, "qs-raft:%016x", i)
-						}
-						if _, err := s.Write(context.Background(), batch); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			writeConcurrently(b, s, 4, func(_ int, i int64) Batch {
+				batch := Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: fmt.Appendf(nil, "k%d", i), Value: make([]byte, 100)}}}
+				if withID {
+					batch.ID = fmt.Appendf(nil, "qs-raft:%016x", i)
+				}
+				return batch
+			})
 		})
 	}
 }
@@ -467,4 +417,29 @@ func BenchmarkBlobBlockCompression(b *testing.B) {
 			}
 		})
 	}
+}
+
+// writeConcurrently makes b.N durable writes from the given number of
+// writers, each waiting for its write before the next; batch builds write
+// i (1..b.N) of writer w.
+func writeConcurrently(b *testing.B, s *Store, writers int, batch func(w int, i int64) Batch) {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := n.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if _, err := s.Write(context.Background(), batch(w, i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
