@@ -153,6 +153,37 @@ func TestPoolSurvivesDeadAndDyingReplicas(t *testing.T) {
 // liar is a fetch server that answers every key with a wrong value.
 func liar(t *testing.T, dbid store.DBID, wrongIndex bool) string {
 	t.Helper()
+	return fakeMember(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := repl.ReadMessage(br); err != nil {
+			return
+		}
+		repl.WriteMessage(c, &repl.Welcome{Version: repl.FetchVersion, ProcessID: repl.NewProcessID(), DBID: dbid, AppliedIndex: 1 << 40})
+		for {
+			m, err := repl.ReadMessage(br)
+			if err != nil {
+				return
+			}
+			f := m.(*repl.Fetch)
+			ans := &repl.Values{ID: f.ID, Applied: 1 << 40}
+			for _, it := range f.Items {
+				idx := it.Index
+				if wrongIndex {
+					idx++
+				}
+				ans.Results = append(ans.Results, repl.FetchResult{Status: repl.FetchOK, Index: idx, Value: []byte("lie")})
+			}
+			if err := repl.WriteMessage(c, ans); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// fakeMember listens on loopback and serves every connection with serve
+// (then closes it), until the test ends; it returns the address.
+func fakeMember(t *testing.T, serve func(c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -171,29 +202,7 @@ func liar(t *testing.T, dbid store.DBID, wrongIndex bool) string {
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := repl.ReadMessage(br); err != nil {
-					return
-				}
-				repl.WriteMessage(c, &repl.Welcome{Version: repl.FetchVersion, ProcessID: repl.NewProcessID(), DBID: dbid, AppliedIndex: 1 << 40})
-				for {
-					m, err := repl.ReadMessage(br)
-					if err != nil {
-						return
-					}
-					f := m.(*repl.Fetch)
-					ans := &repl.Values{ID: f.ID, Applied: 1 << 40}
-					for _, it := range f.Items {
-						idx := it.Index
-						if wrongIndex {
-							idx++
-						}
-						ans.Results = append(ans.Results, repl.FetchResult{Status: repl.FetchOK, Index: idx, Value: []byte("lie")})
-					}
-					if err := repl.WriteMessage(c, ans); err != nil {
-						return
-					}
-				}
+				serve(c)
 			}()
 		}
 	}()
@@ -360,27 +369,10 @@ func TestPoolWaitsForSlowHealthyMember(t *testing.T) {
 // counted, without asking any member (it used to ask, and ask again,
 // until the read's deadline).
 func TestPoolRefusesValuesTooLargeToFetch(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var accepted atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	defer func() { ln.Close(); wg.Wait() }()
+	member := fakeMember(t, func(net.Conn) { accepted.Add(1) })
 	db := "too_large_" + fmt.Sprint(dbSeq.Add(1))
-	p, err := New(Config{Database: db, Replicas: []string{ln.Addr().String()}}, quiet)
+	p, err := New(Config{Database: db, Replicas: []string{member}}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
