@@ -157,7 +157,7 @@ func (c *conn) beginRequest(now time.Time) {
 func (c *conn) handle(line []byte) bool {
 	req := &c.req
 	perr := parseRequest(line, c.s.lim, req)
-	if c.sock.dedicated() {
+	if c.s.cfg.ReadNice != 0 && c.sock.dedicated() {
 		c.prioritize(req.cmd, perr == nil)
 	}
 	c.noreply = req.noreply
@@ -556,7 +556,7 @@ func (c *conn) takeThread() {
 // one system call when a connection turns from reads to writes or back.
 func (c *conn) prioritize(cmd command, parsed bool) {
 	want := c.baseNice
-	if parsed && (cmd == cmdGet || cmd == cmdGets) && c.s.cfg.ReadNice != 0 {
+	if parsed && (cmd == cmdGet || cmd == cmdGets) {
 		want = min(c.baseNice, c.s.cfg.ReadNice)
 	}
 	if want == c.nice || c.s.niceRefused.Load() {

@@ -325,8 +325,10 @@ func TestTooManyConnections(t *testing.T) {
 	}
 }
 
-func TestLineTooLongTCP(t *testing.T) {
-	ts := startServer(t, Config{}, newFakeBackend())
+func TestLineTooLongTCP(t *testing.T) { forIOModes(t, testLineTooLongTCP) }
+
+func testLineTooLongTCP(t *testing.T, threads int) {
+	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend())
 	before := counterValue(errorsByKind[kindLineTooLong])
 	c := dial(t, "tcp", ts.addr)
 	go c.nc.Write([]byte("get " + strings.Repeat("k", 100<<10) + "\r\nversion\r\n"))
@@ -337,8 +339,10 @@ func TestLineTooLongTCP(t *testing.T) {
 	}
 }
 
-func TestOversizedValueTCP(t *testing.T) {
-	ts := startServer(t, Config{}, newFakeBackend())
+func TestOversizedValueTCP(t *testing.T) { forIOModes(t, testOversizedValueTCP) }
+
+func testOversizedValueTCP(t *testing.T, threads int) {
+	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend())
 	c := dial(t, "tcp", ts.addr)
 	// Over MaxValueBytes, under MaxSwallowBytes: refused, skipped, usable.
 	big := strings.Repeat("x", 2<<20)
@@ -350,7 +354,7 @@ func TestOversizedValueTCP(t *testing.T) {
 	c.expect("STORED\r\nVALUE a 0 1048576\r\n" + max + "\r\nEND\r\n")
 
 	// Over MaxSwallowBytes: refused and closed.
-	ts2 := startServer(t, Config{MaxValueBytes: 1 << 10, MaxSwallowBytes: 4 << 10}, newFakeBackend())
+	ts2 := startServer(t, withThreads(Config{MaxValueBytes: 1 << 10, MaxSwallowBytes: 4 << 10}, threads), newFakeBackend())
 	c = dial(t, "tcp", ts2.addr)
 	go c.nc.Write([]byte("set a 0 0 " + fmt.Sprint(len(big)) + "\r\n" + big + "\r\nget a\r\n"))
 	c.expect("SERVER_ERROR object too large for cache\r\n")
