@@ -20,6 +20,14 @@ import (
 type threadSock struct {
 	rc       syscall.RawConn
 	rcv, snd time.Duration // timeouts as last set
+	// The call under way, for the callbacks doRead and doWrite, bound
+	// once: a closure per call would allocate on every request. Only the
+	// connection's goroutine reads and writes.
+	p               []byte
+	d               time.Duration
+	n               int
+	err             error
+	readFn, writeFn func(fd uintptr) bool
 }
 
 // timeoutStep is the granularity of socket timeouts: finer would mean a
@@ -42,7 +50,9 @@ func newThreadSock(nc net.Conn) (sock, bool) {
 	if err := rc.Control(func(fd uintptr) { serr = unix.SetNonblock(int(fd), false) }); err != nil || serr != nil {
 		return nil, false
 	}
-	return &threadSock{rc: rc}, true
+	t := &threadSock{rc: rc}
+	t.readFn, t.writeFn = t.doRead, t.doWrite
+	return t, true
 }
 
 // timeoutUntil returns the socket timeout for deadline, or false if the
@@ -72,19 +82,10 @@ func (t *threadSock) read(p []byte, deadline time.Time) (int, error) {
 	if !ok {
 		return 0, os.ErrDeadlineExceeded
 	}
-	var n int
-	var err error
-	cerr := t.rc.Read(func(fd uintptr) bool {
-		if err = setTimeout(fd, unix.SO_RCVTIMEO, d, &t.rcv); err != nil {
-			return true
-		}
-		for {
-			n, err = unix.Read(int(fd), p)
-			if err != unix.EINTR {
-				return true
-			}
-		}
-	})
+	t.p, t.d = p, d
+	cerr := t.rc.Read(t.readFn)
+	n, err := t.n, t.err
+	t.p = nil
 	switch {
 	case cerr != nil:
 		return 0, cerr
@@ -105,21 +106,10 @@ func (t *threadSock) write(p []byte, deadline time.Time) (int, error) {
 		if !ok {
 			return total, os.ErrDeadlineExceeded
 		}
-		var n int
-		var err error
-		cerr := t.rc.Write(func(fd uintptr) bool {
-			if err = setTimeout(fd, unix.SO_SNDTIMEO, d, &t.snd); err != nil {
-				return true
-			}
-			for {
-				// MSG_NOSIGNAL: a peer that is gone is an EPIPE error,
-				// not a SIGPIPE.
-				n, err = unix.SendmsgN(int(fd), p[total:], nil, nil, unix.MSG_NOSIGNAL)
-				if err != unix.EINTR {
-					return true
-				}
-			}
-		})
+		t.p, t.d = p[total:], d
+		cerr := t.rc.Write(t.writeFn)
+		n, err := t.n, t.err
+		t.p = nil
 		if n > 0 {
 			total += n
 		}
@@ -133,6 +123,29 @@ func (t *threadSock) write(p []byte, deadline time.Time) (int, error) {
 	}
 	return total, nil
 }
+
+func (t *threadSock) doRead(fd uintptr) bool { return t.call(fd, unix.SO_RCVTIMEO, &t.rcv, unix.Read) }
+
+func (t *threadSock) doWrite(fd uintptr) bool { return t.call(fd, unix.SO_SNDTIMEO, &t.snd, send) }
+
+// call runs op on fd and t.p once the socket timeout opt is t.d (last is
+// its value as last set), again after EINTR; it leaves the outcome in t.n
+// and t.err. It runs inside a RawConn callback, which keeps fd open.
+func (t *threadSock) call(fd uintptr, opt int, last *time.Duration, op func(int, []byte) (int, error)) bool {
+	t.n = 0
+	if t.err = setTimeout(fd, opt, t.d, last); t.err != nil {
+		return true
+	}
+	for {
+		if t.n, t.err = op(int(fd), t.p); t.err != unix.EINTR {
+			return true
+		}
+	}
+}
+
+// send writes p with MSG_NOSIGNAL: a peer that is gone is an EPIPE error,
+// not a SIGPIPE.
+func send(fd int, p []byte) (int, error) { return unix.SendmsgN(fd, p, nil, nil, unix.MSG_NOSIGNAL) }
 
 func (t *threadSock) shutdown(how int) {
 	t.rc.Control(func(fd uintptr) { unix.Shutdown(int(fd), how) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
@@ -206,4 +207,34 @@ func TestIdleThreadsDoNotStallOthers(t *testing.T) {
 		c.send("version\r\n")
 		c.expect("VERSION quicksilver\r\n")
 	}
+}
+
+// TestGetRoundTripDoesNotAllocate: a get served over a real socket, on a
+// dedicated thread or through the poller, allocates nothing per request
+// (client side included: it reuses its buffers).
+func TestGetRoundTripDoesNotAllocate(t *testing.T) {
+	forIOModes(t, func(t *testing.T, threads int) {
+		b := newFakeBackend()
+		b.put("k", "value")
+		ts := startServer(t, withThreads(Config{}, threads), b)
+		c := dial(t, "tcp", ts.addr)
+		req := []byte("get k\r\n")
+		want := "VALUE k 0 5\r\nvalue\r\nEND\r\n"
+		got := make([]byte, len(want))
+		roundTrip := func() {
+			if _, err := c.nc.Write(req); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c.nc, got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		roundTrip()
+		if string(got) != want {
+			t.Fatalf("reply %q", got)
+		}
+		if n := testing.AllocsPerRun(500, roundTrip); n >= 1 {
+			t.Errorf("%.1f allocations per get round trip", n)
+		}
+	})
 }
