@@ -71,9 +71,7 @@ type BlockBuilder struct {
 func (b *BlockBuilder) Add(body []byte, h Hash, t int64) {
 	b.raw = binary.AppendUvarint(b.raw, uint64(len(body)))
 	b.raw = append(b.raw, body...)
-	b.raw = append(b.raw, h[:]...)
-	b.count++
-	b.lastTime = t
+	b.endEntry(h, t)
 }
 
 // AddEntry encodes e's body straight into the block (no intermediate
@@ -89,10 +87,15 @@ func (b *BlockBuilder) AddEntry(e *Entry, prev Hash, seal bool) int {
 	if seal {
 		e.Hash = ChainHash(prev, b.raw[at:])
 	}
-	b.raw = append(b.raw, e.Hash[:]...)
-	b.count++
-	b.lastTime = e.Time
+	b.endEntry(e.Hash, e.Time)
 	return at
+}
+
+// endEntry appends the hash of the entry whose body was just appended.
+func (b *BlockBuilder) endEntry(h Hash, t int64) {
+	b.raw = append(b.raw, h[:]...)
+	b.count++
+	b.lastTime = t
 }
 
 // NextBodyOffset is where, in the uncompressed payload, the body of an
