@@ -58,6 +58,7 @@ func cmdBench(args []string) error {
 	fs.IntVar(&cfg.ReadLatKeys, "readlat-keys", cfg.ReadLatKeys, "readlat: number of 2-byte keys the reader cycles through")
 	fs.Var((*bench.IntList)(&cfg.ReadLatWriters), "readlat-writers", "readlat: writer connections of each phase, comma-separated")
 	fs.IntVar(&cfg.ReadLatValueSize, "readlat-value-size", cfg.ReadLatValueSize, "readlat: size of the writers' values in bytes")
+	fs.StringVar(&cfg.ReadLatReader, "readlat-reader", cfg.ReadLatReader, "readlat: how the reader waits for answers: thread (blocked in read(2) on a thread of its own; Linux) or poller (a goroutine in Go's network poller)")
 	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "get: number of keys loaded and read")
 	fs.IntVar(&cfg.ValueSize, "value-size", cfg.ValueSize, "get and write: value size in bytes")
 	fs.IntVar(&cfg.MultiKeys, "multi-keys", cfg.MultiKeys, "get: keys per multi-get")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quicksilver-kv/qs/internal/blocksock"
 )
 
 func TestMain(m *testing.M) {
@@ -84,12 +86,22 @@ func checkOp(t *testing.T, ph *Phase, op string) *OpStats {
 	return s
 }
 
-func TestReadLat(t *testing.T) {
+// forReaders runs fn with the readlat reader in each of its modes.
+func forReaders(t *testing.T, fn func(t *testing.T, reader string)) {
+	for _, r := range []string{ReaderThread, ReaderPoller} {
+		t.Run(r, func(t *testing.T) { fn(t, r) })
+	}
+}
+
+func TestReadLat(t *testing.T) { forReaders(t, testReadLat) }
+
+func testReadLat(t *testing.T, reader string) {
 	defer checkNoLeaks(t)
 	a := newFakeTarget(t, "a", false)
 	b := newFakeTarget(t, "b", false)
 	b.t.Baseline = true
 	cfg := testConfig()
+	cfg.ReadLatReader = reader
 	res, err := ReadLat(context.Background(), cfg, []*Target{a.t, b.t}, testLogf(t))
 	if err != nil {
 		t.Fatal(err)
@@ -271,10 +283,15 @@ func TestWrite(t *testing.T) {
 
 // TestTimeoutBoundsPhase: a server that never answers costs one timeout
 // per connection, and the phase still ends.
-func TestTimeoutBoundsPhase(t *testing.T) {
+// TestTimeoutBoundsPhase: a get the server never answers fails after the
+// timeout; in thread mode too, where the reader is blocked in read(2).
+func TestTimeoutBoundsPhase(t *testing.T) { forReaders(t, testTimeoutBoundsPhase) }
+
+func testTimeoutBoundsPhase(t *testing.T, reader string) {
 	defer checkNoLeaks(t)
 	a := newFakeTarget(t, "a", false)
 	cfg := testConfig()
+	cfg.ReadLatReader = reader
 	cfg.ReadLatWriters = []int{0}
 	cfg.Duration = 300 * time.Millisecond
 	cfg.Timeout = 300 * time.Millisecond
@@ -301,10 +318,13 @@ func TestTimeoutBoundsPhase(t *testing.T) {
 
 // TestInterrupt: canceling the run ends the phase at once and counts no
 // errors for the aborted requests.
-func TestInterrupt(t *testing.T) {
+func TestInterrupt(t *testing.T) { forReaders(t, testInterrupt) }
+
+func testInterrupt(t *testing.T, reader string) {
 	defer checkNoLeaks(t)
 	a := newFakeTarget(t, "a", true)
 	cfg := testConfig()
+	cfg.ReadLatReader = reader
 	cfg.Duration = time.Minute
 	for _, run := range []func(context.Context, Config, []*Target, Logf) (*Result, error){ReadLat, Get, Write} {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -462,5 +482,34 @@ func TestSlicesTakeTurns(t *testing.T) {
 	}
 	if len(res.Ratios) != 2 {
 		t.Errorf("ratios %+v", res.Ratios)
+	}
+}
+
+// TestReaderThreadBlocks: in thread mode the reader's connection is a
+// blockingConn where the system has them, and its description says which
+// way the reader waited.
+func TestReaderThreadBlocks(t *testing.T) {
+	a := newFakeTarget(t, "a", false)
+	env := newPhaseEnv(context.Background(), &Config{Timeout: time.Second})
+	s := &mcSession{addr: a.t.Memcache, env: env, blocking: true}
+	defer s.close()
+	if err := s.dial(); err != nil {
+		t.Fatal(err)
+	}
+	_, isBlocking := s.c.conn.(*blockingConn)
+	if isBlocking != blocksock.Supported {
+		t.Fatalf("reader connection %T, blocking sockets supported: %v", s.c.conn, blocksock.Supported)
+	}
+	if !isBlocking {
+		return
+	}
+	if _, _, err := s.c.getOne("00"); err != nil {
+		t.Fatal(err)
+	}
+	if d := readerDesc(ReaderThread); !strings.Contains(d, "read(2)") {
+		t.Errorf("description %q", d)
+	}
+	if d := readerDesc(ReaderPoller); !strings.Contains(d, "poller") {
+		t.Errorf("description %q", d)
 	}
 }

@@ -25,6 +25,19 @@ const (
 	LoadHTTP     = "http"     // POST /v1/{db}/batch
 )
 
+// How the readlat reader waits for its answers (Config.ReadLatReader).
+const (
+	// ReaderThread: on a thread of its own, blocked in read(2) (Linux;
+	// elsewhere ReaderPoller). Only the server's delays and the kernel's
+	// wake-up of one thread are measured.
+	ReaderThread = "thread"
+	// ReaderPoller: a goroutine parked in Go's network poller, like most
+	// Go clients. Under load the client's own wake-ups (poller thread,
+	// then a P, then maybe another thread) add to every reply's latency,
+	// on both sides of a comparison alike.
+	ReaderPoller = "poller"
+)
+
 // Config is everything a run needs: what to measure, against which servers,
 // and the knobs of every scenario. Start from DefaultConfig; every field's
 // comment gives its default. Validate reports the first invalid field.
@@ -89,6 +102,9 @@ type Config struct {
 	// ReadLatValueSize is the size of the values the readlat writers set.
 	// Default 40960 (40 kB).
 	ReadLatValueSize int `json:"readlat_value_size"`
+	// ReadLatReader is how the reader waits for its answers: ReaderThread
+	// or ReaderPoller. Default ReaderThread.
+	ReadLatReader string `json:"readlat_reader"`
 
 	// Keys is the number of keys ("k%06d") the get scenario loads and
 	// reads. Default 100000.
@@ -127,6 +143,7 @@ func DefaultConfig() Config {
 		ReadLatKeys:      20,
 		ReadLatWriters:   []int{0, 1, 2},
 		ReadLatValueSize: 40 << 10,
+		ReadLatReader:    ReaderThread,
 		Keys:             100_000,
 		ValueSize:        100,
 		MultiKeys:        100,
@@ -197,6 +214,8 @@ func (c *Config) Validate() error {
 		return errors.New("readlat writers: need at least one phase")
 	case c.ReadLatValueSize < 1 || c.ReadLatValueSize > maxValueSize:
 		return fmt.Errorf("readlat value size %d out of range 1..%d", c.ReadLatValueSize, maxValueSize)
+	case c.ReadLatReader != ReaderThread && c.ReadLatReader != ReaderPoller:
+		return fmt.Errorf("readlat reader %q: want %s or %s", c.ReadLatReader, ReaderThread, ReaderPoller)
 	case c.Keys < 1 || c.Keys > 1_000_000:
 		return fmt.Errorf("keys %d out of range 1..1000000 (keys are k%%06d)", c.Keys)
 	case c.ValueSize < 1 || c.ValueSize > maxValueSize:

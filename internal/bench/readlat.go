@@ -5,16 +5,19 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"time"
+
+	"github.com/quicksilver-kv/qs/internal/blocksock"
 )
 
 // ReadLat measures the latency of small reads on one connection while 0, 1,
 // 2... other connections write large new values as fast as the server
 // stores them (see the package documentation).
 func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Result, error) {
-	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time, in a cycle, while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next; %s per phase",
-		cfg.ReadLatKeys, joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, cfg.Duration)
+	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time, in a cycle (%s), while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next; %s per phase",
+		cfg.ReadLatKeys, readerDesc(cfg.ReadLatReader), joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, cfg.Duration)
 	s := newScenarioRun(&cfg, ScenarioReadLat, desc, targets, logf)
 
 	keys := make([]string, cfg.ReadLatKeys)
@@ -74,7 +77,7 @@ func (p *readLatPhase) run(ctx context.Context) *phaseRun {
 	ops := make([]*opCounter, n)
 	errs := make([]errCounter, n)
 	for i := range sessions {
-		sessions[i] = &mcSession{addr: p.addr, env: env}
+		sessions[i] = &mcSession{addr: p.addr, env: env, blocking: i == 0 && p.cfg.ReadLatReader == ReaderThread}
 		defer sessions[i].close()
 		_ = sessions[i].dial() // a failure is retried, and counted, by the worker
 		ops[i] = newOpCounter()
@@ -102,8 +105,21 @@ func (p *readLatPhase) run(ctx context.Context) *phaseRun {
 	return r
 }
 
+// readerDesc says how the reader waits, for the report.
+func readerDesc(mode string) string {
+	if mode == ReaderThread && blocksock.Supported {
+		return "waiting in read(2) on a thread of its own"
+	}
+	return "waiting in Go's network poller"
+}
+
 // read gets the keys one at a time, in a cycle, and checks every value.
 func (p *readLatPhase) read(env *phaseEnv, s *mcSession, oc *opCounter, ec *errCounter) {
+	if s.blocking {
+		// The same thread for every call: it is the one the kernel wakes.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	for i := 0; env.ctx.Err() == nil; i++ {
 		c, err := s.conn()
 		if err != nil {

@@ -63,6 +63,9 @@ type mcSession struct {
 	c     *mcConn
 	armed bool
 	stop  func() bool
+	// blocking asks for a connection read with blocking system calls
+	// (blockingConn); where that is not possible, it is an ordinary one.
+	blocking bool
 }
 
 // dial connects ahead of the phase clock, so that the first request does
@@ -74,6 +77,11 @@ func (s *mcSession) dial() error {
 	c, err := dialMC(s.env.run, s.addr)
 	if err != nil {
 		return errDial{err}
+	}
+	if s.blocking {
+		if bc, err := newBlockingConn(c.conn); err == nil {
+			c = newMCConn(bc)
+		}
 	}
 	s.c = c
 	return nil
