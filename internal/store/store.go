@@ -136,6 +136,7 @@ func Open(o Options) (*Store, error) {
 		close(s.stopped)
 	}
 	s.m.applied.Set(float64(s.applied.Load()))
+	engine.add(s)
 	return s, nil
 }
 
@@ -159,6 +160,7 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger.With("db", o.Name)},
 		MemTableSize:       memTableBytes,
+		EventListener:      stallListener(o.Name),
 	}
 	// Values of 1 KiB and more go to blob files: compactions move
 	// references instead of rewriting them, which keeps write
@@ -363,6 +365,7 @@ func (s *Store) Close() error {
 	s.mu.closed = true
 	s.closed.Store(true)
 	s.mu.Unlock()
+	engine.remove(s) // waits for a scrape under way
 	close(s.quit)
 	s.bg.Wait()
 	<-s.stopped
