@@ -19,6 +19,17 @@
 // Watch how the read p99 and p99.9 move from the 0-writer phase to the
 // others, for qs and for memcached.
 //
+// The reader waits for each answer in read(2), on a thread of its own
+// (--readlat-reader thread, the default on Linux), so that its latencies
+// hold the server's delays and one kernel wake-up, not the Go scheduler's
+// wake-ups of this process: a goroutine parked in the network poller
+// (--readlat-reader poller, the only way before 2026-11-25) is woken by
+// the poller's thread, handed to a P, and may need another thread to run
+// it, and under load each step waits for a CPU. That tail is the client's
+// and is added to both sides of a comparison; it made memcached's p99.9
+// with 2 writers look 3× worse than it is (docs/benchmarks.md). The
+// writers stay on the poller, as ordinary clients.
+//
 // get: loads 100k keys ("k%06d", 100-byte values; via HTTP batches when the
 // target has an HTTP address, else pipelined memcache sets), then 16
 // connections do random single gets and 100-key multi-gets (50% each, by
