@@ -30,6 +30,14 @@
 // with 2 writers look 3× worse than it is (docs/benchmarks.md). The
 // writers stay on the poller, as ordinary clients.
 //
+// For qs targets with an HTTP address the report also shows what the
+// server's storage engine did in each phase, from the difference of its
+// /metrics before and after every slice (PhaseEngine): the fsyncs of its
+// write-ahead log (per second, mean time, share over 3 ms) and the bytes it
+// wrote to the WAL, in flushes and in compactions, against the bytes of
+// values the writers sent. The writers each wait for their
+// acknowledgement, so the slow fsyncs set their rate.
+//
 // get: loads 100k keys ("k%06d", 100-byte values; via HTTP batches when the
 // target has an HTTP address, else pipelined memcache sets), then 16
 // connections do random single gets and 100-key multi-gets (50% each, by

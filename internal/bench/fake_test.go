@@ -183,9 +183,29 @@ func (f *fakeMC) serve(c net.Conn) {
 	}
 }
 
-// fakeHTTP serves POST /v1/{db}/batch.
+// fakeHTTP serves POST /v1/{db}/batch, and GET /metrics with engine
+// counters that grow with the sets: one WAL fsync per set, one in ten over
+// 3 ms, 1,000 bytes written to the WAL and 500 flushed per set.
 func fakeHTTP(st *fakeStore, db string) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		n := st.sets.Load()
+		fmt.Fprintf(w, `# TYPE qs_store_wal_fsync_seconds histogram
+qs_store_wal_fsync_seconds_bucket{db=%[1]q,le="0.001"} %[3]d
+qs_store_wal_fsync_seconds_bucket{db=%[1]q,le="0.003"} %[3]d
+qs_store_wal_fsync_seconds_bucket{db=%[1]q,le="+Inf"} %[2]d
+qs_store_wal_fsync_seconds_sum{db=%[1]q} %[4]g
+qs_store_wal_fsync_seconds_count{db=%[1]q} %[2]d
+# TYPE qs_store_engine_wal_bytes_total counter
+qs_store_engine_wal_bytes_total{db=%[1]q} %[5]d
+# TYPE qs_store_engine_flushed_bytes_total counter
+qs_store_engine_flushed_bytes_total{db=%[1]q,kind="blob"} %[6]d
+qs_store_engine_flushed_bytes_total{db=%[1]q,kind="table"} 0
+# TYPE qs_store_engine_compacted_bytes_total counter
+qs_store_engine_compacted_bytes_total{db=%[1]q,kind="blob"} 0
+qs_store_engine_compacted_bytes_total{db=%[1]q,kind="table"} 0
+`, db, n, n-n/10, float64(n)*0.0005, n*1000, n*500)
+	})
 	mux.HandleFunc("POST /v1/{db}/batch", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("db") != db {
 			http.Error(w, `{"error":"no such database"}`, http.StatusNotFound)

@@ -97,6 +97,10 @@ func (r *Report) write(w io.Writer, md bool) error {
 			p("\nThe machine during each phase. CPU in cores (CPU seconds per second of the phase); per request: server CPU time per completed request of any kind, and its ratio to the baseline's in the same phase; others: everything but the server and this tool (the idle target excluded), i.e. the rest of the machine's load; fsync 4 KiB: median time to write and fsync 4 KiB in the servers' work directory just before the phase, the disk's floor under a durable commit:\n\n")
 			table(ew, cpuHeader, rows)
 		}
+		if rows := engineRows(res); len(rows) > 0 {
+			p("\nThe qs storage engine during each phase, from the difference of the server's /metrics (database %s): fsyncs of its write-ahead log per second, their mean time and the share over 3 ms; the megabytes it wrote (WAL, flushes, compactions) and their ratio to the bytes of values the writers sent:\n\n", r.Config.DB)
+			table(ew, engineHeader, rows)
+		}
 		if len(res.Ratios) > 0 {
 			pairs := map[string]bool{}
 			for _, ra := range res.Ratios {

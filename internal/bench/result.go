@@ -27,9 +27,12 @@ type Phase struct {
 	// DiskSyncMicros is the median time to write and fsync 4 KiB in the
 	// spawned servers' work directory, measured just before the phase
 	// (0: not measured).
-	DiskSyncMicros float64          `json:"disk_sync_us,omitempty"`
-	ErrorKinds     map[string]int64 `json:"error_kinds,omitempty"`
-	FirstError     string           `json:"first_error,omitempty"`
+	DiskSyncMicros float64 `json:"disk_sync_us,omitempty"`
+	// Engine is what a qs target's storage engine did (nil for targets
+	// that do not report it, such as memcached).
+	Engine     *PhaseEngine     `json:"engine,omitempty"`
+	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
+	FirstError string           `json:"first_error,omitempty"`
 }
 
 // Op returns the stats of one kind of request, or nil.

@@ -258,9 +258,10 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 	nslices := max(1, s.cfg.Slices)
 	for i, name := range names {
 		type acc struct {
-			run   phaseRun
-			cpu   PhaseCPU
-			syncs []time.Duration
+			run    phaseRun
+			cpu    PhaseCPU
+			syncs  []time.Duration
+			engine *PhaseEngine
 		}
 		accs := map[*Target]*acc{}
 		order := s.active()
@@ -290,12 +291,19 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 				if t.Spawned {
 					a.syncs = append(a.syncs, probeFsync(s.workDir()))
 				}
+				engineBefore := sampleEngine(ctx, t.HTTP, s.cfg.DB)
 				before := sampleCPU(t.pid())
 				r := run(t, i, k, d)
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 				c := cpuBetween(before, sampleCPU(t.pid()))
+				if e, ok := engineBetween(engineBefore, sampleEngine(ctx, t.HTTP, s.cfg.DB)); ok {
+					if a.engine == nil {
+						a.engine = &PhaseEngine{}
+					}
+					a.engine.add(e)
+				}
 				a.cpu.Server += c.Server
 				a.cpu.Client += c.Client
 				a.cpu.Machine += c.Machine
@@ -309,6 +317,7 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 			}
 			ph := a.run.phase()
 			ph.CPU = a.cpu
+			ph.Engine = a.engine
 			for _, op := range ph.Ops {
 				ph.CPU.Ops += op.Ops
 			}

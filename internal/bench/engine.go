@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// PhaseEngine is what a qs server's storage engine did during a phase: the
+// difference of its /metrics (database --db) before and after each slice.
+// Only targets with an HTTP address that export the store's engine metrics
+// have it. It shows where a durable write's time goes: the WAL's fsyncs,
+// and how many bytes the engine wrote for the bytes of values it was sent.
+type PhaseEngine struct {
+	// WALFsyncs is the number of fsyncs of the write-ahead log and
+	// WALFsyncSeconds their total time; WALFsyncsOver3ms counts those
+	// that took longer than 3 ms.
+	WALFsyncs        uint64  `json:"wal_fsyncs"`
+	WALFsyncSeconds  float64 `json:"wal_fsync_seconds"`
+	WALFsyncsOver3ms uint64  `json:"wal_fsyncs_over_3ms"`
+	// WALBytes, FlushedBytes and CompactedBytes are the bytes the engine
+	// wrote to its WAL, in flushes and in compactions.
+	WALBytes       float64 `json:"wal_bytes"`
+	FlushedBytes   float64 `json:"flushed_bytes"`
+	CompactedBytes float64 `json:"compacted_bytes"`
+}
+
+// Written is every byte the engine wrote.
+func (e *PhaseEngine) Written() float64 { return e.WALBytes + e.FlushedBytes + e.CompactedBytes }
+
+func (e *PhaseEngine) add(o PhaseEngine) {
+	e.WALFsyncs += o.WALFsyncs
+	e.WALFsyncSeconds += o.WALFsyncSeconds
+	e.WALFsyncsOver3ms += o.WALFsyncsOver3ms
+	e.WALBytes += o.WALBytes
+	e.FlushedBytes += o.FlushedBytes
+	e.CompactedBytes += o.CompactedBytes
+}
+
+// engineSample is the engine's counters at one moment; ok is false when
+// the target did not report them.
+type engineSample struct {
+	ok                      bool
+	fsyncs, fsyncsUnder3ms  uint64
+	fsyncSeconds            float64
+	wal, flushed, compacted float64
+}
+
+// over3ms is the bucket bound the report splits WAL fsyncs at.
+const over3ms = 0.003
+
+var engineClient = &http.Client{Timeout: 2 * time.Second}
+
+// sampleEngine reads the engine counters of database db from the /metrics
+// of the qs HTTP API at httpAddr. Any failure gives a sample that is not
+// ok: the figures are an aid, and their absence is no error.
+func sampleEngine(ctx context.Context, httpAddr, db string) engineSample {
+	if httpAddr == "" {
+		return engineSample{}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return engineSample{}
+	}
+	resp, err := engineClient.Do(req)
+	if err != nil {
+		return engineSample{}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return engineSample{}
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return engineSample{}
+	}
+	return engineFrom(mfs, db)
+}
+
+// engineFrom picks database db's engine counters out of parsed metrics.
+func engineFrom(mfs map[string]*dto.MetricFamily, db string) engineSample {
+	var s engineSample
+	for _, m := range ofDB(mfs["qs_store_wal_fsync_seconds"], db) {
+		h := m.GetHistogram()
+		s.ok = true
+		s.fsyncs, s.fsyncSeconds = h.GetSampleCount(), h.GetSampleSum()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == over3ms {
+				s.fsyncsUnder3ms = b.GetCumulativeCount()
+			}
+		}
+	}
+	sum := func(name string) float64 {
+		var v float64
+		for _, m := range ofDB(mfs[name], db) {
+			v += m.GetCounter().GetValue()
+		}
+		return v
+	}
+	s.wal = sum("qs_store_engine_wal_bytes_total")
+	s.flushed = sum("qs_store_engine_flushed_bytes_total")
+	s.compacted = sum("qs_store_engine_compacted_bytes_total")
+	return s
+}
+
+// ofDB returns the metrics of family mf labelled db.
+func ofDB(mf *dto.MetricFamily, db string) []*dto.Metric {
+	var out []*dto.Metric
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "db" && l.GetValue() == db {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// engineBetween is what happened between two samples, or false if either
+// is missing or the counters went back (the database was replaced or the
+// server restarted).
+func engineBetween(a, b engineSample) (PhaseEngine, bool) {
+	if !a.ok || !b.ok || b.fsyncs < a.fsyncs || b.fsyncsUnder3ms < a.fsyncsUnder3ms ||
+		b.wal < a.wal || b.flushed < a.flushed || b.compacted < a.compacted {
+		return PhaseEngine{}, false
+	}
+	n := b.fsyncs - a.fsyncs
+	under := b.fsyncsUnder3ms - a.fsyncsUnder3ms
+	return PhaseEngine{
+		WALFsyncs:        n,
+		WALFsyncSeconds:  b.fsyncSeconds - a.fsyncSeconds,
+		WALFsyncsOver3ms: n - min(n, under),
+		WALBytes:         b.wal - a.wal,
+		FlushedBytes:     b.flushed - a.flushed,
+		CompactedBytes:   b.compacted - a.compacted,
+	}, true
+}
+
+var engineHeader = []string{"phase", "target", "WAL fsyncs/s", "fsync mean", "fsyncs > 3 ms", "MB written", "per value byte"}
+
+// engineRows is the engine table of a result, or nil if no phase has
+// engine figures.
+func engineRows(r *Result) [][]string {
+	var rows [][]string
+	for _, ph := range r.Phases {
+		e := ph.Engine
+		if e == nil {
+			continue
+		}
+		target := ph.Target
+		if ph.Baseline {
+			target += " (base)"
+		}
+		perSec, mean, over, per := "-", "-", "-", "-"
+		if ph.Seconds > 0 {
+			perSec = fmt.Sprintf("%.0f", float64(e.WALFsyncs)/ph.Seconds)
+		}
+		if e.WALFsyncs > 0 {
+			mean = fmtUs(e.WALFsyncSeconds / float64(e.WALFsyncs) * 1e6)
+			over = fmt.Sprintf("%.1f%%", 100*float64(e.WALFsyncsOver3ms)/float64(e.WALFsyncs))
+		}
+		var values int64
+		for _, op := range ph.Ops {
+			if op.Op == "write" || op.Op == "batch" {
+				values += op.Bytes
+			}
+		}
+		if values > 0 {
+			per = fmt.Sprintf("%.2f", e.Written()/float64(values))
+		}
+		rows = append(rows, []string{ph.Name, target, perSec, mean, over, fmt.Sprintf("%.1f", e.Written()/1e6), per})
+	}
+	return rows
+}
