@@ -25,6 +25,12 @@ const (
 	LoadHTTP     = "http"     // POST /v1/{db}/batch
 )
 
+// What the readlat reader reads through (Config.ReadLatVia).
+const (
+	ReadViaMemcache = "memcache" // get, on the memcached port
+	ReadViaHTTP     = "http"     // GET /v1/{db}/keys/{key}, keep-alive; targets without HTTP are skipped
+)
+
 // How the readlat reader waits for its answers (Config.ReadLatReader).
 const (
 	// ReaderThread: on a thread of its own, blocked in read(2) (Linux;
@@ -105,6 +111,10 @@ type Config struct {
 	// ReadLatReader is how the reader waits for its answers: ReaderThread
 	// or ReaderPoller. Default ReaderThread.
 	ReadLatReader string `json:"readlat_reader"`
+	// ReadLatVia is what the reader reads through: ReadViaMemcache or
+	// ReadViaHTTP (database DB). The writers always use memcached.
+	// Default ReadViaMemcache.
+	ReadLatVia string `json:"readlat_via"`
 
 	// Keys is the number of keys ("k%06d") the get scenario loads and
 	// reads. Default 100000.
@@ -144,6 +154,7 @@ func DefaultConfig() Config {
 		ReadLatWriters:   []int{0, 1, 2},
 		ReadLatValueSize: 40 << 10,
 		ReadLatReader:    ReaderThread,
+		ReadLatVia:       ReadViaMemcache,
 		Keys:             100_000,
 		ValueSize:        100,
 		MultiKeys:        100,
@@ -216,6 +227,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("readlat value size %d out of range 1..%d", c.ReadLatValueSize, maxValueSize)
 	case c.ReadLatReader != ReaderThread && c.ReadLatReader != ReaderPoller:
 		return fmt.Errorf("readlat reader %q: want %s or %s", c.ReadLatReader, ReaderThread, ReaderPoller)
+	case c.ReadLatVia != ReadViaMemcache && c.ReadLatVia != ReadViaHTTP:
+		return fmt.Errorf("readlat via %q: want %s or %s", c.ReadLatVia, ReadViaMemcache, ReadViaHTTP)
 	case c.Keys < 1 || c.Keys > 1_000_000:
 		return fmt.Errorf("keys %d out of range 1..1000000 (keys are k%%06d)", c.Keys)
 	case c.ValueSize < 1 || c.ValueSize > maxValueSize:

@@ -33,6 +33,7 @@ type fakeStore struct {
 	failBatch atomic.Bool  // answer batches with 500
 	dropEvery atomic.Int64 // if n > 0, acknowledge but forget every nth set
 	sets      atomic.Int64
+	httpGets  atomic.Int64
 }
 
 func newFakeStore() *fakeStore {
@@ -183,11 +184,25 @@ func (f *fakeMC) serve(c net.Conn) {
 	}
 }
 
-// fakeHTTP serves POST /v1/{db}/batch, and GET /metrics with engine
+// fakeHTTP serves POST /v1/{db}/batch, GET /v1/{db}/keys/{key}, and GET /metrics with engine
 // counters that grow with the sets: one WAL fsync per set, one in ten over
 // 3 ms, 1,000 bytes written to the WAL and 500 flushed per set.
 func fakeHTTP(st *fakeStore, db string) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/{db}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
+		st.httpGets.Add(1)
+		v, ok := st.get(r.PathValue("key"))
+		switch {
+		case r.PathValue("db") != db:
+			http.Error(w, `{"error":"no such database"}`, http.StatusNotFound)
+		case st.failGets.Load():
+			http.Error(w, `{"error":"fake failure"}`, http.StatusInternalServerError)
+		case !ok:
+			http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
+		default:
+			w.Write(v)
+		}
+	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		n := st.sets.Load()
 		fmt.Fprintf(w, `# TYPE qs_store_wal_fsync_seconds histogram

@@ -16,8 +16,12 @@ import (
 // 2... other connections write large new values as fast as the server
 // stores them (see the package documentation).
 func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Result, error) {
-	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time, in a cycle (%s), while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next; %s per phase",
-		cfg.ReadLatKeys, readerDesc(cfg.ReadLatReader), joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, cfg.Duration)
+	via := ""
+	if cfg.ReadLatVia == ReadViaHTTP {
+		via = fmt.Sprintf(" through the HTTP API (GET /v1/%s/keys/{key}, one keep-alive connection)", cfg.DB)
+	}
+	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time%s, in a cycle (%s), while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next; %s per phase",
+		cfg.ReadLatKeys, via, readerDesc(cfg.ReadLatReader), joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, cfg.Duration)
 	s := newScenarioRun(&cfg, ScenarioReadLat, desc, targets, logf)
 
 	keys := make([]string, cfg.ReadLatKeys)
@@ -29,6 +33,10 @@ func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Re
 	for _, t := range targets {
 		if t.Memcache == "" {
 			s.skip(t, "no memcache address")
+			continue
+		}
+		if cfg.ReadLatVia == ReadViaHTTP && t.HTTP == "" {
+			s.skip(t, "no HTTP address to read through")
 			continue
 		}
 		err := withConn(ctx, t.Memcache, cfg.Timeout, func(c *mcConn) error { return c.setMany(keys, vals) })
@@ -50,8 +58,15 @@ func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Re
 	pool := randomBytes(cfg.Seed, 4<<20+cfg.ReadLatValueSize)
 	err := s.phases(ctx, names, func(t *Target, i, slice int, d time.Duration) *phaseRun {
 		p := &readLatPhase{
-			cfg: &cfg, addr: t.Memcache, keys: keys, vals: vals, pool: pool, d: d, slice: slice,
+			cfg: &cfg, addr: t.Memcache, readAddr: t.Memcache, keys: keys, vals: vals, pool: pool, d: d, slice: slice,
 			writers: cfg.ReadLatWriters[i], prefix: fmt.Sprintf("rl-%s-%d-%d-", runID, i, slice),
+		}
+		if cfg.ReadLatVia == ReadViaHTTP {
+			p.readAddr = t.HTTP
+			p.httpReqs = make([][]byte, len(keys))
+			for k, key := range keys {
+				p.httpReqs[k] = httpGetRequest(t.HTTP, cfg.DB, key)
+			}
 		}
 		return p.run(ctx)
 	})
@@ -59,15 +74,17 @@ func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Re
 }
 
 type readLatPhase struct {
-	cfg     *Config
-	addr    string
-	keys    []string
-	vals    [][]byte
-	pool    []byte // random bytes the writers' values are cut from
-	writers int
-	prefix  string // of the writers' keys
-	d       time.Duration
-	slice   int
+	cfg      *Config
+	addr     string   // memcached, for the writers
+	readAddr string   // for the reader: memcached, or the HTTP API
+	httpReqs [][]byte // the reader's request for each key, if it reads through HTTP
+	keys     []string
+	vals     [][]byte
+	pool     []byte // random bytes the writers' values are cut from
+	writers  int
+	prefix   string // of the writers' keys
+	d        time.Duration
+	slice    int
 }
 
 func (p *readLatPhase) run(ctx context.Context) *phaseRun {
@@ -77,7 +94,10 @@ func (p *readLatPhase) run(ctx context.Context) *phaseRun {
 	ops := make([]*opCounter, n)
 	errs := make([]errCounter, n)
 	for i := range sessions {
-		sessions[i] = &mcSession{addr: p.addr, env: env, blocking: i == 0 && p.cfg.ReadLatReader == ReaderThread}
+		sessions[i] = &mcSession{addr: p.addr, env: env}
+		if i == 0 {
+			sessions[i].addr, sessions[i].blocking = p.readAddr, p.cfg.ReadLatReader == ReaderThread
+		}
 		defer sessions[i].close()
 		_ = sessions[i].dial() // a failure is retried, and counted, by the worker
 		ops[i] = newOpCounter()
@@ -129,8 +149,14 @@ func (p *readLatPhase) read(env *phaseEnv, s *mcSession, oc *opCounter, ec *errC
 			continue
 		}
 		k := i % len(p.keys)
+		var v []byte
+		var found bool
 		start := time.Now()
-		v, found, err := c.getOne(p.keys[k])
+		if p.httpReqs != nil {
+			v, found, err = c.httpGetOne(p.httpReqs[k])
+		} else {
+			v, found, err = c.getOne(p.keys[k])
+		}
 		d := time.Since(start)
 		switch {
 		case err != nil:
