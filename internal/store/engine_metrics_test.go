@@ -120,13 +120,14 @@ func TestWriteStallMetrics(t *testing.T) {
 	l := stallListener(db)
 	stalls := mWriteStalls.WithLabelValues(db)
 	seconds := mWriteStallSeconds.WithLabelValues(db)
+	n0, s0 := counterValue(t, stalls), counterValue(t, seconds)
 	l.WriteStallEnd() // an end without a begin counts nothing
 	l.WriteStallBegin(pebble.WriteStallBeginInfo{Reason: "memtable count limit reached"})
 	l.WriteStallEnd()
-	if n := counterValue(t, stalls); n != 1 {
-		t.Errorf("stalls = %g, want 1", n)
+	if n := counterValue(t, stalls) - n0; n != 1 {
+		t.Errorf("stalls +%g, want +1", n)
 	}
-	if v := counterValue(t, seconds); v <= 0 || v > 1 {
-		t.Errorf("stall seconds = %g", v)
+	if v := counterValue(t, seconds) - s0; v <= 0 || v > 1 {
+		t.Errorf("stall seconds +%g", v)
 	}
 }
