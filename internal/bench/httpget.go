@@ -16,6 +16,10 @@ import (
 // memcached reader. Only what `GET /v1/{db}/keys/{key}` answers is
 // understood: a status line, headers with Content-Length, and the body.
 
+// maxHTTPBody is the largest answer body read: a value (at most
+// maxValueSize) or an error message.
+const maxHTTPBody = 1 << 20
+
 // httpGetRequest is the request for key of database db.
 func httpGetRequest(host, db, key string) []byte {
 	return []byte("GET /v1/" + url.PathEscape(db) + "/keys/" + url.PathEscape(key) + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
@@ -83,6 +87,9 @@ func (c *mcConn) readHTTPHead() (status, length int, err error) {
 			n, err := strconv.Atoi(string(val))
 			if err != nil || n < 0 {
 				return 0, 0, protoErr("bad Content-Length", line)
+			}
+			if n > maxHTTPBody {
+				return 0, 0, protoErr("Content-Length over the limit of "+strconv.Itoa(maxHTTPBody), line)
 			}
 			length = n
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):

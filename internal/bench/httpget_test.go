@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,7 @@ func TestHTTPGetOneReplies(t *testing.T) {
 		{reply: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", kind: "protocol", broken: true},
 		{reply: "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", kind: "protocol", broken: true},
 		{reply: "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", kind: "protocol", broken: true},
+		{reply: "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999\r\n\r\n", kind: "protocol", broken: true},
 		{reply: "HTTP/1.1 200 OK\r\nno colon\r\n\r\n", kind: "protocol", broken: true},
 		{reply: "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", kind: "protocol", broken: true},
 		{reply: "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n", kind: "protocol", broken: true},
@@ -108,4 +110,31 @@ func TestReadLatViaHTTPMiss(t *testing.T) {
 	if ph := res.Phases[0]; ph.ErrorKinds["miss"] == 0 {
 		t.Errorf("errors %v, want misses", ph.ErrorKinds)
 	}
+}
+
+func FuzzHTTPGetReply(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nQs-Index: 7\r\n\r\nabc",
+		"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}",
+		"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 7\r\n\r\n{\"x\":1}",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	req := httpGetRequest("h", "db", "k")
+	f.Fuzz(func(t *testing.T, reply []byte) {
+		c, _ := scripted(string(reply))
+		v, found, err := c.httpGetOne(req)
+		if len(v) > len(reply) {
+			t.Fatalf("a %d-byte value from a %d-byte reply", len(v), len(reply))
+		}
+		if err == nil && !found && v != nil {
+			t.Fatalf("a miss with a value %q", v)
+		}
+		var he *HTTPError
+		if err != nil && !c.broken && !errors.As(err, &he) {
+			t.Fatalf("error %v left the connection usable", err)
+		}
+	})
 }
