@@ -72,8 +72,9 @@ var fsyncBounds = []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.0007, 0.001, 0.001
 const fsyncEvery = 5
 
 // engineCollector reports the engine metrics of every open store. Stores
-// register at open and leave at close, which waits for a scrape under way:
-// a closed Pebble instance must not be asked for its metrics.
+// register at open and leave at close, which waits for a scrape under way,
+// so that a closed Pebble instance is never asked for its metrics (Pebble
+// defines no use of a DB after Close).
 type engineCollector struct {
 	descs  []*prometheus.Desc
 	mu     sync.Mutex

@@ -131,3 +131,4 @@ func TestWriteStallMetrics(t *testing.T) {
 		t.Errorf("stall seconds +%g", v)
 	}
 }
+
