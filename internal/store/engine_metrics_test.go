@@ -131,4 +131,3 @@ func TestWriteStallMetrics(t *testing.T) {
 		t.Errorf("stall seconds +%g", v)
 	}
 }
-
