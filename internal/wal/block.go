@@ -98,12 +98,6 @@ func (b *BlockBuilder) endEntry(h Hash, t int64) {
 	b.lastTime = t
 }
 
-// NextBodyOffset is where, in the uncompressed payload, the body of an
-// entry of bodyLen bytes added next will start.
-func (b *BlockBuilder) NextBodyOffset(bodyLen int) int {
-	return len(b.raw) + uvarintLen(uint64(bodyLen))
-}
-
 // Len is the number of entries added.
 func (b *BlockBuilder) Len() int { return b.count }
 

@@ -199,8 +199,7 @@ func TestValueOffsets(t *testing.T) {
 	}
 	var b BlockBuilder
 	b.Add([]byte("padding-body"), Hash{}, 0)
-	at := b.NextBodyOffset(len(body))
-	b.Add(body, e.Hash, e.Time)
+	at := b.AddEntry(&e, Hash{}, false)
 	blk := b.Finish(nil, CompressNone)
 	_, c, payload, err := ParseBlockHeader(blk)
 	if err != nil || c != CompressNone {
