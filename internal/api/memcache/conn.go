@@ -94,7 +94,12 @@ func (c *conn) serve() {
 	defer c.finish()
 	for {
 		if c.s.closing.Load() {
-			return // between requests: pipelined ones not yet started are dropped
+			// Between requests: pipelined ones not yet started are
+			// dropped. This also covers a set given up at a forced
+			// shutdown (its context is canceled only once closing is
+			// set): the store may still read that value from c.buf, so
+			// nothing more may be read into it or moved within it.
+			return
 		}
 		c.inRequest = false
 		if c.r < c.w {
@@ -282,12 +287,6 @@ func (c *conn) set(req *request) bool {
 	c.s.stats.cmdSet.Add(1)
 	if _, err := c.s.b.Set(c.s.ctx, c.key, data[:n]); err != nil {
 		c.backendFailed(err)
-		if c.s.ctx.Err() != nil {
-			// Given up at a forced shutdown: the write may still commit,
-			// reading its value from c.buf, so nothing more is read into
-			// it. The connection ends after the reply.
-			return false
-		}
 		return true
 	}
 	c.replyLine("STORED")

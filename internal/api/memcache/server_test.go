@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -544,6 +545,39 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 
 // TestShutdownGracefulIsQuick: with only idle connections, Shutdown returns
 // at once, well before any timeout.
+// TestShutdownDropsPipelinedAfterGivenUpSet: a set given up at a forced
+// shutdown may still be committed by the store, which reads its value from
+// the connection's buffer; the sets pipelined behind it in that buffer are
+// never started (starting one would read or move bytes in it).
+func TestShutdownDropsPipelinedAfterGivenUpSet(t *testing.T) {
+	forIOModes(t, testShutdownDropsPipelinedAfterGivenUpSet)
+}
+
+func testShutdownDropsPipelinedAfterGivenUpSet(t *testing.T, threads int) {
+	b := newFakeBackend()
+	var calls atomic.Int32
+	entered := make(chan struct{})
+	b.setHook = func(ctx context.Context) error {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-ctx.Done() // a durable write that never completes on its own
+		}
+		return ctx.Err()
+	}
+	ts := startServer(t, withThreads(Config{}, threads), b)
+	c := dial(t, "tcp", ts.addr)
+	c.send("set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\nset c 0 0 40\r\n" + strings.Repeat("z", 40) + "\r\n")
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := ts.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want DeadlineExceeded", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the backend saw %d sets, want only the one given up", n)
+	}
+}
+
 func TestShutdownGracefulIsQuick(t *testing.T) { forIOModes(t, testShutdownGracefulIsQuick) }
 
 func testShutdownGracefulIsQuick(t *testing.T, threads int) {
