@@ -42,7 +42,8 @@ const (
 	mcBufSize = 64 << 10
 )
 
-// mcConn is one memcached text-protocol connection. Not safe for
+// mcConn is one memcached text-protocol connection (the readlat reader
+// reading through HTTP uses one too: httpget.go). Not safe for
 // concurrent use. After any method returns an error, broken says whether
 // the connection may be out of sync; if so it must be closed.
 type mcConn struct {

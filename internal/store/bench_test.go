@@ -402,11 +402,11 @@ func BenchmarkBlockIntoBatch(b *testing.B) {
 // BenchmarkBlobBlockCompression is Pebble's compression of one blob file
 // block holding a 40 kB random value (a raw log block of the readlat
 // write load), with Pebble's default profile (Snappy) and the store's
-// (blockCompression: adaptive, tries Snappy on about one block in ten).
+// (engineCompression: adaptive, tries Snappy on about one block in ten).
 func BenchmarkBlobBlockCompression(b *testing.B) {
 	src := make([]byte, 40<<10)
 	rand.Read(src)
-	for _, p := range []*block.CompressionProfile{block.SnappyCompression, blockCompression} {
+	for _, p := range []*block.CompressionProfile{block.SnappyCompression, engineCompression} {
 		b.Run(p.Name, func(b *testing.B) {
 			c := block.MakeCompressor(p)
 			defer c.Close()

@@ -33,7 +33,7 @@ func blobFileBytes(t *testing.T, dir string) int64 {
 	return n
 }
 
-// The adaptive blob compression (blockCompression) skips compressing
+// The adaptive blob compression (engineCompression) skips compressing
 // blocks that do not shrink, but compressible values must still be
 // compressed on disk; incompressible ones are stored at their size. Log
 // blocks of 40 kB values are stored raw (values dominate them), so the

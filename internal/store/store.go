@@ -508,7 +508,7 @@ func (s *Store) Compact() error {
 	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true)
 }
 
-// blockCompression is how Pebble compresses the blocks of its tables and
+// engineCompression is how Pebble compresses the blocks of its tables and
 // blob files. Pebble's default (Snappy everywhere) spends CPU compressing
 // every blob file block, and most of those are log blocks of large values
 // that are either already compressed (zstd) or stored raw because values
@@ -517,7 +517,7 @@ func (s *Store) Compact() error {
 // samples say pays: Snappy if it saves at least 10%, else no compression
 // (the OtherBlocks setting, used also for index and metadata blocks,
 // which are small). Compressible values still get compressed.
-var blockCompression = &block.CompressionProfile{
+var engineCompression = &block.CompressionProfile{
 	Name:                           "qs-adaptive-snappy",
 	DataBlocks:                     block.SnappyCompression.DataBlocks,
 	ValueBlocks:                    block.SnappyCompression.ValueBlocks,
@@ -526,4 +526,4 @@ var blockCompression = &block.CompressionProfile{
 	AdaptiveReductionCutoffPercent: 10,
 }
 
-func tableCompression() *block.CompressionProfile { return blockCompression }
+func tableCompression() *block.CompressionProfile { return engineCompression }
