@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 	"github.com/quicksilver-kv/qs/internal/watch"
@@ -314,7 +315,7 @@ func (c *Config) EnsureDefaults() {
 		c.WatchMaxWatchers = max(1, min(10_000, c.MaxHTTPConns-c.connsForOthers()))
 	}
 	if c.MemcacheThreads == 0 {
-		c.MemcacheThreads = 256
+		c.MemcacheThreads = memcache.DefaultConfig().Threads
 	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
