@@ -48,8 +48,10 @@ func (c *blockingConn) Read(p []byte) (int, error)  { return c.s.Read(p, deadlin
 func (c *blockingConn) Write(p []byte) (int, error) { return c.s.Write(p, deadline(c.wd.Load())) }
 
 func (c *blockingConn) SetDeadline(t time.Time) error {
-	c.SetReadDeadline(t)
-	return c.SetWriteDeadline(t)
+	ns := c.set(t)
+	c.rd.Store(ns)
+	c.wd.Store(ns)
+	return nil
 }
 
 func (c *blockingConn) SetReadDeadline(t time.Time) error {
