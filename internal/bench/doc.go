@@ -32,10 +32,11 @@
 //
 // For qs targets with an HTTP address the report also shows what the
 // server's storage engine did in each phase, from the difference of its
-// /metrics before and after every slice (PhaseEngine): the fsyncs of its
-// write-ahead log (per second, mean time, share over 3 ms) and the bytes it
-// wrote to the WAL, in flushes and in compactions, against the bytes of
-// values the writers sent. The writers each wait for their
+// /metrics before and after every slice (PhaseEngine): its fsyncs (of the
+// log segments, where commits are made durable, and of Pebble's
+// write-ahead log; per second, mean time, share over 3 ms) and the bytes
+// it wrote to the segments, Pebble's WAL, flushes and compactions, against
+// the bytes of values the writers sent. The writers each wait for their
 // acknowledgement, so the slow fsyncs set their rate.
 //
 // get: loads 100k keys ("k%06d", 100-byte values; via HTTP batches when the

@@ -14,41 +14,47 @@ import (
 // PhaseEngine is what a qs server's storage engine did during a phase: the
 // difference of its /metrics (database --db) before and after each slice.
 // Only targets with an HTTP address that export the store's engine metrics
-// have it. It shows where a durable write's time goes: the WAL's fsyncs,
-// and how many bytes the engine wrote for the bytes of values it was sent.
+// have it. It shows where a durable write's time goes: the fsyncs (of the
+// log segments and of Pebble's write-ahead log), and how many bytes the
+// store wrote for the bytes of values it was sent.
 type PhaseEngine struct {
-	// WALFsyncs is the number of fsyncs of the write-ahead log and
-	// WALFsyncSeconds their total time; WALFsyncsOver3ms counts those
-	// that took longer than 3 ms.
-	WALFsyncs        uint64  `json:"wal_fsyncs"`
-	WALFsyncSeconds  float64 `json:"wal_fsync_seconds"`
-	WALFsyncsOver3ms uint64  `json:"wal_fsyncs_over_3ms"`
-	// WALBytes, FlushedBytes and CompactedBytes are the bytes the engine
-	// wrote to its WAL, in flushes and in compactions.
+	// Fsyncs is the number of fsyncs of log segments and of the
+	// write-ahead log, and FsyncSeconds their total time; FsyncsOver3ms
+	// counts those that took longer than 3 ms.
+	Fsyncs        uint64  `json:"fsyncs"`
+	FsyncSeconds  float64 `json:"fsync_seconds"`
+	FsyncsOver3ms uint64  `json:"fsyncs_over_3ms"`
+	// SegmentBytes are the bytes appended to log segments; WALBytes,
+	// FlushedBytes and CompactedBytes the bytes Pebble wrote to its WAL,
+	// in flushes and in compactions.
+	SegmentBytes   float64 `json:"segment_bytes"`
 	WALBytes       float64 `json:"wal_bytes"`
 	FlushedBytes   float64 `json:"flushed_bytes"`
 	CompactedBytes float64 `json:"compacted_bytes"`
 }
 
-// Written is every byte the engine wrote.
-func (e *PhaseEngine) Written() float64 { return e.WALBytes + e.FlushedBytes + e.CompactedBytes }
+// Written is every byte the store wrote.
+func (e *PhaseEngine) Written() float64 {
+	return e.SegmentBytes + e.WALBytes + e.FlushedBytes + e.CompactedBytes
+}
 
 func (e *PhaseEngine) add(o PhaseEngine) {
-	e.WALFsyncs += o.WALFsyncs
-	e.WALFsyncSeconds += o.WALFsyncSeconds
-	e.WALFsyncsOver3ms += o.WALFsyncsOver3ms
+	e.Fsyncs += o.Fsyncs
+	e.FsyncSeconds += o.FsyncSeconds
+	e.FsyncsOver3ms += o.FsyncsOver3ms
+	e.SegmentBytes += o.SegmentBytes
 	e.WALBytes += o.WALBytes
 	e.FlushedBytes += o.FlushedBytes
 	e.CompactedBytes += o.CompactedBytes
 }
 
-// engineSample is the engine's counters at one moment; ok is false when
+// engineSample is the store's counters at one moment; ok is false when
 // the target did not report them.
 type engineSample struct {
-	ok                      bool
-	fsyncs, fsyncsUnder3ms  uint64
-	fsyncSeconds            float64
-	wal, flushed, compacted float64
+	ok                               bool
+	fsyncs, fsyncsUnder3ms           uint64
+	fsyncSeconds                     float64
+	segment, wal, flushed, compacted float64
 }
 
 // over3ms is the bucket bound the report splits WAL fsyncs at.
@@ -86,13 +92,16 @@ func sampleEngine(ctx context.Context, httpAddr, db string) engineSample {
 // engineFrom picks database db's engine counters out of parsed metrics.
 func engineFrom(mfs map[string]*dto.MetricFamily, db string) engineSample {
 	var s engineSample
-	for _, m := range ofDB(mfs["qs_store_wal_fsync_seconds"], db) {
-		h := m.GetHistogram()
-		s.ok = true
-		s.fsyncs, s.fsyncSeconds = h.GetSampleCount(), h.GetSampleSum()
-		for _, b := range h.GetBucket() {
-			if b.GetUpperBound() == over3ms {
-				s.fsyncsUnder3ms = b.GetCumulativeCount()
+	for _, name := range []string{"qs_store_wal_fsync_seconds", "qs_store_log_segment_fsync_seconds"} {
+		for _, m := range ofDB(mfs[name], db) {
+			h := m.GetHistogram()
+			s.ok = true
+			s.fsyncs += h.GetSampleCount()
+			s.fsyncSeconds += h.GetSampleSum()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == over3ms {
+					s.fsyncsUnder3ms += b.GetCumulativeCount()
+				}
 			}
 		}
 	}
@@ -103,6 +112,7 @@ func engineFrom(mfs map[string]*dto.MetricFamily, db string) engineSample {
 		}
 		return v
 	}
+	s.segment = sum("qs_store_log_segment_written_bytes_total")
 	s.wal = sum("qs_store_engine_wal_bytes_total")
 	s.flushed = sum("qs_store_engine_flushed_bytes_total")
 	s.compacted = sum("qs_store_engine_compacted_bytes_total")
@@ -127,22 +137,23 @@ func ofDB(mf *dto.MetricFamily, db string) []*dto.Metric {
 // server restarted).
 func engineBetween(a, b engineSample) (PhaseEngine, bool) {
 	if !a.ok || !b.ok || b.fsyncs < a.fsyncs || b.fsyncsUnder3ms < a.fsyncsUnder3ms ||
-		b.wal < a.wal || b.flushed < a.flushed || b.compacted < a.compacted {
+		b.segment < a.segment || b.wal < a.wal || b.flushed < a.flushed || b.compacted < a.compacted {
 		return PhaseEngine{}, false
 	}
 	n := b.fsyncs - a.fsyncs
 	under := b.fsyncsUnder3ms - a.fsyncsUnder3ms
 	return PhaseEngine{
-		WALFsyncs:        n,
-		WALFsyncSeconds:  b.fsyncSeconds - a.fsyncSeconds,
-		WALFsyncsOver3ms: n - min(n, under),
-		WALBytes:         b.wal - a.wal,
-		FlushedBytes:     b.flushed - a.flushed,
-		CompactedBytes:   b.compacted - a.compacted,
+		Fsyncs:         n,
+		FsyncSeconds:   b.fsyncSeconds - a.fsyncSeconds,
+		FsyncsOver3ms:  n - min(n, under),
+		SegmentBytes:   b.segment - a.segment,
+		WALBytes:       b.wal - a.wal,
+		FlushedBytes:   b.flushed - a.flushed,
+		CompactedBytes: b.compacted - a.compacted,
 	}, true
 }
 
-var engineHeader = []string{"phase", "target", "WAL fsyncs/s", "fsync mean", "fsyncs > 3 ms", "MB written", "per value byte"}
+var engineHeader = []string{"phase", "target", "fsyncs/s", "fsync mean", "fsyncs > 3 ms", "MB written", "per value byte"}
 
 // engineRows is the engine table of a result, or nil if no phase has
 // engine figures.
@@ -159,11 +170,11 @@ func engineRows(r *Result) [][]string {
 		}
 		perSec, mean, over, per := "-", "-", "-", "-"
 		if ph.Seconds > 0 {
-			perSec = fmt.Sprintf("%.0f", float64(e.WALFsyncs)/ph.Seconds)
+			perSec = fmt.Sprintf("%.0f", float64(e.Fsyncs)/ph.Seconds)
 		}
-		if e.WALFsyncs > 0 {
-			mean = fmtUs(e.WALFsyncSeconds / float64(e.WALFsyncs) * 1e6)
-			over = fmt.Sprintf("%.1f%%", 100*float64(e.WALFsyncsOver3ms)/float64(e.WALFsyncs))
+		if e.Fsyncs > 0 {
+			mean = fmtUs(e.FsyncSeconds / float64(e.Fsyncs) * 1e6)
+			over = fmt.Sprintf("%.1f%%", 100*float64(e.FsyncsOver3ms)/float64(e.Fsyncs))
 		}
 		var values int64
 		for _, op := range ph.Ops {

@@ -20,6 +20,15 @@ qs_store_wal_fsync_seconds_bucket{db="b",le="0.003"} 1
 qs_store_wal_fsync_seconds_bucket{db="b",le="+Inf"} 1
 qs_store_wal_fsync_seconds_sum{db="b"} 0.001
 qs_store_wal_fsync_seconds_count{db="b"} 1
+# TYPE qs_store_log_segment_fsync_seconds histogram
+qs_store_log_segment_fsync_seconds_bucket{db="a",le="0.001"} 40
+qs_store_log_segment_fsync_seconds_bucket{db="a",le="0.003"} 48
+qs_store_log_segment_fsync_seconds_bucket{db="a",le="0.005"} 49
+qs_store_log_segment_fsync_seconds_bucket{db="a",le="+Inf"} 50
+qs_store_log_segment_fsync_seconds_sum{db="a"} 0.04
+qs_store_log_segment_fsync_seconds_count{db="a"} 50
+# TYPE qs_store_log_segment_written_bytes_total counter
+qs_store_log_segment_written_bytes_total{db="a"} 90000
 # TYPE qs_store_engine_wal_bytes_total counter
 qs_store_engine_wal_bytes_total{db="a"} 4000
 qs_store_engine_wal_bytes_total{db="b"} 7
@@ -42,7 +51,11 @@ func parseEngine(t *testing.T, text, db string) engineSample {
 
 func TestEngineFrom(t *testing.T) {
 	s := parseEngine(t, engineText, "a")
-	want := engineSample{ok: true, fsyncs: 100, fsyncsUnder3ms: 95, fsyncSeconds: 0.08, wal: 4000, flushed: 3100, compacted: 50}
+	// WAL and segment fsyncs together; segment bytes apart.
+	want := engineSample{ok: true, fsyncs: 150, fsyncsUnder3ms: 143, fsyncSeconds: 0.12, segment: 90000, wal: 4000, flushed: 3100, compacted: 50}
+	if s.fsyncSeconds > 0.1199 && s.fsyncSeconds < 0.1201 {
+		s.fsyncSeconds = 0.12
+	}
 	if s != want {
 		t.Errorf("db a: %+v, want %+v", s, want)
 	}
@@ -56,20 +69,23 @@ func TestEngineFrom(t *testing.T) {
 }
 
 func TestEngineBetween(t *testing.T) {
-	a := engineSample{ok: true, fsyncs: 100, fsyncsUnder3ms: 95, fsyncSeconds: 0.08, wal: 4000, flushed: 3100, compacted: 50}
-	b := engineSample{ok: true, fsyncs: 300, fsyncsUnder3ms: 285, fsyncSeconds: 0.28, wal: 12000, flushed: 9100, compacted: 50}
+	a := engineSample{ok: true, fsyncs: 100, fsyncsUnder3ms: 95, fsyncSeconds: 0.08, segment: 1000, wal: 4000, flushed: 3100, compacted: 50}
+	b := engineSample{ok: true, fsyncs: 300, fsyncsUnder3ms: 285, fsyncSeconds: 0.28, segment: 3000, wal: 12000, flushed: 9100, compacted: 50}
 	e, ok := engineBetween(a, b)
-	want := PhaseEngine{WALFsyncs: 200, WALFsyncSeconds: 0.2, WALFsyncsOver3ms: 10, WALBytes: 8000, FlushedBytes: 6000}
-	if !ok || e.WALFsyncs != want.WALFsyncs || e.WALFsyncsOver3ms != want.WALFsyncsOver3ms ||
+	want := PhaseEngine{Fsyncs: 200, FsyncSeconds: 0.2, FsyncsOver3ms: 10, SegmentBytes: 2000, WALBytes: 8000, FlushedBytes: 6000}
+	if !ok || e.Fsyncs != want.Fsyncs || e.FsyncsOver3ms != want.FsyncsOver3ms || e.SegmentBytes != want.SegmentBytes ||
 		e.WALBytes != want.WALBytes || e.FlushedBytes != want.FlushedBytes || e.CompactedBytes != 0 ||
-		e.WALFsyncSeconds < 0.199 || e.WALFsyncSeconds > 0.201 {
+		e.FsyncSeconds < 0.199 || e.FsyncSeconds > 0.201 {
 		t.Errorf("between: %+v, %v; want %+v", e, ok, want)
 	}
-	if e.Written() != 14000 {
+	if e.Written() != 16000 {
 		t.Errorf("written %g", e.Written())
 	}
 	// A restarted server or a replaced database: counters went back.
 	if _, ok := engineBetween(b, a); ok {
+		t.Error("counters that went back gave figures")
+	}
+	if _, ok := engineBetween(b, engineSample{ok: true, fsyncs: 400, fsyncsUnder3ms: 385, segment: 10, wal: 12000, flushed: 9100, compacted: 50}); ok {
 		t.Error("counters that went back gave figures")
 	}
 	if _, ok := engineBetween(engineSample{}, b); ok {
@@ -110,9 +126,9 @@ func TestEngineFigures(t *testing.T) {
 			// A set cut off at the end of a slice may be stored but not
 			// counted by the writer: one per slice at most.
 			n := uint64(w.Ops)
-			if e.WALFsyncs < n || e.WALFsyncs > n+uint64(cfg.Slices) ||
-				e.WALBytes != float64(e.WALFsyncs*1000) || e.FlushedBytes != float64(e.WALFsyncs*500) ||
-				e.WALFsyncsOver3ms > e.WALFsyncs/10+uint64(cfg.Slices) {
+			if e.Fsyncs < n || e.Fsyncs > n+uint64(cfg.Slices) ||
+				e.WALBytes != float64(e.Fsyncs*1000) || e.FlushedBytes != float64(e.Fsyncs*500) ||
+				e.FsyncsOver3ms > e.Fsyncs/10+uint64(cfg.Slices) {
 				t.Errorf("1 writer/a: engine %+v for %d writes", e, w.Ops)
 			}
 		}

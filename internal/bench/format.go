@@ -98,7 +98,7 @@ func (r *Report) write(w io.Writer, md bool) error {
 			table(ew, cpuHeader, rows)
 		}
 		if rows := engineRows(res); len(rows) > 0 {
-			p("\nThe qs storage engine during each phase, from the difference of the server's /metrics (database %s): fsyncs of its write-ahead log per second, their mean time and the share over 3 ms; the megabytes it wrote (WAL, flushes, compactions) and their ratio to the bytes of values the writers sent:\n\n", r.Config.DB)
+			p("\nThe qs storage engine during each phase, from the difference of the server's /metrics (database %s): fsyncs per second (of the log segments, where commits are made durable, and of the engine's write-ahead log), their mean time and the share over 3 ms; the megabytes it wrote (log segments, WAL, flushes, compactions) and their ratio to the bytes of values the writers sent:\n\n", r.Config.DB)
 			table(ew, engineHeader, rows)
 		}
 		if len(res.Ratios) > 0 {

@@ -374,7 +374,7 @@ func BenchmarkBlockIntoBatch(b *testing.B) {
 				c.blk.AddEntry(&es[j], c.last.hash, true)
 				c.last.hash = es[j].Hash
 			}
-			c.setBlock()
+			c.setBlock(false)
 			c.batch.Close()
 		}
 	})

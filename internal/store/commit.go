@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"syscall"
 	"time"
 
@@ -372,7 +373,17 @@ type committer struct {
 	pstats      proxyRecord
 	pxDirty     bool
 	windowFloor uint64 // values written at or below it are stored remote
-	logDropped  int64  // log bytes retention dropped in this group
+
+	// Log segments (segment.go): whether the group appended its block to
+	// a segment; the block a replay at open applies again.
+	appended  bool
+	replay    *blockRef
+	replayEnd int64                   // after the replayed block's frames
+	replayIDs map[string]batchOutcome // the replayed group's outcomes
+	idsBuf    []byte
+	// The group's changes of what points into each segment.
+	segDelta   map[uint64]segUse
+	logDropped int64 // log bytes retention dropped in this group
 }
 
 // keyState is what the committer knows of a key: from the store, then
@@ -428,6 +439,7 @@ func newCommitter(s *Store) (*committer, error) {
 	if err := c.loadProxy(); err != nil {
 		return nil, err
 	}
+	c.segDelta = map[uint64]segUse{}
 	return c, nil
 }
 
@@ -449,12 +461,20 @@ func (c *committer) commit(group []*request) {
 	clear(c.overlay)
 	clear(c.inLog)
 	clear(c.ids)
+	if c.replay != nil && len(c.replayIDs) > 0 {
+		if c.ids == nil {
+			c.ids = map[string]batchOutcome{}
+		}
+		maps.Copy(c.ids, c.replayIDs)
+	}
 	clear(c.touched)
 	c.retiredDirty = false
 	c.blk.Reset()
 	c.entries = 0
 
-	if err := c.checkSpace(); err != nil {
+	if c.replay != nil {
+		// Replaying durable blocks: the space they need is already taken.
+	} else if err := c.checkSpace(); err != nil {
 		for _, r := range group {
 			r.err = err
 			s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
@@ -462,6 +482,14 @@ func (c *committer) commit(group []*request) {
 		}
 		return
 	}
+
+	// A durable group's block goes to the log segments; the others' (Raft
+	// commands, a proxy's cache) stay in Pebble, which their own
+	// durability rules cover, and so do a proxy's (whose blocks retention
+	// drops within its window).
+	segmented := s.segs != nil && s.px == nil && !s.opts.blocksInPebble && c.needsSync(group)
+	c.appended = false
+	clear(c.segDelta)
 
 	var groupErr error
 	for _, r := range group {
@@ -490,8 +518,15 @@ func (c *committer) commit(group []*request) {
 		if c.raftIndex != baseRaft {
 			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
+		var blkLen int
+		var uncompressed bool
 		if c.blk.Len() > 0 {
-			blkLen, uncompressed := c.setBlock()
+			var err error
+			if blkLen, uncompressed, err = c.setBlock(segmented); err != nil {
+				groupErr = classifyCommitError(err)
+			}
+		}
+		if groupErr == nil && c.blk.Len() > 0 {
 			c.sumBuf = c.encodeSummary(c.sumBuf, blkLen, uncompressed)
 			c.batch.Set(summaryKey(c.blockFirst), c.sumBuf, nil)
 			c.writeInLogRecords(uncompressed)
@@ -521,11 +556,25 @@ func (c *committer) commit(group []*request) {
 		if err := c.writeRoleMeta(); err != nil {
 			s.opts.Logger.Warn("history and proxy state not recorded", "db", s.opts.Name, "err", err)
 		}
+		if err := c.writeSegUse(); err != nil && groupErr == nil {
+			groupErr = fmt.Errorf("%w: segment use: %v", ErrWriteFailed, err)
+		}
 		syncStart := time.Now()
-		if err := c.batch.Commit(c.writeOptions(group)); err != nil {
-			groupErr = classifyCommitError(err)
+		if groupErr == nil && c.appended {
+			// The durability point: Pebble's batch follows, unsynced.
+			if err := s.segs.sync(); err != nil {
+				groupErr = classifyCommitError(err)
+			}
+		}
+		if groupErr == nil {
+			if err := c.batch.Commit(c.writeOptions(group, segmented)); err != nil {
+				groupErr = classifyCommitError(err)
+			}
 		}
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
+	}
+	if groupErr != nil && c.appended {
+		s.segs.fail()
 	}
 	if groupErr != nil {
 		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
@@ -883,7 +932,7 @@ func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) 
 		if err != nil {
 			return false, err
 		}
-		cur, err := readInLog(it, *ks.logRec, nil)
+		cur, err := c.s.readInLog(it, *ks.logRec, nil)
 		if err != nil {
 			return false, nil // unreadable: treat as different, the write repairs it
 		}
@@ -945,20 +994,46 @@ func (c *committer) blockCompression() wal.Compression {
 	return c.s.opts.Compression
 }
 
-// setBlock puts the group's finished block in the batch, encoded straight
-// into the batch's buffer (its payload is copied once), and returns its
-// size and whether it is stored uncompressed.
-func (c *committer) setBlock() (int, bool) {
+// setBlock stores the group's finished block and returns its size and
+// whether it is stored uncompressed (its values then need no record of
+// their own). With segmented, the block is appended to the log segments
+// and the batch gets a reference to it (segment.go); otherwise the block
+// is encoded straight into the batch's buffer (its payload is copied
+// once). A block being replayed is already in a segment: the batch gets
+// its reference, and its values inline records (the block is not rebuilt
+// byte for byte, so offsets into it are not used).
+func (c *committer) setBlock(segmented bool) (int, bool, error) {
+	key := logKey(c.blockFirst)
+	if c.replay != nil {
+		c.buf = c.replay.encode(c.buf[:0])
+		c.batch.Set(key, c.buf, nil)
+		c.batch.Set(metaSegments, segTail{seq: c.replay.seq, off: c.replayEnd}.encode(), nil)
+		c.useSegment(c.replay.seq, int64(c.replay.n), 1)
+		return c.replay.n, false, nil
+	}
 	comp := c.blockCompression()
 	hdr, payload := c.blk.Parts(c.buf[:0], comp)
 	c.buf = hdr
-	key := logKey(c.blockFirst)
 	n := len(hdr) + len(payload)
+	uncompressed := wal.Compression(hdr[1]) == wal.CompressNone
+	if segmented {
+		c.idsBuf = encodeIDs(c.idsBuf[:0], c.ids)
+		ref, end, err := c.s.segs.append(hdr, payload, c.idsBuf)
+		if err != nil {
+			return 0, false, err
+		}
+		c.appended = true
+		c.buf = ref.encode(c.buf[:0])
+		c.batch.Set(key, c.buf, nil)
+		c.batch.Set(metaSegments, segTail{seq: ref.seq, off: end}.encode(), nil)
+		c.useSegment(ref.seq, int64(n), 1)
+		return n, uncompressed, nil
+	}
 	op := c.batch.SetDeferred(len(key), n)
 	copy(op.Key, key)
 	copy(op.Value[copy(op.Value, hdr):], payload)
 	op.Finish() // fails only for an indexed batch, as Set does
-	return n, wal.Compression(hdr[1]) == wal.CompressNone
+	return n, uncompressed, nil
 }
 
 // writeInLogRecords writes the deferred value records of the group: in-log

@@ -38,6 +38,8 @@ func blobFileBytes(t *testing.T, dir string) int64 {
 // compressed on disk; incompressible ones are stored at their size. Log
 // blocks of 40 kB values are stored raw (values dominate them), so the
 // blob files hold them as they are and only Pebble can compress them.
+// Blocks are kept in Pebble here, as Raft and proxy stores keep them; log
+// segments hold them otherwise.
 func TestBlobFilesCompressOnlyWhatShrinks(t *testing.T) {
 	const n, size = 200, 40 << 10
 	compressible := func(i int) []byte {
@@ -62,7 +64,7 @@ func TestBlobFilesCompressOnlyWhatShrinks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openTest(t, Options{Dir: dir, Compression: wal.CompressZstd, Logger: quietLogger()})
+			s := openTest(t, Options{Dir: dir, Compression: wal.CompressZstd, Logger: quietLogger(), blocksInPebble: true})
 			values := make([][]byte, n)
 			for i := range n {
 				values[i] = tc.value(i)

@@ -120,9 +120,8 @@ func TestCorruptLogBlock(t *testing.T) {
 			mustWrite(t, s, setb("k", bytes.Repeat([]byte{byte('a' + i)}, 600)))
 		}
 		// Block 3 (one entry per block here) loses its format byte.
-		k := logKey(3)
-		raw := rawGet(t, s, k)
-		rawSet(t, s, k, flip(raw, 1)) // the compression byte: 0<->1, 2->3
+		raw := blockGet(t, s, 3)
+		rawSetBlock(t, s, 3, flip(raw, 1)) // the compression byte: 0<->1, 2->3
 		if raw[1] != byte(c) {
 			t.Fatalf("block stored with compression %d, want %d", raw[1], c)
 		}

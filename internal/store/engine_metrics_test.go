@@ -37,7 +37,9 @@ func engineSeries(t *testing.T, db string) map[string]*dto.Metric {
 
 func TestEngineMetrics(t *testing.T) {
 	const db = "engine-metrics-test"
-	s := openTest(t, Options{Name: db})
+	// Blocks in Pebble (as in Raft and proxy stores): each commit syncs
+	// its WAL, and the flush writes the values to blob files.
+	s := openTest(t, Options{Name: db, blocksInPebble: true})
 	const writes = 20
 	for i := 0; i < writes; i++ {
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 40<<10))) // incompressible

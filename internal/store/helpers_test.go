@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -84,6 +85,68 @@ func rawGet(t *testing.T, s *Store, k []byte) []byte {
 	}
 	defer c.Close()
 	return append([]byte(nil), v...)
+}
+
+// blockGet returns log block b as stored: in Pebble, or in its segment.
+func blockGet(t *testing.T, s *Store, b uint64) []byte {
+	t.Helper()
+	blk, err := s.blockBytes(rawGet(t, s, logKey(b)), nil)
+	if err != nil {
+		t.Fatalf("log block %d: %v", b, err)
+	}
+	return blk
+}
+
+// segmentRef returns where log block b is in the segments; it fails the
+// test if the block is stored in Pebble.
+func segmentRef(t *testing.T, s *Store, b uint64) blockRef {
+	t.Helper()
+	ref, ok, err := decodeBlockRef(rawGet(t, s, logKey(b)))
+	if err != nil || !ok {
+		t.Fatalf("log block %d is not in a segment (err %v)", b, err)
+	}
+	return ref
+}
+
+// flipSegmentByte flips bit 0x40 of the byte at offset at of log block b
+// in its segment file, behind the store's back (a bad disk block).
+func flipSegmentByte(t *testing.T, s *Store, b uint64, at int) {
+	t.Helper()
+	ref := segmentRef(t, s, b)
+	f, err := s.opts.FS.OpenReadWrite(s.opts.FS.PathJoin(s.opts.Dir, segName(ref.seq)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var one [1]byte
+	if _, err := f.ReadAt(one[:], ref.off+int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	one[0] ^= 0x40
+	if _, err := f.WriteAt(one[:], ref.off+int64(at)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rawSetBlock replaces log block b with blk, stored in Pebble, behind the
+// store's back, keeping the use record of the segment it was in right:
+// the damage is to the block alone.
+func rawSetBlock(t *testing.T, s *Store, b uint64, blk []byte) {
+	t.Helper()
+	if ref, ok, err := decodeBlockRef(rawGet(t, s, logKey(b))); err == nil && ok {
+		u, err := decodeSegUse(rawGet(t, s, segUseKey(ref.seq)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.blocks--
+		u.bytes -= int64(ref.n)
+		if u.blocks == 0 {
+			rawDelete(t, s, segUseKey(ref.seq))
+		} else {
+			rawSet(t, s, segUseKey(ref.seq), u.encode())
+		}
+	}
+	rawSet(t, s, logKey(b), blk)
 }
 
 // rawSet overwrites a key behind the store's back: a stored record changed

@@ -164,7 +164,7 @@ func (c *committer) oldValue(key []byte, ks *keyState) (value []byte, lost bool,
 		if err != nil {
 			return nil, false, err
 		}
-		v, err := readInLog(it, *ks.logRec, nil)
+		v, err := c.s.readInLog(it, *ks.logRec, nil)
 		if errors.Is(err, ErrCorrupt) {
 			c.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
 			return nil, true, nil

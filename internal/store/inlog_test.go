@@ -94,15 +94,10 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 			val := bytes.Repeat([]byte("z"), 3000)
 			r := mustWrite(t, s, wal.Op{Type: wal.OpSet, Key: []byte("k"), Value: val})
 			k := logKey(r.Index)
-			raw, closer, err := s.db.Get(k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			blk := append([]byte(nil), raw...)
-			closer.Close()
+			var err error
 			if damage == "flip" {
-				blk[len(blk)-100] ^= 0x40 // inside the value, in the payload
-				err = s.db.Set(k, blk, nil)
+				// inside the value, in the payload, in the segment file
+				flipSegmentByte(t, s, r.Index, segmentRef(t, s, r.Index).n-100)
 			} else {
 				err = s.db.Delete(k, nil)
 			}
@@ -150,12 +145,7 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 func TestBlockCompressionChoice(t *testing.T) {
 	s := openTest(t, Options{Compression: wal.CompressZstd})
 	block := func(index uint64) wal.Compression {
-		raw, closer, err := s.db.Get(logKey(index))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer closer.Close()
-		_, c, _, err := wal.ParseBlockHeader(raw)
+		_, c, _, err := wal.ParseBlockHeader(blockGet(t, s, index))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,6 +26,12 @@ var (
 	metaRetiredBlock = []byte("mrb")
 	// metaBlockSummary + BE64 block: blockSummary of a log block (summary.go)
 	metaBlockSummary = []byte("mlb")
+	// metaSegments: segTail, where the next block goes in the log
+	// segments (segment.go); absent until the first block is appended
+	metaSegments = []byte("mseg")
+	// metaSegUse + BE64 seq: segUse, the block keys pointing into a log
+	// segment and their bytes; absent when none does
+	metaSegUse = []byte("msu")
 )
 
 // formatVersion is the storage layout version written at creation.

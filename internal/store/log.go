@@ -61,6 +61,8 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	}
 	s.engine.RLock()
 	defer s.engine.RUnlock()
+	e := s.gate.enter()
+	defer s.gate.leave(e)
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	lr, err := logRangeAt(snap)
@@ -94,6 +96,9 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 			return nil, fmt.Errorf("%w: bad log key %x", ErrCorrupt, it.Key())
 		}
 		raw, err := it.ValueAndErr()
+		if err == nil {
+			raw, err = s.blockBytes(raw, nil)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +187,10 @@ func (c *committer) truncateLog() error {
 		}
 		var raw []byte
 		if !usable {
-			if raw, err = it.ValueAndErr(); err != nil {
+			if raw, err = it.ValueAndErr(); err == nil {
+				raw, err = c.s.blockBytes(raw, nil)
+			}
+			if err != nil {
 				stopped = err
 				break
 			}

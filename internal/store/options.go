@@ -84,6 +84,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock stamped on entries. Default time.Now.
 	Now func() time.Time
+
+	// For tests: the size of a log segment (default 64 MiB), how often
+	// unreferenced segments are looked for (default every second), and
+	// keeping every block in Pebble (as Raft and proxy stores do).
+	segmentBytes   int64
+	collectEvery   time.Duration
+	blocksInPebble bool
 }
 
 // Retention limits the retained log. A zero field means its default; a

@@ -37,14 +37,25 @@ var metaRaft = []byte("mraft")
 // store applied.
 
 // writeOptions is the durability of the group's batch.
-func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
+func (c *committer) writeOptions(group []*request, segmented bool) *pebble.WriteOptions {
+	if c.needsSync(group) && !segmented && c.replay == nil {
+		return pebble.Sync
+	}
+	// A group whose block went to a synced log segment, or that is
+	// replayed from one, needs no Pebble fsync: a replay at open restores
+	// what Pebble loses (segment.go).
+	return pebble.NoSync
+}
+
+// needsSync reports whether the group must be durable when committed.
+func (c *committer) needsSync(group []*request) bool {
 	for _, r := range group {
 		// A proxy's cache changes need no fsync either (see proxy.go).
 		if r.kind != reqRaft && r.kind != reqCache {
-			return pebble.Sync
+			return true
 		}
 	}
-	return pebble.NoSync
+	return false
 }
 
 // SyncRaft makes every Raft command applied so far durable (one WAL fsync).

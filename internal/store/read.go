@@ -18,6 +18,7 @@ import (
 // A View is used by one goroutine and must be closed promptly.
 type View struct {
 	s     *Store
+	epoch uint64 // of s.gate
 	it    *pebble.Iterator
 	index uint64
 	kbuf  []byte
@@ -61,14 +62,17 @@ func (s *Store) openView() (*View, error) {
 		return nil, ErrClosed
 	}
 	s.engine.RLock()
+	e := s.gate.enter()
 	it, err := s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
+		s.gate.leave(e)
 		s.engine.RUnlock()
 		return nil, err
 	}
-	v := &View{s: s, it: it}
+	v := &View{s: s, it: it, epoch: e}
 	fail := func(err error) (*View, error) {
 		it.Close()
+		s.gate.leave(e)
 		s.engine.RUnlock()
 		return nil, err
 	}
@@ -93,6 +97,7 @@ func (v *View) Index() uint64 { return v.index }
 // Close releases the view; it must be called exactly once.
 func (v *View) Close() error {
 	err := v.it.Close()
+	v.s.gate.leave(v.epoch)
 	v.s.engine.RUnlock()
 	return err
 }
@@ -147,7 +152,7 @@ func (v *View) value(key []byte, rec record) ([]byte, uint64, error) {
 	}
 	defer it.Close()
 	if rec.inLog {
-		v.vbuf, err = readInLog(it, rec, v.vbuf[:0])
+		v.vbuf, err = v.s.readInLog(it, rec, v.vbuf[:0])
 		if err != nil {
 			v.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
 			return nil, 0, fmt.Errorf("key %q: %w", key, err)
@@ -163,8 +168,9 @@ func (v *View) value(key []byte, rec record) ([]byte, uint64, error) {
 }
 
 // readInLog reads the value of an in-log record from its log block and
-// checks its CRC.
-func readInLog(it *pebble.Iterator, rec record, dst []byte) ([]byte, error) {
+// checks its CRC. A block in a log segment is not read whole: the value
+// alone is.
+func (s *Store) readInLog(it *pebble.Iterator, rec record, dst []byte) ([]byte, error) {
 	k := logKey(rec.block)
 	if !it.SeekPrefixGE(k) || !bytes.Equal(it.Key(), k) {
 		if err := it.Error(); err != nil {
@@ -175,6 +181,27 @@ func readInLog(it *pebble.Iterator, rec record, dst []byte) ([]byte, error) {
 	raw, err := it.ValueAndErr()
 	if err != nil {
 		return nil, err
+	}
+	ref, isRef, err := decodeBlockRef(raw)
+	if err != nil {
+		return nil, err
+	}
+	if isRef {
+		if s.segs == nil {
+			return nil, fmt.Errorf("%w: log block %d is in a segment, but the store has no segments", ErrCorrupt, rec.block)
+		}
+		if rec.offset < 0 || rec.valueLen < 0 || rec.offset+rec.valueLen > ref.n-ref.payloadAt {
+			return nil, fmt.Errorf("%w: log block %d cannot hold a value at %d+%d", ErrCorrupt, rec.block, rec.offset, rec.valueLen)
+		}
+		start := len(dst)
+		dst, err = s.segs.readAt(ref.seq, ref.off+int64(ref.payloadAt+rec.offset), rec.valueLen, dst)
+		if err != nil {
+			return nil, err
+		}
+		if crc(dst[start:]) != rec.valueCRC {
+			return nil, fmt.Errorf("%w: value in log block %d: crc mismatch", ErrCorrupt, rec.block)
+		}
+		return dst, nil
 	}
 	_, c, payload, err := wal.ParseBlockHeader(raw)
 	if err != nil {

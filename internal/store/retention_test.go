@@ -294,7 +294,7 @@ func TestRetentionStopsAtUnreadableBlock(t *testing.T) {
 	// Block 2 loses its summary and all but its first byte; blocks 1 and 2
 	// are still inside the limit.
 	rawDelete(t, s, summaryKey(2))
-	rawSet(t, s, logKey(2), rawGet(t, s, logKey(2))[:1])
+	rawSetBlock(t, s, 2, blockGet(t, s, 2)[:1])
 	for i := 0; i < 3; i++ { // now 1 and 2 are over the limit
 		mustWrite(t, s, set("c", fmt.Sprint(i)))
 	}

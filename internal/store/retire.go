@@ -240,8 +240,7 @@ func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 // is then read only to copy values out.
 func (c *committer) leaveLog(blockFirst uint64, r retiredRecord, blk []byte) error {
 	if r.live > 0 && !r.sparse() {
-		c.retire(blockFirst, r)
-		return nil
+		return c.retire(blockFirst, r)
 	}
 	if r.live > 0 {
 		if blk == nil {
@@ -254,8 +253,7 @@ func (c *committer) leaveLog(blockFirst uint64, r retiredRecord, blk []byte) err
 			return err
 		}
 	}
-	c.batch.Delete(logKey(blockFirst), nil)
-	return nil
+	return c.dropBlock(blockFirst)
 }
 
 // readBlock returns a copy of log block b (the lookups that follow move
@@ -268,16 +266,20 @@ func (c *committer) readBlock(b uint64) ([]byte, error) {
 	if !found {
 		return nil, fmt.Errorf("%w: log block %d is missing", ErrCorrupt, b)
 	}
+	if _, isRef, err := decodeBlockRef(blk); isRef || err != nil {
+		return c.s.blockBytes(blk, nil)
+	}
 	return append([]byte(nil), blk...), nil
 }
 
 // retire keeps a block leaving the log as the home of its live values.
-func (c *committer) retire(blockFirst uint64, r retiredRecord) {
+func (c *committer) retire(blockFirst uint64, r retiredRecord) error {
 	c.batch.Set(retiredKey(blockFirst), r.encode(), nil)
 	c.retired.blocks++
 	c.retired.bytes += r.blockBytes
 	c.retiredDirty = true
 	c.rm.retired.Inc()
+	return nil
 }
 
 // release counts down the retired block holding the value a group op
@@ -364,7 +366,9 @@ func (c *committer) freeRetired(b uint64, st *retiredState) error {
 	if err := c.materialize(b, blk); err != nil {
 		return err
 	}
-	c.batch.Delete(logKey(b), nil)
+	if err := c.dropBlock(b); err != nil {
+		return err
+	}
 	c.batch.Delete(retiredKey(b), nil)
 	c.retired.blocks--
 	c.retired.bytes -= st.rec.blockBytes

@@ -41,7 +41,13 @@ func (s *Store) Checkpoint(dir string) (Head, error) {
 		return Head{}, ErrClosed
 	}
 	s.engine.RLock()
+	s.collect.Lock()
 	err := s.db.Checkpoint(dir, pebble.WithFlushedWAL())
+	if err == nil && s.segs != nil {
+		// After Pebble's: the segments hold every block it references.
+		err = s.segs.copyInto(dir)
+	}
+	s.collect.Unlock()
 	s.engine.RUnlock()
 	if err != nil {
 		s.opts.FS.RemoveAll(dir)
@@ -106,6 +112,12 @@ func (s *Store) replace() error {
 	if err := s.db.Close(); err != nil {
 		o.Logger.Warn("closing the replaced database", "db", o.Name, "err", err)
 	}
+	if s.segs != nil {
+		if err := s.segs.close(); err != nil {
+			o.Logger.Warn("closing the replaced log segments", "db", o.Name, "err", err)
+		}
+		s.segs = nil
+	}
 	if err := installReady(o); err != nil {
 		// Nothing was renamed, or the rename was undone: reopen the old.
 		return errors.Join(fmt.Errorf("install snapshot: %w", err), s.reopen())
@@ -132,6 +144,11 @@ func (s *Store) reopen() error {
 	}
 	s.db = db
 	if err := s.loadMeta(); err != nil {
+		db.Close()
+		return err
+	}
+	if err := s.openSegments(); err != nil {
+		db.Close()
 		return err
 	}
 	s.ensureBallast()

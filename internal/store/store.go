@@ -87,6 +87,15 @@ type Store struct {
 	stopped chan struct{}
 
 	ballast string
+
+	// segs holds the log blocks of durable commits (segment.go); nil for
+	// a proxy. Guarded by engine like db. gate lets the segment collector
+	// wait for views that may still reference a segment it removes;
+	// collect keeps it from removing segments while a checkpoint links
+	// them.
+	segs    *segments
+	gate    readGate
+	collect sync.Mutex
 }
 
 // Open opens or creates the database in o.Dir.
@@ -123,10 +132,18 @@ func Open(o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
 	}
+	if err := s.openSegments(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+	}
 	if !o.ReadOnly {
 		removeReplaced(o)
 		s.ensureBallast()
 		go s.commitLoop()
+		if s.segs != nil {
+			s.bg.Add(1)
+			go s.segmentLoop()
+		}
 		if s.px != nil {
 			s.m.pxBudget.Set(float64(s.px.budget()))
 			s.bg.Add(1)
@@ -369,7 +386,11 @@ func (s *Store) Close() error {
 	close(s.quit)
 	s.bg.Wait()
 	<-s.stopped
-	return s.db.Close()
+	err := s.db.Close()
+	if s.segs != nil {
+		err = errors.Join(err, s.segs.close())
+	}
+	return err
 }
 
 // DiskBytes is the size of the database on disk.
@@ -379,7 +400,11 @@ func (s *Store) DiskBytes() uint64 {
 	}
 	s.engine.RLock()
 	defer s.engine.RUnlock()
-	return s.db.Metrics().DiskSpaceUsage()
+	n := s.db.Metrics().DiskSpaceUsage()
+	if s.segs != nil {
+		n += s.segs.diskBytes()
+	}
+	return n
 }
 
 // Stats are counters of the live data, kept exactly in every commit.

@@ -37,10 +37,7 @@ func TestBlockSummary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, c, err := s.db.Get(logKey(r.Index))
-	if err != nil {
-		t.Fatal(err)
-	}
+	blk := blockGet(t, s, r.Index)
 	entries, err := wal.DecodeBlock(blk)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +47,6 @@ func TestBlockSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := int64(len(blk))
-	c.Close()
 	if sum.count != uint64(len(entries)) || sum.lastTime != entries[len(entries)-1].Time || sum.lastHash != last || sum.storedBytes != stored {
 		t.Fatalf("summary %+v disagrees with the block (%d entries, time %d, %d bytes)", sum, len(entries), entries[len(entries)-1].Time, stored)
 	}

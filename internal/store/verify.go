@@ -33,6 +33,7 @@ const (
 	ProblemHistory      = "history"       // an MVCC history entry is malformed, corrupt, unpaired or miscounted
 	ProblemProxy        = "proxy"         // a proxy's cache counters disagree with a recount
 	ProblemSummary      = "block_summary" // a log block's summary does not decode, disagrees with its block, or has no block in the log
+	ProblemSegment      = "segment"       // a log segment's use record disagrees with the block keys pointing into it
 )
 
 // verifyMaxProblems bounds VerifyReport.Problems; ProblemCount keeps
@@ -146,9 +147,11 @@ func Verify(o Options) (*VerifyReport, error) {
 func (s *Store) Verify() (*VerifyReport, error) {
 	s.engine.RLock()
 	defer s.engine.RUnlock()
+	e := s.gate.enter()
+	defer s.gate.leave(e)
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	v := &verifier{snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
+	v := &verifier{s: s, snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
 	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats, v.retiredBlocks, v.history, v.proxy}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -163,6 +166,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 }
 
 type verifier struct {
+	s    *Store
 	snap *pebble.Snapshot
 	r    *VerifyReport
 
@@ -358,7 +362,7 @@ func (v *verifier) data() error {
 				r.liveBytes += int64(rec.valueLen)
 				v.refs[rec.block] = r
 			}
-			if _, err := readInLog(lit, rec, nil); err != nil {
+			if _, err := v.s.readInLog(lit, rec, nil); err != nil {
 				v.problem(ProblemValue, key, rec.index, -1, "value stored in log block %d: %v", rec.block, err)
 			}
 		}
@@ -515,6 +519,7 @@ func (v *verifier) log() error {
 	expect := lr.first
 	var last wal.Entry
 	var stored int64
+	segRefs := map[uint64]segUse{} // recounted from the block keys
 	for ok := it.First(); ok; ok = it.Next() {
 		first, valid := logKeyIndex(it.Key())
 		if !valid {
@@ -524,6 +529,21 @@ func (v *verifier) log() error {
 		raw, err := it.ValueAndErr()
 		if err != nil {
 			return err
+		}
+		if ref, isRef, err := decodeBlockRef(raw); err == nil && isRef {
+			u := segRefs[ref.seq]
+			u.blocks++
+			u.bytes += int64(ref.n)
+			segRefs[ref.seq] = u
+		}
+		if raw, err = v.s.blockBytes(raw, nil); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			v.problem(ProblemLogBlock, nil, first, -1, "block at %d: %v", first, err)
+			synced = false
+			expect = 0
+			continue
 		}
 		sum := v.summaryOf(first)
 		if sum != nil && (first < lr.first || first > a.index) {
@@ -596,6 +616,7 @@ func (v *verifier) log() error {
 		return err
 	}
 	v.r.LogBytes = stored
+	v.segmentUse(segRefs)
 	v.summaryOf(math.MaxUint64) // reports the summaries of missing blocks
 	if err := v.summaries.Error(); err != nil {
 		return err
@@ -627,6 +648,26 @@ func (v *verifier) log() error {
 		}
 	}
 	return nil
+}
+
+// segmentUse compares the use records of the log segments with the block
+// keys pointing into them: a segment counted as unused is removed.
+func (v *verifier) segmentUse(counted map[uint64]segUse) {
+	recorded, err := segUses(v.snap)
+	if err != nil {
+		v.problem(ProblemSegment, nil, 0, -1, "segment use records: %v", err)
+		return
+	}
+	for seq, c := range counted {
+		if r := recorded[seq]; r != c {
+			v.problem(ProblemSegment, nil, 0, -1, "segment %d: %d blocks (%d bytes) point into it, its record says %d (%d)", seq, c.blocks, c.bytes, r.blocks, r.bytes)
+		}
+	}
+	for seq, r := range recorded {
+		if _, ok := counted[seq]; !ok {
+			v.problem(ProblemSegment, nil, 0, -1, "segment %d: no block points into it, its record says %d (%d bytes)", seq, r.blocks, r.bytes)
+		}
+	}
 }
 
 // stats compares the stats record with the recount.

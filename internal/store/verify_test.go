@@ -90,7 +90,7 @@ func TestVerifyMissingDatabase(t *testing.T) {
 // still decode.
 func reblock(t *testing.T, s *Store, first uint64, mutate func(es []wal.Entry)) {
 	t.Helper()
-	es, err := wal.DecodeBlock(rawGet(t, s, logKey(first)))
+	es, err := wal.DecodeBlock(blockGet(t, s, first))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func reblock(t *testing.T, s *Store, first uint64, mutate func(es []wal.Entry)) 
 	for i := range es {
 		b.Add(es[i].AppendBody(nil), es[i].Hash, es[i].Time)
 	}
-	rawSet(t, s, logKey(first), b.Finish(nil, wal.CompressNone))
+	rawSetBlock(t, s, first, b.Finish(nil, wal.CompressNone))
 }
 
 func TestVerifyFindsEachProblem(t *testing.T) {
@@ -155,8 +155,7 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 		{name: "log block garbage", kind: ProblemLogBlock, chunk: -1,
 			indexOf: func(f fixture) uint64 { return f.lr.First },
 			break_: func(t *testing.T, f fixture) {
-				k := logKey(f.lr.First)
-				rawSet(t, f.s, k, flip(rawGet(t, f.s, k), 0))
+				rawSetBlock(t, f.s, f.lr.First, flip(blockGet(t, f.s, f.lr.First), 0))
 			}},
 		{name: "log entry changed, block decodes", kind: ProblemLogChain, chunk: -1,
 			indexOf: func(f fixture) uint64 { return f.lr.Last },
@@ -169,7 +168,7 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 		{name: "stale block before the log start", kind: ProblemLogGap, chunk: -1,
 			indexOf: func(f fixture) uint64 { return f.lr.First - 1 },
 			break_: func(t *testing.T, f fixture) {
-				rawSet(t, f.s, logKey(f.lr.First-1), rawGet(t, f.s, logKey(f.lr.First)))
+				rawSet(t, f.s, logKey(f.lr.First-1), blockGet(t, f.s, f.lr.First))
 			}},
 		{name: "log byte count", kind: ProblemLogMeta, chunk: -1,
 			break_: func(t *testing.T, f fixture) {

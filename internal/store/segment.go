@@ -1,0 +1,760 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Log segments hold the log blocks of durable commits, so that each value
+// is written to disk once (docs/storage.md, "Log segments"). The committer
+// appends a group's block to the open segment and fdatasyncs it: that is
+// the commit's durability point. Pebble then gets the block's key with a
+// reference (segment, offset, length) instead of the block, in a batch
+// written without sync. Pebble may therefore lose a tail of commits in a
+// power loss, never more: at the next open, the blocks after the last one
+// Pebble holds are read back from the segments and applied again.
+//
+// A segment is a file qslog-<seq>.seg in the database directory, a series
+// of frames:
+//
+//	frame := length(4 LE) crc32c(4 LE) block
+//
+// where block is a log block as wal.BlockBuilder encodes it, and the CRC
+// covers it. A reference points at the block, after the frame header. A
+// block whose group recorded batch ID outcomes (idempotent writes) is
+// followed by a frame of them (idsTag, then the outcomes; encodeIDs), so
+// that a replay restores them with the block. The first frame of a segment
+// is its header instead: segMagic, then where the previous segment's
+// blocks end (seq and offset, uvarints). Written and synced before any
+// block, it tells a replay to stop reading the previous segment there,
+// before frames whose write failed and that were abandoned.
+//
+// Segments are made of spares where possible (a removed segment, or zeros
+// written ahead), so that appends overwrite and their fdatasyncs write no
+// metadata; they are never rewritten below their synced tail. A segment
+// is removed once no block key points into it (its use count, segUse, is
+// gone) and Pebble's state saying so is durable (segmentLoop).
+
+const (
+	segPrefix = "qslog-"
+	segSuffix = ".seg"
+	// frameHeader is the length and CRC before each block.
+	frameHeader = 8
+	// defaultSegmentBytes is the size a segment is preallocated to; a
+	// segment is sealed when the next block would not fit.
+	defaultSegmentBytes = 64 << 20
+	// blockRefTag starts a block key's value that is a reference; a block
+	// stored in Pebble starts with its version byte, which is never 0.
+	blockRefTag = 0
+	segMagic    = "QSSEG1"
+)
+
+func segName(seq uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, seq, segSuffix) }
+
+func parseSegName(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, segPrefix) || !strings.HasSuffix(name, segSuffix) {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, segPrefix), segSuffix), 10, 64)
+	return seq, err == nil && seq > 0
+}
+
+// blockRef says where a log block is: in segment seq, n bytes at off, its
+// payload (the entries) starting payloadAt bytes in.
+type blockRef struct {
+	seq       uint64
+	off       int64
+	n         int
+	payloadAt int
+}
+
+func (r blockRef) end() int64 { return r.off + int64(r.n) }
+
+func (r blockRef) encode(dst []byte) []byte {
+	dst = append(dst, blockRefTag)
+	dst = binary.AppendUvarint(dst, r.seq)
+	dst = binary.AppendUvarint(dst, uint64(r.off))
+	dst = binary.AppendUvarint(dst, uint64(r.n))
+	return binary.AppendUvarint(dst, uint64(r.payloadAt))
+}
+
+// decodeBlockRef decodes the value of a block key: ok is false if it is a
+// block stored in Pebble.
+func decodeBlockRef(v []byte) (r blockRef, ok bool, err error) {
+	if len(v) == 0 || v[0] != blockRefTag {
+		return blockRef{}, false, nil
+	}
+	var f [4]uint64
+	p := v[1:]
+	for i := range f {
+		x, n := binary.Uvarint(p)
+		if n <= 0 {
+			return blockRef{}, true, fmt.Errorf("%w: bad log block reference %x", ErrCorrupt, v)
+		}
+		f[i], p = x, p[n:]
+	}
+	if len(p) != 0 || f[0] == 0 || f[1] > 1<<62 || f[2] > 1<<31 || f[3] > f[2] {
+		return blockRef{}, true, fmt.Errorf("%w: bad log block reference %x", ErrCorrupt, v)
+	}
+	return blockRef{seq: f[0], off: int64(f[1]), n: int(f[2]), payloadAt: int(f[3])}, true, nil
+}
+
+// segTail is where the next block goes: recorded under metaSegments in
+// every batch that references a newly appended block.
+type segTail struct {
+	seq uint64
+	off int64
+}
+
+func (t segTail) encode() []byte {
+	b := binary.AppendUvarint(nil, t.seq)
+	return binary.AppendUvarint(b, uint64(t.off))
+}
+
+func decodeSegTail(v []byte) (segTail, error) {
+	seq, n := binary.Uvarint(v)
+	if n <= 0 {
+		return segTail{}, fmt.Errorf("%w: bad segment tail %x", ErrCorrupt, v)
+	}
+	off, m := binary.Uvarint(v[n:])
+	if m <= 0 || n+m != len(v) || off > 1<<62 {
+		return segTail{}, fmt.Errorf("%w: bad segment tail %x", ErrCorrupt, v)
+	}
+	return segTail{seq: seq, off: int64(off)}, nil
+}
+
+// readGate lets the segment collector wait for the readers that may hold
+// a Pebble view older than the batch that dropped the last reference to a
+// segment. A reader enters before it opens its view and leaves after
+// closing it. The collector flips the epoch, then waits for the readers
+// of the previous one: every reader that enters after the flip opens a
+// view that no longer references the segment.
+type readGate struct {
+	epoch  atomic.Uint64
+	active [2]atomic.Int64
+}
+
+func (g *readGate) enter() uint64 {
+	e := g.epoch.Load()
+	g.active[e&1].Add(1)
+	return e
+}
+
+func (g *readGate) leave(e uint64) { g.active[e&1].Add(-1) }
+
+// quiesce flips the epoch and waits, at most wait, for the readers that
+// entered before. It reports whether they all left. Only one goroutine
+// calls it at a time.
+func (g *readGate) quiesce(wait time.Duration, quit <-chan struct{}) bool {
+	e := g.epoch.Load()
+	deadline := time.Now().Add(wait)
+	// The slot of the epoch after e is reused: wait for the readers left
+	// in it from two flips ago before flipping into it.
+	for g.active[(e+1)&1].Load() != 0 {
+		if !napUntil(deadline, quit) {
+			return false
+		}
+	}
+	g.epoch.Store(e + 1)
+	for g.active[e&1].Load() != 0 {
+		if !napUntil(deadline, quit) {
+			return false
+		}
+	}
+	return true
+}
+
+func napUntil(deadline time.Time, quit <-chan struct{}) bool {
+	if time.Now().After(deadline) {
+		return false
+	}
+	select {
+	case <-quit:
+		return false
+	case <-time.After(100 * time.Microsecond):
+		return true
+	}
+}
+
+// segments is the set of segment files of one store. The committer
+// appends and syncs; readers read through the files map; the collector
+// and checkpoints hold mu.
+type segments struct {
+	fs    vfs.FS
+	dir   string
+	size  int64
+	m     *storeMetrics
+	files atomic.Pointer[map[uint64]vfs.File] // copy on write, under mu
+
+	mu     sync.Mutex
+	cur    vfs.File // open for appends; nil until the first append
+	curSeq uint64   // the newest segment (cur's, once open)
+	tail   int64    // where the next frame goes in curSeq
+	start  int64    // where curSeq's first block goes (after its header)
+	synced int64    // durable end of curSeq
+	// haveSpare: spareName exists, ready to be the next segment.
+	haveSpare bool
+	buf       []byte
+}
+
+func newSegments(fs vfs.FS, dir string, m *storeMetrics) *segments {
+	g := &segments{fs: fs, dir: dir, size: defaultSegmentBytes, m: m}
+	empty := map[uint64]vfs.File{}
+	g.files.Store(&empty)
+	return g
+}
+
+// list returns the sequence numbers of the segment files in the directory,
+// in order.
+func (g *segments) list() ([]uint64, error) {
+	names, err := g.fs.List(g.dir)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, n := range names {
+		if seq, ok := parseSegName(n); ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	return seqs, nil
+}
+
+// openAll opens every segment file for reading.
+func (g *segments) openAll() error {
+	seqs, err := g.list()
+	if err != nil {
+		return err
+	}
+	_, err = g.fs.Stat(g.fs.PathJoin(g.dir, spareName))
+	g.haveSpare = err == nil
+	files := map[uint64]vfs.File{}
+	for _, seq := range seqs {
+		f, err := g.fs.Open(g.fs.PathJoin(g.dir, segName(seq)))
+		if err != nil {
+			closeFiles(files)
+			return err
+		}
+		files[seq] = f
+	}
+	g.files.Store(&files)
+	if len(seqs) > 0 {
+		g.curSeq = seqs[len(seqs)-1]
+	}
+	g.m.segments.Set(float64(len(files)))
+	return nil
+}
+
+func closeFiles(files map[uint64]vfs.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+func (g *segments) close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var err error
+	if g.cur != nil {
+		err = g.cur.Close()
+		g.cur = nil
+	}
+	closeFiles(*g.files.Load())
+	empty := map[uint64]vfs.File{}
+	g.files.Store(&empty)
+	return err
+}
+
+// setFile adds or removes (f nil) a file of the map; called with mu held.
+func (g *segments) setFile(seq uint64, f vfs.File) {
+	old := *g.files.Load()
+	files := make(map[uint64]vfs.File, len(old)+1)
+	for k, v := range old {
+		files[k] = v
+	}
+	if f == nil {
+		delete(files, seq)
+	} else {
+		files[seq] = f
+	}
+	g.files.Store(&files)
+	g.m.segments.Set(float64(len(files)))
+}
+
+// resume makes the committer continue appending at t, in the file that
+// holds it (a recovered tail). Files after it hold nothing referenced or
+// replayable and are removed.
+func (g *segments) resume(t segTail) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seqs, err := g.list()
+	if err != nil {
+		return err
+	}
+	for _, seq := range seqs {
+		if seq > t.seq {
+			if f := (*g.files.Load())[seq]; f != nil {
+				f.Close()
+			}
+			g.setFile(seq, nil)
+			if err := g.fs.Remove(g.fs.PathJoin(g.dir, segName(seq))); err != nil {
+				return err
+			}
+			g.m.segmentsRemoved.Inc()
+		}
+	}
+	if t.seq == 0 {
+		return nil
+	}
+	_, start, ok, err := g.header(t.seq)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: no header", ErrCorrupt)
+	}
+	if err != nil {
+		return fmt.Errorf("log segment %d holding the log tail: %w", t.seq, err)
+	}
+	f, err := g.fs.OpenReadWrite(g.fs.PathJoin(g.dir, segName(t.seq)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("%w: log segment %d holding the log tail: %v", ErrCorrupt, t.seq, err)
+	}
+	g.cur, g.curSeq, g.tail, g.synced, g.start = f, t.seq, t.off, t.off, start
+	return nil
+}
+
+// next is where the next block of n bytes goes; it opens a new segment
+// when there is none or the block does not fit in the current one.
+// Called by the committer only.
+func (g *segments) next(n int) (segTail, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur != nil && (g.tail == g.start || g.tail+int64(frameHeader+n) <= g.size) {
+		return segTail{seq: g.curSeq, off: g.tail}, nil
+	}
+	seq := g.curSeq + 1
+	name := g.fs.PathJoin(g.dir, segName(seq))
+	hdr := segHeader(g.curSeq, g.synced)
+	// A spare (a removed segment, or zeros written in the background) is
+	// overwritten in place: an fdatasync then writes data only, no block
+	// allocation, which on this kind of disk costs a third less.
+	f, err := g.takeSpare(name)
+	if f == nil && err == nil {
+		if f, err = g.fs.Create(name, vfs.WriteCategoryUnspecified); err != nil {
+			return segTail{}, err
+		}
+		err = f.Preallocate(0, max(g.size, int64(len(hdr)+frameHeader+n)))
+	}
+	if err == nil {
+		_, err = f.WriteAt(hdr, 0)
+	}
+	if err == nil {
+		err = f.SyncData()
+	}
+	if err == nil {
+		err = syncDirItself(g.fs, g.dir)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		g.fs.Remove(name)
+		return segTail{}, err
+	}
+	if g.cur != nil {
+		g.cur.Close() // its reader stays in files
+	}
+	r, err := g.fs.Open(name)
+	if err != nil {
+		f.Close()
+		g.fs.Remove(name)
+		return segTail{}, err
+	}
+	g.setFile(seq, r)
+	at := int64(len(hdr))
+	g.cur, g.curSeq, g.tail, g.synced, g.start = f, seq, at, at, at
+	g.m.segmentsCreated.Inc()
+	return segTail{seq: seq, off: at}, nil
+}
+
+// segHeader is the first frame of a segment that follows the blocks of
+// segment prev, which end at end.
+func segHeader(prev uint64, end int64) []byte {
+	b := append(make([]byte, frameHeader), segMagic...)
+	b = binary.AppendUvarint(b, prev)
+	b = binary.AppendUvarint(b, uint64(end))
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(b)-frameHeader))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[frameHeader:], castagnoli))
+	return b
+}
+
+// header reads the header of segment seq: where the previous segment's
+// blocks end, and where this one's start. ok is false if the segment has
+// no whole header (a crash while it was being created): it holds nothing.
+func (g *segments) header(seq uint64) (prev segTail, start int64, ok bool, err error) {
+	b, ok, err := g.frameAt(seq, 0)
+	if err != nil || !ok {
+		return segTail{}, 0, false, err
+	}
+	if !strings.HasPrefix(string(b), segMagic) {
+		return segTail{}, 0, false, fmt.Errorf("%w: log segment %d has no header", ErrCorrupt, seq)
+	}
+	t, err := decodeSegTail(b[len(segMagic):])
+	if err != nil {
+		return segTail{}, 0, false, fmt.Errorf("log segment %d header: %w", seq, err)
+	}
+	return t, int64(frameHeader + len(b)), true, nil
+}
+
+// append writes one frame holding the block hdr+payload at the tail and
+// returns its reference. It is durable only after sync.
+// append writes one frame holding the block hdr+payload at the tail, and
+// after it a frame holding trailer if there is one (the group's batch ID
+// outcomes), in one write. It returns the block's reference and where the
+// next frame goes. It is durable only after sync.
+func (g *segments) append(hdr, payload, trailer []byte) (blockRef, int64, error) {
+	n := len(hdr) + len(payload)
+	need := n
+	if len(trailer) > 0 {
+		need += frameHeader + len(trailer)
+	}
+	at, err := g.next(need)
+	if err != nil {
+		return blockRef{}, 0, err
+	}
+	g.buf = append(g.buf[:0], make([]byte, frameHeader)...)
+	g.buf = append(append(g.buf, hdr...), payload...)
+	binary.LittleEndian.PutUint32(g.buf[0:], uint32(n))
+	binary.LittleEndian.PutUint32(g.buf[4:], crc32.Checksum(g.buf[frameHeader:], castagnoli))
+	if len(trailer) > 0 {
+		t := len(g.buf)
+		g.buf = append(append(g.buf, make([]byte, frameHeader)...), trailer...)
+		binary.LittleEndian.PutUint32(g.buf[t:], uint32(len(trailer)))
+		binary.LittleEndian.PutUint32(g.buf[t+4:], crc32.Checksum(trailer, castagnoli))
+	}
+	if _, err := g.cur.WriteAt(g.buf, at.off); err != nil {
+		return blockRef{}, 0, err
+	}
+	end := at.off + int64(len(g.buf))
+	g.mu.Lock()
+	g.tail = end
+	g.mu.Unlock()
+	g.m.segmentBytes.Add(float64(len(g.buf)))
+	return blockRef{seq: at.seq, off: at.off + frameHeader, n: n, payloadAt: len(hdr)}, end, nil
+}
+
+// sync makes every appended frame durable.
+func (g *segments) sync() error {
+	start := time.Now()
+	err := g.cur.SyncData()
+	g.m.segmentSyncSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.synced = g.tail
+	g.mu.Unlock()
+	return nil
+}
+
+// fail is called when an append or its sync failed: the frames after the
+// synced tail are abandoned, and the next block goes to a new segment (a
+// file whose write-back failed cannot be trusted to say so again).
+func (g *segments) fail() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m.segmentFailures.Inc()
+	if g.cur != nil {
+		g.cur.Close()
+		g.cur = nil
+	}
+	g.tail = g.synced
+}
+
+// tailNow is the position after the last appended frame.
+func (g *segments) tailNow() segTail {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return segTail{seq: g.curSeq, off: g.tail}
+}
+
+// read returns the block r points to, appended to dst, checking its
+// frame: length and CRC.
+func (g *segments) read(r blockRef, dst []byte) ([]byte, error) {
+	if r.off < frameHeader {
+		return nil, fmt.Errorf("%w: log block reference to offset %d of segment %d", ErrCorrupt, r.off, r.seq)
+	}
+	start := len(dst)
+	dst, err := g.readAt(r.seq, r.off-frameHeader, frameHeader+r.n, dst)
+	if err != nil {
+		return nil, err
+	}
+	h, blk := dst[start:start+frameHeader], dst[start+frameHeader:]
+	if int(binary.LittleEndian.Uint32(h)) != r.n || crc32.Checksum(blk, castagnoli) != binary.LittleEndian.Uint32(h[4:]) {
+		return nil, fmt.Errorf("%w: log segment %d: block at %d fails its frame check", ErrCorrupt, r.seq, r.off)
+	}
+	return append(dst[:start], blk...), nil
+}
+
+func (g *segments) readAt(seq uint64, off int64, n int, dst []byte) ([]byte, error) {
+	f := (*g.files.Load())[seq]
+	if f == nil {
+		return nil, fmt.Errorf("%w: log segment %d is missing", ErrCorrupt, seq)
+	}
+	start := len(dst)
+	dst = append(dst, make([]byte, n)...)
+	if _, err := f.ReadAt(dst[start:], off); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: log segment %d ends before %d+%d", ErrCorrupt, seq, off, n)
+		}
+		return nil, err
+	}
+	return dst, nil
+}
+
+// frameAt reads the frame at off in segment seq. ok is false when there is
+// no whole frame with a matching CRC there: the end of what was written.
+func (g *segments) frameAt(seq uint64, off int64) (block []byte, ok bool, err error) {
+	f := (*g.files.Load())[seq]
+	if f == nil {
+		return nil, false, nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	var h [frameHeader]byte
+	if off+frameHeader > st.Size() {
+		return nil, false, nil
+	}
+	if _, err := f.ReadAt(h[:], off); err != nil {
+		return nil, false, err
+	}
+	n := int64(binary.LittleEndian.Uint32(h[0:]))
+	if n == 0 || off+frameHeader+n > st.Size() {
+		return nil, false, nil
+	}
+	block = make([]byte, n)
+	if _, err := f.ReadAt(block, off+frameHeader); err != nil {
+		return nil, false, err
+	}
+	if crc32.Checksum(block, castagnoli) != binary.LittleEndian.Uint32(h[4:]) {
+		return nil, false, nil
+	}
+	return block, true, nil
+}
+
+// remove deletes the segments doomed says nothing needs, other than the
+// one being appended to, once the readers that could still reference
+// them are gone.
+func (g *segments) remove(doom func(seq uint64) bool, gate *readGate, quit <-chan struct{}) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var doomed []uint64
+	for seq := range *g.files.Load() {
+		if doom(seq) && seq != g.curSeq {
+			doomed = append(doomed, seq)
+		}
+	}
+	if len(doomed) == 0 {
+		return 0, nil
+	}
+	if !gate.quiesce(100*time.Millisecond, quit) {
+		return 0, nil // a reader is slow; try at the next round
+	}
+	n := 0
+	for _, seq := range doomed {
+		if f := (*g.files.Load())[seq]; f != nil {
+			f.Close()
+		}
+		g.setFile(seq, nil)
+		if err := g.retire(g.fs.PathJoin(g.dir, segName(seq))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, err
+		}
+		g.m.segmentsRemoved.Inc()
+		n++
+	}
+	return n, nil
+}
+
+// spareName is a file ready to become the next segment. It is not a
+// segment: a crash leaves it alone, and if it was renamed into a segment
+// whose header was not yet written, that segment holds nothing a replay
+// accepts (its frames, if any, are of older entries).
+const (
+	spareName = "qslog-spare"
+	spareTemp = "qslog-spare.tmp"
+)
+
+// takeSpare renames the spare, if there is one, to name and opens it for
+// writing. Called with mu held.
+func (g *segments) takeSpare(name string) (vfs.File, error) {
+	if !g.haveSpare {
+		return nil, nil
+	}
+	g.haveSpare = false
+	if err := g.fs.Rename(g.fs.PathJoin(g.dir, spareName), name); err != nil {
+		return nil, nil // make a new one instead
+	}
+	f, err := g.fs.OpenReadWrite(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		g.fs.Remove(name)
+		return nil, nil
+	}
+	g.m.segmentsRecycled.Inc()
+	return f, nil
+}
+
+// retire removes a segment file, or keeps it as the spare if there is none
+// and no checkpoint links it (recycling a file a snapshot shares would
+// overwrite the snapshot). Called with mu held.
+func (g *segments) retire(path string) error {
+	if !g.haveSpare && singleLink(g.fs, path) {
+		if err := g.fs.Rename(path, g.fs.PathJoin(g.dir, spareName)); err == nil {
+			g.haveSpare = true
+			return nil
+		}
+	}
+	return g.fs.Remove(path)
+}
+
+// singleLink reports whether path is known to have one link (false when
+// the filesystem does not say).
+func singleLink(fs vfs.FS, path string) bool {
+	st, err := fs.Stat(path)
+	if err != nil {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && sys.Nlink == 1
+}
+
+// spareChunk and spareGap pace the writing of a spare: 256 KiB every
+// 1.5 ms, 64 MiB in about 0.4 s (~170 MB/s), a third of what this
+// machine's disk takes, so that commits' fsyncs do not queue behind it.
+// A segment written faster than that gets a fresh file instead.
+const (
+	spareChunk = 256 << 10
+	spareGap   = 1500 * time.Microsecond
+)
+
+// prepareSpare writes a spare of zeros when there is none and a quarter
+// of the current segment is used (a store that writes enough to need the
+// next one soon), so that the next segment is an overwrite too. Called by
+// the segment collector, never with mu held; quit stops it.
+func (g *segments) prepareSpare(quit <-chan struct{}) error {
+	g.mu.Lock()
+	need := !g.haveSpare && g.cur != nil && g.tail-g.start > g.size/4
+	g.mu.Unlock()
+	if !need {
+		return nil
+	}
+	tmp := g.fs.PathJoin(g.dir, spareTemp)
+	f, err := g.fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	// Written back as it goes, not in one burst at the end that commits'
+	// fsyncs would queue behind.
+	f = vfs.NewSyncingFile(f, vfs.SyncingFileOptions{BytesPerSync: 512 << 10})
+	zero := make([]byte, spareChunk)
+	tick := time.NewTicker(spareGap)
+	defer tick.Stop()
+	for off := int64(0); off < g.size && err == nil; off += int64(len(zero)) {
+		_, err = f.Write(zero[:min(int64(len(zero)), g.size-off)])
+		select {
+		case <-quit:
+			err = ErrClosed
+		case <-tick.C:
+		}
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		g.fs.Remove(tmp)
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.haveSpare {
+		return g.fs.Remove(tmp)
+	}
+	if err := g.fs.Rename(tmp, g.fs.PathJoin(g.dir, spareName)); err != nil {
+		g.fs.Remove(tmp)
+		return err
+	}
+	g.haveSpare = true
+	g.m.sparesWritten.Inc()
+	return nil
+}
+
+// diskBytes is the space the segments take (their preallocated size).
+func (g *segments) diskBytes() uint64 {
+	var n uint64
+	for _, f := range *g.files.Load() {
+		if st, err := f.Stat(); err == nil {
+			n += uint64(st.Size())
+		}
+	}
+	return n
+}
+
+// copyInto puts the segments into a checkpoint in dir: hard links of the
+// sealed ones, a copy of the synced part of the open one.
+func (g *segments) copyInto(dir string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for seq, f := range *g.files.Load() {
+		name := segName(seq)
+		if seq != g.curSeq || g.cur == nil {
+			if err := g.fs.Link(g.fs.PathJoin(g.dir, name), g.fs.PathJoin(dir, name)); err != nil {
+				return err
+			}
+			continue
+		}
+		out, err := g.fs.Create(g.fs.PathJoin(dir, name), vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 1<<20)
+		for off := int64(0); off < g.synced; {
+			n := min(int64(len(buf)), g.synced-off)
+			if _, err := f.ReadAt(buf[:n], off); err != nil {
+				out.Close()
+				return err
+			}
+			if _, err := out.Write(buf[:n]); err != nil {
+				out.Close()
+				return err
+			}
+			off += n
+		}
+		if err := errors.Join(out.Sync(), out.Close()); err != nil {
+			return err
+		}
+	}
+	return syncDirItself(g.fs, dir)
+}
+
+// syncDirItself makes the entries of dir durable.
+func syncDirItself(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,454 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+func TestBlockRefRoundTrip(t *testing.T) {
+	r := blockRef{seq: 7, off: 1 << 40, n: 81920, payloadAt: 17}
+	got, ok, err := decodeBlockRef(r.encode(nil))
+	if err != nil || !ok || got != r {
+		t.Fatalf("decoded %+v, %v, %v; want %+v", got, ok, err, r)
+	}
+	// A block stored in Pebble is not a reference.
+	var b wal.BlockBuilder
+	e := wal.Entry{Index: 1, Kind: wal.KindData, Ops: []wal.Op{{Type: wal.OpSet, Key: []byte("k"), Value: []byte("v")}}}
+	b.AddEntry(&e, wal.Hash{}, true)
+	if _, ok, err := decodeBlockRef(b.Finish(nil, wal.CompressNone)); ok || err != nil {
+		t.Fatalf("a block taken for a reference: %v %v", ok, err)
+	}
+	for _, bad := range [][]byte{
+		{blockRefTag},
+		append(r.encode(nil), 0),                                   // trailing byte
+		blockRef{seq: 0, off: 8, n: 1}.encode(nil),                 // no segment 0
+		blockRef{seq: 1, off: 8, n: 10, payloadAt: 11}.encode(nil), // payload past the end
+	} {
+		if _, ok, err := decodeBlockRef(bad); !ok || !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%x: ok %v err %v, want ErrCorrupt", bad, ok, err)
+		}
+	}
+}
+
+func TestSegTailRoundTrip(t *testing.T) {
+	tl := segTail{seq: 3, off: 12345}
+	if got, err := decodeSegTail(tl.encode()); err != nil || got != tl {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, {0x80}, append(tl.encode(), 1)} {
+		if _, err := decodeSegTail(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%x: %v", bad, err)
+		}
+	}
+}
+
+// TestReadGate: quiesce waits for the readers that entered before it, not
+// for those that enter after, and gives up on a reader that stays.
+func TestReadGate(t *testing.T) {
+	var g readGate
+	quit := make(chan struct{})
+	if !g.quiesce(time.Second, quit) {
+		t.Fatal("no reader, yet quiesce failed")
+	}
+	old := g.enter()
+	if g.quiesce(20*time.Millisecond, quit) {
+		t.Fatal("quiesce returned while a reader that entered before was still in")
+	}
+	// A reader entering now (after the flip) does not hold the next one up
+	// once the old one has left...
+	young := g.enter()
+	g.leave(old)
+	// ...but the slot it entered is the one the next flip reuses: it must
+	// leave first. Until then, quiesce fails without flipping again.
+	if g.quiesce(20*time.Millisecond, quit) {
+		t.Fatal("quiesce flipped into a slot still in use")
+	}
+	g.leave(young)
+	done := make(chan bool)
+	go func() { done <- g.quiesce(time.Second, quit) }()
+	if !<-done {
+		t.Fatal("quiesce failed with no reader left")
+	}
+}
+
+// TestSegmentRotationAndCollection: with small segments and a short log,
+// segments fill, new ones open, and those no block key points into any
+// more are removed; every value stays readable, through restarts.
+func TestSegmentRotationAndCollection(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Name: "seg-rotate", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger(),
+		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond}
+	s := openTest(t, o)
+	created := counterValue(t, s.m.segmentsCreated)
+	// A value never rewritten keeps its block, retired, and its segment.
+	pinned := mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
+	const n = 300
+	for i := range n {
+		// Ten keys, rewritten over and over: most blocks leave the log
+		// with nothing live, and their segments go.
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 3000)))
+	}
+	if got := counterValue(t, s.m.segmentsCreated) - created; got < 20 {
+		t.Fatalf("%v segments created for %d kB", got, n*3)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for counterValue(t, s.m.segmentsRemoved) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no segment removed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	seqs, err := s.segs.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pinned value's segment, and the two or three holding the last
+	// ten values and the retained log.
+	if len(seqs) > 5 || seqs[0] != segmentRef(t, s, pinned.Index).seq {
+		t.Fatalf("segments %v left", seqs)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		if v, _, ok := get(t, s, "pinned"); !ok || v != string(pattern(-1, 3000)) {
+			t.Fatal("the pinned value is lost")
+		}
+		for i := n - 10; i < n; i++ {
+			if v, _, ok := get(t, s, fmt.Sprintf("k%d", i%10)); !ok || v != string(pattern(i, 3000)) {
+				t.Fatalf("k%d: wrong value after rotation", i%10)
+			}
+		}
+		lr, err := s.LogRange()
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := s.ReadLog(lr.First, 100, 1<<20)
+		if err != nil || uint64(len(es)) != lr.Last-lr.First+1 {
+			t.Fatalf("ReadLog of the retained log: %d entries, %v", len(es), err)
+		}
+		mustVerify(t, s)
+	}
+	check(s)
+	s.Close()
+	s = openTest(t, o)
+	check(s)
+	mustWrite(t, s, set("after", "restart"))
+	check(s)
+}
+
+// syncFailFS makes the next fdatasync of a log segment report an error
+// after it did sync: the block reached the disk, the committer was told
+// it did not.
+type syncFailFS struct {
+	vfs.FS
+	failNext atomic.Bool
+}
+
+func (fs *syncFailFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if _, ok := parseSegName(fs.PathBase(name)); !ok || err != nil {
+		return f, err
+	}
+	return &syncFailFile{File: f, fs: fs}, nil
+}
+
+func (fs *syncFailFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *syncFailFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+type syncFailFile struct {
+	vfs.File
+	fs *syncFailFS
+}
+
+func (f *syncFailFile) SyncData() error {
+	if err := f.File.SyncData(); err != nil {
+		return err
+	}
+	if f.fs.failNext.CompareAndSwap(true, false) {
+		return syscall.EIO
+	}
+	return nil
+}
+
+// TestSegmentSyncFailure: a block whose fsync failed is not acknowledged,
+// its index is used by the next block, in a new segment, and a replay
+// after a power loss (Pebble having synced nothing) applies the
+// acknowledged block, never the abandoned one, even though the abandoned
+// one reached the disk whole.
+func TestSegmentSyncFailure(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fs := &syncFailFS{FS: mem}
+	o := Options{Name: "seg-syncfail", Dir: "/data/db", FS: fs, MinFreeBytes: 1, BallastBytes: -1,
+		Compression: wal.CompressNone, Logger: quietLogger(), collectEvery: time.Hour}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
+	fs.failNext.Store(true)
+	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("write whose fsync failed: %v", err)
+	}
+	if _, _, ok := get(t, s, "b"); ok {
+		t.Fatal("the failed write is visible")
+	}
+	b2 := mustWrite(t, s, setb("b2", pattern(3, 2000)))
+	if b2.Index != a.Index+1 {
+		t.Fatalf("write after the failure at %d, want %d", b2.Index, a.Index+1)
+	}
+	if ref := segmentRef(t, s, b2.Index); ref.seq != segmentRef(t, s, a.Index).seq+1 {
+		t.Fatalf("block after a failed fsync in segment %d, want a new one", ref.seq)
+	}
+	failures := counterValue(t, s.m.segmentFailures)
+	if failures < 1 {
+		t.Fatal("segment failure not counted")
+	}
+	// Power loss: only what was synced survives; Pebble synced nothing
+	// since the database was created.
+	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s.Close()
+	o.FS = image
+	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
+	s2, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got := counterValue(t, mReplayed.WithLabelValues(o.Name)) - replayed; got != 2 {
+		t.Fatalf("%v entries replayed, want 2", got)
+	}
+	if s2.AppliedIndex() != b2.Index {
+		t.Fatalf("applied %d after the power loss, want %d", s2.AppliedIndex(), b2.Index)
+	}
+	if _, _, ok := get(t, s2, "b"); ok {
+		t.Fatal("the abandoned block was replayed")
+	}
+	for k, seed := range map[string]int{"a": 1, "b2": 3} {
+		if v, _, ok := get(t, s2, k); !ok || v != string(pattern(seed, 2000)) {
+			t.Fatalf("acknowledged %s lost", k)
+		}
+	}
+	mustVerify(t, s2)
+	if r := mustWrite(t, s2, set("c", "x")); r.Index != b2.Index+1 {
+		t.Fatalf("write after the replay at %d", r.Index)
+	}
+	mustVerify(t, s2)
+}
+
+// TestSegmentTornTail: bytes after the last block (a frame cut short, a
+// segment whose creation a crash interrupted) are ignored at open and
+// overwritten; nothing acknowledged is lost.
+func TestSegmentTornTail(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Name: "seg-torn", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger()}
+	s := openTest(t, o)
+	for i := range 3 {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
+	}
+	tail := s.segs.tailNow()
+	s.Close()
+
+	fs := vfs.Default
+	f, err := fs.OpenReadWrite(fs.PathJoin(dir, segName(tail.seq)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A frame header promising 5000 bytes, and 100 of them.
+	torn := append([]byte{0x88, 0x13, 0, 0, 1, 2, 3, 4}, bytes.Repeat([]byte{7}, 100)...)
+	if _, err := f.WriteAt(torn, tail.off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// And a next segment with half a header.
+	nf, err := fs.Create(fs.PathJoin(dir, segName(tail.seq+1)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf.Write(segHeader(tail.seq, tail.off)[:10])
+	nf.Close()
+
+	s = openTest(t, o)
+	if seqs, _ := s.segs.list(); seqs[len(seqs)-1] != tail.seq {
+		t.Fatalf("segments %v after open: the torn one was kept", seqs)
+	}
+	if got := s.segs.tailNow(); got != tail {
+		t.Fatalf("appending at %+v, want %+v", got, tail)
+	}
+	r := mustWrite(t, s, setb("after", pattern(9, 2000)))
+	for i := range 3 {
+		if v, _, ok := get(t, s, fmt.Sprintf("k%d", i)); !ok || v != string(pattern(i, 2000)) {
+			t.Fatalf("k%d lost", i)
+		}
+	}
+	s.Close()
+	s = openTest(t, o)
+	if s.AppliedIndex() != r.Index {
+		t.Fatalf("applied %d, want %d", s.AppliedIndex(), r.Index)
+	}
+	if v, _, ok := get(t, s, "after"); !ok || v != string(pattern(9, 2000)) {
+		t.Fatal("write over the torn tail lost")
+	}
+	mustVerify(t, s)
+}
+
+// TestSegmentBlockDamaged: a flipped byte in a block in its segment fails
+// the block's frame check: the log read fails with ErrCorrupt and Verify
+// names the block.
+func TestSegmentBlockDamaged(t *testing.T) {
+	s := openTest(t, Options{Name: "seg-damaged", Compression: wal.CompressNone})
+	mustWrite(t, s, set("a", "1"))
+	r := mustWrite(t, s, set("b", "2"))
+	mustWrite(t, s, set("c", "3"))
+	flipSegmentByte(t, s, r.Index, 3)
+	if _, err := s.ReadLog(r.Index, 10, 1<<20); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadLog of a damaged block: %v", err)
+	}
+	rep, err := s.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := findProblem(rep, ProblemLogBlock, nil); p == nil || p.Index != r.Index {
+		t.Fatalf("verify: %s", problemList(rep))
+	}
+}
+
+// TestSegmentMissing: a store whose segment holding the log tail is gone
+// does not open (it would reuse indexes); the error says which.
+func TestSegmentMissing(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Name: "seg-missing", Dir: dir, Logger: quietLogger()}
+	s := openTest(t, o)
+	mustWrite(t, s, set("a", "1"))
+	tail := s.segs.tailNow()
+	s.Close()
+	if err := vfs.Default.Remove(vfs.Default.PathJoin(dir, segName(tail.seq))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(o); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open without the tail's segment: %v", err)
+	}
+}
+
+// TestDiskFullInSegment: ENOSPC while appending to a segment fails the
+// write cleanly (507 upstream), reads go on, and writes resume when space
+// returns; nothing stored is damaged.
+func TestDiskFullInSegment(t *testing.T) {
+	fs := newQuotaFS(vfs.NewMem(), 1<<30)
+	o := Options{Name: "seg-full", Dir: "/db", FS: fs, MinFreeBytes: 1, BallastBytes: -1,
+		Compression: wal.CompressNone, Logger: quietLogger(), segmentBytes: 1 << 20}
+	s := openTest(t, o)
+	for i := range 5 {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
+	}
+	used, _ := fs.usage()
+	fs.setQuota(used + 4096)
+	_, err := writeBatch(t.Context(), s, setb("big", pattern(99, 100_000)))
+	if !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("write past the quota: %v", err)
+	}
+	for i := range 5 {
+		if v, _, ok := get(t, s, fmt.Sprintf("k%d", i)); !ok || v != string(pattern(i, 2000)) {
+			t.Fatalf("k%d unreadable while the disk is full", i)
+		}
+	}
+	fs.setQuota(1 << 30)
+	r := mustWrite(t, s, setb("big", pattern(99, 100_000)))
+	if r.Index != 6 {
+		t.Fatalf("write after space returned at %d", r.Index)
+	}
+	mustVerify(t, s)
+	s.Close()
+	s = openTest(t, o)
+	if v, _, ok := get(t, s, "big"); !ok || v != string(pattern(99, 100_000)) {
+		t.Fatal("big lost after restart")
+	}
+	mustVerify(t, s)
+}
+
+// TestNoSegmentsForUnsyncedGroups: Raft commands (made durable by the
+// Raft log) keep their blocks in Pebble.
+func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
+	s := openTest(t, Options{Name: "seg-raft"})
+	c := &committer{s: s}
+	if c.writeOptions([]*request{{kind: reqRaft}}, false) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
+		t.Fatal("a Raft group asks for a sync")
+	}
+	if !c.needsSync([]*request{{kind: reqRaft}, {kind: reqWrite}}) {
+		t.Fatal("a group with a write does not ask for a sync")
+	}
+	if c.writeOptions([]*request{{kind: reqWrite}}, true) != pebble.NoSync {
+		t.Fatal("a group synced by its segment syncs Pebble too")
+	}
+}
+
+// TestSegmentReplayKeepsBatchIDs: the outcome of an idempotent write whose
+// Pebble batch a power loss took is restored by the replay, so a retry of
+// it is answered with the first outcome, not applied again.
+func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	o := Options{Name: "seg-ids", Dir: "/data/db", FS: mem, MinFreeBytes: 1, BallastBytes: -1,
+		Logger: quietLogger(), collectEvery: time.Hour}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Write(t.Context(), Batch{ID: []byte("retry-me"), Ops: []wal.Op{set("k", "1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s.Close()
+	o.FS = image
+	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
+	s2, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if counterValue(t, mReplayed.WithLabelValues(o.Name)) == replayed {
+		t.Fatal("nothing replayed: the test does not reach the replay")
+	}
+	mustWrite(t, s2, set("k", "2"))
+	again, err := s2.Write(t.Context(), Batch{ID: []byte("retry-me"), Ops: []wal.Op{set("k", "1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Index != first.Index {
+		t.Fatalf("retry answered with index %d, the write was %d: applied again", again.Index, first.Index)
+	}
+	if v, _, _ := get(t, s2, "k"); v != "2" {
+		t.Fatalf("k = %q: the retry was applied again", v)
+	}
+	mustVerify(t, s2)
+}
+
+func TestBatchIDFrame(t *testing.T) {
+	ids := map[string]batchOutcome{"a": {index: 7, time: 99, changed: true}, "bb": {index: 8, time: 100}}
+	got, err := decodeIDs(encodeIDs(nil, ids))
+	if err != nil || len(got) != 2 || got["a"] != ids["a"] || got["bb"] != ids["bb"] {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if encodeIDs(nil, nil) != nil {
+		t.Fatal("a frame for no outcomes")
+	}
+	good := encodeIDs(nil, ids)
+	for _, bad := range [][]byte{nil, {idsTag}, good[:len(good)-1], append(good, 0), {idsTag, 200, 1}} {
+		if _, err := decodeIDs(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%x: %v", bad, err)
+		}
+	}
+}

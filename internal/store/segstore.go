@@ -1,0 +1,431 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// openSegments opens the log segments of the engine just opened and, for
+// a writable store, applies again the durable blocks Pebble lost (see
+// segment.go). A proxy appends no blocks to segments (its blocks stay in
+// Pebble), but reads those it has from the time it was a full node.
+func (s *Store) openSegments() error {
+	fs := s.opts.FS
+	if !s.opts.ReadOnly && s.opts.BallastBytes > 0 {
+		fs = vfs.OnDiskFull(fs, s.releaseBallast)
+	}
+	g := newSegments(fs, s.opts.Dir, s.m)
+	if s.opts.segmentBytes > 0 {
+		g.size = s.opts.segmentBytes
+	}
+	if err := g.openAll(); err != nil {
+		return fmt.Errorf("log segments: %w", err)
+	}
+	s.segs = g
+	if s.opts.ReadOnly {
+		return nil
+	}
+	fs.Remove(fs.PathJoin(s.opts.Dir, spareTemp)) // a crash cut it short
+	tail, err := s.replaySegments()
+	if err == nil {
+		err = g.resume(tail)
+	}
+	if err != nil {
+		g.close()
+		s.segs = nil
+		return fmt.Errorf("log segments: %w", err)
+	}
+	return nil
+}
+
+// replaySegments applies the blocks after the segment tail Pebble holds,
+// as long as they continue the log, and returns where the next block
+// goes. Blocks are applied with the replica path (prepareApply), which
+// checks that each continues the hash chain; the first that does not (or
+// a frame that is not whole: a write cut short) ends the replay.
+func (s *Store) replaySegments() (segTail, error) {
+	g := s.segs
+	seqs, err := g.list()
+	if err != nil {
+		return segTail{}, err
+	}
+	var pos segTail
+	v, err := s.getMeta(metaSegments)
+	switch {
+	case err == nil:
+		if pos, err = decodeSegTail(v); err != nil {
+			return segTail{}, err
+		}
+		if (*g.files.Load())[pos.seq] == nil {
+			return segTail{}, fmt.Errorf("%w: log segment %d, which holds the log's tail, is missing", ErrCorrupt, pos.seq)
+		}
+	case errors.Is(err, pebble.ErrNotFound):
+		// No block was ever referenced: replay from the first segment.
+		if len(seqs) == 0 {
+			return segTail{}, nil
+		}
+		_, start, ok, err := g.header(seqs[0])
+		if err != nil || !ok {
+			return segTail{}, err
+		}
+		pos = segTail{seq: seqs[0], off: start}
+	default:
+		return segTail{}, err
+	}
+	c, err := newCommitter(s)
+	if err != nil {
+		return segTail{}, err
+	}
+	start := time.Now()
+	applied := 0
+replay:
+	for {
+		// A next segment's header says where this one's blocks end.
+		limit, nextStart, hasNext := int64(1<<62), int64(0), false
+		if (*g.files.Load())[pos.seq+1] != nil {
+			prev, st, ok, err := g.header(pos.seq + 1)
+			if err != nil {
+				return segTail{}, err
+			}
+			if ok && prev.seq == pos.seq {
+				limit, nextStart, hasNext = prev.off, st, true
+			}
+		}
+		for pos.off < limit {
+			blk, ok, err := g.frameAt(pos.seq, pos.off)
+			if err != nil {
+				return segTail{}, err
+			}
+			if !ok {
+				if hasNext {
+					return segTail{}, fmt.Errorf("%w: log segment %d: no whole block at offset %d, below its synced end %d", ErrCorrupt, pos.seq, pos.off, limit)
+				}
+				break replay
+			}
+			ref := blockRef{seq: pos.seq, off: pos.off + frameHeader, n: len(blk)}
+			_, _, payload, err := wal.ParseBlockHeader(blk)
+			var entries []wal.Entry
+			if err == nil {
+				entries, err = wal.DecodeBlock(blk)
+			}
+			if err != nil {
+				if hasNext {
+					return segTail{}, fmt.Errorf("%w: log segment %d, block at %d: %v", ErrCorrupt, pos.seq, pos.off, err)
+				}
+				// A whole frame that is not a block: what a recycled
+				// segment held before, past the end of what was written.
+				break replay
+			}
+			ref.payloadAt = len(blk) - len(payload)
+			if len(entries) == 0 || entries[0].Index != c.last.index+1 {
+				break replay // not the next block: written after a failure, never referenced
+			}
+			end := ref.end()
+			var ids map[string]batchOutcome
+			if t, ok, err := g.frameAt(pos.seq, end); err != nil {
+				return segTail{}, err
+			} else if ok && end < limit && len(t) > 0 && t[0] == idsTag {
+				if ids, err = decodeIDs(t); err != nil {
+					return segTail{}, fmt.Errorf("log segment %d, after block at %d: %w", pos.seq, pos.off, err)
+				}
+				end += frameHeader + int64(len(t))
+			}
+			r := &request{kind: reqApply, entries: entries, done: make(chan struct{})}
+			c.replay, c.replayEnd, c.replayIDs = &ref, end, ids
+			c.commit([]*request{r})
+			c.replay, c.replayIDs = nil, nil
+			if r.err != nil {
+				if errors.Is(r.err, ErrNotContiguous) {
+					break replay
+				}
+				return segTail{}, fmt.Errorf("replaying log block %d: %w", entries[0].Index, r.err)
+			}
+			applied += len(entries)
+			pos.off = end
+		}
+		if !hasNext {
+			break
+		}
+		pos = segTail{seq: pos.seq + 1, off: nextStart}
+	}
+	if applied > 0 {
+		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			return segTail{}, err
+		}
+		s.m.replayed.Add(float64(applied))
+		s.opts.Logger.Info("replayed the log tail from the log segments", "db", s.opts.Name,
+			"entries", applied, "applied_index", c.last.index, "took", time.Since(start))
+	}
+	return pos, nil
+}
+
+// idsTag starts the frame of batch ID outcomes that follows a block:
+//
+//	ids := idsTag · uvarint(count) · (uvarint(len id) · id · outcome(17))*
+const idsTag = 'I'
+
+func encodeIDs(dst []byte, ids map[string]batchOutcome) []byte {
+	if len(ids) == 0 {
+		return dst
+	}
+	dst = append(dst, idsTag)
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for id, o := range ids {
+		dst = binary.AppendUvarint(dst, uint64(len(id)))
+		dst = append(append(dst, id...), o.encode()...)
+	}
+	return dst
+}
+
+func decodeIDs(b []byte) (map[string]batchOutcome, error) {
+	bad := fmt.Errorf("%w: bad batch ID frame", ErrCorrupt)
+	if len(b) == 0 || b[0] != idsTag {
+		return nil, bad
+	}
+	b = b[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, bad
+	}
+	b = b[k:]
+	ids := make(map[string]batchOutcome, n)
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > MaxBatchIDBytes || uint64(len(b)-k) < l+17 {
+			return nil, bad
+		}
+		b = b[k:]
+		o, err := decodeBatchOutcome(b[l : l+17])
+		if err != nil {
+			return nil, err
+		}
+		ids[string(b[:l])] = o
+		b = b[l+17:]
+	}
+	if len(b) != 0 {
+		return nil, bad
+	}
+	return ids, nil
+}
+
+// blockBytes returns the log block stored under a block key whose value is
+// v: v itself, or the block read from its segment (appended to dst).
+func (s *Store) blockBytes(v, dst []byte) ([]byte, error) {
+	ref, ok, err := decodeBlockRef(v)
+	if err != nil || !ok {
+		return v, err
+	}
+	if s.segs == nil {
+		return nil, fmt.Errorf("%w: log block in a segment, but the store has no segments", ErrCorrupt)
+	}
+	return s.segs.read(ref, dst)
+}
+
+// segmentLoop syncs Pebble's write-ahead log every second while there are
+// commits (which bounds what a replay at open applies again), then removes
+// the segments no block key points into any more.
+func (s *Store) segmentLoop() {
+	defer s.bg.Done()
+	every := s.opts.collectEvery
+	if d, err := time.ParseDuration(os.Getenv("QS_SEG_COLLECT")); err == nil {
+		every = d
+	}
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var synced uint64
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		if err := s.collectSegments(&synced); err != nil && !s.closed.Load() {
+			s.opts.Logger.Warn("log segments not collected", "db", s.opts.Name, "err", err)
+		}
+		if err := s.prepareSpare(); err != nil && !s.closed.Load() {
+			s.opts.Logger.Warn("no spare log segment prepared", "db", s.opts.Name, "err", err)
+		}
+	}
+}
+
+func (s *Store) collectSegments(synced *uint64) error {
+	s.engine.RLock()
+	defer s.engine.RUnlock()
+	if s.closed.Load() || s.segs == nil {
+		return nil
+	}
+	s.collect.Lock()
+	defer s.collect.Unlock()
+	a := s.applied.Load()
+	if a == *synced {
+		return nil
+	}
+	snap := s.db.NewSnapshot()
+	used, err := segUses(snap)
+	var tail []byte
+	if err == nil {
+		tail, err = snapGet(snap, metaSegments)
+	}
+	snap.Close()
+	if err != nil || tail == nil {
+		return err
+	}
+	t, err := decodeSegTail(tail)
+	if err != nil {
+		return err
+	}
+	// The state the snapshot saw, with nothing pointing into the segments
+	// to remove and a replay starting at or after t, must be durable
+	// before they go.
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return err
+	}
+	s.m.engineSyncs.Inc()
+	*synced = a
+	_, err = s.segs.remove(func(seq uint64) bool {
+		_, inUse := used[seq]
+		return seq < t.seq && !inUse
+	}, &s.gate, s.quit)
+	return err
+}
+
+// prepareSpare has the segments write a spare if they need one. It does
+// not hold the engine lock while it writes (a Replace would make readers
+// wait behind it): a spare written for a database replaced meanwhile
+// fails its rename, or lands in the new one, where it is a spare too.
+func (s *Store) prepareSpare() error {
+	s.engine.RLock()
+	g := s.segs
+	s.engine.RUnlock()
+	if s.closed.Load() || g == nil || s.px != nil || s.diskFull.Load() {
+		return nil
+	}
+	// Never into the free-space reserve: leave it and another spare free.
+	du, err := s.opts.FS.GetDiskUsage(s.opts.Dir)
+	if err != nil || du.AvailBytes < s.opts.MinFreeBytes+2*uint64(g.size) {
+		return nil
+	}
+	return g.prepareSpare(s.quit)
+}
+
+// snapGet returns a copy of key's value in snap, nil if absent.
+func snapGet(snap *pebble.Snapshot, key []byte) ([]byte, error) {
+	v, c, err := snap.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// segUse is what points into one log segment: block keys, and the bytes of
+// their blocks. A segment none points into is removed (segmentLoop).
+type segUse struct{ blocks, bytes int64 }
+
+func segUseKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), metaSegUse...), seq)
+}
+
+func (u segUse) encode() []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(nil, uint64(u.blocks)), uint64(u.bytes))
+}
+
+func decodeSegUse(v []byte) (segUse, error) {
+	b, n := binary.Uvarint(v)
+	if n <= 0 {
+		return segUse{}, fmt.Errorf("%w: bad segment use %x", ErrCorrupt, v)
+	}
+	by, m := binary.Uvarint(v[n:])
+	if m <= 0 || n+m != len(v) || b > 1<<40 || by > 1<<62 {
+		return segUse{}, fmt.Errorf("%w: bad segment use %x", ErrCorrupt, v)
+	}
+	return segUse{blocks: int64(b), bytes: int64(by)}, nil
+}
+
+// segUses reads every segment's use.
+func segUses(r pebble.Reader) (map[uint64]segUse, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: metaSegUse, UpperBound: prefixEnd(metaSegUse)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[uint64]segUse{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(metaSegUse)+8 {
+			return nil, fmt.Errorf("%w: bad segment use key %x", ErrCorrupt, k)
+		}
+		u, err := decodeSegUse(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		out[binary.BigEndian.Uint64(k[len(metaSegUse):])] = u
+	}
+	return out, it.Error()
+}
+
+// useSegment counts a block of n bytes into (sign 1) or out of (-1)
+// segment seq, in the group.
+func (c *committer) useSegment(seq uint64, n int64, sign int64) {
+	d := c.segDelta[seq]
+	d.blocks += sign
+	d.bytes += sign * n
+	c.segDelta[seq] = d
+}
+
+// dropBlock deletes log block b in the group, counting it out of its
+// segment.
+func (c *committer) dropBlock(b uint64) error {
+	v, found, err := c.lookup(logKey(b))
+	if err != nil {
+		return err
+	}
+	if found {
+		ref, isRef, err := decodeBlockRef(v)
+		if err != nil {
+			return err
+		}
+		if isRef {
+			c.useSegment(ref.seq, int64(ref.n), -1)
+		}
+	}
+	c.batch.Delete(logKey(b), nil)
+	return nil
+}
+
+// writeSegUse puts the group's changes of segment use in the batch.
+func (c *committer) writeSegUse() error {
+	for seq, d := range c.segDelta {
+		var u segUse
+		v, found, err := c.lookup(segUseKey(seq))
+		if err != nil {
+			return err
+		}
+		if found {
+			if u, err = decodeSegUse(v); err != nil {
+				return err
+			}
+		}
+		u.blocks += d.blocks
+		u.bytes += d.bytes
+		if u.blocks <= 0 {
+			c.batch.Delete(segUseKey(seq), nil)
+		} else {
+			c.batch.Set(segUseKey(seq), u.encode(), nil)
+		}
+	}
+	return nil
+}
