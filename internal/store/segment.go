@@ -561,24 +561,30 @@ func (g *segments) frameAt(seq uint64, off int64) (block []byte, ok bool, err er
 // them are gone.
 func (g *segments) remove(doom func(seq uint64) bool, gate *readGate, quit <-chan struct{}) (int, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	var doomed []uint64
 	for seq := range *g.files.Load() {
 		if doom(seq) && seq != g.curSeq {
 			doomed = append(doomed, seq)
 		}
 	}
+	g.mu.Unlock()
 	if len(doomed) == 0 {
 		return 0, nil
 	}
+	// Without mu: the committer takes it on every commit. New references
+	// go only to the open segment, so the doomed stay doomed meanwhile.
 	if !gate.quiesce(100*time.Millisecond, quit) {
 		return 0, nil // a reader is slow; try at the next round
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	n := 0
 	for _, seq := range doomed {
-		if f := (*g.files.Load())[seq]; f != nil {
-			f.Close()
+		f := (*g.files.Load())[seq]
+		if f == nil || seq == g.curSeq {
+			continue
 		}
+		f.Close()
 		g.setFile(seq, nil)
 		if err := g.retire(g.fs.PathJoin(g.dir, segName(seq))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return n, err
@@ -714,12 +720,19 @@ func (g *segments) diskBytes() uint64 {
 
 // copyInto puts the segments into a checkpoint in dir: hard links of the
 // sealed ones, a copy of the synced part of the open one.
+// The caller keeps segments from being removed meanwhile (Store.collect);
+// mu is held only to read the set, not during the copy, which would hold
+// up commits.
 func (g *segments) copyInto(dir string) error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	for seq, f := range *g.files.Load() {
+	files, open, synced := *g.files.Load(), g.curSeq, g.synced
+	if g.cur == nil {
+		open = 0 // sealed after a failure: linked like the others
+	}
+	g.mu.Unlock()
+	for seq, f := range files {
 		name := segName(seq)
-		if seq != g.curSeq || g.cur == nil {
+		if seq != open {
 			if err := g.fs.Link(g.fs.PathJoin(g.dir, name), g.fs.PathJoin(dir, name)); err != nil {
 				return err
 			}
@@ -729,9 +742,10 @@ func (g *segments) copyInto(dir string) error {
 		if err != nil {
 			return err
 		}
+		// Below synced, an open segment is never written again.
 		buf := make([]byte, 1<<20)
-		for off := int64(0); off < g.synced; {
-			n := min(int64(len(buf)), g.synced-off)
+		for off := int64(0); off < synced; {
+			n := min(int64(len(buf)), synced-off)
 			if _, err := f.ReadAt(buf[:n], off); err != nil {
 				out.Close()
 				return err

@@ -452,3 +452,45 @@ func TestBatchIDFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointHoldsSegments: a checkpoint carries the segments its
+// blocks are in (sealed ones linked, the open one copied), opens on its
+// own with every value, and is not changed by the source writing on,
+// removing and recycling segments afterwards.
+func TestCheckpointHoldsSegments(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Name: "seg-checkpoint", Dir: dir + "/src", Compression: wal.CompressNone, Logger: quietLogger(),
+		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 16 << 10, collectEvery: 2 * time.Millisecond}
+	s := openTest(t, o)
+	for i := range 40 {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 2000)))
+	}
+	cp := dir + "/cp"
+	h, err := s.Checkpoint(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The source goes on: its old segments are removed, and recycled
+	// unless the checkpoint links them.
+	recycled := counterValue(t, s.m.segmentsRecycled)
+	for i := 40; i < 400; i++ {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 2000)))
+		if i%5 == 0 {
+			time.Sleep(3 * time.Millisecond) // the collector's turn
+		}
+	}
+	if counterValue(t, s.m.segmentsRecycled) == recycled {
+		t.Fatal("no segment recycled: the test does not reach recycling")
+	}
+	s.Close()
+	c := openTest(t, Options{Name: "seg-checkpoint-copy", Dir: cp, Logger: quietLogger()})
+	if c.AppliedIndex() < h.Index {
+		t.Fatalf("checkpoint at %d opens at %d", h.Index, c.AppliedIndex())
+	}
+	for i := 30; i < 40; i++ {
+		if v, _, ok := get(t, c, fmt.Sprintf("k%d", i%10)); !ok || v != string(pattern(i, 2000)) {
+			t.Fatalf("k%d wrong in the checkpoint", i%10)
+		}
+	}
+	mustVerify(t, c)
+}
