@@ -386,7 +386,13 @@ func (s *Store) Close() error {
 	close(s.quit)
 	s.bg.Wait()
 	<-s.stopped
-	err := s.db.Close()
+	var err error
+	if !s.opts.ReadOnly && s.segs != nil {
+		// Pebble's unsynced tail would be replayed from the segments
+		// after a power loss; after a clean stop there is none.
+		err = s.db.LogData(nil, pebble.Sync)
+	}
+	err = errors.Join(err, s.db.Close())
 	if s.segs != nil {
 		err = errors.Join(err, s.segs.close())
 	}
