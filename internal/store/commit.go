@@ -55,6 +55,9 @@ const (
 	reqRaft    // apply committed Raft commands (see raftapply.go)
 	reqRaftReset
 	reqCache // proxy: admit or evict values (see proxy.go)
+	// reqCompact frees the retired blocks of a sparse log segment
+	// (segstore.go); it runs alone
+	reqCompact
 )
 
 type request struct {
@@ -64,6 +67,7 @@ type request struct {
 	cmds    []RaftCommand // reqRaft
 	results []RaftResult  // reqRaft
 	cache   *cacheChange  // reqCache
+	segment uint64        // reqCompact
 	size    int
 	res     WriteResult
 	err     error
@@ -272,12 +276,16 @@ func (s *Store) commitLoop() {
 			}
 			continue
 		}
-		// A replace runs alone, after the requests gathered with it.
-		var replaces []*request
+		// A replace runs alone, after the requests gathered with it, and
+		// so does a segment compaction (it frees retired blocks the
+		// group's writes would count down).
+		var replaces, compactions []*request
 		n := 0
 		for _, r := range group {
 			if r.kind == reqReplace {
 				replaces = append(replaces, r)
+			} else if r.kind == reqCompact {
+				compactions = append(compactions, r)
 			} else {
 				group[n] = r
 				n++
@@ -290,6 +298,9 @@ func (s *Store) commitLoop() {
 			lastSync = time.Since(syncStart)
 		}
 		expect = len(group) + len(s.reqs)
+		for _, r := range compactions {
+			c.commit([]*request{r})
+		}
 		for _, r := range replaces {
 			r.err = s.replace()
 			if c, err = newCommitter(s); err != nil {
@@ -509,12 +520,14 @@ func (c *committer) commit(group []*request) {
 			r.res = WriteResult{Index: e.Index, Changed: true}
 		case reqCache:
 			groupErr = c.prepareCache(r)
+		case reqCompact:
+			groupErr = c.compactSegment(r.segment)
 		}
 		if groupErr != nil {
 			break
 		}
 	}
-	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty) {
+	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty || len(c.segDelta) > 0) {
 		if c.raftIndex != baseRaft {
 			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
@@ -549,6 +562,9 @@ func (c *committer) commit(group []*request) {
 			c.batch.Set(metaApplied, c.last.encode(), nil)
 			c.batch.Set(metaLog, c.log.encode(), nil)
 			c.batch.Set(metaStats, c.stats.encode(), nil)
+		}
+		if c.blk.Len() == 0 && c.retiredDirty {
+			c.batch.Set(metaRetired, c.retired.encode(), nil) // a compaction
 		}
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)

@@ -142,7 +142,7 @@ var (
 		Help: "Log segment files (the home of the log blocks of durable commits)."}, []string{"db"}))
 	mSegmentEvents = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_segment_events_total",
-		Help: "Log segments created (recycled: made of a removed segment or of a spare of zeros, whose fsyncs then write no metadata), removed (no block key points into them any more), failed (an append or fsync failed: the segment was sealed); spare_written: a spare of zeros written in the background."}, []string{"db", "event"}))
+		Help: "Log segments created (recycled: made of a removed segment or of a spare of zeros, whose fsyncs then write no metadata), removed (no block key points into them any more), failed (an append or fsync failed: the segment was sealed); spare_written: a spare of zeros written in the background; compacted: the live values of a sparse segment's retired blocks copied out so that it can be removed."}, []string{"db", "event"}))
 	mSegmentBytes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_segment_written_bytes_total",
 		Help: "Bytes appended to log segments (frames: block plus 8 bytes)."}, []string{"db"}))
@@ -179,11 +179,11 @@ type storeMetrics struct {
 	pxCompactions                                                           prometheus.Counter
 	pxCompactSeconds                                                        prometheus.Observer
 
-	segments                                          prometheus.Gauge
-	segmentsCreated, segmentsRemoved, segmentFailures prometheus.Counter
-	segmentsRecycled, sparesWritten                   prometheus.Counter
-	segmentBytes, replayed, engineSyncs               prometheus.Counter
-	segmentSyncSeconds                                prometheus.Observer
+	segments                                           prometheus.Gauge
+	segmentsCreated, segmentsRemoved, segmentFailures  prometheus.Counter
+	segmentsRecycled, sparesWritten, segmentsCompacted prometheus.Counter
+	segmentBytes, replayed, engineSyncs                prometheus.Counter
+	segmentSyncSeconds                                 prometheus.Observer
 }
 
 func newStoreMetrics(db string) *storeMetrics {
@@ -214,13 +214,14 @@ func newStoreMetrics(db string) *storeMetrics {
 		pxSoftLimited: mPxDiskLimit.WithLabelValues(db, "soft"), pxHardLimited: mPxDiskLimit.WithLabelValues(db, "hard"),
 		pxCompactions: mPxCompactions.With(l), pxCompactSeconds: mPxCompactSeconds.With(l),
 
-		segments:         mSegments.With(l),
-		segmentsCreated:  mSegmentEvents.WithLabelValues(db, "created"),
-		segmentsRemoved:  mSegmentEvents.WithLabelValues(db, "removed"),
-		segmentFailures:  mSegmentEvents.WithLabelValues(db, "failed"),
-		segmentsRecycled: mSegmentEvents.WithLabelValues(db, "recycled"),
-		sparesWritten:    mSegmentEvents.WithLabelValues(db, "spare_written"),
-		segmentBytes:     mSegmentBytes.With(l), replayed: mReplayed.With(l), engineSyncs: mEngineSyncs.With(l),
+		segments:          mSegments.With(l),
+		segmentsCreated:   mSegmentEvents.WithLabelValues(db, "created"),
+		segmentsRemoved:   mSegmentEvents.WithLabelValues(db, "removed"),
+		segmentFailures:   mSegmentEvents.WithLabelValues(db, "failed"),
+		segmentsRecycled:  mSegmentEvents.WithLabelValues(db, "recycled"),
+		sparesWritten:     mSegmentEvents.WithLabelValues(db, "spare_written"),
+		segmentsCompacted: mSegmentEvents.WithLabelValues(db, "compacted"),
+		segmentBytes:      mSegmentBytes.With(l), replayed: mReplayed.With(l), engineSyncs: mEngineSyncs.With(l),
 		segmentSyncSeconds: mSegmentSyncSeconds.With(l),
 	}
 }

@@ -494,3 +494,62 @@ func TestCheckpointHoldsSegments(t *testing.T) {
 	}
 	mustVerify(t, c)
 }
+
+// TestSegmentCompaction: a value that outlives the log keeps its retired
+// block, and that block its segment; once the segment is sparse (a
+// quarter of it or less referenced), the value is copied out and the
+// segment removed, instead of being kept whole for as long as the value
+// lives.
+func TestSegmentCompaction(t *testing.T) {
+	o := Options{Name: "seg-compact", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
+		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 2 * time.Millisecond}
+	s := openTest(t, o)
+	pinned := mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
+	seq := segmentRef(t, s, pinned.Index).seq
+	compacted := counterValue(t, s.m.segmentsCompacted)
+	materialized := counterValue(t, s.m.materialized)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%4), pattern(i, 3000)))
+		if _, err := s.opts.FS.Stat(s.opts.FS.PathJoin(s.opts.Dir, segName(seq))); err != nil {
+			break // removed
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segment %d still there after %d writes", seq, i)
+		}
+		if i%4 == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if counterValue(t, s.m.segmentsCompacted) == compacted || counterValue(t, s.m.materialized) == materialized {
+		t.Fatal("segment removed without a compaction")
+	}
+	raw, err := decodeRecord(rawGet(t, s, dataKey(nil, []byte("pinned"))))
+	if err != nil || raw.inLog {
+		t.Fatalf("pinned's record after the compaction: %+v, %v", raw, err)
+	}
+	if v, idx, ok := get(t, s, "pinned"); !ok || v != string(pattern(-1, 3000)) || idx != pinned.Index {
+		t.Fatal("the pinned value is lost")
+	}
+	mustVerify(t, s)
+	s.Close()
+	s = openTest(t, o)
+	if v, _, ok := get(t, s, "pinned"); !ok || v != string(pattern(-1, 3000)) {
+		t.Fatal("the pinned value is lost after a restart")
+	}
+	mustVerify(t, s)
+}
+
+func TestSparseSegment(t *testing.T) {
+	used := map[uint64]segUse{1: {1, 100}, 2: {5, 5000}, 3: {1, 50}, 7: {1, 10}, 9: {1, 10}}
+	// 3 is the sparsest below both the tail (9) and the log (7).
+	if got := sparseSegment(used, 9, 7, 16<<10); got != 3 {
+		t.Fatalf("picked %d", got)
+	}
+	if got := sparseSegment(used, 9, 7, 256); got != 3 {
+		t.Fatalf("picked %d with small segments", got)
+	}
+	if got := sparseSegment(map[uint64]segUse{1: {10, 9000}}, 9, 7, 16<<10); got != 0 {
+		t.Fatalf("picked %d, which is dense", got)
+	}
+}

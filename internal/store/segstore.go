@@ -1,9 +1,11 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -252,6 +254,9 @@ func (s *Store) segmentLoop() {
 		if err := s.collectSegments(&synced); err != nil && !s.closed.Load() {
 			s.opts.Logger.Warn("log segments not collected", "db", s.opts.Name, "err", err)
 		}
+		if err := s.compactSegments(); err != nil && !s.closed.Load() {
+			s.opts.Logger.Warn("sparse log segment not compacted", "db", s.opts.Name, "err", err)
+		}
 		if err := s.prepareSpare(); err != nil && !s.closed.Load() {
 			s.opts.Logger.Warn("no spare log segment prepared", "db", s.opts.Name, "err", err)
 		}
@@ -276,6 +281,10 @@ func (s *Store) collectSegments(synced *uint64) error {
 	if err == nil {
 		tail, err = snapGet(snap, metaSegments)
 	}
+	var firstLogSeg uint64
+	if err == nil {
+		firstLogSeg, err = firstLogSegment(snap)
+	}
 	snap.Close()
 	if err != nil || tail == nil {
 		return err
@@ -296,8 +305,112 @@ func (s *Store) collectSegments(synced *uint64) error {
 		_, inUse := used[seq]
 		return seq < t.seq && !inUse
 	}, &s.gate, s.quit)
-	return err
+	if err != nil {
+		return err
+	}
+	s.compactCandidate = sparseSegment(used, t.seq, firstLogSeg, s.segs.size)
+	return nil
 }
+
+// sparseSegment picks a segment to compact: sealed, holding only blocks
+// that left the log (retired, home of live values), and whose blocks fill
+// less than a quarter of it. It returns 0 if none is. Such a segment would
+// otherwise stay whole for as long as one of its values lives.
+func sparseSegment(used map[uint64]segUse, tail, firstLog uint64, size int64) uint64 {
+	var pick uint64
+	for seq, u := range used {
+		if seq < tail && seq < firstLog && u.bytes < size/4 && (pick == 0 || u.bytes < used[pick].bytes) {
+			pick = seq
+		}
+	}
+	return pick
+}
+
+// compactSegments asks the committer to free the retired blocks of the
+// sparse segment the last collection found, if any.
+func (s *Store) compactSegments() error {
+	seq := s.compactCandidate
+	s.compactCandidate = 0
+	if seq == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	r := &request{kind: reqCompact, segment: seq, done: make(chan struct{})}
+	return s.submit(ctx, r)
+}
+
+// compactSegment frees the retired blocks in segment seq: their live
+// values are copied out (inline records) and the blocks deleted, so that
+// the segment is removed at the next collection. At most
+// maxBlocksPerCompaction a run; the next run does the rest.
+func (c *committer) compactSegment(seq uint64) error {
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	type retired struct {
+		b   uint64
+		rec retiredRecord
+	}
+	var mine []retired
+	for ok := it.First(); ok && len(mine) < maxBlocksPerCompaction; ok = it.Next() {
+		b, valid := retiredKeyBlock(it.Key())
+		if !valid {
+			continue
+		}
+		v, found, err := c.lookup(logKey(b))
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue
+		}
+		ref, isRef, err := decodeBlockRef(v)
+		if err != nil || !isRef || ref.seq != seq {
+			continue
+		}
+		rec, err := decodeRetired(it.Value())
+		if err != nil {
+			return err
+		}
+		mine = append(mine, retired{b, rec})
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	for _, r := range mine {
+		blk, err := c.readBlock(r.b)
+		if err != nil {
+			return err
+		}
+		if err := c.materialize(r.b, blk); err != nil {
+			return err
+		}
+		if err := c.dropBlock(r.b); err != nil {
+			return err
+		}
+		c.batch.Delete(retiredKey(r.b), nil)
+		c.retired.blocks--
+		c.retired.bytes -= r.rec.blockBytes
+		c.retiredDirty = true
+		c.rm.freed.Inc()
+	}
+	if len(mine) > 0 {
+		c.s.m.segmentsCompacted.Inc()
+	}
+	return nil
+}
+
+const maxBlocksPerCompaction = 4096
 
 // prepareSpare has the segments write a spare if they need one. It does
 // not hold the engine lock while it writes (a Replace would make readers
@@ -316,6 +429,31 @@ func (s *Store) prepareSpare() error {
 		return nil
 	}
 	return g.prepareSpare(s.quit)
+}
+
+// firstLogSegment is the segment of the first block of the retained log
+// held in a segment (blocks before it in the log are in Pebble); the
+// segments before it hold only retired blocks. MaxUint64 if none is.
+func firstLogSegment(snap *pebble.Snapshot) (uint64, error) {
+	lr, err := logRangeAt(snap)
+	if err != nil {
+		return 0, err
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: logKey(lr.First), UpperBound: []byte{prefixLog + 1}})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		ref, isRef, err := decodeBlockRef(it.Value())
+		if err != nil {
+			return 0, err
+		}
+		if isRef {
+			return ref.seq, nil
+		}
+	}
+	return math.MaxUint64, it.Error()
 }
 
 // snapGet returns a copy of key's value in snap, nil if absent.
