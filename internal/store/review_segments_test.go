@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,5 +176,78 @@ func TestReviewBatchFailureAfterSegmentSync(t *testing.T) {
 	}
 	if s2.AppliedIndex() != b3.Index {
 		t.Errorf("applied %d after the power loss, acknowledged %d", s2.AppliedIndex(), b3.Index)
+	}
+}
+
+// writeFailFS makes the next write to a log segment report an error after
+// it wrote everything (as EIO from a device that took the data may).
+type writeFailFS struct {
+	vfs.FS
+	failNext atomic.Bool
+}
+
+func (fs *writeFailFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if _, ok := parseSegName(fs.PathBase(name)); !ok || err != nil {
+		return f, err
+	}
+	return &writeFailFile{File: f, fs: fs}, nil
+}
+
+func (fs *writeFailFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *writeFailFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+type writeFailFile struct {
+	vfs.File
+	fs *writeFailFS
+}
+
+func (f *writeFailFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	if err == nil && f.fs.failNext.CompareAndSwap(true, false) {
+		return n, syscall.EIO
+	}
+	return n, err
+}
+
+// TestReviewFailedWriteIDsFrameAdopted: when the write of a group's frames
+// fails (append returns the error, c.appended stays false, so fail() is
+// not called), the next group overwrites at the same tail. If its block
+// has the same length and it has no batch IDs, the failed group's batch
+// ID frame is left right after it, inside the synced data; a replay reads
+// it as the new block's outcomes. A retry of the failed batch is then
+// answered "duplicate, applied at index i" although index i holds another
+// write: the client's write is lost.
+func TestReviewFailedWriteIDsFrameAdopted(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fs := &writeFailFS{FS: mem}
+	o := crashOptions("review-writefail", mem)
+	o.FS = fs
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, set("a", "1"))
+	fs.failNext.Store(true)
+	if _, err := s.Write(t.Context(), Batch{ID: []byte("mine"), Ops: []wal.Op{set("k", "AAAA")}}); err == nil {
+		t.Fatal("the write whose segment write failed succeeded")
+	}
+	other := mustWrite(t, s, set("k", "BBBB"))
+	s2 := crashReopen(t, s, mem, o)
+	retry, err := s2.Write(t.Context(), Batch{ID: []byte("mine"), Ops: []wal.Op{set("k", "AAAA")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry.Duplicate {
+		t.Errorf("the retry of a failed batch answered as a duplicate applied at %d (that index is another write, %d)", retry.Index, other.Index)
+	}
+	if v, _, _ := get(t, s2, "k"); v != "AAAA" {
+		t.Fatalf("k = %q after the client retried its failed write", v)
 	}
 }
