@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -249,5 +250,39 @@ func TestReviewFailedWriteIDsFrameAdopted(t *testing.T) {
 	}
 	if v, _, _ := get(t, s2, "k"); v != "AAAA" {
 		t.Fatalf("k = %q after the client retried its failed write", v)
+	}
+}
+
+// TestReviewCollectionAfterSlowReader: a collection round that gives up
+// because a reader stayed (quiesce timed out) has already recorded the
+// applied index as handled (collectSegments sets *synced before remove),
+// so no later round tries again until the next commit: on a store that
+// stops writing, the unreferenced segments stay on disk indefinitely.
+// While it waits (up to 100 ms a round) the collector holds segments.mu,
+// which every append takes: writes stall behind it (logged).
+func TestReviewCollectionAfterSlowReader(t *testing.T) {
+	o := Options{Name: "review-slowreader", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
+		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond}
+	s := openTest(t, o)
+	v, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	for i := range 100 {
+		start := time.Now()
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 3000)))
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("slowest write while a reader held a view: %v", slowest)
+	time.Sleep(300 * time.Millisecond) // the collector's rounds give up on the reader
+	v.Close()
+	time.Sleep(500 * time.Millisecond) // a hundred rounds, no reader left
+	seqs, err := s.segs.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) > 5 {
+		t.Fatalf("%d segments left after the reader left and the store went idle (expect the 2-5 the retained log needs)", len(seqs))
 	}
 }
