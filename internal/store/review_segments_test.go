@@ -286,3 +286,47 @@ func TestReviewCollectionAfterSlowReader(t *testing.T) {
 		t.Fatalf("%d segments left after the reader left and the store went idle (expect the 2-5 the retained log needs)", len(seqs))
 	}
 }
+
+// TestReviewCheckpointAfterFailedSync: after an fsync failure the open
+// segment is sealed (fail: cur = nil), and a checkpoint links it whole,
+// abandoned frame included; nothing in the checkpoint marks the frame
+// abandoned, so the replica that installs it replays the failed write at
+// the index the root then gives to another write: the replica diverges
+// (serves a value the root rejected, then refuses the root's entries).
+func TestReviewCheckpointAfterFailedSync(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fs := &syncFailFS{FS: mem}
+	o := crashOptions("review-ckpt-syncfail", mem)
+	o.FS = fs
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
+	fs.failNext.Store(true)
+	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("write whose fsync failed: %v", err)
+	}
+	if _, err := s.Checkpoint("/data/ckpt"); err != nil {
+		t.Fatal(err)
+	}
+	b2 := mustWrite(t, s, setb("b2", pattern(3, 2000)))
+	ro := o
+	ro.Dir, ro.Name, ro.FS = "/data/ckpt", "review-ckpt-replica", mem
+	r, err := Open(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, _, ok := get(t, r, "b"); ok || r.AppliedIndex() != a.Index {
+		t.Errorf("the checkpoint opens with the rejected write applied (applied %d, root had %d)", r.AppliedIndex(), a.Index)
+	}
+	es, err := s.ReadLog(b2.Index, 10, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(t.Context(), es); err != nil {
+		t.Errorf("the replica refuses the root's entry %d: %v", b2.Index, err)
+	}
+}
