@@ -583,7 +583,7 @@ func (c *committer) commit(group []*request) {
 			}
 		}
 		if groupErr == nil {
-			if err := c.batch.Commit(c.writeOptions(group, segmented)); err != nil {
+			if err := c.batch.Commit(c.writeOptions(group)); err != nil {
 				groupErr = classifyCommitError(err)
 			}
 		}

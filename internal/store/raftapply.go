@@ -37,13 +37,15 @@ var metaRaft = []byte("mraft")
 // store applied.
 
 // writeOptions is the durability of the group's batch.
-func (c *committer) writeOptions(group []*request, segmented bool) *pebble.WriteOptions {
-	if c.needsSync(group) && !segmented && c.replay == nil {
+func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
+	if c.needsSync(group) && !c.appended && c.replay == nil {
 		return pebble.Sync
 	}
 	// A group whose block went to a synced log segment, or that is
 	// replayed from one, needs no Pebble fsync: a replay at open restores
-	// what Pebble loses (segment.go).
+	// what Pebble loses (segment.go). A durable group with no block (a
+	// Raft reset, the outcome of an idempotent no-op) has nothing in a
+	// segment: Pebble's sync is its durability.
 	return pebble.NoSync
 }
 

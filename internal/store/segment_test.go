@@ -384,14 +384,19 @@ func TestDiskFullInSegment(t *testing.T) {
 func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
 	s := openTest(t, Options{Name: "seg-raft"})
 	c := &committer{s: s}
-	if c.writeOptions([]*request{{kind: reqRaft}}, false) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
+	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
 		t.Fatal("a Raft group asks for a sync")
 	}
 	if !c.needsSync([]*request{{kind: reqRaft}, {kind: reqWrite}}) {
 		t.Fatal("a group with a write does not ask for a sync")
 	}
-	if c.writeOptions([]*request{{kind: reqWrite}}, true) != pebble.NoSync {
+	c.appended = true
+	if c.writeOptions([]*request{{kind: reqWrite}}) != pebble.NoSync {
 		t.Fatal("a group synced by its segment syncs Pebble too")
+	}
+	c.appended = false
+	if c.writeOptions([]*request{{kind: reqRaftReset}}) != pebble.Sync {
+		t.Fatal("a durable group with no block in a segment is not synced")
 	}
 }
 
