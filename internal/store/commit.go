@@ -589,8 +589,12 @@ func (c *committer) commit(group []*request) {
 		}
 		s.m.syncSeconds.Observe(time.Since(syncStart).Seconds())
 	}
-	if groupErr != nil && c.appended {
-		s.segs.fail()
+	if segmented {
+		if groupErr != nil {
+			s.segs.fail() // abandons the group's frames, if it appended any
+		} else if c.appended {
+			s.segs.done()
+		}
 	}
 	if groupErr != nil {
 		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
@@ -1033,7 +1037,7 @@ func (c *committer) setBlock(segmented bool) (int, bool, error) {
 	n := len(hdr) + len(payload)
 	uncompressed := wal.Compression(hdr[1]) == wal.CompressNone
 	if segmented {
-		c.idsBuf = encodeIDs(c.idsBuf[:0], c.ids)
+		c.idsBuf = encodeIDs(c.idsBuf[:0], c.blockFirst, c.ids)
 		ref, end, err := c.s.segs.append(hdr, payload, c.idsBuf)
 		if err != nil {
 			return 0, false, err

@@ -39,6 +39,7 @@ func TestPowerLoss(t *testing.T) {
 	base := uint64(time.Now().UnixNano())
 	t.Logf("base seed %d", base)
 	replayed := counterValue(t, mReplayed.WithLabelValues("crash"))
+	recycled := counterValue(t, mSegmentEvents.WithLabelValues("crash", "recycled"))
 	for r := 0; r < rounds; r++ {
 		seed := base + uint64(r)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { powerLossRound(t, seed) })
@@ -46,9 +47,13 @@ func TestPowerLoss(t *testing.T) {
 	// Commits sync their log segment, not Pebble: the images lose Pebble's
 	// tail, and the reopen applies it again from the segments.
 	n := counterValue(t, mReplayed.WithLabelValues("crash")) - replayed
-	t.Logf("%v entries replayed from log segments in %d rounds", n, rounds)
+	rec := counterValue(t, mSegmentEvents.WithLabelValues("crash", "recycled")) - recycled
+	t.Logf("%v entries replayed from log segments, %v segments made of spares, in %d rounds", n, rec, rounds)
 	if n == 0 && rounds >= 5 {
 		t.Error("no round replayed anything from the log segments: the test does not reach the replay")
+	}
+	if rec == 0 && rounds >= 20 {
+		t.Error("no segment made of a spare: the test does not reach recycling")
 	}
 }
 
@@ -103,7 +108,7 @@ func powerLossRound(t *testing.T, seed uint64) {
 	if rng.IntN(2) == 0 {
 		// Small log segments, collected often: the image may catch a
 		// segment being created or removed.
-		o.segmentBytes, o.collectEvery = 64<<10, 2*time.Millisecond
+		o.segmentBytes, o.collectEvery, o.recycleAnyway = 64<<10, 2*time.Millisecond, true
 	}
 	s, err := Open(o)
 	if err != nil {

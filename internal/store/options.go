@@ -91,6 +91,10 @@ type Options struct {
 	segmentBytes   int64
 	collectEvery   time.Duration
 	blocksInPebble bool
+	// recycleAnyway recycles removed segments and writes spares on a
+	// filesystem that cannot say a file's link count or free space (the
+	// in-memory ones of the crash tests).
+	recycleAnyway bool
 }
 
 // Retention limits the retained log. A zero field means its default; a

@@ -205,9 +205,15 @@ type segments struct {
 	tail   int64    // where the next frame goes in curSeq
 	start  int64    // where curSeq's first block goes (after its header)
 	synced int64    // durable end of curSeq
+	// pending: a group's frames were appended (at pendingAt in
+	// pendingSeq) and it is not yet committed (done) or failed.
+	pending    bool
+	pendingSeq uint64
+	pendingAt  int64
 	// haveSpare: spareName exists, ready to be the next segment.
-	haveSpare bool
-	buf       []byte
+	haveSpare     bool
+	recycleAnyway bool // Options.recycleAnyway
+	buf           []byte
 }
 
 func newSegments(fs vfs.FS, dir string, m *storeMetrics) *segments {
@@ -344,6 +350,13 @@ func (g *segments) next(n int) (segTail, error) {
 	if g.cur != nil && (g.tail == g.start || g.tail+int64(frameHeader+n) <= g.size) {
 		return segTail{seq: g.curSeq, off: g.tail}, nil
 	}
+	return g.rotate(n)
+}
+
+// rotate opens the next segment, its header saying where the current
+// one's blocks end (its synced tail), for a first block of n bytes.
+// Called with mu held.
+func (g *segments) rotate(n int) (segTail, error) {
 	seq := g.curSeq + 1
 	name := g.fs.PathJoin(g.dir, segName(seq))
 	hdr := segHeader(g.curSeq, g.synced)
@@ -373,14 +386,14 @@ func (g *segments) next(n int) (segTail, error) {
 		g.fs.Remove(name)
 		return segTail{}, err
 	}
-	if g.cur != nil {
-		g.cur.Close() // its reader stays in files
-	}
 	r, err := g.fs.Open(name)
 	if err != nil {
 		f.Close()
 		g.fs.Remove(name)
 		return segTail{}, err
+	}
+	if g.cur != nil {
+		g.cur.Close() // its reader stays in files
 	}
 	g.setFile(seq, r)
 	at := int64(len(hdr))
@@ -434,11 +447,16 @@ func (g *segments) append(hdr, payload, trailer []byte) (blockRef, int64, error)
 	if err != nil {
 		return blockRef{}, 0, err
 	}
+	g.mu.Lock()
+	g.pending, g.pendingSeq, g.pendingAt = true, at.seq, at.off
+	g.mu.Unlock()
 	g.buf = append(g.buf[:0], make([]byte, frameHeader)...)
 	g.buf = append(append(g.buf, hdr...), payload...)
 	binary.LittleEndian.PutUint32(g.buf[0:], uint32(n))
 	binary.LittleEndian.PutUint32(g.buf[4:], crc32.Checksum(g.buf[frameHeader:], castagnoli))
 	if len(trailer) > 0 {
+		// The trailer names its block by CRC (bytes 9-12, see encodeIDs).
+		binary.LittleEndian.PutUint32(trailer[idsCRCAt:], binary.LittleEndian.Uint32(g.buf[4:]))
 		t := len(g.buf)
 		g.buf = append(append(g.buf, make([]byte, frameHeader)...), trailer...)
 		binary.LittleEndian.PutUint32(g.buf[t:], uint32(len(trailer)))
@@ -469,18 +487,39 @@ func (g *segments) sync() error {
 	return nil
 }
 
-// fail is called when an append or its sync failed: the frames after the
-// synced tail are abandoned, and the next block goes to a new segment (a
-// file whose write-back failed cannot be trusted to say so again).
+// done is called once the group whose frames were appended is committed:
+// they are part of the log.
+func (g *segments) done() {
+	g.mu.Lock()
+	g.pending = false
+	g.mu.Unlock()
+}
+
+// fail is called when a group that appended frames failed (the write, its
+// sync, or Pebble's batch after it): its frames are abandoned, even if
+// they reached the disk, and the next block, which takes the same index,
+// goes to a new segment (a file whose write-back failed cannot be
+// trusted to say so again). The new segment is opened now: its header,
+// saying the current segment's blocks end before the abandoned frames, is
+// what keeps a replay from applying them. If it cannot be opened, the
+// next append tries again; until one succeeds, a restart may replay the
+// abandoned block (whole: a write that failed then appears, as a write
+// whose answer was lost would).
 func (g *segments) fail() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !g.pending {
+		return // nothing was appended
+	}
+	g.pending = false
 	g.m.segmentFailures.Inc()
-	if g.cur != nil {
+	if g.pendingSeq == g.curSeq {
+		g.tail, g.synced = g.pendingAt, g.pendingAt
+	}
+	if _, err := g.rotate(0); err != nil && g.cur != nil {
 		g.cur.Close()
 		g.cur = nil
 	}
-	g.tail = g.synced
 }
 
 // tailNow is the position after the last appended frame.
@@ -559,7 +598,7 @@ func (g *segments) frameAt(seq uint64, off int64) (block []byte, ok bool, err er
 // remove deletes the segments doomed says nothing needs, other than the
 // one being appended to, once the readers that could still reference
 // them are gone.
-func (g *segments) remove(doom func(seq uint64) bool, gate *readGate, quit <-chan struct{}) (int, error) {
+func (g *segments) remove(doom func(seq uint64) bool, gate *readGate, quit <-chan struct{}) (complete bool, err error) {
 	g.mu.Lock()
 	var doomed []uint64
 	for seq := range *g.files.Load() {
@@ -569,16 +608,15 @@ func (g *segments) remove(doom func(seq uint64) bool, gate *readGate, quit <-cha
 	}
 	g.mu.Unlock()
 	if len(doomed) == 0 {
-		return 0, nil
+		return true, nil
 	}
 	// Without mu: the committer takes it on every commit. New references
 	// go only to the open segment, so the doomed stay doomed meanwhile.
 	if !gate.quiesce(100*time.Millisecond, quit) {
-		return 0, nil // a reader is slow; try at the next round
+		return false, nil // a reader is slow; try at the next round
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := 0
 	for _, seq := range doomed {
 		f := (*g.files.Load())[seq]
 		if f == nil || seq == g.curSeq {
@@ -587,12 +625,11 @@ func (g *segments) remove(doom func(seq uint64) bool, gate *readGate, quit <-cha
 		f.Close()
 		g.setFile(seq, nil)
 		if err := g.retire(g.fs.PathJoin(g.dir, segName(seq))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return n, err
+			return false, err
 		}
 		g.m.segmentsRemoved.Inc()
-		n++
 	}
-	return n, nil
+	return true, nil
 }
 
 // spareName is a file ready to become the next segment. It is not a
@@ -627,7 +664,7 @@ func (g *segments) takeSpare(name string) (vfs.File, error) {
 // and no checkpoint links it (recycling a file a snapshot shares would
 // overwrite the snapshot). Called with mu held.
 func (g *segments) retire(path string) error {
-	if !g.haveSpare && singleLink(g.fs, path) {
+	if !g.haveSpare && (g.recycleAnyway || singleLink(g.fs, path)) {
 		if err := g.fs.Rename(path, g.fs.PathJoin(g.dir, spareName)); err == nil {
 			g.haveSpare = true
 			return nil
@@ -725,10 +762,9 @@ func (g *segments) diskBytes() uint64 {
 // up commits.
 func (g *segments) copyInto(dir string) error {
 	g.mu.Lock()
+	// The newest segment only up to its synced end, even if it was sealed
+	// by a failure (what follows it is abandoned).
 	files, open, synced := *g.files.Load(), g.curSeq, g.synced
-	if g.cur == nil {
-		open = 0 // sealed after a failure: linked like the others
-	}
 	g.mu.Unlock()
 	for seq, f := range files {
 		name := segName(seq)

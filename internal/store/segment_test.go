@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -443,16 +444,18 @@ func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
 
 func TestBatchIDFrame(t *testing.T) {
 	ids := map[string]batchOutcome{"a": {index: 7, time: 99, changed: true}, "bb": {index: 8, time: 100}}
-	got, err := decodeIDs(encodeIDs(nil, ids))
-	if err != nil || len(got) != 2 || got["a"] != ids["a"] || got["bb"] != ids["bb"] {
-		t.Fatalf("%+v %v", got, err)
+	enc := encodeIDs(nil, 42, ids)
+	binary.LittleEndian.PutUint32(enc[idsCRCAt:], 0xfeedbeef) // as append does
+	got, first, crc, err := decodeIDs(enc)
+	if err != nil || len(got) != 2 || got["a"] != ids["a"] || got["bb"] != ids["bb"] || first != 42 || crc != 0xfeedbeef {
+		t.Fatalf("%+v %d %x %v", got, first, crc, err)
 	}
-	if encodeIDs(nil, nil) != nil {
+	if encodeIDs(nil, 1, nil) != nil {
 		t.Fatal("a frame for no outcomes")
 	}
-	good := encodeIDs(nil, ids)
-	for _, bad := range [][]byte{nil, {idsTag}, good[:len(good)-1], append(good, 0), {idsTag, 200, 1}} {
-		if _, err := decodeIDs(bad); !errors.Is(err, ErrCorrupt) {
+	good := encodeIDs(nil, 1, ids)
+	for _, bad := range [][]byte{nil, {idsTag}, good[:len(good)-1], append(good, 0), {idsTag, 200, 1}, good[:idsCRCAt+4]} {
+		if _, _, _, err := decodeIDs(bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%x: %v", bad, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 	"time"
@@ -27,6 +28,7 @@ func (s *Store) openSegments() error {
 	if s.opts.segmentBytes > 0 {
 		g.size = s.opts.segmentBytes
 	}
+	g.recycleAnyway = s.opts.recycleAnyway
 	if err := g.openAll(); err != nil {
 		return fmt.Errorf("log segments: %w", err)
 	}
@@ -127,6 +129,9 @@ replay:
 			}
 			ref.payloadAt = len(blk) - len(payload)
 			if len(entries) == 0 || entries[0].Index != c.last.index+1 {
+				if hasNext {
+					return segTail{}, fmt.Errorf("%w: log segment %d: block at %d starts at index %d, after %d, below the synced end %d", ErrCorrupt, pos.seq, pos.off, firstIndex(entries), c.last.index, limit)
+				}
 				break replay // not the next block: written after a failure, never referenced
 			}
 			end := ref.end()
@@ -134,17 +139,20 @@ replay:
 			if t, ok, err := g.frameAt(pos.seq, end); err != nil {
 				return segTail{}, err
 			} else if ok && end < limit && len(t) > 0 && t[0] == idsTag {
-				if ids, err = decodeIDs(t); err != nil {
-					return segTail{}, fmt.Errorf("log segment %d, after block at %d: %w", pos.seq, pos.off, err)
+				// Only the outcomes of this block: an ID frame left by
+				// an abandoned group with another block is not.
+				got, first, crc, err := decodeIDs(t)
+				if err == nil && first == entries[0].Index && crc == crc32.Checksum(blk, castagnoli) {
+					ids = got
+					end += frameHeader + int64(len(t))
 				}
-				end += frameHeader + int64(len(t))
 			}
 			r := &request{kind: reqApply, entries: entries, done: make(chan struct{})}
 			c.replay, c.replayEnd, c.replayIDs = &ref, end, ids
 			c.commit([]*request{r})
 			c.replay, c.replayIDs = nil, nil
 			if r.err != nil {
-				if errors.Is(r.err, ErrNotContiguous) {
+				if errors.Is(r.err, ErrNotContiguous) && !hasNext {
 					break replay
 				}
 				return segTail{}, fmt.Errorf("replaying log block %d: %w", entries[0].Index, r.err)
@@ -168,16 +176,25 @@ replay:
 	return pos, nil
 }
 
-// idsTag starts the frame of batch ID outcomes that follows a block:
+// idsTag starts the frame of batch ID outcomes that follows a block, and
+// names the block (its first index, and its frame's CRC, which append
+// fills in), so that a replay takes only the outcomes of the block it
+// applies:
 //
-//	ids := idsTag · uvarint(count) · (uvarint(len id) · id · outcome(17))*
-const idsTag = 'I'
+//	ids := idsTag · first index (8 BE) · block crc32c (4 LE) · uvarint(count) ·
+//	       (uvarint(len id) · id · outcome(17))*
+const (
+	idsTag   = 'I'
+	idsCRCAt = 9
+)
 
-func encodeIDs(dst []byte, ids map[string]batchOutcome) []byte {
+func encodeIDs(dst []byte, first uint64, ids map[string]batchOutcome) []byte {
 	if len(ids) == 0 {
 		return dst
 	}
 	dst = append(dst, idsTag)
+	dst = binary.BigEndian.AppendUint64(dst, first)
+	dst = append(dst, 0, 0, 0, 0) // the block's CRC
 	dst = binary.AppendUvarint(dst, uint64(len(ids)))
 	for id, o := range ids {
 		dst = binary.AppendUvarint(dst, uint64(len(id)))
@@ -186,12 +203,20 @@ func encodeIDs(dst []byte, ids map[string]batchOutcome) []byte {
 	return dst
 }
 
-func decodeIDs(b []byte) (map[string]batchOutcome, error) {
+// decodeIDs decodes a batch ID frame; first and crc name its block.
+func decodeIDs(b []byte) (ids map[string]batchOutcome, first uint64, crc uint32, err error) {
+	ids, err = decodeIDList(b, &first, &crc)
+	return ids, first, crc, err
+}
+
+func decodeIDList(b []byte, first *uint64, crc *uint32) (map[string]batchOutcome, error) {
 	bad := fmt.Errorf("%w: bad batch ID frame", ErrCorrupt)
-	if len(b) == 0 || b[0] != idsTag {
+	if len(b) < idsCRCAt+4 || b[0] != idsTag {
 		return nil, bad
 	}
-	b = b[1:]
+	*first = binary.BigEndian.Uint64(b[1:])
+	*crc = binary.LittleEndian.Uint32(b[idsCRCAt:])
+	b = b[idsCRCAt+4:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
 		return nil, bad
@@ -215,6 +240,13 @@ func decodeIDs(b []byte) (map[string]batchOutcome, error) {
 		return nil, bad
 	}
 	return ids, nil
+}
+
+func firstIndex(es []wal.Entry) uint64 {
+	if len(es) == 0 {
+		return 0
+	}
+	return es[0].Index
 }
 
 // blockBytes returns the log block stored under a block key whose value is
@@ -300,13 +332,15 @@ func (s *Store) collectSegments(synced *uint64) error {
 		return err
 	}
 	s.m.engineSyncs.Inc()
-	*synced = a
-	_, err = s.segs.remove(func(seq uint64) bool {
+	complete, err := s.segs.remove(func(seq uint64) bool {
 		_, inUse := used[seq]
 		return seq < t.seq && !inUse
 	}, &s.gate, s.quit)
 	if err != nil {
 		return err
+	}
+	if complete {
+		*synced = a // else the next round tries again, writes or not
 	}
 	s.compactCandidate = sparseSegment(used, t.seq, firstLogSeg, s.segs.size)
 	return nil
@@ -425,7 +459,7 @@ func (s *Store) prepareSpare() error {
 	}
 	// Never into the free-space reserve: leave it and another spare free.
 	du, err := s.opts.FS.GetDiskUsage(s.opts.Dir)
-	if err != nil || du.AvailBytes < s.opts.MinFreeBytes+2*uint64(g.size) {
+	if !s.opts.recycleAnyway && (err != nil || du.AvailBytes < s.opts.MinFreeBytes+2*uint64(g.size)) {
 		return nil
 	}
 	return g.prepareSpare(s.quit)
