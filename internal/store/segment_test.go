@@ -145,44 +145,53 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 	check(s)
 }
 
-// syncFailFS makes the next fdatasync of a log segment report an error
-// after it did sync: the block reached the disk, the committer was told
-// it did not.
-type syncFailFS struct {
+// faultFS makes the next fdatasync (failSync) or write (failWrite) of a
+// log segment report an error after it did its work: the block reached
+// the disk, the committer was told it did not (as EIO from a device that
+// took the data may).
+type faultFS struct {
 	vfs.FS
-	failNext atomic.Bool
+	failSync, failWrite atomic.Bool
 }
 
-func (fs *syncFailFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+func (fs *faultFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if _, ok := parseSegName(fs.PathBase(name)); !ok || err != nil {
 		return f, err
 	}
-	return &syncFailFile{File: f, fs: fs}, nil
+	return &faultFile{File: f, fs: fs}, nil
 }
 
-func (fs *syncFailFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+func (fs *faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, c)
 	return fs.wrap(name, f, err)
 }
 
-func (fs *syncFailFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+func (fs *faultFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	f, err := fs.FS.OpenReadWrite(name, c, opts...)
 	return fs.wrap(name, f, err)
 }
 
-type syncFailFile struct {
+type faultFile struct {
 	vfs.File
-	fs *syncFailFS
+	fs *faultFS
 }
 
-func (f *syncFailFile) SyncData() error {
+func (f *faultFile) SyncData() error {
 	if err := f.File.SyncData(); err != nil {
 		return err
 	}
-	if f.fs.failNext.CompareAndSwap(true, false) {
+	if f.fs.failSync.CompareAndSwap(true, false) {
 		return syscall.EIO
 	}
 	return nil
+}
+
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	if err == nil && f.fs.failWrite.CompareAndSwap(true, false) {
+		return n, syscall.EIO
+	}
+	return n, err
 }
 
 // TestSegmentSyncFailure: a block whose fsync failed is not acknowledged,
@@ -192,15 +201,15 @@ func (f *syncFailFile) SyncData() error {
 // one reached the disk whole.
 func TestSegmentSyncFailure(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	fs := &syncFailFS{FS: mem}
-	o := Options{Name: "seg-syncfail", Dir: "/data/db", FS: fs, MinFreeBytes: 1, BallastBytes: -1,
-		Compression: wal.CompressNone, Logger: quietLogger(), collectEvery: time.Hour}
+	fs := &faultFS{FS: mem}
+	o := crashOptions("seg-syncfail", mem)
+	o.FS = fs
 	s, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	fs.failNext.Store(true)
+	fs.failSync.Store(true)
 	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
 		t.Fatalf("write whose fsync failed: %v", err)
 	}
@@ -220,15 +229,8 @@ func TestSegmentSyncFailure(t *testing.T) {
 	}
 	// Power loss: only what was synced survives; Pebble synced nothing
 	// since the database was created.
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	o.FS = image
 	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
-	s2, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := crashReopen(t, s, mem, o)
 	if got := counterValue(t, mReplayed.WithLabelValues(o.Name)) - replayed; got != 2 {
 		t.Fatalf("%v entries replayed, want 2", got)
 	}
@@ -416,15 +418,8 @@ func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	o.FS = image
 	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
-	s2, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := crashReopen(t, s, mem, o)
 	if counterValue(t, mReplayed.WithLabelValues(o.Name)) == replayed {
 		t.Fatal("nothing replayed: the test does not reach the replay")
 	}

@@ -3,8 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,8 +10,9 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// Review tests of the log segments (commit 6fe0daf). Each fails on that
-// commit; each names the defect it shows.
+// Failure tests of the log segments, from a review of their first
+// version (commit 6fe0daf, on which each fails); each names the defect it
+// showed.
 
 // crashReopen takes a power-loss image of mem (nothing unsynced kept),
 // closes s and opens the image.
@@ -35,11 +34,11 @@ func crashOptions(name string, mem *vfs.MemFS) Options {
 		Compression: wal.CompressNone, Logger: quietLogger(), collectEvery: time.Hour}
 }
 
-// TestReviewResetRaftDurable: ResetRaft says it is durable, but a group
+// TestSegmentFaultResetRaftDurable: ResetRaft says it is durable, but a group
 // with no log block is committed to Pebble without sync once the store
 // has segments (writeOptions: segmented groups are NoSync even when no
 // block was appended), so a power loss brings the old Raft index back.
-func TestReviewResetRaftDurable(t *testing.T) {
+func TestSegmentFaultResetRaftDurable(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review-resetraft", mem)
 	s, err := Open(o)
@@ -64,11 +63,11 @@ func TestReviewResetRaftDurable(t *testing.T) {
 	}
 }
 
-// TestReviewNoopBatchIDDurable: the outcome of an idempotent write that
+// TestSegmentFaultNoopBatchIDDurable: the outcome of an idempotent write that
 // changed nothing is acknowledged, but its group has no block, so it is
 // neither in a segment nor synced in Pebble: after a power loss a retry
 // of the batch is applied again over a later write.
-func TestReviewNoopBatchIDDurable(t *testing.T) {
+func TestSegmentFaultNoopBatchIDDurable(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review-noopid", mem)
 	s, err := Open(o)
@@ -94,14 +93,14 @@ func TestReviewNoopBatchIDDurable(t *testing.T) {
 	}
 }
 
-// TestReviewFailedSyncNotReplayed: a block whose fdatasync failed is
+// TestSegmentFaultFailedSyncNotReplayed: a block whose fdatasync failed is
 // abandoned (the write fails), but when no block follows it before the
 // store is closed, nothing marks it abandoned: the next open replays it
 // and the failed write appears (docs: "blocks abandoned after a failed
 // fsync are never replayed").
-func TestReviewFailedSyncNotReplayed(t *testing.T) {
+func TestSegmentFaultFailedSyncNotReplayed(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	fs := &syncFailFS{FS: mem}
+	fs := &faultFS{FS: mem}
 	o := crashOptions("review-syncfail", mem)
 	o.FS = fs
 	s, err := Open(o)
@@ -109,7 +108,7 @@ func TestReviewFailedSyncNotReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	fs.failNext.Store(true)
+	fs.failSync.Store(true)
 	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
 		t.Fatalf("write whose fsync failed: %v", err)
 	}
@@ -126,7 +125,7 @@ func TestReviewFailedSyncNotReplayed(t *testing.T) {
 	}
 }
 
-// TestReviewBatchFailureAfterSegmentSync: when a group's Pebble batch
+// TestSegmentFaultBatchFailureAfterSegmentSync: when a group's Pebble batch
 // fails after its segment fsync succeeded (commit: groupErr set by
 // batch.Commit, then segs.fail()), fail() resets the tail to synced,
 // which already covers the failed block. The next segment's header then
@@ -138,7 +137,7 @@ func TestReviewFailedSyncNotReplayed(t *testing.T) {
 // batch.Commit cannot be made to fail from a test without breaking Pebble,
 // so the test does on the committer's behalf (the committer idle) what
 // commit does in that case: append, sync, fail.
-func TestReviewBatchFailureAfterSegmentSync(t *testing.T) {
+func TestSegmentFaultBatchFailureAfterSegmentSync(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review-batchfail", mem)
 	s, err := Open(o)
@@ -180,44 +179,7 @@ func TestReviewBatchFailureAfterSegmentSync(t *testing.T) {
 	}
 }
 
-// writeFailFS makes the next write to a log segment report an error after
-// it wrote everything (as EIO from a device that took the data may).
-type writeFailFS struct {
-	vfs.FS
-	failNext atomic.Bool
-}
-
-func (fs *writeFailFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if _, ok := parseSegName(fs.PathBase(name)); !ok || err != nil {
-		return f, err
-	}
-	return &writeFailFile{File: f, fs: fs}, nil
-}
-
-func (fs *writeFailFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (fs *writeFailFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	return fs.wrap(name, f, err)
-}
-
-type writeFailFile struct {
-	vfs.File
-	fs *writeFailFS
-}
-
-func (f *writeFailFile) WriteAt(p []byte, off int64) (int, error) {
-	n, err := f.File.WriteAt(p, off)
-	if err == nil && f.fs.failNext.CompareAndSwap(true, false) {
-		return n, syscall.EIO
-	}
-	return n, err
-}
-
-// TestReviewFailedWriteIDsFrameAdopted: when the write of a group's frames
+// TestSegmentFaultFailedWriteIDsFrameAdopted: when the write of a group's frames
 // fails (append returns the error, c.appended stays false, so fail() is
 // not called), the next group overwrites at the same tail. If its block
 // has the same length and it has no batch IDs, the failed group's batch
@@ -225,9 +187,9 @@ func (f *writeFailFile) WriteAt(p []byte, off int64) (int, error) {
 // it as the new block's outcomes. A retry of the failed batch is then
 // answered "duplicate, applied at index i" although index i holds another
 // write: the client's write is lost.
-func TestReviewFailedWriteIDsFrameAdopted(t *testing.T) {
+func TestSegmentFaultFailedWriteIDsFrameAdopted(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	fs := &writeFailFS{FS: mem}
+	fs := &faultFS{FS: mem}
 	o := crashOptions("review-writefail", mem)
 	o.FS = fs
 	s, err := Open(o)
@@ -235,7 +197,7 @@ func TestReviewFailedWriteIDsFrameAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, s, set("a", "1"))
-	fs.failNext.Store(true)
+	fs.failWrite.Store(true)
 	if _, err := s.Write(t.Context(), Batch{ID: []byte("mine"), Ops: []wal.Op{set("k", "AAAA")}}); err == nil {
 		t.Fatal("the write whose segment write failed succeeded")
 	}
@@ -253,14 +215,14 @@ func TestReviewFailedWriteIDsFrameAdopted(t *testing.T) {
 	}
 }
 
-// TestReviewCollectionAfterSlowReader: a collection round that gives up
+// TestSegmentFaultCollectionAfterSlowReader: a collection round that gives up
 // because a reader stayed (quiesce timed out) has already recorded the
 // applied index as handled (collectSegments sets *synced before remove),
 // so no later round tries again until the next commit: on a store that
 // stops writing, the unreferenced segments stay on disk indefinitely.
 // While it waits (up to 100 ms a round) the collector holds segments.mu,
 // which every append takes: writes stall behind it (logged).
-func TestReviewCollectionAfterSlowReader(t *testing.T) {
+func TestSegmentFaultCollectionAfterSlowReader(t *testing.T) {
 	o := Options{Name: "review-slowreader", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond}
 	s := openTest(t, o)
@@ -287,15 +249,15 @@ func TestReviewCollectionAfterSlowReader(t *testing.T) {
 	}
 }
 
-// TestReviewCheckpointAfterFailedSync: after an fsync failure the open
+// TestSegmentFaultCheckpointAfterFailedSync: after an fsync failure the open
 // segment is sealed (fail: cur = nil), and a checkpoint links it whole,
 // abandoned frame included; nothing in the checkpoint marks the frame
 // abandoned, so the replica that installs it replays the failed write at
 // the index the root then gives to another write: the replica diverges
 // (serves a value the root rejected, then refuses the root's entries).
-func TestReviewCheckpointAfterFailedSync(t *testing.T) {
+func TestSegmentFaultCheckpointAfterFailedSync(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	fs := &syncFailFS{FS: mem}
+	fs := &faultFS{FS: mem}
 	o := crashOptions("review-ckpt-syncfail", mem)
 	o.FS = fs
 	s, err := Open(o)
@@ -304,7 +266,7 @@ func TestReviewCheckpointAfterFailedSync(t *testing.T) {
 	}
 	defer s.Close()
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	fs.failNext.Store(true)
+	fs.failSync.Store(true)
 	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
 		t.Fatalf("write whose fsync failed: %v", err)
 	}
