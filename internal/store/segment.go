@@ -54,7 +54,8 @@ const (
 	// frameHeader is the length and CRC before each block.
 	frameHeader = 8
 	// defaultSegmentBytes is the size a segment is preallocated to; a
-	// segment is sealed when the next block would not fit.
+	// segment is sealed when the next block would not fit. A store's
+	// first segment is a sixteenth of it (nextCapacity).
 	defaultSegmentBytes = 64 << 20
 	// blockRefTag starts a block key's value that is a reference; a block
 	// stored in Pebble starts with its version byte, which is never 0.
@@ -203,8 +204,10 @@ type segments struct {
 	cur    vfs.File // open for appends; nil until the first append
 	curSeq uint64   // the newest segment (cur's, once open)
 	tail   int64    // where the next frame goes in curSeq
-	start  int64    // where curSeq's first block goes (after its header)
-	synced int64    // durable end of curSeq
+	// capacity of curSeq (the size it was made for); 0 before the first
+	capacity int64
+	start    int64 // where curSeq's first block goes (after its header)
+	synced   int64 // durable end of curSeq
 	// pending: a group's frames were appended (at pendingAt in
 	// pendingSeq) and it is not yet committed (done) or failed.
 	pending    bool
@@ -338,6 +341,7 @@ func (g *segments) resume(t segTail) error {
 		return fmt.Errorf("%w: log segment %d holding the log tail: %v", ErrCorrupt, t.seq, err)
 	}
 	g.cur, g.curSeq, g.tail, g.synced, g.start = f, t.seq, t.off, t.off, start
+	g.capacity = g.size // unknown: as large as segments get
 	return nil
 }
 
@@ -347,7 +351,7 @@ func (g *segments) resume(t segTail) error {
 func (g *segments) next(n int) (segTail, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.cur != nil && (g.tail == g.start || g.tail+int64(frameHeader+n) <= g.size) {
+	if g.cur != nil && (g.tail == g.start || g.tail+int64(frameHeader+n) <= g.capacity) {
 		return segTail{seq: g.curSeq, off: g.tail}, nil
 	}
 	return g.rotate(n)
@@ -363,12 +367,13 @@ func (g *segments) rotate(n int) (segTail, error) {
 	// A spare (a removed segment, or zeros written in the background) is
 	// overwritten in place: an fdatasync then writes data only, no block
 	// allocation, which on this kind of disk costs a third less.
+	capacity := max(g.nextCapacity(), int64(len(hdr)+frameHeader+n))
 	f, err := g.takeSpare(name)
 	if f == nil && err == nil {
 		if f, err = g.fs.Create(name, vfs.WriteCategoryUnspecified); err != nil {
 			return segTail{}, err
 		}
-		err = f.Preallocate(0, max(g.size, int64(len(hdr)+frameHeader+n)))
+		err = f.Preallocate(0, capacity)
 	}
 	if err == nil {
 		_, err = f.WriteAt(hdr, 0)
@@ -398,8 +403,19 @@ func (g *segments) rotate(n int) (segTail, error) {
 	g.setFile(seq, r)
 	at := int64(len(hdr))
 	g.cur, g.curSeq, g.tail, g.synced, g.start = f, seq, at, at, at
+	g.capacity = capacity
 	g.m.segmentsCreated.Inc()
 	return segTail{seq: seq, off: at}, nil
+}
+
+// nextCapacity is the size of the next segment: a store's first is small,
+// and each next one twice the last, up to size, so that a database that
+// is written little takes little disk (4 MiB, not 64).
+func (g *segments) nextCapacity() int64 {
+	if g.capacity == 0 {
+		return max(g.size/16, 1)
+	}
+	return min(g.size, 2*g.capacity)
 }
 
 // segHeader is the first frame of a segment that follows the blocks of
@@ -699,7 +715,8 @@ const (
 // the segment collector, never with mu held; quit stops it.
 func (g *segments) prepareSpare(quit <-chan struct{}) error {
 	g.mu.Lock()
-	need := !g.haveSpare && g.cur != nil && g.tail-g.start > g.size/4
+	need := !g.haveSpare && g.cur != nil && g.tail-g.start > g.capacity/4
+	size := g.nextCapacity()
 	g.mu.Unlock()
 	if !need {
 		return nil
@@ -715,8 +732,8 @@ func (g *segments) prepareSpare(quit <-chan struct{}) error {
 	zero := make([]byte, spareChunk)
 	tick := time.NewTicker(spareGap)
 	defer tick.Stop()
-	for off := int64(0); off < g.size && err == nil; off += int64(len(zero)) {
-		_, err = f.Write(zero[:min(int64(len(zero)), g.size-off)])
+	for off := int64(0); off < size && err == nil; off += int64(len(zero)) {
+		_, err = f.Write(zero[:min(int64(len(zero)), size-off)])
 		select {
 		case <-quit:
 			err = ErrClosed

@@ -556,3 +556,27 @@ func TestSparseSegment(t *testing.T) {
 		t.Fatalf("picked %d, which is dense", got)
 	}
 }
+
+// TestSegmentCapacityGrows: a store's first segment is small, and each
+// next one twice the last, up to the configured size.
+func TestSegmentCapacityGrows(t *testing.T) {
+	s := openTest(t, Options{Name: "seg-grow", Compression: wal.CompressNone, Logger: quietLogger(), segmentBytes: 256 << 10})
+	var caps []int64
+	var seq uint64
+	for i := 0; len(caps) < 7 && i < 10000; i++ {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 3000)))
+		s.segs.mu.Lock()
+		if s.segs.curSeq != seq {
+			seq = s.segs.curSeq
+			caps = append(caps, s.segs.capacity)
+		}
+		s.segs.mu.Unlock()
+	}
+	want := []int64{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 256 << 10, 256 << 10}
+	if fmt.Sprint(caps) != fmt.Sprint(want) {
+		t.Fatalf("segment capacities %v, want %v", caps, want)
+	}
+	if def := (&segments{size: defaultSegmentBytes}).nextCapacity(); def != 4<<20 {
+		t.Fatalf("a store's first segment: %d bytes", def)
+	}
+}
