@@ -521,7 +521,7 @@ func (c *committer) commit(group []*request) {
 		case reqCache:
 			groupErr = c.prepareCache(r)
 		case reqCompact:
-			groupErr = c.compactSegment(r.segment)
+			groupErr = c.compactRetired(r.segment)
 		}
 		if groupErr != nil {
 			break
@@ -556,15 +556,12 @@ func (c *committer) commit(group []*request) {
 			if err := c.gcHistory(); err != nil {
 				s.opts.Logger.Warn("history GC skipped", "db", s.opts.Name, "err", err)
 			}
-			if c.retiredDirty {
-				c.batch.Set(metaRetired, c.retired.encode(), nil)
-			}
 			c.batch.Set(metaApplied, c.last.encode(), nil)
 			c.batch.Set(metaLog, c.log.encode(), nil)
 			c.batch.Set(metaStats, c.stats.encode(), nil)
 		}
-		if c.blk.Len() == 0 && c.retiredDirty {
-			c.batch.Set(metaRetired, c.retired.encode(), nil) // a compaction
+		if c.retiredDirty { // retention, or a segment's compaction
+			c.batch.Set(metaRetired, c.retired.encode(), nil)
 		}
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)

@@ -243,3 +243,10 @@ func reportCPU(b *testing.B) {
 		}
 	})
 }
+
+// tailNow is the position after the last appended frame.
+func (g *segments) tailNow() segTail {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return segTail{seq: g.curSeq, off: g.tail}
+}

@@ -208,11 +208,10 @@ type segments struct {
 	capacity int64
 	start    int64 // where curSeq's first block goes (after its header)
 	synced   int64 // durable end of curSeq
-	// pending: a group's frames were appended (at pendingAt in
-	// pendingSeq) and it is not yet committed (done) or failed.
-	pending    bool
-	pendingSeq uint64
-	pendingAt  int64
+	// pending: a group's frames were appended (at pendingAt in curSeq)
+	// and it is not yet committed (done) or failed.
+	pending   bool
+	pendingAt int64
 	// haveSpare: spareName exists, ready to be the next segment.
 	haveSpare     bool
 	recycleAnyway bool // Options.recycleAnyway
@@ -464,7 +463,7 @@ func (g *segments) append(hdr, payload, trailer []byte) (blockRef, int64, error)
 		return blockRef{}, 0, err
 	}
 	g.mu.Lock()
-	g.pending, g.pendingSeq, g.pendingAt = true, at.seq, at.off
+	g.pending, g.pendingAt = true, at.off // next made at.seq current
 	g.mu.Unlock()
 	g.buf = append(g.buf[:0], make([]byte, frameHeader)...)
 	g.buf = append(append(g.buf, hdr...), payload...)
@@ -529,20 +528,11 @@ func (g *segments) fail() {
 	}
 	g.pending = false
 	g.m.segmentFailures.Inc()
-	if g.pendingSeq == g.curSeq {
-		g.tail, g.synced = g.pendingAt, g.pendingAt
-	}
+	g.tail, g.synced = g.pendingAt, g.pendingAt
 	if _, err := g.rotate(0); err != nil && g.cur != nil {
 		g.cur.Close()
 		g.cur = nil
 	}
-}
-
-// tailNow is the position after the last appended frame.
-func (g *segments) tailNow() segTail {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return segTail{seq: g.curSeq, off: g.tail}
 }
 
 // read returns the block r points to, appended to dst, checking its
@@ -761,13 +751,26 @@ func (g *segments) prepareSpare(quit <-chan struct{}) error {
 	return nil
 }
 
-// diskBytes is the space the segments take (their preallocated size).
+// fileSize is the size of segment seq's file (what was written in it; its
+// preallocated space is not counted), 0 if it is not open.
+func (g *segments) fileSize(seq uint64) int64 {
+	f := (*g.files.Load())[seq]
+	if f == nil {
+		return 0
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// diskBytes is the bytes written in the segments (their preallocated
+// space beyond is not counted, as fallocate keeps the files' size).
 func (g *segments) diskBytes() uint64 {
 	var n uint64
-	for _, f := range *g.files.Load() {
-		if st, err := f.Stat(); err == nil {
-			n += uint64(st.Size())
-		}
+	for seq := range *g.files.Load() {
+		n += uint64(g.fileSize(seq))
 	}
 	return n
 }

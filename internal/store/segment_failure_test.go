@@ -99,19 +99,7 @@ func TestSegmentFaultNoopBatchIDDurable(t *testing.T) {
 // and the failed write appears (docs: "blocks abandoned after a failed
 // fsync are never replayed").
 func TestSegmentFaultFailedSyncNotReplayed(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	fs := &faultFS{FS: mem}
-	o := crashOptions("review-syncfail", mem)
-	o.FS = fs
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	fs.failSync.Store(true)
-	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
-		t.Fatalf("write whose fsync failed: %v", err)
-	}
+	s, _, o, a := writeThenFailSync(t, "review-syncfail")
 	if err := s.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}
@@ -290,5 +278,60 @@ func TestSegmentFaultCheckpointAfterFailedSync(t *testing.T) {
 	}
 	if err := r.Apply(t.Context(), es); err != nil {
 		t.Errorf("the replica refuses the root's entry %d: %v", b2.Index, err)
+	}
+}
+
+// TestSegmentTailRecordCorrupt: a store whose record of the segment tail
+// (mseg) does not decode does not open (it could not tell where to append
+// without reusing indexes); the error says it is corruption.
+func TestSegmentTailRecordCorrupt(t *testing.T) {
+	o := Options{Name: "seg-badtail", Dir: t.TempDir(), Logger: quietLogger()}
+	s := openTest(t, o)
+	mustWrite(t, s, set("a", "1"))
+	rawSet(t, s, metaSegments, []byte{0x80})
+	s.Close()
+	if _, err := Open(o); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open with an undecodable segment tail: %v", err)
+	}
+}
+
+// TestSegmentSyncedBlockDamaged: a block the replay must apply, damaged
+// below the end a later segment's header declares synced, is corruption:
+// the store does not open, rather than stop the replay there and remove
+// the later segments, which hold acknowledged writes.
+func TestSegmentSyncedBlockDamaged(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	o := crashOptions("seg-synced-damage", mem)
+	o.segmentBytes = 16 << 10
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first WriteResult
+	for i := range 20 {
+		r := mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
+		if i == 0 {
+			first = r
+		}
+	}
+	ref := segmentRef(t, s, first.Index)
+	if last := segmentRef(t, s, s.AppliedIndex()); last.seq == ref.seq {
+		t.Fatal("all blocks in one segment: the test needs a later one")
+	}
+	// Power loss: Pebble synced nothing since creation, so the replay
+	// starts at the first block; that block's bytes are damaged.
+	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s.Close()
+	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(ref.seq)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("XX"), ref.off+int64(ref.n)/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	o.FS = image
+	if _, err := Open(o); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open with a damaged synced block to replay: %v", err)
 	}
 }

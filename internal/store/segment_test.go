@@ -194,15 +194,14 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// TestSegmentSyncFailure: a block whose fsync failed is not acknowledged,
-// its index is used by the next block, in a new segment, and a replay
-// after a power loss (Pebble having synced nothing) applies the
-// acknowledged block, never the abandoned one, even though the abandoned
-// one reached the disk whole.
-func TestSegmentSyncFailure(t *testing.T) {
+// writeThenFailSync opens a store on a crashable in-memory filesystem,
+// writes "a" (acknowledged, returned) and then "b", whose segment fsync
+// reports a failure after it wrote the block.
+func writeThenFailSync(t *testing.T, name string) (*Store, *vfs.MemFS, Options, WriteResult) {
+	t.Helper()
 	mem := vfs.NewCrashableMem()
 	fs := &faultFS{FS: mem}
-	o := crashOptions("seg-syncfail", mem)
+	o := crashOptions(name, mem)
 	o.FS = fs
 	s, err := Open(o)
 	if err != nil {
@@ -213,6 +212,16 @@ func TestSegmentSyncFailure(t *testing.T) {
 	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
 		t.Fatalf("write whose fsync failed: %v", err)
 	}
+	return s, mem, o, a
+}
+
+// TestSegmentSyncFailure: a block whose fsync failed is not acknowledged,
+// its index is used by the next block, in a new segment, and a replay
+// after a power loss (Pebble having synced nothing) applies the
+// acknowledged block, never the abandoned one, even though the abandoned
+// one reached the disk whole.
+func TestSegmentSyncFailure(t *testing.T) {
+	s, mem, o, a := writeThenFailSync(t, "seg-syncfail")
 	if _, _, ok := get(t, s, "b"); ok {
 		t.Fatal("the failed write is visible")
 	}
@@ -507,6 +516,11 @@ func TestSegmentCompaction(t *testing.T) {
 	o := Options{Name: "seg-compact", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 2 * time.Millisecond}
 	s := openTest(t, o)
+	// Past the first, small segments: the pinned value shares a full one
+	// with values that die.
+	for i := range 40 {
+		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%4), pattern(i, 3000)))
+	}
 	pinned := mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
 	seq := segmentRef(t, s, pinned.Index).seq
 	compacted := counterValue(t, s.m.segmentsCompacted)
@@ -544,16 +558,23 @@ func TestSegmentCompaction(t *testing.T) {
 }
 
 func TestSparseSegment(t *testing.T) {
+	each := func(n int64) func(uint64) int64 { return func(uint64) int64 { return n } }
 	used := map[uint64]segUse{1: {1, 100}, 2: {5, 5000}, 3: {1, 50}, 7: {1, 10}, 9: {1, 10}}
 	// 3 is the sparsest below both the tail (9) and the log (7).
-	if got := sparseSegment(used, 9, 7, 16<<10); got != 3 {
+	if got := sparseSegment(used, 9, 7, each(16<<10)); got != 3 {
 		t.Fatalf("picked %d", got)
 	}
-	if got := sparseSegment(used, 9, 7, 256); got != 3 {
+	if got := sparseSegment(used, 9, 7, each(256)); got != 3 {
 		t.Fatalf("picked %d with small segments", got)
 	}
-	if got := sparseSegment(map[uint64]segUse{1: {10, 9000}}, 9, 7, 16<<10); got != 0 {
+	if got := sparseSegment(map[uint64]segUse{1: {10, 9000}}, 9, 7, each(16<<10)); got != 0 {
 		t.Fatalf("picked %d, which is dense", got)
+	}
+	// Sparse is against the segment's own file: a small first segment
+	// full of live blocks is not.
+	sizes := func(seq uint64) int64 { return map[uint64]int64{1: 4096, 2: 64 << 10}[seq] }
+	if got := sparseSegment(map[uint64]segUse{1: {2, 4000}, 2: {1, 8000}}, 9, 7, sizes); got != 2 {
+		t.Fatalf("picked %d, want the 64 KiB segment an eighth used", got)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-	"os"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -205,41 +204,36 @@ func encodeIDs(dst []byte, first uint64, ids map[string]batchOutcome) []byte {
 
 // decodeIDs decodes a batch ID frame; first and crc name its block.
 func decodeIDs(b []byte) (ids map[string]batchOutcome, first uint64, crc uint32, err error) {
-	ids, err = decodeIDList(b, &first, &crc)
-	return ids, first, crc, err
-}
-
-func decodeIDList(b []byte, first *uint64, crc *uint32) (map[string]batchOutcome, error) {
 	bad := fmt.Errorf("%w: bad batch ID frame", ErrCorrupt)
 	if len(b) < idsCRCAt+4 || b[0] != idsTag {
-		return nil, bad
+		return nil, 0, 0, bad
 	}
-	*first = binary.BigEndian.Uint64(b[1:])
-	*crc = binary.LittleEndian.Uint32(b[idsCRCAt:])
+	first = binary.BigEndian.Uint64(b[1:])
+	crc = binary.LittleEndian.Uint32(b[idsCRCAt:])
 	b = b[idsCRCAt+4:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
-		return nil, bad
+		return nil, 0, 0, bad
 	}
 	b = b[k:]
-	ids := make(map[string]batchOutcome, n)
+	ids = make(map[string]batchOutcome, n)
 	for range n {
 		l, k := binary.Uvarint(b)
 		if k <= 0 || l > MaxBatchIDBytes || uint64(len(b)-k) < l+17 {
-			return nil, bad
+			return nil, 0, 0, bad
 		}
 		b = b[k:]
 		o, err := decodeBatchOutcome(b[l : l+17])
 		if err != nil {
-			return nil, err
+			return nil, 0, 0, err
 		}
 		ids[string(b[:l])] = o
 		b = b[l+17:]
 	}
 	if len(b) != 0 {
-		return nil, bad
+		return nil, 0, 0, bad
 	}
-	return ids, nil
+	return ids, first, crc, nil
 }
 
 func firstIndex(es []wal.Entry) uint64 {
@@ -268,9 +262,6 @@ func (s *Store) blockBytes(v, dst []byte) ([]byte, error) {
 func (s *Store) segmentLoop() {
 	defer s.bg.Done()
 	every := s.opts.collectEvery
-	if d, err := time.ParseDuration(os.Getenv("QS_SEG_COLLECT")); err == nil {
-		every = d
-	}
 	if every <= 0 {
 		every = time.Second
 	}
@@ -283,10 +274,11 @@ func (s *Store) segmentLoop() {
 			return
 		case <-t.C:
 		}
-		if err := s.collectSegments(&synced); err != nil && !s.closed.Load() {
+		sparse, err := s.collectSegments(&synced)
+		if err != nil && !s.closed.Load() {
 			s.opts.Logger.Warn("log segments not collected", "db", s.opts.Name, "err", err)
 		}
-		if err := s.compactSegments(); err != nil && !s.closed.Load() {
+		if err := s.compactSegment(sparse); err != nil && !s.closed.Load() {
 			s.opts.Logger.Warn("sparse log segment not compacted", "db", s.opts.Name, "err", err)
 		}
 		if err := s.prepareSpare(); err != nil && !s.closed.Load() {
@@ -295,17 +287,19 @@ func (s *Store) segmentLoop() {
 	}
 }
 
-func (s *Store) collectSegments(synced *uint64) error {
+// collectSegments removes the segments nothing points into any more, and
+// returns a sparse segment to compact (0 if none).
+func (s *Store) collectSegments(synced *uint64) (uint64, error) {
 	s.engine.RLock()
 	defer s.engine.RUnlock()
 	if s.closed.Load() || s.segs == nil {
-		return nil
+		return 0, nil
 	}
 	s.collect.Lock()
 	defer s.collect.Unlock()
 	a := s.applied.Load()
 	if a == *synced {
-		return nil
+		return 0, nil
 	}
 	snap := s.db.NewSnapshot()
 	used, err := segUses(snap)
@@ -319,17 +313,17 @@ func (s *Store) collectSegments(synced *uint64) error {
 	}
 	snap.Close()
 	if err != nil || tail == nil {
-		return err
+		return 0, err
 	}
 	t, err := decodeSegTail(tail)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// The state the snapshot saw, with nothing pointing into the segments
 	// to remove and a replay starting at or after t, must be durable
 	// before they go.
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		return err
+		return 0, err
 	}
 	s.m.engineSyncs.Inc()
 	complete, err := s.segs.remove(func(seq uint64) bool {
@@ -337,55 +331,42 @@ func (s *Store) collectSegments(synced *uint64) error {
 		return seq < t.seq && !inUse
 	}, &s.gate, s.quit)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if complete {
 		*synced = a // else the next round tries again, writes or not
 	}
-	s.compactCandidate = sparseSegment(used, t.seq, firstLogSeg, s.segs.size)
-	return nil
+	return sparseSegment(used, t.seq, firstLogSeg, s.segs.fileSize), nil
 }
 
 // sparseSegment picks a segment to compact: sealed, holding only blocks
 // that left the log (retired, home of live values), and whose blocks fill
-// less than a quarter of it. It returns 0 if none is. Such a segment would
-// otherwise stay whole for as long as one of its values lives.
-func sparseSegment(used map[uint64]segUse, tail, firstLog uint64, size int64) uint64 {
+// less than a quarter of the file. It returns 0 if none is. Such a segment
+// would otherwise stay whole for as long as one of its values lives.
+func sparseSegment(used map[uint64]segUse, tail, firstLog uint64, fileSize func(seq uint64) int64) uint64 {
 	var pick uint64
 	for seq, u := range used {
-		if seq < tail && seq < firstLog && u.bytes < size/4 && (pick == 0 || u.bytes < used[pick].bytes) {
+		if seq < tail && seq < firstLog && u.bytes < fileSize(seq)/4 && (pick == 0 || u.bytes < used[pick].bytes) {
 			pick = seq
 		}
 	}
 	return pick
 }
 
-// compactSegments asks the committer to free the retired blocks of the
-// sparse segment the last collection found, if any.
-func (s *Store) compactSegments() error {
-	seq := s.compactCandidate
-	s.compactCandidate = 0
+// compactSegment has the committer free the retired blocks of segment
+// seq (nothing if seq is 0). Close ends the wait (submit).
+func (s *Store) compactSegment(seq uint64) error {
 	if seq == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	r := &request{kind: reqCompact, segment: seq, done: make(chan struct{})}
-	return s.submit(ctx, r)
+	return s.submit(context.Background(), &request{kind: reqCompact, segment: seq, done: make(chan struct{})})
 }
 
-// compactSegment frees the retired blocks in segment seq: their live
+// compactRetired frees the retired blocks in segment seq: their live
 // values are copied out (inline records) and the blocks deleted, so that
 // the segment is removed at the next collection. At most
 // maxBlocksPerCompaction a run; the next run does the rest.
-func (c *committer) compactSegment(seq uint64) error {
+func (c *committer) compactRetired(seq uint64) error {
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
 	if err != nil {
 		return err

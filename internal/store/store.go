@@ -96,9 +96,6 @@ type Store struct {
 	segs    *segments
 	gate    readGate
 	collect sync.Mutex
-	// compactCandidate is a sparse segment the collector found, for the
-	// compaction that follows (segmentLoop's goroutine only).
-	compactCandidate uint64
 }
 
 // Open opens or creates the database in o.Dir.
