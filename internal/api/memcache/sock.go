@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,12 +37,21 @@ type sock interface {
 type pollSock struct {
 	nc                          net.Conn
 	readDeadline, writeDeadline time.Time // as last set, to skip repeating it
+	// woken and aborted are set by wake and abort, which may run on other
+	// goroutines: a read or write that sets its own deadline after they
+	// set theirs puts theirs back, so that neither is lost (a graceful
+	// shutdown would otherwise wait out the idle timeout of a connection
+	// woken just before its read began).
+	woken, aborted atomic.Bool
 }
 
 func (p *pollSock) read(b []byte, deadline time.Time) (int, error) {
 	if !deadline.Equal(p.readDeadline) {
 		p.nc.SetReadDeadline(deadline)
 		p.readDeadline = deadline
+		if p.woken.Load() || p.aborted.Load() {
+			p.nc.SetReadDeadline(aLongTimeAgo)
+		}
 	}
 	return p.nc.Read(b)
 }
@@ -50,14 +60,23 @@ func (p *pollSock) write(b []byte, deadline time.Time) (int, error) {
 	if !deadline.Equal(p.writeDeadline) {
 		p.nc.SetWriteDeadline(deadline)
 		p.writeDeadline = deadline
+		if p.aborted.Load() {
+			p.nc.SetWriteDeadline(aLongTimeAgo)
+		}
 	}
 	return p.nc.Write(b)
 }
 
-// wake and abort may run on other goroutines than read; the deadline they
-// set is not recorded, so a later read sets its own again.
-func (p *pollSock) wake()           { p.nc.SetReadDeadline(aLongTimeAgo) }
-func (p *pollSock) abort()          { p.nc.SetDeadline(aLongTimeAgo) }
+func (p *pollSock) wake() {
+	p.woken.Store(true)
+	p.nc.SetReadDeadline(aLongTimeAgo)
+}
+
+func (p *pollSock) abort() {
+	p.aborted.Store(true)
+	p.nc.SetDeadline(aLongTimeAgo)
+}
+
 func (p *pollSock) dedicated() bool { return false }
 
 var aLongTimeAgo = time.Unix(1, 0)

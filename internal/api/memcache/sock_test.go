@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -237,4 +239,34 @@ func TestGetRoundTripDoesNotAllocate(t *testing.T) {
 			t.Errorf("%.1f allocations per get round trip", n)
 		}
 	})
+}
+
+// TestPollSockWakeBeforeRead: a wake (Shutdown) that lands between a
+// connection going idle and its read setting its deadline is not lost:
+// the read returns at once instead of waiting out the idle timeout. So is
+// an abort before a write.
+func TestPollSockWakeBeforeRead(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	p := &pollSock{nc: a}
+	p.wake()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.read(make([]byte, 8), time.Now().Add(time.Hour))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read after wake: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		a.Close()
+		t.Fatal("a read that began after wake waited for its own deadline")
+	}
+	p.abort()
+	if _, err := p.write([]byte("x"), time.Now().Add(time.Hour)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write after abort: %v", err)
+	}
 }
