@@ -145,6 +145,9 @@ func printVerifyReport(w io.Writer, r *store.VerifyReport) {
 	if r.RetiredBlocks > 0 {
 		fmt.Fprintf(w, "  retired log blocks %d (%d bytes), kept for the values they hold\n", r.RetiredBlocks, r.RetiredBytes)
 	}
+	if r.TailEntries > 0 {
+		fmt.Fprintf(w, "  log tail: entries %d..%d (%d blocks) are durable in the log segments and are applied when the database is next opened\n", r.AppliedIndex+1, r.AppliedIndex+uint64(r.TailEntries), r.TailBlocks)
+	}
 	if r.Clean() {
 		fmt.Fprintf(w, "  OK\n")
 		return

@@ -48,54 +48,59 @@ func (s *Store) openSegments() error {
 	return nil
 }
 
-// replaySegments applies the blocks after the segment tail Pebble holds,
-// as long as they continue the log, and returns where the next block
-// goes. Blocks are applied with the replica path (prepareApply), which
-// checks that each continues the hash chain; the first that does not (or
-// a frame that is not whole: a write cut short) ends the replay.
-func (s *Store) replaySegments() (segTail, error) {
-	g := s.segs
-	seqs, err := g.list()
-	if err != nil {
-		return segTail{}, err
-	}
-	var pos segTail
-	v, err := s.getMeta(metaSegments)
-	switch {
-	case err == nil:
-		if pos, err = decodeSegTail(v); err != nil {
-			return segTail{}, err
+// tailStart is where the segment tail begins: after the block Pebble's
+// segment tail record (meta, nil if none) names, or at the first
+// segment's first block if no block was ever referenced. ok is false if
+// there are no segments.
+func (g *segments) tailStart(meta []byte) (pos segTail, ok bool, err error) {
+	if meta != nil {
+		if pos, err = decodeSegTail(meta); err != nil {
+			return segTail{}, false, err
 		}
 		if (*g.files.Load())[pos.seq] == nil {
-			return segTail{}, fmt.Errorf("%w: log segment %d, which holds the log's tail, is missing", ErrCorrupt, pos.seq)
+			return segTail{}, false, fmt.Errorf("%w: log segment %d, which holds the log's tail, is missing", ErrCorrupt, pos.seq)
 		}
-	case errors.Is(err, pebble.ErrNotFound):
-		// No block was ever referenced: replay from the first segment.
-		if len(seqs) == 0 {
-			return segTail{}, nil
-		}
-		_, start, ok, err := g.header(seqs[0])
-		if err != nil || !ok {
-			return segTail{}, err
-		}
-		pos = segTail{seq: seqs[0], off: start}
-	default:
-		return segTail{}, err
+		return pos, true, nil
 	}
-	c, err := newCommitter(s)
-	if err != nil {
-		return segTail{}, err
+	seqs, err := g.list()
+	if err != nil || len(seqs) == 0 {
+		return segTail{}, false, err
 	}
-	start := time.Now()
-	applied := 0
-replay:
+	_, start, ok, err := g.header(seqs[0])
+	if err != nil || !ok {
+		return segTail{}, false, err
+	}
+	return segTail{seq: seqs[0], off: start}, true, nil
+}
+
+// tailBlock is a block of the segment tail: one written to a segment
+// after the last block Pebble's segment tail record covers.
+type tailBlock struct {
+	ref     blockRef
+	entries []wal.Entry
+	ids     map[string]batchOutcome // its batch ID outcomes, if their frame follows it
+	end     int64                   // where the frame after it (and its ID frame) starts
+	// synced: a later segment's header says the segment's blocks end
+	// after this one, so it was made durable and must be usable.
+	synced bool
+}
+
+// walkTail visits the blocks of the segment tail from pos on, in log
+// order, while each is a whole block that starts at the index next
+// returns; visit returns false to stop at a block. A block that is not
+// whole, does not decode or does not start at next ends the walk if no
+// later segment declares it synced (a write cut short, a frame a recycled
+// segment held before, a block written after a failure) and is ErrCorrupt
+// if one does. It returns the position of the block it stopped at, or
+// after the last block.
+func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBlock) (bool, error)) (segTail, error) {
 	for {
 		// A next segment's header says where this one's blocks end.
 		limit, nextStart, hasNext := int64(1<<62), int64(0), false
 		if (*g.files.Load())[pos.seq+1] != nil {
 			prev, st, ok, err := g.header(pos.seq + 1)
 			if err != nil {
-				return segTail{}, err
+				return pos, err
 			}
 			if ok && prev.seq == pos.seq {
 				limit, nextStart, hasNext = prev.off, st, true
@@ -104,65 +109,97 @@ replay:
 		for pos.off < limit {
 			blk, ok, err := g.frameAt(pos.seq, pos.off)
 			if err != nil {
-				return segTail{}, err
+				return pos, err
 			}
 			if !ok {
 				if hasNext {
-					return segTail{}, fmt.Errorf("%w: log segment %d: no whole block at offset %d, below its synced end %d", ErrCorrupt, pos.seq, pos.off, limit)
+					return pos, fmt.Errorf("%w: log segment %d: no whole block at offset %d, below its synced end %d", ErrCorrupt, pos.seq, pos.off, limit)
 				}
-				break replay
+				return pos, nil
 			}
-			ref := blockRef{seq: pos.seq, off: pos.off + frameHeader, n: len(blk)}
+			b := tailBlock{ref: blockRef{seq: pos.seq, off: pos.off + frameHeader, n: len(blk)}, synced: hasNext}
 			_, _, payload, err := wal.ParseBlockHeader(blk)
-			var entries []wal.Entry
 			if err == nil {
-				entries, err = wal.DecodeBlock(blk)
+				b.entries, err = wal.DecodeBlock(blk)
 			}
 			if err != nil {
 				if hasNext {
-					return segTail{}, fmt.Errorf("%w: log segment %d, block at %d: %v", ErrCorrupt, pos.seq, pos.off, err)
+					return pos, fmt.Errorf("%w: log segment %d, block at %d: %v", ErrCorrupt, pos.seq, pos.off, err)
 				}
 				// A whole frame that is not a block: what a recycled
 				// segment held before, past the end of what was written.
-				break replay
+				return pos, nil
 			}
-			ref.payloadAt = len(blk) - len(payload)
-			if len(entries) == 0 || entries[0].Index != c.last.index+1 {
+			b.ref.payloadAt = len(blk) - len(payload)
+			if want := next(); firstIndex(b.entries) != want {
 				if hasNext {
-					return segTail{}, fmt.Errorf("%w: log segment %d: block at %d starts at index %d, after %d, below the synced end %d", ErrCorrupt, pos.seq, pos.off, firstIndex(entries), c.last.index, limit)
+					return pos, fmt.Errorf("%w: log segment %d: block at %d starts at index %d, not %d, below the synced end %d", ErrCorrupt, pos.seq, pos.off, firstIndex(b.entries), want, limit)
 				}
-				break replay // not the next block: written after a failure, never referenced
+				return pos, nil // not the next block: written after a failure, never referenced
 			}
-			end := ref.end()
-			var ids map[string]batchOutcome
-			if t, ok, err := g.frameAt(pos.seq, end); err != nil {
-				return segTail{}, err
-			} else if ok && end < limit && len(t) > 0 && t[0] == idsTag {
+			b.end = b.ref.end()
+			if t, ok, err := g.frameAt(pos.seq, b.end); err != nil {
+				return pos, err
+			} else if ok && b.end < limit && len(t) > 0 && t[0] == idsTag {
 				// Only the outcomes of this block: an ID frame left by
 				// an abandoned group with another block is not.
 				got, first, crc, err := decodeIDs(t)
-				if err == nil && first == entries[0].Index && crc == crc32.Checksum(blk, castagnoli) {
-					ids = got
-					end += frameHeader + int64(len(t))
+				if err == nil && first == b.entries[0].Index && crc == crc32.Checksum(blk, castagnoli) {
+					b.ids = got
+					b.end += frameHeader + int64(len(t))
 				}
 			}
-			r := &request{kind: reqApply, entries: entries, done: make(chan struct{})}
-			c.replay, c.replayEnd, c.replayIDs = &ref, end, ids
-			c.commit([]*request{r})
-			c.replay, c.replayIDs = nil, nil
-			if r.err != nil {
-				if errors.Is(r.err, ErrNotContiguous) && !hasNext {
-					break replay
-				}
-				return segTail{}, fmt.Errorf("replaying log block %d: %w", entries[0].Index, r.err)
+			if more, err := visit(b); err != nil || !more {
+				return pos, err
 			}
-			applied += len(entries)
-			pos.off = end
+			pos.off = b.end
 		}
 		if !hasNext {
-			break
+			return pos, nil
 		}
 		pos = segTail{seq: pos.seq + 1, off: nextStart}
+	}
+}
+
+// replaySegments applies the blocks of the segment tail (walkTail) and
+// returns where the next block goes. Blocks are applied with the replica
+// path (prepareApply), which checks that each continues the hash chain;
+// the first that does not ends the replay, unless it is declared synced.
+func (s *Store) replaySegments() (segTail, error) {
+	g := s.segs
+	meta, err := s.getMeta(metaSegments)
+	if errors.Is(err, pebble.ErrNotFound) {
+		meta, err = nil, nil
+	}
+	if err != nil {
+		return segTail{}, err
+	}
+	pos, ok, err := g.tailStart(meta)
+	if err != nil || !ok {
+		return segTail{}, err
+	}
+	c, err := newCommitter(s)
+	if err != nil {
+		return segTail{}, err
+	}
+	start := time.Now()
+	applied := 0
+	pos, err = g.walkTail(pos, func() uint64 { return c.last.index + 1 }, func(b tailBlock) (bool, error) {
+		r := &request{kind: reqApply, entries: b.entries, done: make(chan struct{})}
+		c.replay, c.replayEnd, c.replayIDs = &b.ref, b.end, b.ids
+		c.commit([]*request{r})
+		c.replay, c.replayIDs = nil, nil
+		if r.err != nil {
+			if errors.Is(r.err, ErrNotContiguous) && !b.synced {
+				return false, nil
+			}
+			return false, fmt.Errorf("replaying log block %d: %w", b.entries[0].Index, r.err)
+		}
+		applied += len(b.entries)
+		return true, nil
+	})
+	if err != nil {
+		return segTail{}, err
 	}
 	if applied > 0 {
 		if err := s.db.LogData(nil, pebble.Sync); err != nil {

@@ -95,6 +95,11 @@ type VerifyReport struct {
 	RetiredBlocks int64
 	RetiredBytes  int64
 
+	// The segment tail: blocks in the log segments after the last one
+	// the engine records, which a crash left and the next open applies.
+	TailBlocks  int64
+	TailEntries int64
+
 	// Problems holds the first problems found; ProblemCount counts all.
 	Problems     []Problem
 	ProblemCount int
@@ -139,7 +144,9 @@ func Verify(o Options) (*VerifyReport, error) {
 //     the log record's byte count matches the blocks;
 //   - the stats record against a recount of keys, key bytes, value bytes;
 //   - retired log blocks: each has a record whose live count and bytes
-//     match the in-log records pointing into it, and the totals match.
+//     match the in-log records pointing into it, and the totals match;
+//   - the segment tail a crash left (segmentTail): the blocks the next
+//     open replays, counted, and damage where a replay must not stop.
 //
 // It streams: memory use is bounded by one log block and one chunk, not the
 // database size. An error is returned only when the check itself could not
@@ -152,7 +159,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{s: s, snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
-	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.stats, v.retiredBlocks, v.history, v.proxy}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.segmentTail, v.stats, v.retiredBlocks, v.history, v.proxy}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
@@ -648,6 +655,48 @@ func (v *verifier) log() error {
 		}
 	}
 	return nil
+}
+
+// segmentTail checks the segment tail as the next open would replay it
+// (walkTail): it counts the blocks that continue the hash chain from the
+// applied record, and reports as ProblemSegment a block a later segment
+// declares synced that does not (the open refuses the database then).
+func (v *verifier) segmentTail() error {
+	g := v.s.segs
+	if g == nil {
+		return nil
+	}
+	var chain wal.Verifier
+	if v.appliedOK {
+		chain = wal.Verifier{Index: v.applied.index, Hash: v.applied.hash}
+	} else if raw, err := v.get(metaApplied); err != nil || raw != nil {
+		return err // undecodable: already reported
+	}
+	meta, err := v.get(metaSegments)
+	if err != nil {
+		return err
+	}
+	pos, ok, err := g.tailStart(meta)
+	if err == nil && ok {
+		_, err = g.walkTail(pos, func() uint64 { return chain.Index + 1 }, func(b tailBlock) (bool, error) {
+			for i := range b.entries {
+				if cerr := chain.Check(&b.entries[i]); cerr != nil {
+					if b.synced {
+						v.problem(ProblemSegment, nil, b.entries[i].Index, -1, "log segment %d, block at %d, below a synced end: %v (opening refuses it)", b.ref.seq, b.ref.off-frameHeader, cerr)
+					}
+					return false, nil
+				}
+			}
+			v.r.TailBlocks++
+			v.r.TailEntries += int64(len(b.entries))
+			return true, nil
+		})
+	}
+	if errors.Is(err, ErrCorrupt) {
+		v.problem(ProblemSegment, nil, 0, -1, "%v (opening refuses it)", err)
+		return nil
+	}
+	return err
 }
 
 // segmentUse compares the use records of the log segments with the block
