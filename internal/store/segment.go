@@ -516,10 +516,12 @@ func (g *segments) done() {
 // goes to a new segment (a file whose write-back failed cannot be
 // trusted to say so again). The new segment is opened now: its header,
 // saying the current segment's blocks end before the abandoned frames, is
-// what keeps a replay from applying them. If it cannot be opened, the
-// next append tries again; until one succeeds, a restart may replay the
-// abandoned block (whole: a write that failed then appears, as a write
-// whose answer was lost would).
+// what keeps a replay from applying them. If it cannot be opened (a full
+// disk), the abandoned frames' first header is erased in place instead,
+// which needs no new space, and the next append tries a new segment
+// again. Only if that fails too may a restart replay the abandoned block
+// (whole: a write that failed then appears, as a write whose answer was
+// lost would).
 func (g *segments) fail() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -530,6 +532,10 @@ func (g *segments) fail() {
 	g.m.segmentFailures.Inc()
 	g.tail, g.synced = g.pendingAt, g.pendingAt
 	if _, err := g.rotate(0); err != nil && g.cur != nil {
+		// A frame of length 0 is no frame: a replay ends there.
+		if _, err := g.cur.WriteAt(make([]byte, frameHeader), g.pendingAt); err == nil {
+			g.cur.SyncData()
+		}
 		g.cur.Close()
 		g.cur = nil
 	}

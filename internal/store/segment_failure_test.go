@@ -99,7 +99,7 @@ func TestSegmentFaultNoopBatchIDDurable(t *testing.T) {
 // and the failed write appears (docs: "blocks abandoned after a failed
 // fsync are never replayed").
 func TestSegmentFaultFailedSyncNotReplayed(t *testing.T) {
-	s, _, o, a := writeThenFailSync(t, "review-syncfail")
+	s, _, o, a := writeThenFailSync(t, "review-syncfail", false)
 	if err := s.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}

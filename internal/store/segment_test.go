@@ -152,6 +152,7 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 type faultFS struct {
 	vfs.FS
 	failSync, failWrite atomic.Bool
+	failCreate          atomic.Bool // creating a segment fails (ENOSPC) while set
 }
 
 func (fs *faultFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
@@ -162,6 +163,9 @@ func (fs *faultFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 }
 
 func (fs *faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if _, ok := parseSegName(fs.PathBase(name)); ok && fs.failCreate.Load() {
+		return nil, syscall.ENOSPC
+	}
 	f, err := fs.FS.Create(name, c)
 	return fs.wrap(name, f, err)
 }
@@ -196,8 +200,9 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 
 // writeThenFailSync opens a store on a crashable in-memory filesystem,
 // writes "a" (acknowledged, returned) and then "b", whose segment fsync
-// reports a failure after it wrote the block.
-func writeThenFailSync(t *testing.T, name string) (*Store, *vfs.MemFS, Options, WriteResult) {
+// reports a failure after it wrote the block. With noNewSegment, creating
+// the next segment fails (ENOSPC) from then on.
+func writeThenFailSync(t *testing.T, name string, noNewSegment bool) (*Store, *vfs.MemFS, Options, WriteResult) {
 	t.Helper()
 	mem := vfs.NewCrashableMem()
 	fs := &faultFS{FS: mem}
@@ -209,10 +214,37 @@ func writeThenFailSync(t *testing.T, name string) (*Store, *vfs.MemFS, Options, 
 	}
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
 	fs.failSync.Store(true)
+	fs.failCreate.Store(noNewSegment)
 	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
 		t.Fatalf("write whose fsync failed: %v", err)
 	}
 	return s, mem, o, a
+}
+
+// TestSegmentFailNoNewSegment: when the segment after a failed group
+// cannot be created (a full disk), nothing says where the current one's
+// blocks end; a restart before one is created must still not replay the
+// abandoned block, whose write was answered with an error.
+func TestSegmentFailNoNewSegment(t *testing.T) {
+	s, mem, o, a := writeThenFailSync(t, "seg-fail-nonew", true)
+	if _, err := writeBatch(t.Context(), s, setb("c", pattern(3, 2000))); err == nil {
+		t.Fatal("a write succeeded with no segment to write to")
+	}
+	s2 := crashReopen(t, s, mem, o)
+	if _, _, ok := get(t, s2, "b"); ok {
+		t.Fatal("the abandoned block was replayed")
+	}
+	if v, _, ok := get(t, s2, "a"); !ok || v != string(pattern(1, 2000)) {
+		t.Fatal("acknowledged a lost")
+	}
+	if s2.AppliedIndex() != a.Index {
+		t.Fatalf("applied %d after the restart, want %d", s2.AppliedIndex(), a.Index)
+	}
+	mustVerify(t, s2)
+	if r := mustWrite(t, s2, set("d", "x")); r.Index != a.Index+1 {
+		t.Fatalf("write after the restart at %d, want %d", r.Index, a.Index+1)
+	}
+	mustVerify(t, s2)
 }
 
 // TestSegmentSyncFailure: a block whose fsync failed is not acknowledged,
@@ -221,7 +253,7 @@ func writeThenFailSync(t *testing.T, name string) (*Store, *vfs.MemFS, Options, 
 // acknowledged block, never the abandoned one, even though the abandoned
 // one reached the disk whole.
 func TestSegmentSyncFailure(t *testing.T) {
-	s, mem, o, a := writeThenFailSync(t, "seg-syncfail")
+	s, mem, o, a := writeThenFailSync(t, "seg-syncfail", false)
 	if _, _, ok := get(t, s, "b"); ok {
 		t.Fatal("the failed write is visible")
 	}
