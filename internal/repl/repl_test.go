@@ -451,7 +451,10 @@ func TestHeartbeatLag(t *testing.T) {
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
 	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
-	waitFor(t, "heartbeats on the replica", 10*time.Second, func() bool { return rep.AppliedIndex() >= 10 })
+	// The replica sets its gauge after the store publishes the index.
+	waitFor(t, "heartbeats on the replica", 10*time.Second, func() bool {
+		return rep.AppliedIndex() >= 10 && value(mAppliedIndex.WithLabelValues(name)) >= 10
+	})
 	if lag := r.State().Lag; lag <= 0 || lag > 5*time.Second {
 		t.Fatalf("lag %v", lag)
 	}
