@@ -177,7 +177,6 @@ func TestReview8TornBatchIDFrame(t *testing.T) {
 // should refuse to open, as it does for a damaged block below a synced
 // end.
 func TestReview8DamagedHeaderDropsSegments(t *testing.T) {
-	t.Skip("defect: a damaged segment header ends the replay early and the open removes the later segments holding acknowledged writes")
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review8-bad-header", mem)
 	o.segmentBytes = 16 << 10

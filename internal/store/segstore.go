@@ -106,6 +106,14 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 				limit, nextStart, hasNext = prev.off, st, true
 			}
 		}
+		// A segment is created only once the one before it has its
+		// header synced: without a header saying where this one's blocks
+		// end, the next one is a creation cut short, and nothing follows
+		// it. A later segment means the header was damaged, and the
+		// segments from it on hold the rest of the log.
+		if later := g.after(pos.seq + 1); !hasNext && later != 0 {
+			return pos, fmt.Errorf("%w: log segment %d exists, but segment %d has no header saying where segment %d's blocks end", ErrCorrupt, later, pos.seq+1, pos.seq)
+		}
 		for pos.off < limit {
 			blk, ok, err := g.frameAt(pos.seq, pos.off)
 			if err != nil {
@@ -159,6 +167,17 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 		}
 		pos = segTail{seq: pos.seq + 1, off: nextStart}
 	}
+}
+
+// after returns the first segment after seq, 0 if there is none.
+func (g *segments) after(seq uint64) uint64 {
+	var first uint64
+	for s := range *g.files.Load() {
+		if s > seq && (first == 0 || s < first) {
+			first = s
+		}
+	}
+	return first
 }
 
 // replaySegments applies the blocks of the segment tail (walkTail) and
