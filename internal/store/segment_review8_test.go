@@ -238,7 +238,6 @@ func TestReview8DamagedHeaderDropsSegments(t *testing.T) {
 // after the damaged frame that is later in the log shows damage, and the
 // store should refuse to open.
 func TestReview8DamagedBlockInLastSegment(t *testing.T) {
-	t.Skip("defect: a damaged block in the last segment ends the replay; the acknowledged blocks after it are dropped and overwritten")
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review8-bad-block", mem)
 	s, err := Open(o)

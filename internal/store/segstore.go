@@ -123,7 +123,7 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 				if hasNext {
 					return pos, fmt.Errorf("%w: log segment %d: no whole block at offset %d, below its synced end %d", ErrCorrupt, pos.seq, pos.off, limit)
 				}
-				return pos, nil
+				return pos, g.laterBlock(pos, next())
 			}
 			b := tailBlock{ref: blockRef{seq: pos.seq, off: pos.off + frameHeader, n: len(blk)}, synced: hasNext}
 			_, _, payload, err := wal.ParseBlockHeader(blk)
@@ -167,6 +167,46 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 		}
 		pos = segTail{seq: pos.seq + 1, off: nextStart}
 	}
+}
+
+// laterBlock is called where the walk of the last segment ends at a frame
+// that is not whole: the end of what was written (a write cut short), or
+// a damaged frame. A write cut short is the last in its segment: what
+// follows it is older (a recycled segment's frames) or nothing. So if the
+// frame its length names next holds a block later in the log than want
+// (after the frame's batch IDs, if any), the frame was damaged, and the
+// blocks after it are acknowledged writes: that is corruption. A damaged
+// length cannot be seen this way.
+func (g *segments) laterBlock(pos segTail, want uint64) error {
+	f := (*g.files.Load())[pos.seq]
+	if f == nil {
+		return nil
+	}
+	var h [frameHeader]byte
+	if _, err := f.ReadAt(h[:], pos.off); err != nil {
+		return nil // nothing there
+	}
+	n := int64(binary.LittleEndian.Uint32(h[:]))
+	if n == 0 {
+		return nil
+	}
+	at := pos.off + frameHeader + n
+	for range 2 {
+		blk, ok, err := g.frameAt(pos.seq, at)
+		if err != nil || !ok {
+			return err
+		}
+		if blk[0] == idsTag {
+			at += frameHeader + int64(len(blk))
+			continue
+		}
+		entries, err := wal.DecodeBlock(blk)
+		if err != nil || firstIndex(entries) <= want {
+			return nil
+		}
+		return fmt.Errorf("%w: log segment %d: the frame at offset %d fails its check, and a block of index %d follows it at %d", ErrCorrupt, pos.seq, pos.off, firstIndex(entries), at)
+	}
+	return nil
 }
 
 // after returns the first segment after seq, 0 if there is none.
