@@ -35,8 +35,9 @@ import (
 // where block is a log block as wal.BlockBuilder encodes it, and the CRC
 // covers it. A reference points at the block, after the frame header. A
 // block whose group recorded batch ID outcomes (idempotent writes) is
-// followed by a frame of them (idsTag, then the outcomes; encodeIDs), so
-// that a replay restores them with the block. The first frame of a segment
+// preceded by a frame of them (idsTag, then the outcomes; encodeIDs), so
+// that a replay restores them with the block (segments written before
+// review 8 have it after the block, which a replay still reads). The first frame of a segment
 // is its header instead: segMagic, then where the previous segment's
 // blocks end (seq and offset, uvarints). Written and synced before any
 // block, it tells a replay to stop reading the previous segment there,
@@ -446,10 +447,8 @@ func (g *segments) header(seq uint64) (prev segTail, start int64, ok bool, err e
 	return t, int64(frameHeader + len(b)), true, nil
 }
 
-// append writes one frame holding the block hdr+payload at the tail and
-// returns its reference. It is durable only after sync.
-// append writes one frame holding the block hdr+payload at the tail, and
-// after it a frame holding trailer if there is one (the group's batch ID
+// append writes one frame holding the block hdr+payload at the tail,
+// after a frame holding trailer if there is one (the group's batch ID
 // outcomes), in one write. It returns the block's reference and where the
 // next frame goes. It is durable only after sync.
 func (g *segments) append(hdr, payload, trailer []byte) (blockRef, int64, error) {
@@ -465,18 +464,22 @@ func (g *segments) append(hdr, payload, trailer []byte) (blockRef, int64, error)
 	g.mu.Lock()
 	g.pending, g.pendingAt = true, at.off // next made at.seq current
 	g.mu.Unlock()
-	g.buf = append(g.buf[:0], make([]byte, frameHeader)...)
-	g.buf = append(append(g.buf, hdr...), payload...)
-	binary.LittleEndian.PutUint32(g.buf[0:], uint32(n))
-	binary.LittleEndian.PutUint32(g.buf[4:], crc32.Checksum(g.buf[frameHeader:], castagnoli))
+	// The outcomes first: a replay applies a block only with the frame
+	// before it whole, so a power loss that keeps the block cannot lose
+	// them. They name the block by its frame's CRC (see encodeIDs).
+	blockCRC := crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, payload)
+	g.buf = g.buf[:0]
 	if len(trailer) > 0 {
-		// The trailer names its block by CRC (bytes 9-12, see encodeIDs).
-		binary.LittleEndian.PutUint32(trailer[idsCRCAt:], binary.LittleEndian.Uint32(g.buf[4:]))
-		t := len(g.buf)
+		binary.LittleEndian.PutUint32(trailer[idsCRCAt:], blockCRC)
 		g.buf = append(append(g.buf, make([]byte, frameHeader)...), trailer...)
-		binary.LittleEndian.PutUint32(g.buf[t:], uint32(len(trailer)))
-		binary.LittleEndian.PutUint32(g.buf[t+4:], crc32.Checksum(trailer, castagnoli))
+		binary.LittleEndian.PutUint32(g.buf[0:], uint32(len(trailer)))
+		binary.LittleEndian.PutUint32(g.buf[4:], crc32.Checksum(trailer, castagnoli))
 	}
+	blockAt := len(g.buf)
+	g.buf = append(g.buf, make([]byte, frameHeader)...)
+	g.buf = append(append(g.buf, hdr...), payload...)
+	binary.LittleEndian.PutUint32(g.buf[blockAt:], uint32(n))
+	binary.LittleEndian.PutUint32(g.buf[blockAt+4:], blockCRC)
 	if _, err := g.cur.WriteAt(g.buf, at.off); err != nil {
 		return blockRef{}, 0, err
 	}
@@ -485,7 +488,7 @@ func (g *segments) append(hdr, payload, trailer []byte) (blockRef, int64, error)
 	g.tail = end
 	g.mu.Unlock()
 	g.m.segmentBytes.Add(float64(len(g.buf)))
-	return blockRef{seq: at.seq, off: at.off + frameHeader, n: n, payloadAt: len(hdr)}, end, nil
+	return blockRef{seq: at.seq, off: at.off + int64(blockAt) + frameHeader, n: n, payloadAt: len(hdr)}, end, nil
 }
 
 // sync makes every appended frame durable.

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -62,14 +64,17 @@ func (f *syncHookFile) SyncData() error {
 }
 
 // TestReview8TornBatchIDFrame: a group's block and the frame of its batch
-// ID outcomes after it are written together, then synced. A power loss
-// during that sync may keep the pages of the block and lose the page the
-// ID frame ends in. The replay then applies the block (a write whose
-// answer was lost, which is allowed) without its outcome, and nothing in
-// the block says an ID frame should follow: the client's retry of the
-// batch, with the same ID, is applied a second time, over a later write.
+// ID outcomes are written together, then synced. A power loss during that
+// sync may keep the pages of the block and lose a page of the ID frame.
+// With the ID frame after the block (as it was), the replay applied the
+// block (a write whose answer was lost, which is allowed) without its
+// outcome, as nothing in the block says an ID frame follows: the
+// client's retry of the batch, with the same ID, was applied a second
+// time, over a later write. The test tears the ID frame wherever it is
+// (the pages of its bytes that hold no byte of the block are lost), and
+// then checks that the write is either replayed with its outcome or not
+// at all.
 func TestReview8TornBatchIDFrame(t *testing.T) {
-	t.Skip("defect: a power loss that keeps a block and tears its batch ID frame loses the outcome; a retry is applied twice")
 	const page = 4096
 	mem := vfs.NewCrashableMem()
 	hfs := &syncHookFS{FS: mem}
@@ -85,54 +90,65 @@ func TestReview8TornBatchIDFrame(t *testing.T) {
 	mine := func(id string, seed int) Batch {
 		return Batch{ID: []byte(id), Ops: []wal.Op{setb("k", pattern(seed, valueLen))}}
 	}
-	// Sizes of the frames of an idempotent write like the one to tear,
-	// and of a padding write, so that the ID frame can be made to cross
-	// a page boundary.
+	// Sizes and order of the frames of an idempotent write like the one
+	// to tear, and the size of a padding write, so that the ID frame can
+	// be made to cross a page boundary.
 	t0 := s.segs.tailNow().off
-	if _, err := s.Write(t.Context(), mine("prob", 2)); err != nil {
+	probe, err := s.Write(t.Context(), mine("prob", 2))
+	if err != nil {
 		t.Fatal(err)
 	}
 	t1 := s.segs.tailNow().off
 	idsFrame := int64(frameHeader + len(encodeIDs(nil, 1, map[string]batchOutcome{"mine": {}})))
 	blockFrame := t1 - t0 - idsFrame
+	idsAt := int64(0) // in the group's frames
+	if segmentRef(t, s, probe.Index).off-frameHeader == t0 {
+		idsAt = blockFrame
+	}
 	mustWrite(t, s, setb("pad", pattern(3, 2000)))
 	t2 := s.segs.tailNow().off
 	overhead := t2 - t1 - 2000
 	// The ID frame is to start 20 bytes before a page boundary.
-	pad := ((page-20-t2-overhead-blockFrame)%page + 2*page) % page
+	pad := ((page-20-t2-overhead-idsAt)%page + 2*page) % page
 	if pad < 200 {
 		pad += page
 	}
 	mustWrite(t, s, setb("pad", pattern(4, int(pad))))
 	t3 := s.segs.tailNow().off
-	blockEnd := t3 + blockFrame
-	if blockEnd%page != page-20 {
-		t.Fatalf("setup: the block would end at %d (%d in its page), want %d", blockEnd, blockEnd%page, page-20)
+	if (t3+idsAt)%page != page-20 {
+		t.Fatalf("setup: the ID frame would start at %d (%d in its page), want %d", t3+idsAt, (t3+idsAt)%page, page-20)
 	}
-	// The power loss: during the fdatasync of the idempotent write, the
-	// pages of its block reached the disk, the next page did not.
+	// The power loss: during the fdatasync of the idempotent write.
 	var image *vfs.MemFS
 	hfs.setHook(func() {
 		if image == nil {
 			image = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 		}
 	})
-	if _, err := s.Write(t.Context(), mine("mine", 5)); err != nil {
-		t.Fatal(err)
-	}
-	hfs.setHook(nil)
-	if got := s.segs.tailNow().off; got != blockEnd+idsFrame {
-		t.Fatalf("setup: the frames end at %d, want %d", got, blockEnd+idsFrame)
-	}
-	seg := s.segs.tailNow().seq
-	s.Close()
-	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(seg)), vfs.WriteCategoryUnspecified)
+	w, err := s.Write(t.Context(), mine("mine", 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := blockEnd + 20 // the next page
-	if _, err := f.WriteAt(make([]byte, blockEnd+idsFrame-lost), lost); err != nil {
+	hfs.setHook(nil)
+	if got := s.segs.tailNow().off; got != t3+idsFrame+blockFrame {
+		t.Fatalf("setup: the frames end at %d, want %d", got, t3+idsFrame+blockFrame)
+	}
+	ref := segmentRef(t, s, w.Index)
+	s.Close()
+	// The pages the block is in reached the disk; the other pages of the
+	// ID frame did not.
+	blockFirstPage, blockEndPage := (ref.off-frameHeader)/page*page, (ref.end()+page-1)/page*page
+	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(ref.seq)), vfs.WriteCategoryUnspecified)
+	if err != nil {
 		t.Fatal(err)
+	}
+	is, ie := t3+idsAt, t3+idsAt+idsFrame
+	for _, r := range [][2]int64{{is, min(ie, blockFirstPage)}, {max(is, blockEndPage), ie}} {
+		if r[1] > r[0] {
+			if _, err := f.WriteAt(make([]byte, r[1]-r[0]), r[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	f.Close()
 
@@ -144,9 +160,12 @@ func TestReview8TornBatchIDFrame(t *testing.T) {
 	defer s2.Close()
 	v, _, _ := get(t, s2, "k")
 	if v != string(pattern(5, valueLen)) {
-		// Not replayed: the write is lost as a whole, and a retry
-		// applies it afresh, which is right.
-		t.Logf("the torn group was not replayed (k = %.10q)", v)
+		// Not replayed: the write is lost as a whole, and its retry
+		// applies it afresh.
+		again, err := s2.Write(t.Context(), mine("mine", 5))
+		if err != nil || again.Duplicate || !again.Changed {
+			t.Fatalf("the retry of a write that was not replayed: %+v %v", again, err)
+		}
 		return
 	}
 	// The write appears (its answer was lost); another client then sets
@@ -281,4 +300,52 @@ func TestReview8DamagedBlockInLastSegment(t *testing.T) {
 	defer s2.Close()
 	t.Fatalf("the store opened at applied index %d, acknowledged %d: the blocks after the damaged one were dropped",
 		s2.AppliedIndex(), writes[9].Index)
+}
+
+// TestReview8OldIDFrameOrder: segments written before the batch ID frame
+// went before its block have it after the block; a replay still restores
+// those outcomes.
+func TestReview8OldIDFrameOrder(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	o := crashOptions("review8-old-ids", mem)
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustWrite(t, s, set("a", "1"))
+	// The next block and its outcomes, framed in the old order, appended
+	// and synced behind the committer's back (it is idle): as a power
+	// loss right after the old build's fdatasync would leave them.
+	head := appliedHash(t, s)
+	e := wal.Entry{Index: a.Index + 1, Time: head.time + 1, Kind: wal.KindData, Ops: []wal.Op{set("k", "v")}}
+	var b wal.BlockBuilder
+	b.AddEntry(&e, head.hash, true)
+	hdr, payload := b.Parts(nil, wal.CompressNone)
+	blk := append(append([]byte(nil), hdr...), payload...)
+	frame := func(body []byte) []byte {
+		f := binary.LittleEndian.AppendUint32(nil, uint32(len(body)))
+		f = binary.LittleEndian.AppendUint32(f, crc32.Checksum(body, castagnoli))
+		return append(f, body...)
+	}
+	ids := encodeIDs(nil, e.Index, map[string]batchOutcome{"old": {index: e.Index, time: e.Time, changed: true}})
+	binary.LittleEndian.PutUint32(ids[idsCRCAt:], crc32.Checksum(blk, castagnoli))
+	tail := s.segs.tailNow()
+	if _, err := s.segs.cur.WriteAt(append(frame(blk), frame(ids)...), tail.off); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.segs.cur.SyncData(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := crashReopen(t, s, mem, o)
+	if v, _, ok := get(t, s2, "k"); !ok || v != "v" {
+		t.Fatalf("the block was not replayed: k = %q", v)
+	}
+	again, err := s2.Write(t.Context(), Batch{ID: []byte("old"), Ops: []wal.Op{set("k", "v2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Duplicate || again.Index != e.Index {
+		t.Fatalf("the outcome after the block was not restored: %+v", again)
+	}
+	mustVerify(t, s2)
 }

@@ -115,24 +115,36 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 			return pos, fmt.Errorf("%w: log segment %d exists, but segment %d has no header saying where segment %d's blocks end", ErrCorrupt, later, pos.seq+1, pos.seq)
 		}
 		for pos.off < limit {
-			blk, ok, err := g.frameAt(pos.seq, pos.off)
+			at := pos.off // of the block's frame
+			blk, ok, err := g.frameAt(pos.seq, at)
 			if err != nil {
 				return pos, err
 			}
+			// A group's batch ID outcomes come before its block, in the
+			// same write: a block whose outcomes are not whole is not
+			// whole either.
+			var idsFrame []byte
+			if ok && blk[0] == idsTag {
+				idsFrame = blk
+				at += frameHeader + int64(len(blk))
+				if blk, ok, err = g.frameAt(pos.seq, at); err != nil {
+					return pos, err
+				}
+			}
 			if !ok {
 				if hasNext {
-					return pos, fmt.Errorf("%w: log segment %d: no whole block at offset %d, below its synced end %d", ErrCorrupt, pos.seq, pos.off, limit)
+					return pos, fmt.Errorf("%w: log segment %d: no whole block at offset %d, below its synced end %d", ErrCorrupt, pos.seq, at, limit)
 				}
-				return pos, g.laterBlock(pos, next())
+				return pos, g.laterBlock(segTail{seq: pos.seq, off: at}, next())
 			}
-			b := tailBlock{ref: blockRef{seq: pos.seq, off: pos.off + frameHeader, n: len(blk)}, synced: hasNext}
+			b := tailBlock{ref: blockRef{seq: pos.seq, off: at + frameHeader, n: len(blk)}, synced: hasNext}
 			_, _, payload, err := wal.ParseBlockHeader(blk)
 			if err == nil {
 				b.entries, err = wal.DecodeBlock(blk)
 			}
 			if err != nil {
 				if hasNext {
-					return pos, fmt.Errorf("%w: log segment %d, block at %d: %v", ErrCorrupt, pos.seq, pos.off, err)
+					return pos, fmt.Errorf("%w: log segment %d, block at %d: %v", ErrCorrupt, pos.seq, at, err)
 				}
 				// A whole frame that is not a block: what a recycled
 				// segment held before, past the end of what was written.
@@ -141,16 +153,27 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 			b.ref.payloadAt = len(blk) - len(payload)
 			if want := next(); firstIndex(b.entries) != want {
 				if hasNext {
-					return pos, fmt.Errorf("%w: log segment %d: block at %d starts at index %d, not %d, below the synced end %d", ErrCorrupt, pos.seq, pos.off, firstIndex(b.entries), want, limit)
+					return pos, fmt.Errorf("%w: log segment %d: block at %d starts at index %d, not %d, below the synced end %d", ErrCorrupt, pos.seq, at, firstIndex(b.entries), want, limit)
 				}
 				return pos, nil // not the next block: written after a failure, never referenced
 			}
 			b.end = b.ref.end()
-			if t, ok, err := g.frameAt(pos.seq, b.end); err != nil {
+			if idsFrame != nil {
+				got, first, crc, err := decodeIDs(idsFrame)
+				if err != nil || first != b.entries[0].Index || crc != crc32.Checksum(blk, castagnoli) {
+					if hasNext {
+						return pos, fmt.Errorf("%w: log segment %d: the batch ID frame at %d is not the next block's", ErrCorrupt, pos.seq, pos.off)
+					}
+					return pos, nil // what a recycled segment held before
+				}
+				b.ids = got
+			} else if t, ok, err := g.frameAt(pos.seq, b.end); err != nil {
 				return pos, err
 			} else if ok && b.end < limit && len(t) > 0 && t[0] == idsTag {
-				// Only the outcomes of this block: an ID frame left by
-				// an abandoned group with another block is not.
+				// Segments written before the outcomes went first have
+				// them after the block. Only the outcomes of this block:
+				// an ID frame left by an abandoned group with another
+				// block is not.
 				got, first, crc, err := decodeIDs(t)
 				if err == nil && first == b.entries[0].Index && crc == crc32.Checksum(blk, castagnoli) {
 					b.ids = got
@@ -172,11 +195,11 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 // laterBlock is called where the walk of the last segment ends at a frame
 // that is not whole: the end of what was written (a write cut short), or
 // a damaged frame. A write cut short is the last in its segment: what
-// follows it is older (a recycled segment's frames) or nothing. So if the
-// frame its length names next holds a block later in the log than want
-// (after the frame's batch IDs, if any), the frame was damaged, and the
-// blocks after it are acknowledged writes: that is corruption. A damaged
-// length cannot be seen this way.
+// follows it is older (a recycled segment's frames) or nothing. So if a
+// frame after it (found by its length, past the group's batch ID frame
+// and block) holds a block later in the log than want, the frame was
+// damaged, and the blocks after it are acknowledged writes: that is
+// corruption. A damaged length cannot be seen this way.
 func (g *segments) laterBlock(pos segTail, want uint64) error {
 	f := (*g.files.Load())[pos.seq]
 	if f == nil {
@@ -191,18 +214,23 @@ func (g *segments) laterBlock(pos segTail, want uint64) error {
 		return nil
 	}
 	at := pos.off + frameHeader + n
-	for range 2 {
+	for range 3 {
 		blk, ok, err := g.frameAt(pos.seq, at)
 		if err != nil || !ok {
 			return err
 		}
+		next := at + frameHeader + int64(len(blk))
 		if blk[0] == idsTag {
-			at += frameHeader + int64(len(blk))
+			at = next
 			continue
 		}
 		entries, err := wal.DecodeBlock(blk)
-		if err != nil || firstIndex(entries) <= want {
+		switch {
+		case err != nil || firstIndex(entries) < want:
 			return nil
+		case firstIndex(entries) == want:
+			at = next // the group whose batch ID frame was cut short
+			continue
 		}
 		return fmt.Errorf("%w: log segment %d: the frame at offset %d fails its check, and a block of index %d follows it at %d", ErrCorrupt, pos.seq, pos.off, firstIndex(entries), at)
 	}
@@ -271,7 +299,8 @@ func (s *Store) replaySegments() (segTail, error) {
 	return pos, nil
 }
 
-// idsTag starts the frame of batch ID outcomes that follows a block, and
+// idsTag starts the frame of batch ID outcomes that precedes a block (it
+// followed it in segments written before 2026-11-25's review 8), and
 // names the block (its first index, and its frame's CRC, which append
 // fills in), so that a replay takes only the outcomes of the block it
 // applies:
