@@ -358,7 +358,6 @@ func TestReview8OldIDFrameOrder(t *testing.T) {
 // segment, with every acknowledged write. A later segment shows it is
 // damage: the store should refuse to open.
 func TestReview8DamagedFirstHeaderDropsAll(t *testing.T) {
-	t.Skip("defect: a damaged first segment header with no segment tail record makes the open remove every segment")
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review8-bad-first-header", mem)
 	o.segmentBytes = 16 << 10

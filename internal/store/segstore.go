@@ -67,6 +67,10 @@ func (g *segments) tailStart(meta []byte) (pos segTail, ok bool, err error) {
 		return segTail{}, false, err
 	}
 	_, start, ok, err := g.header(seqs[0])
+	if err == nil && !ok && len(seqs) > 1 {
+		// A creation cut short has no segment after it (walkTail).
+		err = fmt.Errorf("%w: log segment %d exists, but segment %d, the first, has no header", ErrCorrupt, seqs[1], seqs[0])
+	}
 	if err != nil || !ok {
 		return segTail{}, false, err
 	}
