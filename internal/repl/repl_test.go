@@ -61,9 +61,21 @@ func TestReplicate(t *testing.T) {
 			t.Errorf("%d %s errors", int(n), k)
 		}
 	}
-	if got := value(mEntriesApplied.WithLabelValues(name)); got != float64(root.AppliedIndex()) {
+	if got := entriesApplied(t, name, float64(root.AppliedIndex())); got != float64(root.AppliedIndex()) {
 		t.Errorf("entries_applied_total %v, want %d", got, root.AppliedIndex())
 	}
+}
+
+// entriesApplied returns database name's entries_applied_total once it is
+// at least want, or after 5 s: the replica counts entries just after the
+// store publishes them.
+func entriesApplied(t *testing.T, name string, want float64) float64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for value(mEntriesApplied.WithLabelValues(name)) < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return value(mEntriesApplied.WithLabelValues(name))
 }
 
 // root → A → B → C: every replica serves the next; all end identical.
@@ -382,7 +394,7 @@ func TestReplicaRestart(t *testing.T) {
 	startReplica(t, rep, NewProcessID(), []string{addr}, nil)
 	waitCaughtUp(t, rep, root)
 	assertSame(t, root, rep)
-	if got := value(mEntriesApplied.WithLabelValues(name)) - applied; got != float64(root.AppliedIndex()-first) {
+	if got := entriesApplied(t, name, applied+float64(root.AppliedIndex()-first)) - applied; got != float64(root.AppliedIndex()-first) {
 		t.Fatalf("applied %v entries after restart, want %d", got, root.AppliedIndex()-first)
 	}
 	for _, k := range []string{kindGap, kindHash, kindCRC, kindDecode, kindApply, kindRefused} {

@@ -580,7 +580,7 @@ func (c *committer) commit(group []*request) {
 			}
 		}
 		if groupErr == nil {
-			if err := c.batch.Commit(c.writeOptions(group)); err != nil {
+			if err := s.engineWrite(func() error { return c.batch.Commit(c.writeOptions(group)) }); err != nil {
 				groupErr = classifyCommitError(err)
 			}
 		}

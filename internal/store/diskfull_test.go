@@ -302,3 +302,32 @@ func spillBatch(b int) []wal.Op {
 	}
 	return ops
 }
+
+// TestEngineWritePanics: engineWrite returns f's error, and lets a panic
+// that is not an engine error (a bug, or not an error at all) go on; an
+// engine error's panic ends the process (TestDiskFullWithoutBallastExits).
+func TestEngineWritePanics(t *testing.T) {
+	s := openTest(t, Options{Dir: t.TempDir()})
+	want := errors.New("refused")
+	if err := s.engineWrite(func() error { return want }); err != want {
+		t.Fatalf("error %v", err)
+	}
+	for _, p := range []any{"not an error", runtimeError()} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Errorf("panic %v swallowed", p)
+				}
+			}()
+			s.engineWrite(func() error { panic(p) })
+		}()
+	}
+}
+
+// runtimeError returns the runtime.Error of an index out of range.
+func runtimeError() (err any) {
+	defer func() { err = recover() }()
+	var s []int
+	_ = s[len(s)]
+	return nil
+}

@@ -491,5 +491,5 @@ func (s *Store) reconcileRole(applied uint64) error {
 	if b.Empty() {
 		return nil
 	}
-	return b.Commit(pebble.Sync)
+	return s.engineWrite(func() error { return b.Commit(pebble.Sync) })
 }

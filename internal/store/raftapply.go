@@ -67,7 +67,7 @@ func (s *Store) SyncRaft() error {
 	}
 	s.engine.RLock()
 	defer s.engine.RUnlock()
-	return s.db.LogData(nil, pebble.Sync)
+	return s.engineWrite(func() error { return s.db.LogData(nil, pebble.Sync) })
 }
 
 // ErrRaftApplied is the result of a command skipped because its Raft index

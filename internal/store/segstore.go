@@ -293,7 +293,7 @@ func (s *Store) replaySegments() (segTail, error) {
 		return segTail{}, err
 	}
 	if applied > 0 {
-		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		if err := s.engineWrite(func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
 			return segTail{}, err
 		}
 		s.m.replayed.Add(float64(applied))
@@ -451,7 +451,7 @@ func (s *Store) collectSegments(synced *uint64) (uint64, error) {
 	// The state the snapshot saw, with nothing pointing into the segments
 	// to remove and a replay starting at or after t, must be durable
 	// before they go.
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.engineWrite(func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
 		return 0, err
 	}
 	s.m.engineSyncs.Inc()

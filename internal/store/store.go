@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,7 +391,7 @@ func (s *Store) Close() error {
 	if !s.opts.ReadOnly && s.segs != nil {
 		// Pebble's unsynced tail would be replayed from the segments
 		// after a power loss; after a clean stop there is none.
-		err = s.db.LogData(nil, pebble.Sync)
+		err = s.engineWrite(func() error { return s.db.LogData(nil, pebble.Sync) })
 	}
 	err = errors.Join(err, s.db.Close())
 	if s.segs != nil {
@@ -524,6 +525,24 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error("storage engine failed; exiting to restart from durable state", "err", fmt.Sprintf(format, args...))
 	os.Exit(70)
+}
+
+// engineWrite runs f, a write to Pebble. Pebble writes its log in the
+// background, and a write after that failed panics with the error: its
+// state is undefined then, as when it calls Fatalf. Such a panic ends the
+// process as Fatalf does (status 70), so that a restart recovers every
+// acknowledged write from durable state; other panics go on.
+func (s *Store) engineWrite(f func() error) error {
+	defer func() {
+		if r := recover(); r != nil {
+			err, ok := r.(error)
+			if _, bug := r.(runtime.Error); !ok || bug {
+				panic(r)
+			}
+			pebbleLogger{s.opts.Logger}.Fatalf("%v", err)
+		}
+	}()
+	return f()
 }
 
 // Compact compacts the whole database now, reclaiming the space of
