@@ -36,9 +36,9 @@ import (
 // covers it. A reference points at the block, after the frame header. A
 // block whose group recorded batch ID outcomes (idempotent writes) is
 // preceded by a frame of them (idsTag, then the outcomes; encodeIDs), so
-// that a replay restores them with the block (segments written before
-// review 8 have it after the block, which a replay still reads). The first frame of a segment
-// is its header instead: segMagic, then where the previous segment's
+// that a replay restores them with the block (older segments have it
+// after the block, which a replay still reads). The first frame of a
+// segment is its header instead: segMagic, then where the previous segment's
 // blocks end (seq and offset, uvarints). Written and synced before any
 // block, it tells a replay to stop reading the previous segment there,
 // before frames whose write failed and that were abandoned.

@@ -304,7 +304,7 @@ func (s *Store) replaySegments() (segTail, error) {
 }
 
 // idsTag starts the frame of batch ID outcomes that precedes a block (it
-// followed it in segments written before 2026-11-25's review 8), and
+// followed it in segments written before 2026-11-25), and
 // names the block (its first index, and its frame's CRC, which append
 // fills in), so that a replay takes only the outcomes of the block it
 // applies:

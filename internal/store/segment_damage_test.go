@@ -13,8 +13,8 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// Tests from an adversarial review of the log segments (review 8); each
-// names the defect it shows.
+// Damage and power loss in the log segments that once lost or duplicated
+// acknowledged writes; each test names what it guards against.
 
 // syncHookFS calls hook, when set, at the start of every fdatasync of a
 // log segment: before the data is durable, where a power loss may keep
@@ -63,7 +63,7 @@ func (f *syncHookFile) SyncData() error {
 	return f.File.SyncData()
 }
 
-// TestReview8TornBatchIDFrame: a group's block and the frame of its batch
+// TestSegmentTornBatchIDFrame: a group's block and the frame of its batch
 // ID outcomes are written together, then synced. A power loss during that
 // sync may keep the pages of the block and lose a page of the ID frame.
 // With the ID frame after the block (as it was), the replay applied the
@@ -74,11 +74,11 @@ func (f *syncHookFile) SyncData() error {
 // (the pages of its bytes that hold no byte of the block are lost), and
 // then checks that the write is either replayed with its outcome or not
 // at all.
-func TestReview8TornBatchIDFrame(t *testing.T) {
+func TestSegmentTornBatchIDFrame(t *testing.T) {
 	const page = 4096
 	mem := vfs.NewCrashableMem()
 	hfs := &syncHookFS{FS: mem}
-	o := crashOptions("review8-torn-ids", mem)
+	o := crashOptions("seg-torn-ids", mem)
 	o.FS = hfs
 	s, err := Open(o)
 	if err != nil {
@@ -183,7 +183,7 @@ func TestReview8TornBatchIDFrame(t *testing.T) {
 	}
 }
 
-// TestReview8DamagedHeaderDropsSegments: after a power loss that Pebble's
+// TestSegmentDamagedHeaderKeepsLaterSegments: after a power loss that Pebble's
 // unsynced batches did not survive, the replay walks the segments from the
 // first, each next segment's header saying where the previous one's
 // blocks end. A header that is damaged (a bad disk block) is taken for
@@ -195,9 +195,9 @@ func TestReview8TornBatchIDFrame(t *testing.T) {
 // one before has its header synced): it is corruption, and the store
 // should refuse to open, as it does for a damaged block below a synced
 // end.
-func TestReview8DamagedHeaderDropsSegments(t *testing.T) {
+func TestSegmentDamagedHeaderKeepsLaterSegments(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	o := crashOptions("review8-bad-header", mem)
+	o := crashOptions("seg-bad-header", mem)
 	o.segmentBytes = 16 << 10
 	s, err := Open(o)
 	if err != nil {
@@ -247,7 +247,7 @@ func TestReview8DamagedHeaderDropsSegments(t *testing.T) {
 		s2.AppliedIndex(), last.Index)
 }
 
-// TestReview8DamagedBlockInLastSegment: after a power loss that Pebble's
+// TestSegmentDamagedBlockInLastSegment: after a power loss that Pebble's
 // unsynced batches did not survive, the replay reads the open segment's
 // blocks, which no later header declares synced. A block damaged in the
 // middle of it (a bad disk block) is taken for the end of what was
@@ -256,9 +256,9 @@ func TestReview8DamagedHeaderDropsSegments(t *testing.T) {
 // nothing. A torn write is the last thing in a segment: a whole block
 // after the damaged frame that is later in the log shows damage, and the
 // store should refuse to open.
-func TestReview8DamagedBlockInLastSegment(t *testing.T) {
+func TestSegmentDamagedBlockInLastSegment(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	o := crashOptions("review8-bad-block", mem)
+	o := crashOptions("seg-bad-block", mem)
 	s, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
@@ -302,12 +302,12 @@ func TestReview8DamagedBlockInLastSegment(t *testing.T) {
 		s2.AppliedIndex(), writes[9].Index)
 }
 
-// TestReview8OldIDFrameOrder: segments written before the batch ID frame
+// TestSegmentOldIDFrameOrder: segments written before the batch ID frame
 // went before its block have it after the block; a replay still restores
 // those outcomes.
-func TestReview8OldIDFrameOrder(t *testing.T) {
+func TestSegmentOldIDFrameOrder(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	o := crashOptions("review8-old-ids", mem)
+	o := crashOptions("seg-old-ids", mem)
 	s, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
@@ -350,16 +350,16 @@ func TestReview8OldIDFrameOrder(t *testing.T) {
 	mustVerify(t, s2)
 }
 
-// TestReview8DamagedFirstHeaderDropsAll: when Pebble has no record of the
+// TestSegmentDamagedFirstHeader: when Pebble has no record of the
 // segment tail (a power loss before its first background sync), the
 // replay starts at the first segment's first block, found through its
 // header. A damaged header there was taken for a segment whose creation
 // a crash cut short: the replay was skipped and the open removed every
 // segment, with every acknowledged write. A later segment shows it is
 // damage: the store should refuse to open.
-func TestReview8DamagedFirstHeaderDropsAll(t *testing.T) {
+func TestSegmentDamagedFirstHeader(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	o := crashOptions("review8-bad-first-header", mem)
+	o := crashOptions("seg-bad-first-header", mem)
 	o.segmentBytes = 16 << 10
 	s, err := Open(o)
 	if err != nil {
