@@ -2,8 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"sync"
@@ -196,55 +194,16 @@ func TestSegmentTornBatchIDFrame(t *testing.T) {
 // should refuse to open, as it does for a damaged block below a synced
 // end.
 func TestSegmentDamagedHeaderKeepsLaterSegments(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	o := crashOptions("seg-bad-header", mem)
-	o.segmentBytes = 16 << 10
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last WriteResult
-	for i := range 20 {
-		last = mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
-	}
-	seqs, err := s.segs.list()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(seqs) < 4 {
-		t.Fatalf("setup: %d segments, want at least 4", len(seqs))
-	}
-	damaged := seqs[2]
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(damaged)), vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var seqs []uint64
+	o := powerLossImage(t, "seg-bad-header", 20, 16<<10, func(s *Store, _ []WriteResult) {
+		var err error
+		if seqs, err = s.segs.list(); err != nil || len(seqs) < 4 {
+			t.Fatalf("setup: segments %v (%v), want at least 4", seqs, err)
+		}
+	})
 	// A byte of the header's contents: its frame no longer matches its CRC.
-	if _, err := f.WriteAt([]byte{0xff}, frameHeader+2); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	o.FS = image
-	rep, err := Verify(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if findProblem(rep, ProblemSegment, nil) == nil {
-		t.Errorf("verify finds nothing wrong with a damaged header before later segments (tail %d entries, applied %d, last write %d)",
-			rep.TailEntries, rep.AppliedIndex, last.Index)
-	}
-	s2, err := Open(o)
-	if errors.Is(err, ErrCorrupt) {
-		return
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	t.Fatalf("the store opened at applied index %d, acknowledged %d: the segments after the damaged header were dropped",
-		s2.AppliedIndex(), last.Index)
+	damageSegment(t, o, seqs[2], frameHeader+2, []byte{0xff})
+	expectRefused(t, o, "a damaged header before later segments")
 }
 
 // TestSegmentDamagedBlockInLastSegment: after a power loss that Pebble's
@@ -257,49 +216,15 @@ func TestSegmentDamagedHeaderKeepsLaterSegments(t *testing.T) {
 // after the damaged frame that is later in the log shows damage, and the
 // store should refuse to open.
 func TestSegmentDamagedBlockInLastSegment(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	o := crashOptions("seg-bad-block", mem)
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var writes []WriteResult
-	for i := range 10 {
-		writes = append(writes, mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000))))
-	}
-	ref := segmentRef(t, s, writes[3].Index)
-	if last := segmentRef(t, s, writes[9].Index); last.seq != ref.seq {
-		t.Fatal("setup: the blocks are not in one segment")
-	}
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(ref.seq)), vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("XX"), ref.off+int64(ref.n)/2); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	o.FS = image
-	rep, err := Verify(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if findProblem(rep, ProblemSegment, nil) == nil {
-		t.Errorf("verify finds nothing wrong with a damaged block followed by later blocks (tail %d entries, applied %d, last write %d)",
-			rep.TailEntries, rep.AppliedIndex, writes[9].Index)
-	}
-	s2, err := Open(o)
-	if errors.Is(err, ErrCorrupt) {
-		return
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	t.Fatalf("the store opened at applied index %d, acknowledged %d: the blocks after the damaged one were dropped",
-		s2.AppliedIndex(), writes[9].Index)
+	var ref blockRef
+	o := powerLossImage(t, "seg-bad-block", 10, 0, func(s *Store, writes []WriteResult) {
+		ref = segmentRef(t, s, writes[3].Index)
+		if last := segmentRef(t, s, writes[9].Index); last.seq != ref.seq {
+			t.Fatal("setup: the blocks are not in one segment")
+		}
+	})
+	damageSegment(t, o, ref.seq, ref.off+int64(ref.n)/2, []byte("XX"))
+	expectRefused(t, o, "a damaged block followed by later blocks")
 }
 
 // TestSegmentOldIDFrameOrder: segments written before the batch ID frame
@@ -358,51 +283,13 @@ func TestSegmentOldIDFrameOrder(t *testing.T) {
 // segment, with every acknowledged write. A later segment shows it is
 // damage: the store should refuse to open.
 func TestSegmentDamagedFirstHeader(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	o := crashOptions("seg-bad-first-header", mem)
-	o.segmentBytes = 16 << 10
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last WriteResult
-	for i := range 20 {
-		last = mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
-	}
-	seqs, err := s.segs.list()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(seqs) < 2 {
-		t.Fatalf("setup: %d segments, want at least 2", len(seqs))
-	}
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(seqs[0])), vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte{0xff}, frameHeader+2); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	o.FS = image
-	rep, err := Verify(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if findProblem(rep, ProblemSegment, nil) == nil {
-		t.Errorf("verify finds nothing wrong with a damaged first header (tail %d entries, applied %d, last write %d)",
-			rep.TailEntries, rep.AppliedIndex, last.Index)
-	}
-	s2, err := Open(o)
-	if errors.Is(err, ErrCorrupt) {
-		return
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	seqs, _ = s2.segs.list()
-	t.Fatalf("the store opened at applied index %d, acknowledged %d, with segments %v", s2.AppliedIndex(), last.Index, seqs)
+	var seqs []uint64
+	o := powerLossImage(t, "seg-bad-first-header", 20, 16<<10, func(s *Store, _ []WriteResult) {
+		var err error
+		if seqs, err = s.segs.list(); err != nil || len(seqs) < 2 {
+			t.Fatalf("setup: segments %v (%v), want at least 2", seqs, err)
+		}
+	})
+	damageSegment(t, o, seqs[0], frameHeader+2, []byte{0xff})
+	expectRefused(t, o, "a damaged first header")
 }

@@ -300,67 +300,24 @@ func TestSegmentTailRecordCorrupt(t *testing.T) {
 // the store does not open, rather than stop the replay there and remove
 // the later segments, which hold acknowledged writes.
 func TestSegmentSyncedBlockDamaged(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	o := crashOptions("seg-synced-damage", mem)
-	o.segmentBytes = 16 << 10
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first WriteResult
-	for i := range 20 {
-		r := mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
-		if i == 0 {
-			first = r
+	var ref blockRef
+	o := powerLossImage(t, "seg-synced-damage", 20, 16<<10, func(s *Store, writes []WriteResult) {
+		ref = segmentRef(t, s, writes[0].Index)
+		if last := segmentRef(t, s, writes[len(writes)-1].Index); last.seq == ref.seq {
+			t.Fatal("all blocks in one segment: the test needs a later one")
 		}
-	}
-	ref := segmentRef(t, s, first.Index)
-	if last := segmentRef(t, s, s.AppliedIndex()); last.seq == ref.seq {
-		t.Fatal("all blocks in one segment: the test needs a later one")
-	}
-	// Power loss: Pebble synced nothing since creation, so the replay
-	// starts at the first block; that block's bytes are damaged.
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	f, err := image.OpenReadWrite(image.PathJoin(o.Dir, segName(ref.seq)), vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("XX"), ref.off+int64(ref.n)/2); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	o.FS = image
-	rep, err := Verify(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if findProblem(rep, ProblemSegment, nil) == nil {
-		t.Fatalf("verify of a damaged synced block to replay: %+v", rep.Problems)
-	}
-	if _, err := Open(o); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("open with a damaged synced block to replay: %v", err)
-	}
+	})
+	// The replay starts at the first block; that block's bytes are damaged.
+	damageSegment(t, o, ref.seq, ref.off+int64(ref.n)/2, []byte("XX"))
+	expectRefused(t, o, "a damaged synced block to replay")
 }
 
 // TestVerifySegmentTail: after a power loss that Pebble's unsynced batches
 // did not survive, verify counts the blocks the next open replays from
 // the segments, and finds nothing wrong; after the open, there are none.
 func TestVerifySegmentTail(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	o := crashOptions("seg-verify-tail", mem)
-	o.segmentBytes = 16 << 10
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var last WriteResult
-	for i := range 20 {
-		last = mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000)))
-	}
-	image := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	o.FS = image
+	o := powerLossImage(t, "seg-verify-tail", 20, 16<<10, func(s *Store, writes []WriteResult) { last = writes[len(writes)-1] })
 	rep, err := Verify(o)
 	if err != nil {
 		t.Fatal(err)
@@ -381,4 +338,65 @@ func TestVerifySegmentTail(t *testing.T) {
 	if !rep.Clean() || rep.TailEntries != 0 || rep.AppliedIndex != last.Index {
 		t.Fatalf("after the replay: applied %d, tail %d entries, problems %+v", rep.AppliedIndex, rep.TailEntries, rep.Problems)
 	}
+}
+
+// powerLossImage writes n values of 2000 bytes to a store with segments of
+// segBytes (0: the default) on a crashable filesystem, calls inspect with
+// the open store and the acknowledged writes, and cuts the power: Pebble
+// synced nothing since the store was created, so an open of the image
+// replays every block from the segments. It returns the options that open
+// the image.
+func powerLossImage(t *testing.T, name string, n int, segBytes int64, inspect func(s *Store, writes []WriteResult)) Options {
+	t.Helper()
+	mem := vfs.NewCrashableMem()
+	o := crashOptions(name, mem)
+	o.segmentBytes = segBytes
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes []WriteResult
+	for i := range n {
+		writes = append(writes, mustWrite(t, s, setb(fmt.Sprintf("k%d", i), pattern(i, 2000))))
+	}
+	inspect(s, writes)
+	o.FS = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s.Close()
+	return o
+}
+
+// damageSegment overwrites segment seq's bytes at off with b.
+func damageSegment(t *testing.T, o Options, seq uint64, off int64, b []byte) {
+	t.Helper()
+	f, err := o.FS.OpenReadWrite(o.FS.PathJoin(o.Dir, segName(seq)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expectRefused checks that verify reports a segment problem in the
+// database o opens, and that the open refuses it (ErrCorrupt) rather than
+// drop what follows the damage.
+func expectRefused(t *testing.T, o Options, damage string) {
+	t.Helper()
+	rep, err := Verify(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if findProblem(rep, ProblemSegment, nil) == nil {
+		t.Errorf("verify finds nothing wrong with %s (tail %d entries, applied %d): %+v", damage, rep.TailEntries, rep.AppliedIndex, rep.Problems)
+	}
+	s, err := Open(o)
+	if errors.Is(err, ErrCorrupt) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Fatalf("with %s, the store opened at applied index %d instead of refusing", damage, s.AppliedIndex())
 }
