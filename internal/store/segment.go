@@ -382,7 +382,7 @@ func (g *segments) rotate(n int) (segTail, error) {
 		err = f.SyncData()
 	}
 	if err == nil {
-		err = syncDirItself(g.fs, g.dir)
+		err = syncDir(g.fs, g.dir)
 	}
 	if err != nil {
 		if f != nil {
@@ -785,55 +785,26 @@ func (g *segments) diskBytes() uint64 {
 }
 
 // copyInto puts the segments into a checkpoint in dir: hard links of the
-// sealed ones, a copy of the synced part of the open one.
-// The caller keeps segments from being removed meanwhile (Store.collect);
-// mu is held only to read the set, not during the copy, which would hold
-// up commits.
+// sealed ones, a copy of the synced part of the open one (below its synced
+// end, an open segment is never written again, even if a failure sealed
+// it: what follows is abandoned). The caller keeps segments from being
+// removed meanwhile (Store.collect); mu is held only to read the set, not
+// during the copy, which would hold up commits.
 func (g *segments) copyInto(dir string) error {
 	g.mu.Lock()
-	// The newest segment only up to its synced end, even if it was sealed
-	// by a failure (what follows it is abandoned).
 	files, open, synced := *g.files.Load(), g.curSeq, g.synced
 	g.mu.Unlock()
-	for seq, f := range files {
-		name := segName(seq)
+	for seq := range files {
+		from, to := g.fs.PathJoin(g.dir, segName(seq)), g.fs.PathJoin(dir, segName(seq))
+		var err error
 		if seq != open {
-			if err := g.fs.Link(g.fs.PathJoin(g.dir, name), g.fs.PathJoin(dir, name)); err != nil {
-				return err
-			}
-			continue
+			err = g.fs.Link(from, to)
+		} else {
+			err = vfs.LimitedCopy(g.fs, from, to, synced)
 		}
-		out, err := g.fs.Create(g.fs.PathJoin(dir, name), vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return err
 		}
-		// Below synced, an open segment is never written again.
-		buf := make([]byte, 1<<20)
-		for off := int64(0); off < synced; {
-			n := min(int64(len(buf)), synced-off)
-			if _, err := f.ReadAt(buf[:n], off); err != nil {
-				out.Close()
-				return err
-			}
-			if _, err := out.Write(buf[:n]); err != nil {
-				out.Close()
-				return err
-			}
-			off += n
-		}
-		if err := errors.Join(out.Sync(), out.Close()); err != nil {
-			return err
-		}
 	}
-	return syncDirItself(g.fs, dir)
-}
-
-// syncDirItself makes the entries of dir durable.
-func syncDirItself(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return syncDir(g.fs, dir)
 }

@@ -126,7 +126,7 @@ func (s *Store) replace() error {
 		// The snapshot does not open: put the old database back.
 		o.Logger.Error("installed snapshot does not open; restoring the previous database", "db", o.Name, "err", err)
 		rerr := errors.Join(o.FS.RemoveAll(failedDir(o.Dir)), o.FS.Rename(o.Dir, failedDir(o.Dir)),
-			o.FS.Rename(oldDir(o.Dir), o.Dir), syncDir(o.FS, o.Dir))
+			o.FS.Rename(oldDir(o.Dir), o.Dir), syncDir(o.FS, o.FS.PathDir(o.Dir)))
 		return errors.Join(err, rerr, s.reopen())
 	}
 	removeReplaced(o)
@@ -182,14 +182,14 @@ func installReady(o Options) error {
 			}
 			return err
 		}
-		return syncDir(fs, dir)
+		return syncDir(fs, fs.PathDir(dir))
 	}
 	if !exists(fs, dir) && exists(fs, old) {
 		// A crash during a restore of the old database.
 		if err := fs.Rename(old, dir); err != nil {
 			return err
 		}
-		return syncDir(fs, dir)
+		return syncDir(fs, fs.PathDir(dir))
 	}
 	return nil
 }
@@ -211,9 +211,9 @@ func exists(fs vfs.FS, path string) bool {
 	return err == nil || !errors.Is(err, os.ErrNotExist)
 }
 
-// syncDir syncs the parent of dir, making renames of dir durable.
+// syncDir makes the entries of dir durable.
 func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(fs.PathDir(dir))
+	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
