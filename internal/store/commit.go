@@ -483,15 +483,17 @@ func (c *committer) commit(group []*request) {
 	c.blk.Reset()
 	c.entries = 0
 
-	if c.replay != nil {
-		// Replaying durable blocks: the space they need is already taken.
-	} else if err := c.checkSpace(); err != nil {
-		for _, r := range group {
-			r.err = err
-			s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
-			close(r.done)
+	// A block being replayed is durable already: the space it needs is
+	// taken.
+	if c.replay == nil {
+		if err := c.checkSpace(); err != nil {
+			for _, r := range group {
+				r.err = err
+				s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
+				close(r.done)
+			}
+			return
 		}
-		return
 	}
 
 	// A durable group's block goes to the log segments; the others' (Raft

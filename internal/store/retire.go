@@ -240,7 +240,8 @@ func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 // is then read only to copy values out.
 func (c *committer) leaveLog(blockFirst uint64, r retiredRecord, blk []byte) error {
 	if r.live > 0 && !r.sparse() {
-		return c.retire(blockFirst, r)
+		c.retire(blockFirst, r)
+		return nil
 	}
 	if r.live > 0 {
 		if blk == nil {
@@ -273,13 +274,12 @@ func (c *committer) readBlock(b uint64) ([]byte, error) {
 }
 
 // retire keeps a block leaving the log as the home of its live values.
-func (c *committer) retire(blockFirst uint64, r retiredRecord) error {
+func (c *committer) retire(blockFirst uint64, r retiredRecord) {
 	c.batch.Set(retiredKey(blockFirst), r.encode(), nil)
 	c.retired.blocks++
 	c.retired.bytes += r.blockBytes
 	c.retiredDirty = true
 	c.rm.retired.Inc()
-	return nil
 }
 
 // release counts down the retired block holding the value a group op
@@ -363,6 +363,12 @@ func (c *committer) freeRetired(b uint64, st *retiredState) error {
 			return nil
 		}
 	}
+	return c.dropRetired(b, st.rec, blk)
+}
+
+// dropRetired deletes retired block b (its stored bytes blk), after
+// copying its live values out into records of their own.
+func (c *committer) dropRetired(b uint64, rec retiredRecord, blk []byte) error {
 	if err := c.materialize(b, blk); err != nil {
 		return err
 	}
@@ -371,7 +377,7 @@ func (c *committer) freeRetired(b uint64, st *retiredState) error {
 	}
 	c.batch.Delete(retiredKey(b), nil)
 	c.retired.blocks--
-	c.retired.bytes -= st.rec.blockBytes
+	c.retired.bytes -= rec.blockBytes
 	c.retiredDirty = true
 	c.rm.freed.Inc()
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -290,11 +291,7 @@ func (g *segments) close() error {
 
 // setFile adds or removes (f nil) a file of the map; called with mu held.
 func (g *segments) setFile(seq uint64, f vfs.File) {
-	old := *g.files.Load()
-	files := make(map[uint64]vfs.File, len(old)+1)
-	for k, v := range old {
-		files[k] = v
-	}
+	files := maps.Clone(*g.files.Load())
 	if f == nil {
 		delete(files, seq)
 	} else {

@@ -536,17 +536,9 @@ func (c *committer) compactRetired(seq uint64) error {
 		if err != nil {
 			return err
 		}
-		if err := c.materialize(r.b, blk); err != nil {
+		if err := c.dropRetired(r.b, r.rec, blk); err != nil {
 			return err
 		}
-		if err := c.dropBlock(r.b); err != nil {
-			return err
-		}
-		c.batch.Delete(retiredKey(r.b), nil)
-		c.retired.blocks--
-		c.retired.bytes -= r.rec.blockBytes
-		c.retiredDirty = true
-		c.rm.freed.Inc()
 	}
 	if len(mine) > 0 {
 		c.s.m.segmentsCompacted.Inc()
