@@ -163,24 +163,20 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 			}
 			b.end = b.ref.end()
 			if idsFrame != nil {
-				got, first, crc, err := decodeIDs(idsFrame)
-				if err != nil || first != b.entries[0].Index || crc != crc32.Checksum(blk, castagnoli) {
+				if b.ids = idsOf(idsFrame, blk, b.entries[0].Index); b.ids == nil {
 					if hasNext {
 						return pos, fmt.Errorf("%w: log segment %d: the batch ID frame at %d is not the next block's", ErrCorrupt, pos.seq, pos.off)
 					}
 					return pos, nil // what a recycled segment held before
 				}
-				b.ids = got
 			} else if t, ok, err := g.frameAt(pos.seq, b.end); err != nil {
 				return pos, err
-			} else if ok && b.end < limit && len(t) > 0 && t[0] == idsTag {
+			} else if ok && b.end < limit {
 				// Segments written before the outcomes went first have
 				// them after the block. Only the outcomes of this block:
 				// an ID frame left by an abandoned group with another
 				// block is not.
-				got, first, crc, err := decodeIDs(t)
-				if err == nil && first == b.entries[0].Index && crc == crc32.Checksum(blk, castagnoli) {
-					b.ids = got
+				if b.ids = idsOf(t, blk, b.entries[0].Index); b.ids != nil {
 					b.end += frameHeader + int64(len(t))
 				}
 			}
@@ -329,6 +325,19 @@ func encodeIDs(dst []byte, first uint64, ids map[string]batchOutcome) []byte {
 		dst = append(append(dst, id...), o.encode()...)
 	}
 	return dst
+}
+
+// idsOf returns the outcomes of frame if it is a batch ID frame naming
+// blk, the block whose first entry is first; nil otherwise.
+func idsOf(frame, blk []byte, first uint64) map[string]batchOutcome {
+	if len(frame) == 0 || frame[0] != idsTag {
+		return nil
+	}
+	ids, f, crc, err := decodeIDs(frame)
+	if err != nil || f != first || crc != crc32.Checksum(blk, castagnoli) {
+		return nil
+	}
+	return ids
 }
 
 // decodeIDs decodes a batch ID frame; first and crc name its block.
