@@ -176,14 +176,7 @@ func TestSegmentFaultBatchFailureAfterSegmentSync(t *testing.T) {
 // answered "duplicate, applied at index i" although index i holds another
 // write: the client's write is lost.
 func TestSegmentFaultFailedWriteIDsFrameAdopted(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	fs := &faultFS{FS: mem}
-	o := crashOptions("review-writefail", mem)
-	o.FS = fs
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, fs, mem, o := openFaulty(t, "review-writefail")
 	mustWrite(t, s, set("a", "1"))
 	fs.failWrite.Store(true)
 	if _, err := s.Write(t.Context(), Batch{ID: []byte("mine"), Ops: []wal.Op{set("k", "AAAA")}}); err == nil {
@@ -244,20 +237,8 @@ func TestSegmentFaultCollectionAfterSlowReader(t *testing.T) {
 // the index the root then gives to another write: the replica diverges
 // (serves a value the root rejected, then refuses the root's entries).
 func TestSegmentFaultCheckpointAfterFailedSync(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	fs := &faultFS{FS: mem}
-	o := crashOptions("review-ckpt-syncfail", mem)
-	o.FS = fs
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, mem, o, a := writeThenFailSync(t, "review-ckpt-syncfail", false)
 	defer s.Close()
-	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	fs.failSync.Store(true)
-	if _, err := writeBatch(t.Context(), s, setb("b", pattern(2, 2000))); !errors.Is(err, ErrWriteFailed) {
-		t.Fatalf("write whose fsync failed: %v", err)
-	}
 	if _, err := s.Checkpoint("/data/ckpt"); err != nil {
 		t.Fatal(err)
 	}
@@ -283,16 +264,15 @@ func TestSegmentFaultCheckpointAfterFailedSync(t *testing.T) {
 
 // TestSegmentTailRecordCorrupt: a store whose record of the segment tail
 // (mseg) does not decode does not open (it could not tell where to append
-// without reusing indexes); the error says it is corruption.
+// without reusing indexes); the error says it is corruption, and verify
+// reports it.
 func TestSegmentTailRecordCorrupt(t *testing.T) {
 	o := Options{Name: "seg-badtail", Dir: t.TempDir(), Logger: quietLogger()}
 	s := openTest(t, o)
 	mustWrite(t, s, set("a", "1"))
 	rawSet(t, s, metaSegments, []byte{0x80})
 	s.Close()
-	if _, err := Open(o); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("open with an undecodable segment tail: %v", err)
-	}
+	expectRefused(t, o, "an undecodable segment tail record")
 }
 
 // TestSegmentSyncedBlockDamaged: a block the replay must apply, damaged

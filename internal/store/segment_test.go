@@ -198,11 +198,9 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// writeThenFailSync opens a store on a crashable in-memory filesystem,
-// writes "a" (acknowledged, returned) and then "b", whose segment fsync
-// reports a failure after it wrote the block. With noNewSegment, creating
-// the next segment fails (ENOSPC) from then on.
-func writeThenFailSync(t *testing.T, name string, noNewSegment bool) (*Store, *vfs.MemFS, Options, WriteResult) {
+// openFaulty opens a store on a crashable in-memory filesystem whose
+// segment files fail when fs says.
+func openFaulty(t *testing.T, name string) (*Store, *faultFS, *vfs.MemFS, Options) {
 	t.Helper()
 	mem := vfs.NewCrashableMem()
 	fs := &faultFS{FS: mem}
@@ -212,6 +210,16 @@ func writeThenFailSync(t *testing.T, name string, noNewSegment bool) (*Store, *v
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, fs, mem, o
+}
+
+// writeThenFailSync opens a store with openFaulty, writes "a"
+// (acknowledged, returned) and then "b", whose segment fsync reports a
+// failure after it wrote the block. With noNewSegment, creating the next
+// segment fails (ENOSPC) from then on.
+func writeThenFailSync(t *testing.T, name string, noNewSegment bool) (*Store, *vfs.MemFS, Options, WriteResult) {
+	t.Helper()
+	s, fs, mem, o := openFaulty(t, name)
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
 	fs.failSync.Store(true)
 	fs.failCreate.Store(noNewSegment)
