@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -13,53 +12,6 @@ import (
 
 // Damage and power loss in the log segments that once lost or duplicated
 // acknowledged writes; each test names what it guards against.
-
-// syncHookFS calls hook, when set, at the start of every fdatasync of a
-// log segment: before the data is durable, where a power loss may keep
-// any part of what was written.
-type syncHookFS struct {
-	vfs.FS
-	mu   sync.Mutex
-	hook func()
-}
-
-func (fs *syncHookFS) setHook(h func()) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.hook = h
-}
-
-func (fs *syncHookFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if _, ok := parseSegName(fs.PathBase(name)); !ok || err != nil {
-		return f, err
-	}
-	return &syncHookFile{File: f, fs: fs}, nil
-}
-
-func (fs *syncHookFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (fs *syncHookFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	return fs.wrap(name, f, err)
-}
-
-type syncHookFile struct {
-	vfs.File
-	fs *syncHookFS
-}
-
-func (f *syncHookFile) SyncData() error {
-	f.fs.mu.Lock()
-	h := f.fs.hook
-	f.fs.mu.Unlock()
-	if h != nil {
-		h()
-	}
-	return f.File.SyncData()
-}
 
 // TestSegmentTornBatchIDFrame: a group's block and the frame of its batch
 // ID outcomes are written together, then synced. A power loss during that
@@ -74,14 +26,7 @@ func (f *syncHookFile) SyncData() error {
 // at all.
 func TestSegmentTornBatchIDFrame(t *testing.T) {
 	const page = 4096
-	mem := vfs.NewCrashableMem()
-	hfs := &syncHookFS{FS: mem}
-	o := crashOptions("seg-torn-ids", mem)
-	o.FS = hfs
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, fs, mem, o := openFaulty(t, "seg-torn-ids")
 	defer s.Close()
 	mustWrite(t, s, set("a", "1"))
 	const valueLen = 3000
@@ -118,16 +63,17 @@ func TestSegmentTornBatchIDFrame(t *testing.T) {
 	}
 	// The power loss: during the fdatasync of the idempotent write.
 	var image *vfs.MemFS
-	hfs.setHook(func() {
+	cut := func() {
 		if image == nil {
 			image = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 		}
-	})
+	}
+	fs.syncHook.Store(&cut)
 	w, err := s.Write(t.Context(), mine("mine", 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hfs.setHook(nil)
+	fs.syncHook.Store(nil)
 	if got := s.segs.tailNow().off; got != t3+idsFrame+blockFrame {
 		t.Fatalf("setup: the frames end at %d, want %d", got, t3+idsFrame+blockFrame)
 	}

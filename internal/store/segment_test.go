@@ -145,14 +145,19 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 	check(s)
 }
 
-// faultFS makes the next fdatasync (failSync) or write (failWrite) of a
-// log segment report an error after it did its work: the block reached
-// the disk, the committer was told it did not (as EIO from a device that
-// took the data may).
+// faultFS injects faults into the log segments of a store: the next
+// fdatasync (failSync) or write (failWrite) reports an error after it did
+// its work (the block reached the disk, the committer is told it did not,
+// as EIO from a device that took the data may); creating one fails
+// (failCreate); a hook runs before each fdatasync (syncHook).
 type faultFS struct {
 	vfs.FS
 	failSync, failWrite atomic.Bool
 	failCreate          atomic.Bool // creating a segment fails (ENOSPC) while set
+	// syncHook, when set, runs at the start of every segment fdatasync:
+	// before the data is durable, where a power loss may keep any part
+	// of what was written.
+	syncHook atomic.Pointer[func()]
 }
 
 func (fs *faultFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
@@ -181,6 +186,9 @@ type faultFile struct {
 }
 
 func (f *faultFile) SyncData() error {
+	if h := f.fs.syncHook.Load(); h != nil {
+		(*h)()
+	}
 	if err := f.File.SyncData(); err != nil {
 		return err
 	}
