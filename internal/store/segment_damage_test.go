@@ -114,17 +114,7 @@ func TestSegmentTornBatchIDFrame(t *testing.T) {
 	}
 	// The write appears (its answer was lost); another client then sets
 	// k, and the first client retries its batch.
-	mustWrite(t, s2, set("k", "later"))
-	again, err := s2.Write(t.Context(), mine("mine", 5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !again.Duplicate {
-		t.Errorf("the retry of a batch whose block was replayed is not a duplicate: %+v", again)
-	}
-	if v, _, _ := get(t, s2, "k"); v != "later" {
-		t.Fatalf("k = %.10q: the retried batch was applied twice, over a later write", v)
-	}
+	expectRetryDuplicate(t, s2, mine("mine", 5), "k")
 }
 
 // TestSegmentDamagedHeaderKeepsLaterSegments: after a power loss that Pebble's

@@ -80,16 +80,24 @@ func TestSegmentFaultNoopBatchIDDurable(t *testing.T) {
 		t.Fatalf("no-op write: %+v %v", noop, err)
 	}
 	s2 := crashReopen(t, s, mem, o)
-	mustWrite(t, s2, set("k", "2"))
-	again, err := s2.Write(t.Context(), Batch{ID: []byte("noop"), Ops: []wal.Op{set("k", "1")}})
+	expectRetryDuplicate(t, s2, Batch{ID: []byte("noop"), Ops: []wal.Op{set("k", "1")}}, "k")
+}
+
+// expectRetryDuplicate sets key to "later", then retries batch b, whose
+// outcome the store must know: the retry is answered as a duplicate and
+// changes nothing.
+func expectRetryDuplicate(t *testing.T, s *Store, b Batch, key string) {
+	t.Helper()
+	mustWrite(t, s, set(key, "later"))
+	again, err := s.Write(t.Context(), b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !again.Duplicate {
-		t.Errorf("retry of an acknowledged batch not recognized after a power loss: %+v", again)
+		t.Errorf("the retry of batch %q, whose outcome the store must know, is not answered as a duplicate: %+v", b.ID, again)
 	}
-	if v, _, _ := get(t, s2, "k"); v != "2" {
-		t.Fatalf("k = %q: the retry of an acknowledged batch was applied again", v)
+	if v, _, _ := get(t, s, key); v != "later" {
+		t.Fatalf("%s = %.10q: the retry of batch %q was applied again, over a later write", key, v, b.ID)
 	}
 }
 
