@@ -115,6 +115,9 @@ func (s *Store) Heartbeat(ctx context.Context) (uint64, error) {
 // the applied log (index and hash chain) and are committed durably as one
 // batch. Nothing is applied if any entry does not follow.
 func (s *Store) Apply(ctx context.Context, entries []wal.Entry) error {
+	if s.raftApplied.Load() > 0 {
+		return errRaftOnly
+	}
 	size := 0
 	for i := range entries {
 		size += entries[i].BodySize()

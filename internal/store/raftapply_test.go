@@ -143,3 +143,30 @@ func TestResetRaft(t *testing.T) {
 		t.Fatalf("raft applied %d after reopen", s2.RaftApplied())
 	}
 }
+
+// A store that applies a Raft log takes no write from anywhere else: not
+// from a client (Write), not a heartbeat of its own, and not entries
+// replicated from another node (Apply), which would fork its log from the
+// other members'.
+func TestRaftStoreRefusesOtherWrites(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	if _, err := s.ApplyRaft(ctx, raftCommands()); err != nil {
+		t.Fatal(err)
+	}
+	h := appliedHash(t, s)
+	if _, err := s.Write(ctx, Batch{Ops: []wal.Op{set("x", "1")}}); !errors.Is(err, ErrNotRoot) {
+		t.Errorf("Write: %v, want ErrNotRoot", err)
+	}
+	if _, err := s.Heartbeat(ctx); !errors.Is(err, ErrNotRoot) {
+		t.Errorf("Heartbeat: %v, want ErrNotRoot", err)
+	}
+	next := wal.Entry{Index: h.index + 1, Time: 1, Ops: []wal.Op{set("x", "1")}}
+	next.Seal(h.hash, nil)
+	if err := s.Apply(ctx, []wal.Entry{next}); !errors.Is(err, ErrNotRoot) {
+		t.Errorf("Apply: %v, want ErrNotRoot", err)
+	}
+	if appliedHash(t, s) != h {
+		t.Fatal("a refused write changed the log")
+	}
+}
