@@ -784,12 +784,19 @@ func (g *segments) diskBytes() uint64 {
 // copyInto puts the segments into a checkpoint in dir: hard links of the
 // sealed ones, a copy of the synced part of the open one (below its synced
 // end, an open segment is never written again, even if a failure sealed
-// it: what follows is abandoned). The caller keeps segments from being
-// removed meanwhile (Store.collect); mu is held only to read the set, not
-// during the copy, which would hold up commits.
+// it: what follows is abandoned), short of a group still in flight: its
+// frames may be synced and its Pebble batch still fail, and the copy,
+// which the failure's new segment header never reaches, would replay a
+// write answered as failed, whose index the store then gives to another.
+// The caller keeps segments from being removed meanwhile (Store.collect);
+// mu is held only to read the set, not during the copy, which would hold
+// up commits.
 func (g *segments) copyInto(dir string) error {
 	g.mu.Lock()
-	files, open, synced := *g.files.Load(), g.curSeq, g.synced
+	files, open, end := *g.files.Load(), g.curSeq, g.synced
+	if g.pending {
+		end = min(end, g.pendingAt)
+	}
 	g.mu.Unlock()
 	for seq := range files {
 		from, to := g.fs.PathJoin(g.dir, segName(seq)), g.fs.PathJoin(dir, segName(seq))
@@ -797,7 +804,7 @@ func (g *segments) copyInto(dir string) error {
 		if seq != open {
 			err = g.fs.Link(from, to)
 		} else {
-			err = vfs.LimitedCopy(g.fs, from, to, synced)
+			err = vfs.LimitedCopy(g.fs, from, to, end)
 		}
 		if err != nil {
 			return err

@@ -175,6 +175,58 @@ func TestSegmentFaultBatchFailureAfterSegmentSync(t *testing.T) {
 	}
 }
 
+// A checkpoint taken while a group is in flight, its block synced but its
+// Pebble batch not yet committed, must not hold the block: if the batch
+// then fails, the write is answered as failed and its index goes to
+// another write, but the checkpoint (a replica's bootstrap, a backup)
+// would replay it and fork from the store. As above, the test does on the
+// committer's behalf what commit does: append, sync, then (here after the
+// checkpoint) fail.
+func TestCheckpointExcludesGroupInFlight(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	o := crashOptions("ckpt-inflight", mem)
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
+	head := appliedHash(t, s)
+	e := wal.Entry{Index: a.Index + 1, Time: head.time + 1, Kind: wal.KindData,
+		Ops: []wal.Op{setb("failed", pattern(2, 2000))}}
+	var b wal.BlockBuilder
+	b.AddEntry(&e, head.hash, true)
+	hdr, payload := b.Parts(nil, wal.CompressNone)
+	if _, _, err := s.segs.append(hdr, payload, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.segs.sync(); err != nil {
+		t.Fatal(err)
+	}
+	dir := o.Dir + "-ckpt"
+	h, err := s.Checkpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.segs.fail() // batch.Commit failed: the write is reported failed
+	other := mustWrite(t, s, setb("other", pattern(3, 2000)))
+	if h.Index != a.Index || other.Index != e.Index {
+		t.Fatalf("checkpoint head %d, acknowledged %d; the next write took %d", h.Index, a.Index, other.Index)
+	}
+	c, err := Open(Options{Name: o.Name, Dir: dir, FS: mem, Logger: o.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, ok := get(t, c, "failed"); ok || c.AppliedIndex() != a.Index {
+		t.Fatalf("the checkpoint replayed the failed group's block (applied %d, acknowledged %d)", c.AppliedIndex(), a.Index)
+	}
+	if v, _, ok := get(t, c, "a"); !ok || v != string(pattern(1, 2000)) {
+		t.Fatal("the checkpoint lost an acknowledged write")
+	}
+	mustVerify(t, c)
+}
+
 // TestSegmentFaultFailedWriteIDsFrameAdopted: when the write of a group's frames
 // fails (append returns the error, c.appended stays false, so fail() is
 // not called), the next group overwrites at the same tail. If its block
