@@ -58,6 +58,7 @@ func cmdBench(args []string) error {
 	fs.IntVar(&cfg.ReadLatKeys, "readlat-keys", cfg.ReadLatKeys, "readlat: number of 2-byte keys the reader cycles through")
 	fs.Var((*bench.IntList)(&cfg.ReadLatWriters), "readlat-writers", "readlat: writer connections of each phase, comma-separated")
 	fs.IntVar(&cfg.ReadLatValueSize, "readlat-value-size", cfg.ReadLatValueSize, "readlat: size of the writers' values in bytes")
+	fs.IntVar(&cfg.ReadLatWriteRate, "readlat-write-rate", cfg.ReadLatWriteRate, "readlat: cap on the writes/s of a phase, all writers together (0: each writer writes again as soon as its last value is stored); measures a baseline under the target's write load")
 	fs.StringVar(&cfg.ReadLatReader, "readlat-reader", cfg.ReadLatReader, "readlat: how the reader waits for answers: thread (blocked in read(2) on a thread of its own; Linux) or poller (a goroutine in Go's network poller)")
 	fs.StringVar(&cfg.ReadLatVia, "readlat-via", cfg.ReadLatVia, "readlat: what the reader reads through: memcache, or http (GET /v1/{db}/keys/{key}; targets without an HTTP address are skipped; the writers still use memcache)")
 	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "get: number of keys loaded and read")

@@ -146,6 +146,24 @@ func testReadLat(t *testing.T, reader string) {
 	}
 }
 
+// With a write rate, the writers together send about that many writes per
+// second, however fast the server stores them.
+func TestReadLatWriteRate(t *testing.T) {
+	defer checkNoLeaks(t)
+	a := newFakeTarget(t, "a", false)
+	cfg := testConfig()
+	cfg.ReadLatWriters = []int{2}
+	cfg.ReadLatWriteRate = 200
+	res, err := ReadLat(context.Background(), cfg, []*Target{a.t}, testLogf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := checkOp(t, &res.Phases[0], "write")
+	if w.OpsPerSec < 150 || w.OpsPerSec > 210 {
+		t.Errorf("%.0f writes/s with a cap of %d", w.OpsPerSec, cfg.ReadLatWriteRate)
+	}
+}
+
 func TestReadLatServerErrors(t *testing.T) {
 	defer checkNoLeaks(t)
 	a := newFakeTarget(t, "a", false)

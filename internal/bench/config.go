@@ -108,6 +108,12 @@ type Config struct {
 	// ReadLatValueSize is the size of the values the readlat writers set.
 	// Default 40960 (40 kB).
 	ReadLatValueSize int `json:"readlat_value_size"`
+	// ReadLatWriteRate caps the writes per second of a readlat phase, all
+	// its writers together (each paces itself to its share). 0, the
+	// default: each writer sets its next value as soon as the last one is
+	// stored. A cap lets a baseline that stores faster be measured under
+	// the same write load as the target.
+	ReadLatWriteRate int `json:"readlat_write_rate,omitempty"`
 	// ReadLatReader is how the reader waits for its answers: ReaderThread
 	// or ReaderPoller. Default ReaderThread.
 	ReadLatReader string `json:"readlat_reader"`
@@ -225,6 +231,8 @@ func (c *Config) Validate() error {
 		return errors.New("readlat writers: need at least one phase")
 	case c.ReadLatValueSize < 1 || c.ReadLatValueSize > maxValueSize:
 		return fmt.Errorf("readlat value size %d out of range 1..%d", c.ReadLatValueSize, maxValueSize)
+	case c.ReadLatWriteRate < 0 || c.ReadLatWriteRate > 1_000_000:
+		return fmt.Errorf("readlat write rate %d out of range 0..1000000 writes/s", c.ReadLatWriteRate)
 	case c.ReadLatReader != ReaderThread && c.ReadLatReader != ReaderPoller:
 		return fmt.Errorf("readlat reader %q: want %s or %s", c.ReadLatReader, ReaderThread, ReaderPoller)
 	case c.ReadLatVia != ReadViaMemcache && c.ReadLatVia != ReadViaHTTP:

@@ -75,6 +75,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.ReadLatKeys = 101 }, "readlat keys"},
 		{func(c *Config) { c.ReadLatWriters = []int{-1} }, "readlat writers"},
 		{func(c *Config) { c.ReadLatReader = "spin" }, "readlat reader"},
+		{func(c *Config) { c.ReadLatWriteRate = -1 }, "readlat write rate"},
 		{func(c *Config) { c.ReadLatVia = "udp" }, "readlat via"},
 		{func(c *Config) { c.ValueSize = 2 << 20 }, "value size"},
 		{func(c *Config) { c.Keys = 10; c.MultiKeys = 11 }, "multi-get keys"},

@@ -30,6 +30,11 @@
 // with 2 writers look 3× worse than it is (docs/benchmarks.md). The
 // writers stay on the poller, as ordinary clients.
 //
+// --readlat-write-rate N caps the writers at N writes/s in all. Unpaced,
+// memcached stores ten times more writes than a durable store and so
+// loads the machine far more; run the baseline capped at the rate qs
+// reached to compare the read tails under the same write load.
+//
 // For qs targets with an HTTP address the report also shows what the
 // server's storage engine did in each phase, from the difference of its
 // /metrics before and after every slice (PhaseEngine): its fsyncs (of the

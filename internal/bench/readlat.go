@@ -20,8 +20,12 @@ func ReadLat(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Re
 	if cfg.ReadLatVia == ReadViaHTTP {
 		via = fmt.Sprintf(" through the HTTP API (GET /v1/%s/keys/{key}, one keep-alive connection)", cfg.DB)
 	}
-	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time%s, in a cycle (%s), while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next; %s per phase",
-		cfg.ReadLatKeys, via, readerDesc(cfg.ReadLatReader), joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, cfg.Duration)
+	pace := ""
+	if cfg.ReadLatWriteRate > 0 {
+		pace = fmt.Sprintf(", at most %d writes/s in all", cfg.ReadLatWriteRate)
+	}
+	desc := fmt.Sprintf("1 connection gets %d 2-byte keys one at a time%s, in a cycle (%s), while %s other connections each set new keys with %d-byte random values, waiting for STORED before the next%s; %s per phase",
+		cfg.ReadLatKeys, via, readerDesc(cfg.ReadLatReader), joinInts(cfg.ReadLatWriters), cfg.ReadLatValueSize, pace, cfg.Duration)
 	s := newScenarioRun(&cfg, ScenarioReadLat, desc, targets, logf)
 
 	keys := make([]string, cfg.ReadLatKeys)
@@ -175,11 +179,16 @@ func (p *readLatPhase) read(env *phaseEnv, s *mcSession, oc *opCounter, ec *errC
 	}
 }
 
-// write sets new keys with random values, one at a time.
+// write sets new keys with random values, one at a time, at most at its
+// share of the phase's write rate.
 func (p *readLatPhase) write(env *phaseEnv, w int, s *mcSession, oc *opCounter, ec *errCounter) {
 	rng := newRand(p.cfg.Seed, w+1000*p.slice)
 	size := p.cfg.ReadLatValueSize
+	pace := newPacer(p.cfg.ReadLatWriteRate, p.writers)
 	for seq := 0; env.ctx.Err() == nil; seq++ {
+		if !pace.wait(env.ctx) {
+			return
+		}
 		c, err := s.conn()
 		if err != nil {
 			if !s.failed(err, ec) {
@@ -200,6 +209,44 @@ func (p *readLatPhase) write(env *phaseEnv, w int, s *mcSession, oc *opCounter, 
 		}
 		oc.add(d, 1, size)
 	}
+}
+
+// pacer spaces one writer's requests so that n writers together send at
+// most rate per second. A writer that falls behind (the server is slower
+// than its share) is not owed the missed requests: it never sends a burst
+// to catch up, as a client with its own work to do would not.
+type pacer struct {
+	interval time.Duration // 0: no pacing
+	next     time.Time
+}
+
+func newPacer(rate, n int) *pacer {
+	if rate <= 0 || n <= 0 {
+		return &pacer{}
+	}
+	return &pacer{interval: time.Duration(int64(n) * int64(time.Second) / int64(rate))}
+}
+
+// wait sleeps until the next request is due; false if ctx ended first.
+func (p *pacer) wait(ctx context.Context) bool {
+	if p.interval == 0 {
+		return true
+	}
+	now := time.Now()
+	if p.next.IsZero() || now.Sub(p.next) > p.interval {
+		p.next = now // late by more than one request: start afresh
+	}
+	if d := p.next.Sub(now); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	p.next = p.next.Add(p.interval)
+	return true
 }
 
 // withConn runs fn on a new connection to addr whose I/O is bounded by
