@@ -121,6 +121,26 @@ func TestSegmentFaultFailedSyncNotReplayed(t *testing.T) {
 	}
 }
 
+// appendSyncedGroup does on the committer's behalf (the committer idle)
+// the first half of a group's commit: it appends the block of the next
+// entry, holding op, to the segments and syncs it. Pebble's batch, the
+// second half, is left to the caller (s.segs.done or s.segs.fail).
+func appendSyncedGroup(t *testing.T, s *Store, op wal.Op) wal.Entry {
+	t.Helper()
+	head := appliedHash(t, s)
+	e := wal.Entry{Index: head.index + 1, Time: head.time + 1, Kind: wal.KindData, Ops: []wal.Op{op}}
+	var b wal.BlockBuilder
+	b.AddEntry(&e, head.hash, true)
+	hdr, payload := b.Parts(nil, wal.CompressNone)
+	if _, _, err := s.segs.append(hdr, payload, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.segs.sync(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // TestSegmentFaultBatchFailureAfterSegmentSync: when a group's Pebble batch
 // fails after its segment fsync succeeded (commit: groupErr set by
 // batch.Commit, then segs.fail()), fail() resets the tail to synced,
@@ -141,19 +161,7 @@ func TestSegmentFaultBatchFailureAfterSegmentSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	// The group that fails: a valid next block, appended and synced.
-	head := appliedHash(t, s)
-	e := wal.Entry{Index: a.Index + 1, Time: head.time + 1, Kind: wal.KindData,
-		Ops: []wal.Op{setb("failed", pattern(2, 2000))}}
-	var b wal.BlockBuilder
-	b.AddEntry(&e, head.hash, true)
-	hdr, payload := b.Parts(nil, wal.CompressNone)
-	if _, _, err := s.segs.append(hdr, payload, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.segs.sync(); err != nil {
-		t.Fatal(err)
-	}
+	appendSyncedGroup(t, s, setb("failed", pattern(2, 2000)))
 	s.segs.fail() // batch.Commit failed: the write is reported failed
 	// Acknowledged writes after it, reusing its index.
 	b2 := mustWrite(t, s, setb("b2", pattern(3, 2000)))
@@ -191,18 +199,7 @@ func TestCheckpointExcludesGroupInFlight(t *testing.T) {
 	}
 	defer s.Close()
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
-	head := appliedHash(t, s)
-	e := wal.Entry{Index: a.Index + 1, Time: head.time + 1, Kind: wal.KindData,
-		Ops: []wal.Op{setb("failed", pattern(2, 2000))}}
-	var b wal.BlockBuilder
-	b.AddEntry(&e, head.hash, true)
-	hdr, payload := b.Parts(nil, wal.CompressNone)
-	if _, _, err := s.segs.append(hdr, payload, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.segs.sync(); err != nil {
-		t.Fatal(err)
-	}
+	e := appendSyncedGroup(t, s, setb("failed", pattern(2, 2000)))
 	dir := o.Dir + "-ckpt"
 	h, err := s.Checkpoint(dir)
 	if err != nil {
