@@ -214,6 +214,10 @@ type segments struct {
 	// and it is not yet committed (done) or failed.
 	pending   bool
 	pendingAt int64
+	// settled counts the groups done or failed; settledCond (on mu) is
+	// signalled with each, for a checkpoint waiting for one (copyInto).
+	settled     uint64
+	settledCond sync.Cond
 	// haveSpare: spareName exists, ready to be the next segment.
 	haveSpare     bool
 	recycleAnyway bool // Options.recycleAnyway
@@ -222,6 +226,7 @@ type segments struct {
 
 func newSegments(fs vfs.FS, dir string, m *storeMetrics) *segments {
 	g := &segments{fs: fs, dir: dir, size: defaultSegmentBytes, m: m}
+	g.settledCond.L = &g.mu
 	empty := map[uint64]vfs.File{}
 	g.files.Store(&empty)
 	return g
@@ -507,7 +512,15 @@ func (g *segments) sync() error {
 func (g *segments) done() {
 	g.mu.Lock()
 	g.pending = false
+	g.settle()
 	g.mu.Unlock()
+}
+
+// settle records that the group in flight is done or failed. Called with
+// mu held.
+func (g *segments) settle() {
+	g.settled++
+	g.settledCond.Broadcast()
 }
 
 // fail is called when a group that appended frames failed (the write, its
@@ -529,6 +542,7 @@ func (g *segments) fail() {
 		return // nothing was appended
 	}
 	g.pending = false
+	defer g.settle() // after the rotation: the segment is sealed short of the group
 	g.m.segmentFailures.Inc()
 	g.tail, g.synced = g.pendingAt, g.pendingAt
 	if _, err := g.rotate(0); err != nil && g.cur != nil {
@@ -788,11 +802,22 @@ func (g *segments) diskBytes() uint64 {
 // frames may be synced and its Pebble batch still fail, and the copy,
 // which the failure's new segment header never reaches, would replay a
 // write answered as failed, whose index the store then gives to another.
+// But Pebble's checkpoint, taken just before, copied its write-ahead log
+// as it was then, which may hold the batch of the group in flight at that
+// moment (committed, not yet marked done): so the group in flight when
+// the copy begins is waited for first. If it committed, its block is
+// copied; if it failed, fail sealed the segment short of it. A group that
+// starts after that is not in Pebble's checkpoint, and is left out.
 // The caller keeps segments from being removed meanwhile (Store.collect);
 // mu is held only to read the set, not during the copy, which would hold
 // up commits.
 func (g *segments) copyInto(dir string) error {
 	g.mu.Lock()
+	if g.pending {
+		for n := g.settled; g.settled == n; {
+			g.settledCond.Wait()
+		}
+	}
 	files, open, end := *g.files.Load(), g.curSeq, g.synced
 	if g.pending {
 		end = min(end, g.pendingAt)

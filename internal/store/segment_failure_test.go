@@ -201,11 +201,11 @@ func TestCheckpointExcludesGroupInFlight(t *testing.T) {
 	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
 	e := appendSyncedGroup(t, s, setb("failed", pattern(2, 2000)))
 	dir := o.Dir + "-ckpt"
-	h, err := s.Checkpoint(dir)
+	// batch.Commit failed: the write is reported failed.
+	h, err := checkpointInFlight(s, dir, s.segs.fail)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.segs.fail() // batch.Commit failed: the write is reported failed
 	other := mustWrite(t, s, setb("other", pattern(3, 2000)))
 	if h.Index != a.Index || other.Index != e.Index {
 		t.Fatalf("checkpoint head %d, acknowledged %d; the next write took %d", h.Index, a.Index, other.Index)
@@ -436,4 +436,90 @@ func expectRefused(t *testing.T, o Options, damage string) {
 	}
 	defer s.Close()
 	t.Fatalf("with %s, the store opened at applied index %d instead of refusing", damage, s.AppliedIndex())
+}
+
+// A checkpoint taken while a group's Pebble batch has committed but the
+// committer has not yet marked the group done (segments.done) must hold
+// the group's block: Pebble's checkpoint copies its write-ahead log as it
+// is when it copies it, so it holds the batch, and with it a block key
+// pointing into the open segment. A copy stopped short of the group left
+// that block out: the replica that installs the checkpoint has the write
+// applied but not its block (its log cannot be read there, its large
+// values fail their integrity check). The test puts the segments back in
+// the state they were in between the batch's commit and done, which a
+// checkpoint can meet if the committer is descheduled there: it writes
+// the group normally, then marks it in flight again until the checkpoint
+// has started.
+func TestCheckpointHoldsGroupCommittedNotYetDone(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	o := crashOptions("ckpt-committed", mem)
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustWrite(t, s, setb("a", pattern(1, 2000)))
+	s.segs.mu.Lock()
+	seq, at := s.segs.curSeq, s.segs.tail
+	s.segs.mu.Unlock()
+	b := mustWrite(t, s, setb("b", pattern(2, 2000)))
+	s.segs.mu.Lock()
+	if s.segs.curSeq != seq {
+		s.segs.mu.Unlock()
+		t.Fatal("the write went to a new segment")
+	}
+	// Back to the moment after the batch's commit, before done.
+	s.segs.pending, s.segs.pendingAt = true, at
+	s.segs.mu.Unlock()
+
+	dir := o.Dir + "-ckpt"
+	h, err := checkpointInFlight(s, dir, s.segs.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Name: o.Name, Dir: dir, FS: mem, Logger: o.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.AppliedIndex() != b.Index {
+		t.Fatalf("checkpoint at %d (head %d), the store had committed %d", c.AppliedIndex(), h.Index, b.Index)
+	}
+	if _, err := c.ReadLog(b.Index, 1, 1<<20); err != nil {
+		t.Errorf("the checkpoint cannot read the committed entry %d: %v", b.Index, err)
+	}
+	v, err := c.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, ok, err := v.Get([]byte("b"))
+	v.Close()
+	if err != nil || !ok || string(got) != string(pattern(2, 2000)) {
+		t.Errorf("the checkpoint does not serve the committed write: %v", err)
+	}
+	mustVerify(t, c)
+}
+
+// checkpointInFlight makes a checkpoint of s into dir while a group is in
+// flight, and settles the group (settle: done or fail, as the committer
+// would) once the checkpoint waits for it, or after it if it does not.
+func checkpointInFlight(s *Store, dir string, settle func()) (Head, error) {
+	type result struct {
+		h   Head
+		err error
+	}
+	ckpt := make(chan result, 1)
+	go func() {
+		h, err := s.Checkpoint(dir)
+		ckpt <- result{h, err}
+	}()
+	select {
+	case r := <-ckpt: // made without waiting for the group
+		settle()
+		return r.h, r.err
+	case <-time.After(100 * time.Millisecond): // waiting for it
+		settle()
+		r := <-ckpt
+		return r.h, r.err
+	}
 }
