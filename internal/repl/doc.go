@@ -133,7 +133,8 @@
 // younger than snapshot_keep (default 10 minutes) and the log still continues
 // from its index; it is kept snapshot_keep after its last use so that an
 // interrupted download can resume, and removed when superseded and unused,
-// or when the server stops. A resume point naming a snapshot the server no
+// or when the server stops (those of a killed process when the store next
+// opens). A resume point naming a snapshot the server no
 // longer has gets a new snapshot: the client discards its partial download
 // and starts over. Snapshot bytes are paced by the server's bootstrap_rate
 // (default 100 MiB/s, all transfers together).

@@ -13,7 +13,7 @@ import (
 )
 
 // snapshotCache holds the checkpoints a server made to bootstrap replicas.
-// A checkpoint lives in <store dir>.snapshots/<id>, on the store's
+// A checkpoint lives in store.CheckpointsDir/<id>, on the store's
 // filesystem so its files are hard links. It is shared by every replica
 // that bootstraps while it is fresh (younger than keep, and the log still
 // continues from its index), kept for keep after its last use so an
@@ -23,10 +23,9 @@ type snapshotCache struct {
 	keep time.Duration
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	newest  map[string]*snapshot // by database
-	all     map[SnapshotID]*snapshot
-	cleaned map[string]bool // databases whose leftovers were removed
+	mu     sync.Mutex
+	newest map[string]*snapshot // by database
+	all    map[SnapshotID]*snapshot
 }
 
 type snapshot struct {
@@ -43,7 +42,7 @@ type snapshot struct {
 
 func newSnapshotCache(keep time.Duration, log *slog.Logger) *snapshotCache {
 	return &snapshotCache{keep: keep, log: log, newest: map[string]*snapshot{},
-		all: map[SnapshotID]*snapshot{}, cleaned: map[string]bool{}}
+		all: map[SnapshotID]*snapshot{}}
 }
 
 // acquire returns the snapshot to resume, or a fresh one of st, and holds
@@ -65,14 +64,8 @@ func (c *snapshotCache) acquire(st *store.Store, resume SnapshotID, minIndex uin
 		s.users++
 		return s, nil
 	}
-	parent := st.Options().Dir + ".snapshots"
-	if !c.cleaned[st.Name()] {
-		// Left by an earlier run of this process: nobody can resume them.
-		if err := os.RemoveAll(parent); err != nil {
-			return nil, err
-		}
-		c.cleaned[st.Name()] = true
-	}
+	// Those an earlier run left there, store.Open removed.
+	parent := store.CheckpointsDir(st.Options().Dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, err
 	}

@@ -30,6 +30,13 @@ func StagingDir(dir string) string { return dir + ".bootstrap" }
 // ReadyDir holds a complete, synced snapshot waiting to replace dir.
 func ReadyDir(dir string) string { return dir + ".ready" }
 
+// CheckpointsDir holds the checkpoints made of the database in dir for
+// bootstrapping replicas (internal/repl), one directory each. They
+// hard-link the store's files and pin their disk, so the process that
+// makes them removes them; what one that was killed left there, Open
+// removes.
+func CheckpointsDir(dir string) string { return dir + ".snapshots" }
+
 func oldDir(dir string) string    { return dir + ".old" }
 func failedDir(dir string) string { return dir + ".failed" }
 
@@ -192,6 +199,21 @@ func installReady(o Options) error {
 		return syncDir(fs, fs.PathDir(dir))
 	}
 	return nil
+}
+
+// removeCheckpoints removes the checkpoints an earlier process made for
+// bootstrapping; called by Open once the engine's lock is held, before
+// this process makes any.
+func removeCheckpoints(o Options) {
+	d := CheckpointsDir(o.Dir)
+	if !exists(o.FS, d) {
+		return
+	}
+	if err := o.FS.RemoveAll(d); err != nil {
+		o.Logger.Warn("cannot remove the checkpoints of an earlier run", "dir", d, "err", err)
+		return
+	}
+	o.Logger.Info("removed the checkpoints of an earlier run", "db", o.Name, "dir", d)
 }
 
 // removeReplaced removes what an install left behind, once the installed

@@ -293,3 +293,29 @@ func TestInstallRecoversAfterCrash(t *testing.T) {
 }
 
 var _ = wal.OpSet
+
+// Checkpoints made for bootstrapping (internal/repl, in
+// <dir>.snapshots/<id>) hard-link the store's tables and sealed log
+// segments, so they pin the disk of every file the store has removed
+// since. The process that made them removes them when it stops; one killed
+// left them behind, and only a later bootstrap served from the same
+// database removed them: on a source no replica bootstraps from again,
+// never. The next Open removes them.
+func TestOpenRemovesCheckpointsLeftBehind(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	s := openTest(t, Options{Dir: dir})
+	rootHistory(t, s, 20)
+	left := filepath.Join(CheckpointsDir(dir), "0123456789abcdef0123456789abcdef")
+	if err := os.MkdirAll(filepath.Dir(left), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Checkpoint(left); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // the process dies: nobody removes the checkpoint
+	s = openTest(t, Options{Dir: dir})
+	if _, err := os.Stat(CheckpointsDir(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoints of an earlier run left in place after Open: %v", err)
+	}
+	mustVerify(t, s)
+}

@@ -139,6 +139,7 @@ func Open(o Options) (*Store, error) {
 	}
 	if !o.ReadOnly {
 		removeReplaced(o)
+		removeCheckpoints(o)
 		s.ensureBallast()
 		go s.commitLoop()
 		if s.segs != nil {
