@@ -465,6 +465,21 @@ func (d *download) install(ctx context.Context, snap *Snapshot) error {
 	return nil
 }
 
+// dropPartialBootstrap removes a partial download (an earlier bootstrap,
+// cut short by a crash), now that the log streams: nothing would resume
+// it, and it may hold most of a database.
+func (r *Replica) dropPartialBootstrap() {
+	staging := store.StagingDir(r.st.Options().Dir)
+	if _, err := os.Stat(staging); err != nil {
+		return
+	}
+	if err := os.RemoveAll(staging); err != nil {
+		r.log.Warn("cannot remove a partial bootstrap", "dir", staging, "err", err)
+		return
+	}
+	r.log.Info("removed a partial bootstrap: the log streams", "dir", staging)
+}
+
 // Bootstrap runs one bootstrap session with src outside of Run: it
 // downloads a snapshot whose index is at least minIndex (resuming a
 // download interrupted before) and installs it. A replicated root's member

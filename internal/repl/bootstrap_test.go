@@ -369,3 +369,34 @@ func TestSnapshotsRemovedAtShutdown(t *testing.T) {
 		t.Fatalf("%d snapshots left after shutdown", len(ents))
 	}
 }
+
+// A partial download left by an earlier run (killed while bootstrapping)
+// is resumed by the next bootstrap; but a replica that no longer needs one
+// (its source, or another, still has the log it needs) kept it for good,
+// up to a whole database's size. Once the log streams, it is removed.
+func TestPartialBootstrapRemovedOnceTheLogStreams(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
+	addr := startServer(t, root, NewProcessID(), nil)
+	writeN(t, root, "p", 30)
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	staging := store.StagingDir(rep.Options().Dir)
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := fmt.Sprintf(`{"db_id":%q,"source":"elsewhere:1","snapshot":"00112233445566778899aabbccddeeff","index":9000,"files":[{"name":"000001.sst","size":4096}],"done":0}`, root.DBID())
+	if err := os.WriteFile(filepath.Join(staging, stateFile), []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(staging, "000001.sst"), make([]byte, 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) { c.BootstrapLock = lockPath(t) })
+	waitCaughtUp(t, rep, root)
+	write(t, root, "after", "x")
+	waitCaughtUp(t, rep, root)
+	waitFor(t, "the partial download to be removed", 2*time.Second, func() bool {
+		_, err := os.Stat(staging)
+		return errors.Is(err, os.ErrNotExist)
+	})
+}

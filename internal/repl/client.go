@@ -449,6 +449,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			mApplySeconds.Observe(time.Since(t0).Seconds())
 			mBatchSize.Observe(float64(len(m.Entries)))
 			mEntriesApplied.WithLabelValues(db).Add(float64(len(m.Entries)))
+			if !progressed {
+				r.dropPartialBootstrap()
+			}
 			progressed = true
 			r.export()
 		case *Progress:

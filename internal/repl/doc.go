@@ -145,7 +145,8 @@
 // or names the record is refused. After a broken connection or a restart,
 // the resume point is the first incomplete file and its size on disk; the
 // CRC of a resumed file covers the bytes already on disk, read again by both
-// sides. When every file is in, the directory is synced and renamed to
+// sides. A partial download is removed once an ordinary stream applies
+// entries (nothing would resume it then). When every file is in, the directory is synced and renamed to
 // <store dir>.ready (the commit point), and the store swaps it in: readers
 // wait for the swap (milliseconds) and never see the applied index go back.
 // A crash at any point leaves either the old database or the new one; the
