@@ -400,3 +400,37 @@ func TestPartialBootstrapRemovedOnceTheLogStreams(t *testing.T) {
 		return errors.Is(err, os.ErrNotExist)
 	})
 }
+
+// A replica of an HA root bootstraps from a member, whose store records
+// the Raft index of the last command it applied (mraft): the checkpoint
+// brings it along, and a store with a Raft index refuses replicated
+// entries (they would fork a member's log). The replica then stayed at
+// the snapshot's index for good, every session failing to apply.
+func TestBootstrapFromRaftMemberFollowsTheLog(t *testing.T) {
+	name := dbName(t)
+	member := openStore(t, "", name, store.DBID{}, store.Retention{})
+	raft := uint64(2)
+	propose := func(n int, prefix string) {
+		t.Helper()
+		var cmds []store.RaftCommand
+		for i := range n {
+			raft++
+			cmds = append(cmds, store.RaftCommand{RaftIndex: raft, Time: time.Now().UnixNano(),
+				Batch: store.Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: []byte(fmt.Sprintf("%s%04d", prefix, i)), Value: []byte(prefix)}}}})
+		}
+		if _, err := member.ApplyRaft(context.Background(), cmds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	propose(300, "a")
+	addr := startServer(t, member, NewProcessID(), nil)
+	rep := openStore(t, "", name, member.DBID(), store.Retention{})
+	startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = 100
+	})
+	waitFor(t, "the bootstrap", 10*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	propose(20, "b")
+	waitCaughtUp(t, rep, member)
+	assertSame(t, rep, member)
+}

@@ -378,6 +378,15 @@ func appliedHead(st *store.Store) (uint64, wal.Hash, error) {
 // session runs one connection to src. progressed reports whether it
 // applied anything.
 func (r *Replica) session(ctx context.Context, src string) (progressed bool, err error) {
+	// A replica follows its source's log, never a Raft log: a Raft index
+	// in its store came with a checkpoint of an HA root member's store (a
+	// bootstrap), and would make the store refuse replicated entries.
+	if r.st.RaftApplied() > 0 {
+		if err := r.st.ResetRaft(ctx); err != nil {
+			return false, fmt.Errorf("reset the raft index a snapshot brought: %w", err)
+		}
+		r.log.Info("reset the raft index a snapshot of an HA root member brought")
+	}
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
 	c, err := r.cfg.Dial(dctx, "tcp", src)
 	cancel()
