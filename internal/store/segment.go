@@ -218,6 +218,11 @@ type segments struct {
 	// signalled with each, for a checkpoint waiting for one (copyInto).
 	settled     uint64
 	settledCond sync.Cond
+	// sealed: curSeq takes no more blocks. A rotation that failed after
+	// writing the next segment's header may leave that header durable
+	// (the file's removal is not), saying curSeq's blocks end at synced: a
+	// replay stops there, so a block appended after it would be lost.
+	sealed bool
 	// haveSpare: spareName exists, ready to be the next segment.
 	haveSpare     bool
 	recycleAnyway bool // Options.recycleAnyway
@@ -353,7 +358,7 @@ func (g *segments) resume(t segTail) error {
 func (g *segments) next(n int) (segTail, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.cur != nil && (g.tail == g.start || g.tail+int64(frameHeader+n) <= g.capacity) {
+	if g.cur != nil && !g.sealed && (g.tail == g.start || g.tail+int64(frameHeader+n) <= g.capacity) {
 		return segTail{seq: g.curSeq, off: g.tail}, nil
 	}
 	return g.rotate(n)
@@ -379,6 +384,7 @@ func (g *segments) rotate(n int) (segTail, error) {
 	}
 	if err == nil {
 		_, err = f.WriteAt(hdr, 0)
+		g.sealed = true // until the new segment is in use (see sealed)
 	}
 	if err == nil {
 		err = f.SyncData()
@@ -399,6 +405,7 @@ func (g *segments) rotate(n int) (segTail, error) {
 		g.fs.Remove(name)
 		return segTail{}, err
 	}
+	g.sealed = false
 	if g.cur != nil {
 		g.cur.Close() // its reader stays in files
 	}

@@ -523,3 +523,52 @@ func checkpointInFlight(s *Store, dir string, settle func()) (Head, error) {
 		return r.h, r.err
 	}
 }
+
+// TestSegmentFaultRotateFailsAfterHeader: when opening the next segment
+// fails after its header, saying where the current segment's blocks end,
+// was synced and its directory entry too (here: opening it for readers
+// fails, as with too many open files), the segment is removed, but that
+// removal is not durable. A next block that still fitted went to the
+// current segment, past the end the removed segment's header states; a
+// power loss brought that segment back, and the replay stopped at the end
+// it states: the acknowledged write after the failure was lost. The
+// current segment now takes no more blocks after such a failure.
+func TestSegmentFaultRotateFailsAfterHeader(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fs := &faultFS{FS: mem}
+	o := crashOptions("seg-rotate-fails", mem)
+	o.FS = fs
+	o.segmentBytes = 64 << 10 // a first segment of 4 KiB
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustWrite(t, s, setb("a", pattern(1, 2000)))
+	seq := segmentRef(t, s, a.Index).seq
+	// A block that does not fit in the rest of the first segment: the
+	// next one is created, its header written and synced, then opening it
+	// for readers fails.
+	fs.failOpen.Store(true)
+	if _, err := writeBatch(t.Context(), s, setb("big", pattern(2, 3000))); err == nil {
+		t.Fatal("a write succeeded whose segment could not be opened")
+	}
+	fs.failOpen.Store(false)
+	// A small block would still fit in the first segment, but must not
+	// go there: it would be past the end the failed segment's header
+	// states.
+	c := mustWrite(t, s, set("c", "after the failure"))
+	if ref := segmentRef(t, s, c.Index); ref.seq == seq {
+		t.Errorf("c appended to segment %d after a failed rotation wrote the next one's header", seq)
+	}
+	s2 := crashReopen(t, s, mem, o)
+	if v, _, ok := get(t, s2, "c"); !ok || v != "after the failure" {
+		t.Errorf("acknowledged c lost after a power loss (applied %d, c at %d)", s2.AppliedIndex(), c.Index)
+	}
+	if v, _, ok := get(t, s2, "a"); !ok || v != string(pattern(1, 2000)) {
+		t.Error("acknowledged a lost")
+	}
+	if s2.AppliedIndex() != c.Index {
+		t.Errorf("applied %d after the power loss, acknowledged %d", s2.AppliedIndex(), c.Index)
+	}
+	mustVerify(t, s2)
+}

@@ -154,6 +154,7 @@ type faultFS struct {
 	vfs.FS
 	failSync, failWrite atomic.Bool
 	failCreate          atomic.Bool // creating a segment fails (ENOSPC) while set
+	failOpen            atomic.Bool // opening a segment to read it fails (EMFILE) while set
 	// syncHook, when set, runs at the start of every segment fdatasync:
 	// before the data is durable, where a power loss may keep any part
 	// of what was written.
@@ -173,6 +174,13 @@ func (fs *faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error
 	}
 	f, err := fs.FS.Create(name, c)
 	return fs.wrap(name, f, err)
+}
+
+func (fs *faultFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	if _, ok := parseSegName(fs.PathBase(name)); ok && fs.failOpen.Load() {
+		return nil, syscall.EMFILE
+	}
+	return fs.FS.Open(name, opts...)
 }
 
 func (fs *faultFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
