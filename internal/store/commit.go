@@ -946,7 +946,12 @@ func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) 
 	if ks.corrupt || ks.valueLen != len(v) {
 		return false, nil
 	}
-	if ks.value == nil && ks.logRec != nil {
+	if ks.value != nil {
+		// Loaded, or set earlier in the group: the stored chunks or log
+		// block may hold the value before the group.
+		return bytes.Equal(ks.value, v), nil
+	}
+	if ks.logRec != nil {
 		if ks.valueCRC != crc(v) {
 			return false, nil
 		}
