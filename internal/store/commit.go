@@ -651,9 +651,13 @@ func (c *committer) now() int64 {
 // condition is the request's own error.
 func (c *committer) prepareWrite(r *request) error {
 	if len(r.batch.ID) > 0 {
-		o, seen, err := c.seenBatch(r.batch.ID)
+		o, seen, corrupt, err := c.seenBatch(r.batch.ID)
 		if err != nil {
 			return err
+		}
+		if corrupt != nil {
+			r.err = corrupt
+			return nil
 		}
 		if seen {
 			c.s.m.duplicateWrites.Inc()

@@ -62,23 +62,25 @@ func decodeBatchOutcome(b []byte) (batchOutcome, error) {
 }
 
 // seenBatch returns the recorded outcome of id, from this group or the
-// store, if it is within the window.
-func (c *committer) seenBatch(id []byte) (batchOutcome, bool, error) {
+// store, if it is within the window. A stored outcome that does not
+// decode is reported in corrupt (counted as an integrity error): it is the
+// request's error, not the group's.
+func (c *committer) seenBatch(id []byte) (o batchOutcome, seen bool, corrupt, err error) {
 	if o, ok := c.ids[string(id)]; ok {
-		return o, true, nil
+		return o, true, nil, nil
 	}
 	v, found, err := c.lookup(batchIDKey(id))
 	if err != nil || !found {
-		return batchOutcome{}, false, err
+		return batchOutcome{}, false, nil, err
 	}
-	o, err := decodeBatchOutcome(v)
-	if err != nil {
-		return batchOutcome{}, false, err
+	if o, err = decodeBatchOutcome(v); err != nil {
+		c.s.m.integrityErrors.WithLabelValues("batch_outcome").Inc()
+		return batchOutcome{}, false, fmt.Errorf("batch id %q: %w; whether the batch was applied is unknown", id, err), nil
 	}
 	if o.time < c.now()-c.s.opts.IdempotencyWindow.Nanoseconds() {
-		return batchOutcome{}, false, nil // expired, not yet removed
+		return batchOutcome{}, false, nil, nil // expired, not yet removed
 	}
-	return o, true, nil
+	return o, true, nil, nil
 }
 
 // recordBatch remembers the outcome of r if it carries an ID.

@@ -150,3 +150,32 @@ func TestBatchIDsExpire(t *testing.T) {
 	}
 	mustVerify(t, s)
 }
+
+// A batch outcome record that does not decode (a bad disk block) fails the
+// write retrying that ID, counted as an integrity error (whether it was
+// applied is unknown, so it is not applied again), and nothing else: it
+// used to fail the whole commit group, the writes of other clients too.
+func TestBatchIDCorruptOutcomeFailsOnlyItsRetry(t *testing.T) {
+	s := openTest(t, Options{BatchWindow: 300 * time.Millisecond, Logger: quietLogger()})
+	first, err := writeID(t, s, "x", nil, set("a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawSet(t, s, batchIDKey([]byte("x")), []byte("not an outcome"))
+	before := integrityErrors(t, s.Name(), "batch_outcome")
+	res, errs := tryInOneGroup(s,
+		Batch{Ops: []wal.Op{set("a", "2")}, ID: []byte("x")},
+		Batch{Ops: []wal.Op{set("b", "1")}})
+	if !errors.Is(errs[0], ErrCorrupt) {
+		t.Fatalf("retry of the ID with the corrupt outcome: %+v %v, want a corrupt error", res[0], errs[0])
+	}
+	if errs[1] != nil || !res[1].Changed {
+		t.Fatalf("another write in the same group: %+v %v", res[1], errs[1])
+	}
+	if v, idx, _ := get(t, s, "a"); v != "1" || idx != first.Index {
+		t.Fatalf("a = %q at %d: the retry was applied", v, idx)
+	}
+	if n := integrityErrors(t, s.Name(), "batch_outcome"); n != before+1 {
+		t.Fatalf("integrity errors %v → %v, want one more", before, n)
+	}
+}

@@ -12,9 +12,20 @@ import (
 
 // writeInOneGroup submits the batches in order, each a little after the
 // one before, to a store with a long BatchWindow, so that they share one
-// commit group, and returns their results.
+// commit group, and returns their results; it fails the test on an error.
 func writeInOneGroup(t *testing.T, s *Store, batches ...Batch) []WriteResult {
 	t.Helper()
+	res, errs := tryInOneGroup(s, batches...)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	return res
+}
+
+// tryInOneGroup is writeInOneGroup returning the errors.
+func tryInOneGroup(s *Store, batches ...Batch) ([]WriteResult, []error) {
 	res := make([]WriteResult, len(batches))
 	errs := make([]error, len(batches))
 	var wg sync.WaitGroup
@@ -27,12 +38,7 @@ func writeInOneGroup(t *testing.T, s *Store, batches ...Batch) []WriteResult {
 		time.Sleep(20 * time.Millisecond) // queued in this order
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("batch %d: %v", i, err)
-		}
-	}
-	return res
+	return res, errs
 }
 
 // sameCRC returns a value of x's length, different from x, with x's
