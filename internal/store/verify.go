@@ -34,6 +34,7 @@ const (
 	ProblemProxy        = "proxy"         // a proxy's cache counters disagree with a recount
 	ProblemSummary      = "block_summary" // a log block's summary does not decode, disagrees with its block, or has no block in the log
 	ProblemSegment      = "segment"       // a log segment's use record disagrees with the block keys pointing into it
+	ProblemBatchID      = "batch_id"      // an idempotent batch's outcome does not decode or has no time record (it would never expire)
 )
 
 // verifyMaxProblems bounds VerifyReport.Problems; ProblemCount keeps
@@ -146,7 +147,9 @@ func Verify(o Options) (*VerifyReport, error) {
 //   - retired log blocks: each has a record whose live count and bytes
 //     match the in-log records pointing into it, and the totals match;
 //   - the segment tail a crash left (segmentTail): the blocks the next
-//     open replays, counted, and damage where a replay must not stop.
+//     open replays, counted, and damage where a replay must not stop;
+//   - the outcomes of idempotent batches: each decodes and has its time
+//     record.
 //
 // It streams: memory use is bounded by one log block and one chunk, not the
 // database size. An error is returned only when the check itself could not
@@ -159,7 +162,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{s: s, snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
-	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.segmentTail, v.stats, v.retiredBlocks, v.history, v.proxy}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.segmentTail, v.stats, v.retiredBlocks, v.history, v.proxy, v.batchIDs}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
@@ -829,4 +832,35 @@ func (v *verifier) checkSummary(first uint64, b []byte, raw []byte, entries []wa
 			v.problem(ProblemSummary, sv.key, sv.index, -1, "summary of log block %d lists a value of %d bytes that entry %d does not set", first, sv.valueLen, sv.index)
 		}
 	}
+}
+
+// batchIDs checks every recorded outcome of an idempotent batch: it
+// decodes (a write retrying its ID is refused otherwise), and its time
+// record, by which it expires, exists.
+func (v *verifier) batchIDs() error {
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixBatchID}, UpperBound: []byte{prefixBatchID + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		id := it.Key()[1:]
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		o, err := decodeBatchOutcome(raw)
+		if err != nil {
+			v.problem(ProblemBatchID, id, 0, -1, "outcome of batch id %q: %v", id, err)
+			continue
+		}
+		tv, err := v.get(batchTimeKey(o.time, id))
+		if err != nil {
+			return err
+		}
+		if tv == nil {
+			v.problem(ProblemBatchID, id, o.index, -1, "outcome of batch id %q (time %d) has no time record: it never expires", id, o.time)
+		}
+	}
+	return it.Error()
 }
