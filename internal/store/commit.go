@@ -411,7 +411,7 @@ type keyState struct {
 	chunks   int
 	corrupt  bool    // the stored record failed its CRC: chunks unknown
 	logRec   *record // the stored in-log record, when the value is in the log
-	remote   bool    // proxy: the value is not stored here (valueCRC is set)
+	remote   bool    // proxy: the value is not stored here (valueCRC is set unless corrupt)
 }
 
 func newCommitter(s *Store) (*committer, error) {
@@ -893,7 +893,8 @@ func (c *committer) state(key []byte) (*keyState, error) {
 		if derr != nil {
 			c.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 			c.s.opts.Logger.Error("corrupt value record found while writing; it will be overwritten", "db", c.s.opts.Name, "key", fmt.Sprintf("%q", key), "err", derr)
-			ks.exists, ks.corrupt, ks.valueLen = true, true, salvageLen(v)
+			ks.exists, ks.corrupt = true, true
+			ks.valueLen, ks.remote = salvage(v)
 		} else {
 			ks.exists, ks.index, ks.valueLen, ks.chunks = true, rec.index, rec.valueLen, rec.chunks
 			switch {
@@ -929,20 +930,22 @@ func (c *committer) lookup(k []byte) ([]byte, bool, error) {
 	return v, err == nil, err
 }
 
-// salvageLen is the value length a corrupt record states, read ignoring
-// its CRC, so that overwriting or deleting it keeps the stats exact when
-// the damage is in the value bytes (a guess otherwise). Never served.
-func salvageLen(b []byte) int {
+// salvage is the value length a corrupt record states, and whether it is
+// a proxy's remote record (its value not stored here), read ignoring its
+// CRC, so that overwriting or deleting it keeps the stats and a proxy's
+// cache counters exact when the damage is in the value bytes (a guess
+// otherwise). Never served.
+func salvage(b []byte) (valueLen int, remote bool) {
 	if len(b) < recHeader {
-		return 0
+		return 0, false
 	}
 	fixed := append([]byte(nil), b...)
 	binary.BigEndian.PutUint32(fixed, crc(fixed[4:]))
 	r, err := decodeRecord(fixed)
 	if err != nil {
-		return 0
+		return 0, false
 	}
-	return r.valueLen
+	return r.valueLen, r.remote
 }
 
 // sameValue reports whether the key's current value equals v.

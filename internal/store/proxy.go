@@ -319,9 +319,10 @@ func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int,
 	return c.writeValue(op.Key, index, op.Value), false
 }
 
-// proxyForget uncounts the stored value ks describes, being replaced.
+// proxyForget uncounts the stored value ks describes, being replaced. A
+// corrupt record counts as what it held read ignoring its CRC (salvage).
 func (c *committer) proxyForget(ks *keyState) {
-	if c.px == nil || !ks.exists || ks.remote || ks.corrupt {
+	if c.px == nil || !ks.exists || ks.remote {
 		return
 	}
 	c.pstats.values--
@@ -342,7 +343,7 @@ func (c *committer) prepareCache(r *request) error {
 		if err != nil {
 			return err
 		}
-		if !ks.exists || !ks.remote || ks.index != a.index || len(a.value) != ks.valueLen || crc(a.value) != ks.valueCRC {
+		if !ks.exists || !ks.remote || ks.corrupt || ks.index != a.index || len(a.value) != ks.valueLen || crc(a.value) != ks.valueCRC {
 			ch.stale++
 			continue
 		}

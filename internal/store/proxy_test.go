@@ -632,3 +632,37 @@ func TestProxyFetchTooLargeIsFinal(t *testing.T) {
 		t.Fatalf("read errors counted %v, want 1", n)
 	}
 }
+
+// TestProxyCorruptRecordOverwriteKeepsCounts: a write that replaces a
+// corrupt value record on a proxy (which repairs the key) uncounts the
+// value the record held if it was stored here, and nothing if it was
+// remote, so the cache counters stay exact (qs verify recounts them).
+func TestProxyCorruptRecordOverwriteKeepsCounts(t *testing.T) {
+	root := openTest(t, Options{Logger: quietLogger()})
+	mustWrite(t, root, set("remote", "value fetched from replicas"))
+	for i := 0; i < 5; i++ {
+		mustWrite(t, root, set(fmt.Sprintf("f%d", i), "x"))
+	}
+	mustWrite(t, root, set("stored", "value stored in the window"))
+	px, _ := openProxy(t, root, ProxyOptions{Window: 3, CacheBytes: 1 << 20, EvictInterval: time.Hour})
+	replicate(t, root, px, 100)
+	for k, remote := range map[string]bool{"remote": true, "stored": false} {
+		dk := dataKey(nil, []byte(k))
+		raw := rawGet(t, px, dk)
+		if rec, err := decodeRecord(raw); err != nil || rec.remote != remote {
+			t.Fatalf("%s: remote=%v, want %v (%v)", k, rec.remote, remote, err)
+		}
+		rawSet(t, px, dk, flip(raw, len(raw)-1)) // the value's last byte, or its CRC
+	}
+	before := px.ProxyStats()
+	mustWrite(t, root, set("remote", "new"), set("stored", "new too"))
+	replicate(t, root, px, 100)
+	// Both new values are in the window: stored. The old stored one (26
+	// bytes) left the counts; the remote one was never in them.
+	want := ProxyStats{CachedValues: before.CachedValues - 1 + 2, CachedBytes: before.CachedBytes - 26 + 3 + 7}
+	if st := px.ProxyStats(); st.CachedValues != want.CachedValues || st.CachedBytes != want.CachedBytes {
+		t.Fatalf("after overwriting the corrupt records: %d values of %d bytes, want %d of %d",
+			st.CachedValues, st.CachedBytes, want.CachedValues, want.CachedBytes)
+	}
+	mustVerify(t, px)
+}
