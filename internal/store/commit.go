@@ -656,8 +656,7 @@ func (c *committer) prepareWrite(r *request) error {
 			return err
 		}
 		if corrupt != nil {
-			r.err = corrupt
-			return nil
+			return c.localDamage(r, corrupt)
 		}
 		if seen {
 			c.s.m.duplicateWrites.Inc()
@@ -672,8 +671,7 @@ func (c *committer) prepareWrite(r *request) error {
 			return err
 		}
 		if ks.corrupt {
-			r.err = fmt.Errorf("%w: key %q: stored record is corrupt, so its index is unknown; write it without a condition to repair it", ErrCorrupt, cond.Key)
-			return nil
+			return c.localDamage(r, fmt.Errorf("%w: key %q: stored record is corrupt, so its index is unknown; write it without a condition to repair it", ErrCorrupt, cond.Key))
 		}
 		var cur uint64
 		if ks.exists {
@@ -706,6 +704,11 @@ func (c *committer) prepareWrite(r *request) error {
 				continue
 			}
 		case op.Type == wal.OpSet && exists:
+			if ks.corrupt && c.raft {
+				// Whether this set is a no-op depends on the value the
+				// damaged record held: the other members know, not this one.
+				return c.localDamage(r, fmt.Errorf("%w: key %q: stored record is corrupt", ErrCorrupt, op.Key))
+			}
 			same, err := c.sameValue(op.Key, ks, op.Value)
 			if err != nil {
 				return err
@@ -732,6 +735,21 @@ func (c *committer) prepareWrite(r *request) error {
 		return err
 	}
 	r.res = WriteResult{Index: e.Index, Changed: true}
+	return nil
+}
+
+// localDamage settles a write whose evaluation met damage in this store's
+// own data (err): a root refuses that write alone. A member of an HA root
+// must not: the other members, whose data is intact, evaluate the same
+// Raft command otherwise, and the logs would fork. It stops applying
+// instead (the error aborts the group, which the member retries) until
+// the member is repaired from a healthy one (operations.md, "Replacing a
+// member").
+func (c *committer) localDamage(r *request, err error) error {
+	if c.raft {
+		return fmt.Errorf("%w; an HA root member cannot apply a command that depends on its own damaged data: replace this member's data from a healthy member", err)
+	}
+	r.err = err
 	return nil
 }
 

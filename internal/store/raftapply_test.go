@@ -170,3 +170,54 @@ func TestRaftStoreRefusesOtherWrites(t *testing.T) {
 		t.Fatal("a refused write changed the log")
 	}
 }
+
+// Members of an HA root evaluate the same commands and must reach the same
+// log. One whose own copy of a key is damaged cannot tell how a command
+// that depends on that key's value or index would go on the others: it
+// must stop applying (an error, which the member retries), not decide on
+// its own. Before, a set back to the key's value was kept there as a
+// repair and dropped as a no-op elsewhere, a condition on the key failed
+// there only, and so did the retry of a batch ID whose outcome was
+// damaged: the members' logs forked.
+func TestRaftMemberStopsOnLocalDamage(t *testing.T) {
+	ctx := context.Background()
+	setup := []RaftCommand{
+		{RaftIndex: 1, Time: 1, Batch: Batch{Ops: []wal.Op{set("k", "v")}}},
+		{RaftIndex: 2, Time: 2, Batch: Batch{Ops: []wal.Op{set("other", "1")}, ID: []byte("id")}},
+	}
+	record := dataKey(nil, []byte("k"))
+	flipRecord := func(t *testing.T, s *Store) { rawSet(t, s, record, flip(rawGet(t, s, record), 6)) }
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, s *Store)
+		cmd    Batch
+	}{
+		{"set to the value it holds", flipRecord, Batch{Ops: []wal.Op{set("k", "v")}}},
+		{"condition on its index", flipRecord, Batch{Ops: []wal.Op{set("x", "1")}, Conds: []Cond{{Key: []byte("k"), Index: 1}}}},
+		{"retry of a batch id", func(t *testing.T, s *Store) { rawSet(t, s, batchIDKey([]byte("id")), []byte("not an outcome")) },
+			Batch{Ops: []wal.Op{set("other", "2")}, ID: []byte("id")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			healthy := openTest(t, Options{Logger: quietLogger()})
+			damaged := openTest(t, Options{Logger: quietLogger()})
+			for _, s := range []*Store{healthy, damaged} {
+				if _, err := s.ApplyRaft(ctx, setup); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.damage(t, damaged)
+			cmd := []RaftCommand{{RaftIndex: 3, Time: 3, Batch: tc.cmd}}
+			if _, err := healthy.ApplyRaft(ctx, cmd); err != nil {
+				t.Fatal(err)
+			}
+			before := appliedHash(t, damaged)
+			if _, err := damaged.ApplyRaft(ctx, cmd); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("the damaged member applied the command: %v", err)
+			}
+			if appliedHash(t, damaged) != before || damaged.RaftApplied() != 2 {
+				t.Fatalf("the damaged member moved on: log %d, raft %d", damaged.AppliedIndex(), damaged.RaftApplied())
+			}
+		})
+	}
+}
