@@ -12,11 +12,29 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
-// onLoop runs f on the loop goroutine and waits for it.
+// onLoop runs f on the loop goroutine and waits for it, at most until ctx
+// ends: the loop may be busy for long (applying, fetching a snapshot,
+// retrying a full disk) or stopped after a storage failure. f is not run
+// once ctx has ended; an error says f did not run, except ctx's error,
+// which leaves unknown whether it did.
 func (n *Node) onLoop(ctx context.Context, f func()) error {
 	done := make(chan struct{})
+	ran := false
+	g := func() {
+		if ctx.Err() == nil {
+			f()
+			ran = true
+		}
+		close(done)
+	}
+	finished := func() error {
+		if !ran {
+			return ctx.Err()
+		}
+		return nil
+	}
 	select {
-	case n.props <- func() { f(); close(done) }:
+	case n.props <- g:
 	case <-n.quit:
 		return ErrStopped
 	case <-ctx.Done():
@@ -24,9 +42,16 @@ func (n *Node) onLoop(ctx context.Context, f func()) error {
 	}
 	select {
 	case <-done:
-		return nil
+		return finished()
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-n.done:
-		return ErrStopped
+		select {
+		case <-done: // f ran before the loop ended
+			return finished()
+		default:
+			return ErrStopped
+		}
 	}
 }
 
@@ -86,7 +111,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 	sent := false     // some attempt was: a failure now leaves the outcome unknown
 	unknown := func(why error) (store.WriteResult, error) {
 		mProposals.WithLabelValues(db, "timeout").Inc()
-		return store.WriteResult{}, fmt.Errorf("raft write not applied within %v (%v; it may still commit): %w", n.cfg.ProposalTimeout, why, context.DeadlineExceeded)
+		return store.WriteResult{}, fmt.Errorf("raft write not answered (%v; proposal timeout %v); it may still commit: %w", why, n.cfg.ProposalTimeout, context.DeadlineExceeded)
 	}
 	for {
 		if !proposed {
@@ -102,6 +127,10 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			data := c.encode()
 			var perr error
 			if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
+				if errors.Is(err, ctx.Err()) {
+					// This attempt may be in the log.
+					return unknown(err)
+				}
 				mProposals.WithLabelValues(db, "failed").Inc()
 				return store.WriteResult{}, err
 			}

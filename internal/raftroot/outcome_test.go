@@ -1,0 +1,88 @@
+package raftroot
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// gate blocks a member's loop in AfterPersist (after a Ready is durable,
+// before its committed entries are applied) once armed, until opened.
+type gate struct {
+	armed   atomic.Bool
+	blocked chan struct{} // closed when the loop is held
+	open    chan struct{}
+	once    sync.Once
+}
+
+func newGate() *gate { return &gate{blocked: make(chan struct{}), open: make(chan struct{})} }
+
+func (g *gate) afterPersist(uint64) {
+	if !g.armed.Load() {
+		return
+	}
+	g.once.Do(func() { close(g.blocked) })
+	<-g.open
+}
+
+func (g *gate) release() {
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+// lookup returns the value of key in st, and whether it exists.
+func lookup(t *testing.T, st *store.Store, key string) (string, bool) {
+	t.Helper()
+	var val string
+	var found bool
+	if _, err := st.Lookup([][]byte{[]byte(key)}, func(_ uint64, _ int, v []byte, _ uint64, f bool) error {
+		val, found = string(v), f
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return val, found
+}
+
+// A write to a member whose loop is busy (applying a large batch, fetching
+// a snapshot, retrying a full disk, or stopped after its Raft storage
+// failed) is answered within its proposal timeout, not when the loop is
+// free again.
+func TestWriteTimesOutWhileLoopBusy(t *testing.T) {
+	g := newGate()
+	c := newCluster(t, 1, func(cfg *Config) {
+		cfg.ProposalTimeout = 300 * time.Millisecond
+		cfg.AfterPersist = g.afterPersist
+	})
+	t.Cleanup(g.release) // before the member stops
+	m := c.leader()
+	ctx := context.Background()
+	if _, err := m.node.Write(ctx, put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	go m.node.Write(ctx, put("b", "1")) // holds the loop once committed
+	select {
+	case <-g.blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("loop not held")
+	}
+	time.AfterFunc(5*time.Second, g.release)
+	t0 := time.Now()
+	_, err := m.node.Write(ctx, put("c", "1"))
+	took := time.Since(t0)
+	if took > 2*time.Second {
+		t.Fatalf("write answered after %v (proposal timeout 300ms): %v", took, err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("write on a held member answered %v, want a timeout (outcome unknown)", err)
+	}
+}
