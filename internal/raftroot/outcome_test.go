@@ -86,3 +86,45 @@ func TestWriteTimesOutWhileLoopBusy(t *testing.T) {
 		t.Fatalf("write on a held member answered %v, want a timeout (outcome unknown)", err)
 	}
 }
+
+// A write whose proposal Raft took, answered because its member stops,
+// may still commit: its answer must say "outcome unknown" (a timeout), not
+// ErrUnavailable, which says nothing was proposed (HTTP 503: safe to retry
+// without a batch ID).
+func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
+	g := newGate()
+	c := newCluster(t, 1, func(cfg *Config) { cfg.AfterPersist = g.afterPersist })
+	t.Cleanup(g.release) // before the member stops
+	m := c.leader()
+	ctx := context.Background()
+	g.armed.Store(true)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.node.Write(ctx, put("k", "v"))
+		errc <- err
+	}()
+	select {
+	case <-g.blocked: // the write is durable in the Raft log and committed
+	case <-time.After(5 * time.Second):
+		t.Fatal("loop not held")
+	}
+	stopped := make(chan struct{})
+	go func() { m.node.Stop(); close(stopped) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("write not answered when its member stopped")
+	}
+	g.release()
+	<-stopped
+	m.stop()
+	m = c.start(m.id, m.dir, false)
+	c.leader()
+	c.waitConverged()
+	_, found := lookup(t, m.st, "k")
+	t.Logf("answer %v; applied: %v", err, found)
+	if found && (err == nil || errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded)) {
+		t.Fatalf("the write was applied, but its proposer was answered %v (want a timeout: outcome unknown)", err)
+	}
+}

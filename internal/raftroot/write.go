@@ -83,9 +83,10 @@ func (n *Node) updateStatusFromLoop(ctx context.Context) {
 // Write proposes b and returns its outcome once this member's store has
 // applied it: the write is then durable here and committed by a quorum.
 // A follower forwards the proposal to the leader. The error wraps
-// store.ErrUnavailable when no leader was found (nothing proposed), or
-// context.DeadlineExceeded when the outcome is unknown (the write may
-// still commit: retry with the same batch ID).
+// store.ErrUnavailable when no leader was found or the member stopped
+// before proposing (nothing proposed), or context.DeadlineExceeded when the
+// outcome is unknown (the write may still commit: retry with the same
+// batch ID): the timeout passed or the member stopped after proposing.
 func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
@@ -127,8 +128,8 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			data := c.encode()
 			var perr error
 			if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
-				if errors.Is(err, ctx.Err()) {
-					// This attempt may be in the log.
+				if sent || errors.Is(err, ctx.Err()) {
+					// An earlier attempt, or this one, may be in the log.
 					return unknown(err)
 				}
 				mProposals.WithLabelValues(db, "failed").Inc()
@@ -164,6 +165,11 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		n.mu.Unlock()
 		select {
 		case r := <-w:
+			if errors.Is(r.Err, ErrStopped) {
+				// The member stopped; the write is in the log and may
+				// commit (the leader may have it already).
+				return unknown(r.Err)
+			}
 			if r.Err != nil {
 				mProposals.WithLabelValues(db, "failed").Inc()
 			} else {
@@ -177,7 +183,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		case <-ctx.Done():
 			return unknown(ctx.Err())
 		case <-n.quit:
-			return store.WriteResult{}, ErrStopped
+			return unknown(ErrStopped) // proposed: it may commit
 		}
 	}
 }
