@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // gate blocks a member's loop in AfterPersist (after a Ready is durable,
@@ -126,5 +127,73 @@ func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
 	t.Logf("answer %v; applied: %v", err, found)
 	if found && (err == nil || errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded)) {
 		t.Fatalf("the write was applied, but its proposer was answered %v (want a timeout: outcome unknown)", err)
+	}
+}
+
+// A write proposed again after a leader change can be in the log twice.
+// If its first copy fails its condition and a later write makes the
+// condition true before the second copy, the second copy applies: the
+// proposer must not be told that its condition failed.
+func TestReproposedWriteNotReportedFailed(t *testing.T) {
+	g := newGate()
+	c := newCluster(t, 1, func(cfg *Config) { cfg.AfterPersist = g.afterPersist })
+	t.Cleanup(g.release) // before the member stops
+	m := c.leader()
+	n := m.node
+	ctx := context.Background()
+	if _, err := n.Write(ctx, put("k", "old")); err != nil {
+		t.Fatal(err)
+	}
+	// Create k only if it does not exist: it does.
+	create := put("k", "new")
+	create.Conds = []store.Cond{{Key: []byte("k"), Index: 0}}
+	create.ID = []byte("create-k")
+	g.armed.Store(true)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := n.Write(ctx, create)
+		errc <- err
+	}()
+	select {
+	case <-g.blocked: // the first copy is committed, not yet applied
+	case <-time.After(5 * time.Second):
+		t.Fatal("loop not held")
+	}
+	// Another producer deletes k; its proposal waits for the loop.
+	go n.Write(ctx, store.Batch{Ops: []wal.Op{{Type: wal.OpDelete, Key: []byte("k")}}})
+	waitProps := func(want int) {
+		for deadline := time.Now().Add(5 * time.Second); len(n.props) < want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d proposals queued, want %d", len(n.props), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitProps(1)
+	// The proposer sees a leader change and proposes its write again.
+	n.mu.Lock()
+	close(n.mu.leaderCh)
+	n.mu.leaderCh = make(chan struct{})
+	n.mu.Unlock()
+	waitProps(2)
+	g.armed.Store(false)
+	g.release()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("write not answered")
+	}
+	// The second copy, proposed by now, commits after the delete.
+	var v string
+	var found bool
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if v, found = lookup(t, m.st, "k"); v == "new" {
+			break
+		}
+	}
+	t.Logf("answer %v; k=%q (exists %v)", err, v, found)
+	if v == "new" && errors.Is(err, store.ErrConditionFailed) {
+		t.Fatalf("the write was applied (k=%q) but its proposer was told: %v", v, err)
 	}
 }

@@ -86,7 +86,9 @@ func (n *Node) updateStatusFromLoop(ctx context.Context) {
 // store.ErrUnavailable when no leader was found or the member stopped
 // before proposing (nothing proposed), or context.DeadlineExceeded when the
 // outcome is unknown (the write may still commit: retry with the same
-// batch ID): the timeout passed or the member stopped after proposing.
+// batch ID): the timeout passed, the member stopped after proposing, or a
+// copy proposed again after a leader change may still meet a condition
+// the first copy failed.
 func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
@@ -110,6 +112,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 	db := n.cfg.Database
 	proposed := false // the current attempt is in Raft's hands
 	sent := false     // some attempt was: a failure now leaves the outcome unknown
+	proposals := 0    // attempts in Raft's hands: each may commit
 	unknown := func(why error) (store.WriteResult, error) {
 		mProposals.WithLabelValues(db, "timeout").Inc()
 		return store.WriteResult{}, fmt.Errorf("raft write not answered (%v; proposal timeout %v); it may still commit: %w", why, n.cfg.ProposalTimeout, context.DeadlineExceeded)
@@ -159,6 +162,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 				mForwarded.WithLabelValues(db).Inc()
 			}
 			proposed, sent = true, true
+			proposals++
 		}
 		n.mu.Lock()
 		leaderCh := n.mu.leaderCh
@@ -168,6 +172,14 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			if errors.Is(r.Err, ErrStopped) {
 				// The member stopped; the write is in the log and may
 				// commit (the leader may have it already).
+				return unknown(r.Err)
+			}
+			if proposals > 1 && errors.Is(r.Err, store.ErrConditionFailed) {
+				// The first copy to commit failed its condition, but a
+				// copy proposed again may follow it in the log and meet
+				// its condition then (a condition is the only part of a
+				// command whose outcome depends on the state; a copy
+				// after a success is a duplicate).
 				return unknown(r.Err)
 			}
 			if r.Err != nil {
