@@ -35,6 +35,8 @@ type cluster struct {
 	members map[uint64]*member
 	peers   map[uint64]string
 	tweak   func(*Config)
+	// storeTweak, when set, changes a member's store options.
+	storeTweak func(id uint64, o *store.Options)
 }
 
 func quiet() *slog.Logger {
@@ -87,7 +89,11 @@ func newCluster(t *testing.T, n int, tweak func(*Config)) *cluster {
 func (c *cluster) start(id uint64, dir string, join bool) *member {
 	t := c.t
 	t.Helper()
-	st, err := store.Open(store.Options{Name: "db", Dir: filepath.Join(dir, "db"), DBID: c.dbid, MinFreeBytes: 1, BallastBytes: -1, Logger: quiet()})
+	o := store.Options{Name: "db", Dir: filepath.Join(dir, "db"), DBID: c.dbid, MinFreeBytes: 1, BallastBytes: -1, Logger: quiet()}
+	if c.storeTweak != nil {
+		c.storeTweak(id, &o)
+	}
+	st, err := store.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}

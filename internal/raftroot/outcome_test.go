@@ -3,6 +3,9 @@ package raftroot
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,5 +198,43 @@ func TestReproposedWriteNotReportedFailed(t *testing.T) {
 	t.Logf("answer %v; k=%q (exists %v)", err, v, found)
 	if v == "new" && errors.Is(err, store.ErrConditionFailed) {
 		t.Fatalf("the write was applied (k=%q) but its proposer was told: %v", v, err)
+	}
+}
+
+// Members whose limits differ (a rolling change of max_value_bytes, one
+// member at a time) apply the same commands alike: the limits are the
+// proposer's admission check, not a judgement each member makes of a
+// committed command, or a member refuses a write the others apply and the
+// logs fork.
+func TestMembersWithOtherLimitsApplyAlike(t *testing.T) {
+	dir := t.TempDir()
+	c := &cluster{t: t, members: map[uint64]*member{}, peers: map[uint64]string{},
+		storeTweak: func(id uint64, o *store.Options) {
+			if id == 3 {
+				o.MaxValueBytes, o.MaxBatchBytes = 100, 100
+			}
+		}}
+	copy(c.dbid[:], "raftroot-test-id")
+	for i := uint64(1); i <= 3; i++ {
+		c.peers[i] = freeAddr(t)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		c.start(i, filepath.Join(dir, fmt.Sprint(i)), false)
+	}
+	c.leader()
+	ctx := context.Background()
+	via := c.members[1]
+	big := strings.Repeat("x", 200)
+	if _, err := via.node.Write(ctx, put("big", big)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := via.node.Write(ctx, put("after", "v")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	c.checkDigests()
+	// The member with the lower limit refuses such a write itself.
+	if _, err := c.members[3].node.Write(ctx, put("big2", big)); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("write over member 3's limit proposed through it: %v", err)
 	}
 }

@@ -90,6 +90,12 @@ func (n *Node) updateStatusFromLoop(ctx context.Context) {
 // copy proposed again after a leader change may still meet a condition
 // the first copy failed.
 func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
+	// The limits are checked here, by the member that takes the write:
+	// members apply a committed command whatever their own limits.
+	if err := n.st.ValidateBatch(b); err != nil {
+		mProposals.WithLabelValues(n.cfg.Database, "failed").Inc()
+		return store.WriteResult{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
 	c := command{batch: b}

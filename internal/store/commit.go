@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"syscall"
 	"time"
 
@@ -152,26 +153,49 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 	}
 }
 
+// ValidateBatch checks b as Write does (shape and the store's configured
+// limits), without writing it. An HA root's member checks a write with it
+// before proposing it (see ApplyRaft).
+func (s *Store) ValidateBatch(b Batch) error {
+	_, err := s.validate(b)
+	if err != nil {
+		s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
+	}
+	return err
+}
+
+// batchLimits are the limits a batch is checked against.
+type batchLimits struct{ keyBytes, valueBytes, ops, bytes int }
+
+// formatLimits are the log format's own limits: what ApplyRaft checks a
+// committed command against, the same on every member whatever its
+// configured limits.
+var formatLimits = batchLimits{keyBytes: wal.MaxKeyLen, valueBytes: wal.MaxValueLen, ops: wal.MaxOps, bytes: math.MaxInt}
+
 func (s *Store) validate(b Batch) (int, error) {
+	return validateBatch(b, batchLimits{keyBytes: s.opts.MaxKeyBytes, valueBytes: s.opts.MaxValueBytes, ops: s.opts.MaxBatchOps, bytes: s.opts.MaxBatchBytes})
+}
+
+func validateBatch(b Batch, l batchLimits) (int, error) {
 	if len(b.Ops) == 0 {
 		return 0, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
-	if len(b.Ops) > s.opts.MaxBatchOps {
-		return 0, fmt.Errorf("%w: %d ops in a batch, limit %d", ErrTooLarge, len(b.Ops), s.opts.MaxBatchOps)
+	if len(b.Ops) > l.ops {
+		return 0, fmt.Errorf("%w: %d ops in a batch, limit %d", ErrTooLarge, len(b.Ops), l.ops)
 	}
 	if len(b.ID) > MaxBatchIDBytes {
 		return 0, fmt.Errorf("%w: batch id of %d bytes, limit %d", ErrTooLarge, len(b.ID), MaxBatchIDBytes)
 	}
-	if len(b.Conds) > s.opts.MaxBatchOps {
-		return 0, fmt.Errorf("%w: %d conditions in a batch, limit %d", ErrTooLarge, len(b.Conds), s.opts.MaxBatchOps)
+	if len(b.Conds) > l.ops {
+		return 0, fmt.Errorf("%w: %d conditions in a batch, limit %d", ErrTooLarge, len(b.Conds), l.ops)
 	}
 	size := 0
 	checkKey := func(k []byte) error {
 		if len(k) == 0 {
 			return fmt.Errorf("%w: empty key", ErrInvalid)
 		}
-		if len(k) > s.opts.MaxKeyBytes {
-			return fmt.Errorf("%w: key of %d bytes, limit %d", ErrTooLarge, len(k), s.opts.MaxKeyBytes)
+		if len(k) > l.keyBytes {
+			return fmt.Errorf("%w: key of %d bytes, limit %d", ErrTooLarge, len(k), l.keyBytes)
 		}
 		return nil
 	}
@@ -186,8 +210,8 @@ func (s *Store) validate(b Batch) (int, error) {
 		}
 		switch op.Type {
 		case wal.OpSet:
-			if len(op.Value) > s.opts.MaxValueBytes {
-				return 0, fmt.Errorf("%w: value of %d bytes, limit %d", ErrTooLarge, len(op.Value), s.opts.MaxValueBytes)
+			if len(op.Value) > l.valueBytes {
+				return 0, fmt.Errorf("%w: value of %d bytes, limit %d", ErrTooLarge, len(op.Value), l.valueBytes)
 			}
 		case wal.OpDelete:
 			if len(op.Value) != 0 {
@@ -198,8 +222,8 @@ func (s *Store) validate(b Batch) (int, error) {
 		}
 		size += len(op.Key) + len(op.Value)
 	}
-	if size > s.opts.MaxBatchBytes {
-		return 0, fmt.Errorf("%w: batch of %d bytes, limit %d", ErrTooLarge, size, s.opts.MaxBatchBytes)
+	if size > l.bytes {
+		return 0, fmt.Errorf("%w: batch of %d bytes, limit %d", ErrTooLarge, size, l.bytes)
 	}
 	return size, nil
 }

@@ -145,7 +145,6 @@ func (s *Store) readRaftApplied() (uint64, error) {
 // prepareRaft evaluates the commands of r in order. Like prepareWrite it
 // returns only storage errors, which abort the group.
 func (c *committer) prepareRaft(r *request) error {
-	s := c.s
 	c.raft = true
 	defer func() { c.clock = 0 }()
 	r.results = make([]RaftResult, len(r.cmds))
@@ -165,7 +164,11 @@ func (c *committer) prepareRaft(r *request) error {
 			}
 			res.Res = WriteResult{Index: e.Index, Changed: true}
 		case len(cmd.Batch.Ops) > 0:
-			if _, err := s.validate(cmd.Batch); err != nil {
+			// The format's limits, not this member's configured ones:
+			// members whose limits differ (a rolling change) must judge
+			// a committed command alike. The proposer checked its own
+			// (ValidateBatch).
+			if _, err := validateBatch(cmd.Batch, formatLimits); err != nil {
 				res.Err = err
 				break
 			}
