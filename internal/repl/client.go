@@ -27,8 +27,8 @@ type ReplicaConfig struct {
 	Sources []string
 	// ProcessID identifies this process. Default DefaultProcessID.
 	ProcessID ProcessID
-	// IdleTimeout: a source that sent neither entries nor progress for this
-	// long is dropped. Default 30s.
+	// IdleTimeout: a source from which nothing arrived for this long (no
+	// byte of entries or progress) is dropped. Default 30s.
 	IdleTimeout time.Duration
 	// DialTimeout bounds a TCP connect. Default 5s.
 	DialTimeout time.Duration
@@ -375,6 +375,23 @@ func appliedHead(st *store.Store) (uint64, wal.Hash, error) {
 	return h.Index, h.Hash, err
 }
 
+// idleReader reads from c; with idle set, each read must receive something
+// within idle. The timeout is on the bytes, not on whole messages: a large
+// message crossing a slow link arrives as long as it keeps moving.
+type idleReader struct {
+	c    net.Conn
+	idle time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	if r.idle > 0 {
+		if err := r.c.SetReadDeadline(time.Now().Add(r.idle)); err != nil {
+			return 0, err
+		}
+	}
+	return r.c.Read(p)
+}
+
 // session runs one connection to src. progressed reports whether it
 // applied anything.
 func (r *Replica) session(ctx context.Context, src string) (progressed bool, err error) {
@@ -408,7 +425,8 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	if err := WriteMessage(c, hello); err != nil {
 		return false, fmt.Errorf("send hello to %s: %w", src, err)
 	}
-	br := bufio.NewReaderSize(c, 256<<10)
+	ir := &idleReader{c: c}
+	br := bufio.NewReaderSize(ir, 256<<10)
 	m, err := ReadMessage(br)
 	if err != nil {
 		return false, fmt.Errorf("handshake with %s: %w", src, err)
@@ -440,8 +458,8 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 
 	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
 	db := r.cfg.Database
+	ir.idle = r.cfg.IdleTimeout
 	for {
-		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		m, err := ReadMessage(br)
 		if err != nil {
 			return progressed, fmt.Errorf("stream from %s: %w", src, err)

@@ -158,9 +158,12 @@
 //
 // The root writes a heartbeat entry every second (internal/server writes it when nothing else was written), so a
 // replica's lag is now − the root time of its last applied entry. A replica
-// that receives neither Entries nor Progress for its IdleTimeout (default
-// 30 s) disconnects and tries the next source, after a jittered, doubling,
-// bounded backoff.
+// that receives nothing (not one byte of Entries or Progress) for its
+// IdleTimeout (default 30 s) disconnects and tries the next source, after a
+// jittered, doubling, bounded backoff. The timeout is on bytes, not on
+// whole messages, and so is the server's WriteTimeout (on each 256 KiB it
+// writes): a large batch crosses a slow link in as long as it takes while
+// bytes keep moving.
 //
 // Not yet here: source discovery, and forwarding verified entries
 // downstream before the local commit finishes.
