@@ -137,7 +137,7 @@ type ReplicaState struct {
 	Source       string        // current (or last) source address
 	LastError    error         // last session error, nil if none yet
 	AppliedIndex uint64        // the store's applied index
-	Lag          time.Duration // now − root time of the last applied entry (0 if none)
+	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica)
 	ServerIndex  uint64        // the source's applied index, last reported
 	Sessions     int           // connection attempts so far
 	Bootstrap    BootstrapProgress
@@ -150,6 +150,7 @@ type Replica struct {
 	log *slog.Logger
 
 	running sync.Mutex // held by Run
+	started time.Time  // when the replica was made: the age of an empty one
 
 	mu struct {
 		sync.Mutex
@@ -169,7 +170,7 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Replica{cfg: cfg, st: st, log: log.With("component", "repl-client", "db", cfg.Database)}, nil
+	return &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}, nil
 }
 
 // State returns the replica's current state.
@@ -188,7 +189,9 @@ func (r *Replica) State() ReplicaState {
 func (r *Replica) lag() time.Duration {
 	t := r.st.AppliedTime()
 	if t.IsZero() {
-		return 0
+		// Nothing applied: the replica holds none of the data, which is
+		// as stale as it has been waiting for it, not fresh.
+		return time.Since(r.started)
 	}
 	return max(time.Since(t), 0)
 }
