@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -107,6 +108,9 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 			raw, err = s.blockBytes(raw, nil)
 		}
 		if err != nil {
+			if errors.Is(err, ErrCorrupt) { // a segment frame failing its check
+				s.m.integrityErrors.WithLabelValues("log_block").Inc()
+			}
 			return nil, err
 		}
 		entries, err := wal.DecodeBlock(raw)
