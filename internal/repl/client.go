@@ -244,6 +244,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	// bootstrapping: the last session found the replica must bootstrap,
 	// from the same source (whose snapshot a broken download resumes).
 	bootstrapping := false
+	// truncatedAt: the attempt (a count like next) whose source first
+	// refused log_truncated since the replica last applied entries; -1 if
+	// none. The replica tries its other sources (a secondary keeps a long
+	// log for this) and bootstraps from that one only after a whole round
+	// in which none continued its log.
+	truncatedAt := -1
 	next := 0
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
@@ -274,7 +280,18 @@ func (r *Replica) Run(ctx context.Context) error {
 			backoff = r.cfg.BackoffMin
 			r.update(func(s *ReplicaState) { s.LastError = nil })
 			continue
+		case !bootstrapping && errors.As(err, &refused) && refused.Code == RefuseLogTruncated &&
+			(truncatedAt < 0 || next-truncatedAt < len(r.cfg.Sources)-1):
+			// Another source may still hold the log we need.
+			if truncatedAt < 0 {
+				truncatedAt = next
+			}
+			next++
 		case !bootstrapping && (errors.Is(err, errNeedBootstrap) || errors.As(err, &refused) && refused.Code == RefuseLogTruncated):
+			if truncatedAt >= 0 {
+				next, truncatedAt = truncatedAt, -1 // the preferred source that lacks the log
+				src = r.cfg.Sources[next%len(r.cfg.Sources)]
+			}
 			r.log.Warn("replica must bootstrap from a snapshot", "source", src, "reason", err)
 			mErrors.WithLabelValues(db, kindBootstrap).Inc()
 			bootstrapping = true
@@ -304,6 +321,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		if progressed {
 			backoff = r.cfg.BackoffMin
+			truncatedAt = -1
 		}
 		// Full jitter in [backoff/2, backoff).
 		d := backoff/2 + rand.N(backoff/2+1)

@@ -118,8 +118,10 @@
 // # Bootstrap
 //
 // A replica bootstraps when a source refuses it with log_truncated (it is
-// behind the retained log), or when it is new (applied index 0) and the
-// source is more than bootstrap_min_entries (default 10,000) ahead. It sends
+// behind the retained log) and a round of its other sources could not
+// continue its log either (it then bootstraps from the first that refused),
+// or when it is new (applied index 0) and the source is more than
+// bootstrap_min_entries (default 10,000) ahead. It sends
 // a Hello with the Bootstrap flag and its resume point; the server answers
 // Welcome (next = the snapshot's index + 1), the Snapshot manifest, then for
 // each file from the resume point on: Chunk messages in order and a FileEnd,
