@@ -325,9 +325,21 @@ func (c *raftCluster) checkSameStores() []wal.Entry {
 			}
 			c.t.Errorf("member %d: head %d %x digest %x; member 1: head %d %x digest %x",
 				m.id, h.Index, h.Hash[:4], d.Hash[:4], h0.Index, h0.Hash[:4], d0.Hash[:4])
+			logTail(c.t, m.id, ents, h0.Index)
+			logTail(c.t, 1, first, h.Index)
 		}
 	}
 	return first
+}
+
+// logTail logs the entries of member id's log past index from, which
+// another member's log does not reach: what a failed comparison hinges on.
+func logTail(t *testing.T, id uint64, ents []wal.Entry, from uint64) {
+	for _, e := range ents {
+		if e.Index > from {
+			t.Logf("member %d has %d %v t=%d ops %v", id, e.Index, e.Kind, e.Time, e.Ops)
+		}
+	}
 }
 
 var bg = context.Background()
