@@ -164,7 +164,7 @@ type Database struct {
 	// Secondary lists sources used when no upstream can serve (nodes that
 	// keep a long log, retain_age = "168h").
 	Secondary []string `toml:"secondary"`
-	// ReplIdleTimeout: no entry or progress from the source for this long
+	// ReplIdleTimeout: nothing (no byte) from the source for this long
 	// means it is stuck; the replica moves to the next source. Default 30s.
 	ReplIdleTimeout Duration `toml:"repl_idle_timeout"`
 	// BootstrapMinEntries: a new replica whose source is more than this

@@ -434,3 +434,65 @@ func TestBootstrapFromRaftMemberFollowsTheLog(t *testing.T) {
 	waitCaughtUp(t, rep, member)
 	assertSame(t, rep, member)
 }
+
+// A replica behind its upstream's retained log first asks its other
+// sources (a secondary keeps a long log for this) and bootstraps only when
+// none can continue its log: the first refusal made it download a whole
+// snapshot from the upstream while the secondary could stream what it
+// lacked. With the secondary down, it still bootstraps from the upstream.
+func TestLogTruncatedTriesOtherSourcesFirst(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	upstream := startServer(t, root, NewProcessID(), nil)
+	// The secondary: a copy of the root keeping the whole log (applied
+	// here in small steps, so that the root's retention never outruns it).
+	long := openStore(t, "", name, root.DBID(), store.Retention{})
+	secondary := startServer(t, long, NewProcessID(), nil)
+	for i := range 10 {
+		for j := range 4 {
+			write(t, root, fmt.Sprintf("t%d-%d", i, j), "v")
+		}
+		es, err := root.ReadLog(long.AppliedIndex()+1, 100, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := long.Apply(context.Background(), es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCaughtUp(t, long, root)
+	if lr, _ := root.LogRange(); lr.First <= 1 {
+		t.Fatalf("log not truncated: %+v", lr)
+	}
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	startReplica(t, rep, NewProcessID(), []string{upstream, secondary}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = -1
+	})
+	waitCaughtUp(t, rep, root)
+	assertSame(t, rep, root)
+	if got := bootstrapsOf(name, "installed") + bootstrapsOf(name, "failed") + bootstrapsOf(name, "interrupted"); got != 0 {
+		t.Fatalf("%v bootstraps, want none: the secondary holds the log", got)
+	}
+	if got := errCount(name, kindBootstrap); got != 0 {
+		t.Fatalf("went for a bootstrap %v times, want none: the secondary holds the log", got)
+	}
+	if got := value(mClientRefused.WithLabelValues(name, RefuseLogTruncated.String())); got < 1 {
+		t.Fatal("the upstream's refusal was not counted")
+	}
+
+	// A second replica whose secondary is down bootstraps from the
+	// upstream.
+	ln := listen(t)
+	dead := ln.Addr().String()
+	ln.Close()
+	rep2 := openStore(t, "", name, root.DBID(), store.Retention{})
+	startReplica(t, rep2, NewProcessID(), []string{upstream, dead}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = -1
+	})
+	waitFor(t, "a bootstrap from the upstream", 10*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	waitCaughtUp(t, rep2, root)
+	assertSame(t, rep2, root)
+}

@@ -27,8 +27,8 @@ type ReplicaConfig struct {
 	Sources []string
 	// ProcessID identifies this process. Default DefaultProcessID.
 	ProcessID ProcessID
-	// IdleTimeout: a source that sent neither entries nor progress for this
-	// long is dropped. Default 30s.
+	// IdleTimeout: a source from which nothing arrived for this long (no
+	// byte of entries or progress) is dropped. Default 30s.
 	IdleTimeout time.Duration
 	// DialTimeout bounds a TCP connect. Default 5s.
 	DialTimeout time.Duration
@@ -137,7 +137,7 @@ type ReplicaState struct {
 	Source       string        // current (or last) source address
 	LastError    error         // last session error, nil if none yet
 	AppliedIndex uint64        // the store's applied index
-	Lag          time.Duration // now − root time of the last applied entry (0 if none)
+	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica)
 	ServerIndex  uint64        // the source's applied index, last reported
 	Sessions     int           // connection attempts so far
 	Bootstrap    BootstrapProgress
@@ -150,6 +150,7 @@ type Replica struct {
 	log *slog.Logger
 
 	running sync.Mutex // held by Run
+	started time.Time  // when the replica was made: the age of an empty one
 
 	mu struct {
 		sync.Mutex
@@ -169,7 +170,7 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Replica{cfg: cfg, st: st, log: log.With("component", "repl-client", "db", cfg.Database)}, nil
+	return &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}, nil
 }
 
 // State returns the replica's current state.
@@ -188,7 +189,9 @@ func (r *Replica) State() ReplicaState {
 func (r *Replica) lag() time.Duration {
 	t := r.st.AppliedTime()
 	if t.IsZero() {
-		return 0
+		// Nothing applied: the replica holds none of the data, which is
+		// as stale as it has been waiting for it, not fresh.
+		return time.Since(r.started)
 	}
 	return max(time.Since(t), 0)
 }
@@ -241,6 +244,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	// bootstrapping: the last session found the replica must bootstrap,
 	// from the same source (whose snapshot a broken download resumes).
 	bootstrapping := false
+	// truncatedAt: the attempt (a count like next) whose source first
+	// refused log_truncated since the replica last applied entries; -1 if
+	// none. The replica tries its other sources (a secondary keeps a long
+	// log for this) and bootstraps from that one only after a whole round
+	// in which none continued its log.
+	truncatedAt := -1
 	next := 0
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
@@ -271,7 +280,18 @@ func (r *Replica) Run(ctx context.Context) error {
 			backoff = r.cfg.BackoffMin
 			r.update(func(s *ReplicaState) { s.LastError = nil })
 			continue
+		case !bootstrapping && errors.As(err, &refused) && refused.Code == RefuseLogTruncated &&
+			(truncatedAt < 0 || next-truncatedAt < len(r.cfg.Sources)-1):
+			// Another source may still hold the log we need.
+			if truncatedAt < 0 {
+				truncatedAt = next
+			}
+			next++
 		case !bootstrapping && (errors.Is(err, errNeedBootstrap) || errors.As(err, &refused) && refused.Code == RefuseLogTruncated):
+			if truncatedAt >= 0 {
+				next, truncatedAt = truncatedAt, -1 // the preferred source that lacks the log
+				src = r.cfg.Sources[next%len(r.cfg.Sources)]
+			}
 			r.log.Warn("replica must bootstrap from a snapshot", "source", src, "reason", err)
 			mErrors.WithLabelValues(db, kindBootstrap).Inc()
 			bootstrapping = true
@@ -301,6 +321,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		if progressed {
 			backoff = r.cfg.BackoffMin
+			truncatedAt = -1
 		}
 		// Full jitter in [backoff/2, backoff).
 		d := backoff/2 + rand.N(backoff/2+1)
@@ -375,6 +396,23 @@ func appliedHead(st *store.Store) (uint64, wal.Hash, error) {
 	return h.Index, h.Hash, err
 }
 
+// idleReader reads from c; with idle set, each read must receive something
+// within idle. The timeout is on the bytes, not on whole messages: a large
+// message crossing a slow link arrives as long as it keeps moving.
+type idleReader struct {
+	c    net.Conn
+	idle time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	if r.idle > 0 {
+		if err := r.c.SetReadDeadline(time.Now().Add(r.idle)); err != nil {
+			return 0, err
+		}
+	}
+	return r.c.Read(p)
+}
+
 // session runs one connection to src. progressed reports whether it
 // applied anything.
 func (r *Replica) session(ctx context.Context, src string) (progressed bool, err error) {
@@ -408,7 +446,8 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	if err := WriteMessage(c, hello); err != nil {
 		return false, fmt.Errorf("send hello to %s: %w", src, err)
 	}
-	br := bufio.NewReaderSize(c, 256<<10)
+	ir := &idleReader{c: c}
+	br := bufio.NewReaderSize(ir, 256<<10)
 	m, err := ReadMessage(br)
 	if err != nil {
 		return false, fmt.Errorf("handshake with %s: %w", src, err)
@@ -440,8 +479,8 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 
 	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
 	db := r.cfg.Database
+	ir.idle = r.cfg.IdleTimeout
 	for {
-		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		m, err := ReadMessage(br)
 		if err != nil {
 			return progressed, fmt.Errorf("stream from %s: %w", src, err)

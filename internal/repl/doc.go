@@ -118,8 +118,10 @@
 // # Bootstrap
 //
 // A replica bootstraps when a source refuses it with log_truncated (it is
-// behind the retained log), or when it is new (applied index 0) and the
-// source is more than bootstrap_min_entries (default 10,000) ahead. It sends
+// behind the retained log) and a round of its other sources could not
+// continue its log either (it then bootstraps from the first that refused),
+// or when it is new (applied index 0) and the source is more than
+// bootstrap_min_entries (default 10,000) ahead. It sends
 // a Hello with the Bootstrap flag and its resume point; the server answers
 // Welcome (next = the snapshot's index + 1), the Snapshot manifest, then for
 // each file from the resume point on: Chunk messages in order and a FileEnd,
@@ -158,9 +160,12 @@
 //
 // The root writes a heartbeat entry every second (internal/server writes it when nothing else was written), so a
 // replica's lag is now − the root time of its last applied entry. A replica
-// that receives neither Entries nor Progress for its IdleTimeout (default
-// 30 s) disconnects and tries the next source, after a jittered, doubling,
-// bounded backoff.
+// that receives nothing (not one byte of Entries or Progress) for its
+// IdleTimeout (default 30 s) disconnects and tries the next source, after a
+// jittered, doubling, bounded backoff. The timeout is on bytes, not on
+// whole messages, and so is the server's WriteTimeout (on each 256 KiB it
+// writes): a large batch crosses a slow link in as long as it takes while
+// bytes keep moving.
 //
 // Not yet here: source discovery, and forwarding verified entries
 // downstream before the local commit finishes.

@@ -52,7 +52,7 @@ var (
 		Help: "Connection attempts after the first."}, []string{"db"}))
 	mLag = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "lag_seconds",
-		Help: "Now minus the root time of the last applied entry."}, []string{"db"}))
+		Help: "Now minus the root time of the last applied entry (before the first: the time since the replica started)."}, []string{"db"}))
 	mAppliedIndex = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "applied_index",
 		Help: "Applied index of the replica."}, []string{"db"}))

@@ -516,3 +516,23 @@ func TestServerShutdownWithClients(t *testing.T) {
 	}
 	assertSame(t, root, rep)
 }
+
+// A replica that has applied nothing yet (its sources unreachable, or a
+// bootstrap under way) reports a lag growing from its start, not 0: it
+// holds none of the data, and an alert on the lag must see it.
+func TestLagOfAnEmptyReplica(t *testing.T) {
+	name := dbName(t)
+	ln := listen(t)
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there
+	// A new database: no entry.
+	rep := openStore(t, "", name, store.DBID{}, store.Retention{})
+	r, _ := startReplica(t, rep, NewProcessID(), []string{dead}, nil)
+	time.Sleep(1200 * time.Millisecond)
+	if lag := r.State().Lag; lag < time.Second {
+		t.Fatalf("empty replica reports lag %v after 1.2 s", lag)
+	}
+	waitFor(t, "the lag gauge to grow", 3*time.Second, func() bool {
+		return value(mLag.WithLabelValues(name)) >= 1
+	})
+}

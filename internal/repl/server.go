@@ -33,7 +33,8 @@ type ServerConfig struct {
 	ProgressInterval time.Duration
 	// HandshakeTimeout bounds reading the Hello. Default 10s.
 	HandshakeTimeout time.Duration
-	// WriteTimeout bounds each message write. Default 30s.
+	// WriteTimeout bounds each write of up to 256 KiB of a message (a
+	// client that reads nothing for this long is dropped). Default 30s.
 	WriteTimeout time.Duration
 	// BootstrapRate caps the bytes per second of snapshot files sent, all
 	// bootstraps together, so bootstrapping replicas cannot starve the
@@ -286,19 +287,33 @@ type conn struct {
 	buf []byte
 }
 
+// writePiece is how much of a message one write deadline covers.
+const writePiece = 256 << 10
+
+// send writes m. WriteTimeout bounds each piece of writePiece bytes, not
+// the message: a large message crosses a slow link in as many timeouts as
+// it needs while bytes move, and a client that stops reading is dropped
+// after one.
 func (cn *conn) send(m Message) error {
 	var err error
 	if cn.buf, err = AppendFrame(cn.buf[:0], m); err != nil {
 		return err
 	}
-	if err := cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.WriteTimeout)); err != nil {
-		return err
-	}
-	if _, err := cn.w.Write(cn.buf); err != nil {
-		return err
+	for b := cn.buf; len(b) > 0; {
+		n := min(len(b), writePiece)
+		if err := cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.WriteTimeout)); err != nil {
+			return err
+		}
+		if _, err := cn.w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
 	}
 	if cap(cn.buf) > 1<<20 {
 		cn.buf = nil // do not pin a large batch buffer on an idle stream
+	}
+	if err := cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.WriteTimeout)); err != nil {
+		return err
 	}
 	return cn.w.Flush()
 }

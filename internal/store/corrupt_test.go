@@ -191,3 +191,64 @@ func TestCorruptLogEntryRejectedByReplica(t *testing.T) {
 		t.Fatalf("replica applied forged entry 3: %v, applied %d", err, replica.AppliedIndex())
 	}
 }
+
+// TestReadLogRefusesMissingBlock: a log block lost from the middle of the
+// retained log (a damaged store) makes ReadLog fail with ErrCorrupt, counted,
+// instead of returning the entries around the hole as if they were
+// consecutive: the watch hub would hand them to watchers, which would miss
+// the lost changes without a word, and sources would serve the gap. An
+// overlapping block (an entry twice) is refused alike.
+func TestReadLogRefusesMissingBlock(t *testing.T) {
+	const db = "readlog-hole"
+	s := openTest(t, Options{Name: db})
+	for i := 0; i < 6; i++ {
+		mustWrite(t, s, set("k", string(rune('a'+i))))
+	}
+	if got := logBlocks(t, s); len(got) != 6 {
+		t.Fatalf("setup: blocks %v, want one per entry", got)
+	}
+	blk3 := blockGet(t, s, 3)
+	rawSetBlock(t, s, 3, blk3) // stored in Pebble, where it can be deleted
+	rawDelete(t, s, logKey(3))
+	before := integrityErrors(t, db, "log_block")
+	for _, from := range []uint64{1, 2} {
+		es, err := s.ReadLog(from, 100, 1<<20)
+		if !errors.Is(err, ErrCorrupt) {
+			var idx []uint64
+			for _, e := range es {
+				idx = append(idx, e.Index)
+			}
+			t.Fatalf("ReadLog(%d) across a lost block: entries %v, err %v", from, idx, err)
+		}
+	}
+	if got := integrityErrors(t, db, "log_block"); got != before+2 {
+		t.Errorf("log_block integrity errors %v -> %v", before, got)
+	}
+	// What precedes the hole, and what follows it, is still served.
+	if es, err := s.ReadLog(1, 2, 1<<20); err != nil || len(es) != 2 {
+		t.Fatalf("ReadLog before the hole: %d entries, %v", len(es), err)
+	}
+	if es, err := s.ReadLog(4, 100, 1<<20); err != nil || len(es) != 3 || es[0].Index != 4 {
+		t.Fatalf("ReadLog after the hole: %d entries, %v", len(es), err)
+	}
+
+	// Block 3 back, and block 2 rewritten to hold entries 2 and 3: entry
+	// 3 would come twice.
+	rawSet(t, s, logKey(3), blk3)
+	es, err := s.ReadLog(2, 2, 1<<20)
+	if err != nil || len(es) != 2 {
+		t.Fatalf("ReadLog of the repaired log: %d entries, %v", len(es), err)
+	}
+	var b wal.BlockBuilder
+	for i := range es {
+		b.AddEntry(&es[i], wal.Hash{}, false)
+	}
+	rawSetBlock(t, s, 2, b.Finish(nil, wal.CompressNone))
+	if es, err := s.ReadLog(1, 100, 1<<20); !errors.Is(err, ErrCorrupt) {
+		var idx []uint64
+		for _, e := range es {
+			idx = append(idx, e.Index)
+		}
+		t.Fatalf("ReadLog across overlapping blocks: entries %v, err %v", idx, err)
+	}
+}

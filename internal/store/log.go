@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -90,16 +91,26 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 	if !ok || !bytes.Equal(it.Key(), logKey(from)) {
 		ok = it.SeekLT(logKey(from + 1))
 	}
+	// next is the index the following block must start at: blocks are
+	// consecutive, so a lost or misplaced one is a hole or a repeat.
+	var next uint64
 	for ; ok; ok = it.Next() {
 		first, valid := logKeyIndex(it.Key())
 		if !valid {
 			return nil, fmt.Errorf("%w: bad log key %x", ErrCorrupt, it.Key())
+		}
+		if next != 0 && first != next {
+			s.m.integrityErrors.WithLabelValues("log_block").Inc()
+			return nil, fmt.Errorf("%w: log block %d follows entry %d: the log is not contiguous", ErrCorrupt, first, next-1)
 		}
 		raw, err := it.ValueAndErr()
 		if err == nil {
 			raw, err = s.blockBytes(raw, nil)
 		}
 		if err != nil {
+			if errors.Is(err, ErrCorrupt) { // a segment frame failing its check
+				s.m.integrityErrors.WithLabelValues("log_block").Inc()
+			}
 			return nil, err
 		}
 		entries, err := wal.DecodeBlock(raw)
@@ -113,6 +124,7 @@ func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 				s.m.integrityErrors.WithLabelValues("log_block").Inc()
 				return nil, fmt.Errorf("%w: log block %d holds entry %d at position %d", ErrCorrupt, first, e.Index, i)
 			}
+			next = e.Index + 1
 			if e.Index < from {
 				continue
 			}

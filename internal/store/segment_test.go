@@ -382,8 +382,14 @@ func TestSegmentBlockDamaged(t *testing.T) {
 	r := mustWrite(t, s, set("b", "2"))
 	mustWrite(t, s, set("c", "3"))
 	flipSegmentByte(t, s, r.Index, 3)
+	before := integrityErrors(t, "seg-damaged", "log_block")
 	if _, err := s.ReadLog(r.Index, 10, 1<<20); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("ReadLog of a damaged block: %v", err)
+	}
+	// Counted, as a block that fails to decode is: a source hitting it
+	// only ends the stream, which says nothing about the damage.
+	if got := integrityErrors(t, "seg-damaged", "log_block"); got != before+1 {
+		t.Errorf("log_block integrity errors %v -> %v", before, got)
 	}
 	rep, err := s.Verify()
 	if err != nil {
