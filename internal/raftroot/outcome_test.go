@@ -42,6 +42,25 @@ func (g *gate) release() {
 	}
 }
 
+// writeHeld arms the gate, starts writing b through n, and returns once
+// the loop is held after persisting the write's entry; the write's answer
+// comes on the channel.
+func (g *gate) writeHeld(t *testing.T, n *Node, b store.Batch) <-chan error {
+	t.Helper()
+	g.armed.Store(true)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := n.Write(context.Background(), b)
+		errc <- err
+	}()
+	select {
+	case <-g.blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("loop not held")
+	}
+	return errc
+}
+
 // lookup returns the value of key in st, and whether it exists.
 func lookup(t *testing.T, st *store.Store, key string) (string, bool) {
 	t.Helper()
@@ -100,18 +119,7 @@ func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
 	c := newCluster(t, 1, func(cfg *Config) { cfg.AfterPersist = g.afterPersist })
 	t.Cleanup(g.release) // before the member stops
 	m := c.leader()
-	ctx := context.Background()
-	g.armed.Store(true)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := m.node.Write(ctx, put("k", "v"))
-		errc <- err
-	}()
-	select {
-	case <-g.blocked: // the write is durable in the Raft log and committed
-	case <-time.After(5 * time.Second):
-		t.Fatal("loop not held")
-	}
+	errc := g.writeHeld(t, m.node, put("k", "v")) // durable in the Raft log and committed
 	stopped := make(chan struct{})
 	go func() { m.node.Stop(); close(stopped) }()
 	var err error
@@ -151,17 +159,7 @@ func TestReproposedWriteNotReportedFailed(t *testing.T) {
 	create := put("k", "new")
 	create.Conds = []store.Cond{{Key: []byte("k"), Index: 0}}
 	create.ID = []byte("create-k")
-	g.armed.Store(true)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := n.Write(ctx, create)
-		errc <- err
-	}()
-	select {
-	case <-g.blocked: // the first copy is committed, not yet applied
-	case <-time.After(5 * time.Second):
-		t.Fatal("loop not held")
-	}
+	errc := g.writeHeld(t, n, create) // the first copy is committed, not yet applied
 	// Another producer deletes k; its proposal waits for the loop.
 	go n.Write(ctx, store.Batch{Ops: []wal.Op{{Type: wal.OpDelete, Key: []byte("k")}}})
 	waitProps := func(want int) {
