@@ -728,12 +728,15 @@ func (c *committer) prepareWrite(r *request) error {
 				continue
 			}
 		case op.Type == wal.OpSet && exists:
-			if ks.corrupt && c.raft {
-				// Whether this set is a no-op depends on the value the
-				// damaged record held: the other members know, not this one.
-				return c.localDamage(r, fmt.Errorf("%w: key %q: stored record is corrupt", ErrCorrupt, op.Key))
-			}
 			same, err := c.sameValue(op.Key, ks, op.Value)
+			if errors.Is(err, errValueDamaged) {
+				if c.raft {
+					// Whether this set is a no-op depends on the value
+					// the damage hides: the other members know, not this one.
+					return c.localDamage(r, err)
+				}
+				same, err = false, nil // different: the write repairs it
+			}
 			if err != nil {
 				return err
 			}
@@ -990,9 +993,18 @@ func salvage(b []byte) (valueLen int, remote bool) {
 	return r.valueLen, r.remote
 }
 
-// sameValue reports whether the key's current value equals v.
+// errValueDamaged: the key's stored value cannot be read (its record,
+// chunks or log block fail their checks), so whether a write changes it
+// is unknown.
+var errValueDamaged = fmt.Errorf("%w: stored value unreadable", ErrCorrupt)
+
+// sameValue reports whether the key's current value equals v; an error
+// wrapping errValueDamaged if the stored value is unreadable.
 func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) {
-	if ks.corrupt || ks.valueLen != len(v) {
+	if ks.corrupt {
+		return false, fmt.Errorf("%w: key %q: its record is corrupt", errValueDamaged, key)
+	}
+	if ks.valueLen != len(v) {
 		return false, nil
 	}
 	if ks.value != nil {
@@ -1010,7 +1022,7 @@ func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) 
 		}
 		cur, err := c.s.readInLog(it, *ks.logRec, nil)
 		if err != nil {
-			return false, nil // unreadable: treat as different, the write repairs it
+			return false, fmt.Errorf("%w: key %q: %v", errValueDamaged, key, err)
 		}
 		return bytes.Equal(cur, v), nil
 	}
@@ -1027,7 +1039,7 @@ func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) 
 	defer it.Close()
 	cur, err := readChunks(it, key, ks.chunks, ks.valueLen, ks.valueCRC, nil)
 	if err != nil {
-		return false, nil // unreadable: treat as different, the write repairs it
+		return false, fmt.Errorf("%w: key %q: %v", errValueDamaged, key, err)
 	}
 	return bytes.Equal(cur, v), nil
 }

@@ -183,7 +183,7 @@ func TestRaftMemberStopsOnLocalDamage(t *testing.T) {
 	ctx := context.Background()
 	setup := []RaftCommand{
 		{RaftIndex: 1, Time: 1, Batch: Batch{Ops: []wal.Op{set("k", "v")}}},
-		{RaftIndex: 2, Time: 2, Batch: Batch{Ops: []wal.Op{set("other", "1")}, ID: []byte("id")}},
+		{RaftIndex: 2, Time: 2, Batch: Batch{Ops: []wal.Op{set("other", "1"), setb("big", pattern(1, 3000))}, ID: []byte("id")}},
 	}
 	record := dataKey(nil, []byte("k"))
 	flipRecord := func(t *testing.T, s *Store) { rawSet(t, s, record, flip(rawGet(t, s, record), 6)) }
@@ -193,14 +193,18 @@ func TestRaftMemberStopsOnLocalDamage(t *testing.T) {
 		cmd    Batch
 	}{
 		{"set to the value it holds", flipRecord, Batch{Ops: []wal.Op{set("k", "v")}}},
+		{"set to the value a damaged chunk holds", func(t *testing.T, s *Store) {
+			k := chunkKey(nil, []byte("big"), 1)
+			rawSet(t, s, k, flip(rawGet(t, s, k), 100))
+		}, Batch{Ops: []wal.Op{setb("big", pattern(1, 3000))}}},
 		{"condition on its index", flipRecord, Batch{Ops: []wal.Op{set("x", "1")}, Conds: []Cond{{Key: []byte("k"), Index: 1}}}},
 		{"retry of a batch id", func(t *testing.T, s *Store) { rawSet(t, s, batchIDKey([]byte("id")), []byte("not an outcome")) },
 			Batch{Ops: []wal.Op{set("other", "2")}, ID: []byte("id")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			healthy := openTest(t, Options{Logger: quietLogger()})
-			damaged := openTest(t, Options{Logger: quietLogger()})
+			healthy := openTest(t, Options{ChunkBytes: 1024, Logger: quietLogger()})
+			damaged := openTest(t, Options{ChunkBytes: 1024, Logger: quietLogger()})
 			for _, s := range []*Store{healthy, damaged} {
 				if _, err := s.ApplyRaft(ctx, setup); err != nil {
 					t.Fatal(err)
