@@ -42,6 +42,21 @@ func (g *gate) release() {
 	}
 }
 
+// heldCluster starts a one-member cluster (tweak, if not nil, adjusts
+// its configuration) whose loop the returned gate can hold after it
+// persists an entry, and returns the gate, the cluster and its leader.
+func heldCluster(t *testing.T, tweak func(*Config)) (*gate, *cluster, *member) {
+	g := newGate()
+	c := newCluster(t, 1, func(cfg *Config) {
+		cfg.AfterPersist = g.afterPersist
+		if tweak != nil {
+			tweak(cfg)
+		}
+	})
+	t.Cleanup(g.release) // before the member stops
+	return g, c, c.leader()
+}
+
 // writeHeld arms the gate, starts writing b through n, and returns once
 // the loop is held after persisting the write's entry; the write's answer
 // comes on the channel.
@@ -80,24 +95,12 @@ func lookup(t *testing.T, st *store.Store, key string) (string, bool) {
 // failed) is answered within its proposal timeout, not when the loop is
 // free again.
 func TestWriteTimesOutWhileLoopBusy(t *testing.T) {
-	g := newGate()
-	c := newCluster(t, 1, func(cfg *Config) {
-		cfg.ProposalTimeout = 300 * time.Millisecond
-		cfg.AfterPersist = g.afterPersist
-	})
-	t.Cleanup(g.release) // before the member stops
-	m := c.leader()
+	g, _, m := heldCluster(t, func(cfg *Config) { cfg.ProposalTimeout = 300 * time.Millisecond })
 	ctx := context.Background()
 	if _, err := m.node.Write(ctx, put("a", "1")); err != nil {
 		t.Fatal(err)
 	}
-	g.armed.Store(true)
-	go m.node.Write(ctx, put("b", "1")) // holds the loop once committed
-	select {
-	case <-g.blocked:
-	case <-time.After(5 * time.Second):
-		t.Fatal("loop not held")
-	}
+	g.writeHeld(t, m.node, put("b", "1")) // holds the loop once committed
 	time.AfterFunc(5*time.Second, g.release)
 	t0 := time.Now()
 	_, err := m.node.Write(ctx, put("c", "1"))
@@ -115,10 +118,7 @@ func TestWriteTimesOutWhileLoopBusy(t *testing.T) {
 // ErrUnavailable, which says nothing was proposed (HTTP 503: safe to retry
 // without a batch ID).
 func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
-	g := newGate()
-	c := newCluster(t, 1, func(cfg *Config) { cfg.AfterPersist = g.afterPersist })
-	t.Cleanup(g.release) // before the member stops
-	m := c.leader()
+	g, c, m := heldCluster(t, nil)
 	errc := g.writeHeld(t, m.node, put("k", "v")) // durable in the Raft log and committed
 	stopped := make(chan struct{})
 	go func() { m.node.Stop(); close(stopped) }()
@@ -146,10 +146,7 @@ func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
 // condition true before the second copy, the second copy applies: the
 // proposer must not be told that its condition failed.
 func TestReproposedWriteNotReportedFailed(t *testing.T) {
-	g := newGate()
-	c := newCluster(t, 1, func(cfg *Config) { cfg.AfterPersist = g.afterPersist })
-	t.Cleanup(g.release) // before the member stops
-	m := c.leader()
+	g, _, m := heldCluster(t, nil)
 	n := m.node
 	ctx := context.Background()
 	if _, err := n.Write(ctx, put("k", "old")); err != nil {
