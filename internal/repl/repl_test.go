@@ -254,6 +254,19 @@ func TestCorruptionInTransit(t *testing.T) {
 // lyingSource answers every Hello with a Welcome and then sends the frames
 // mk returns (valid frames, possibly wrong entries), then stalls.
 func lyingSource(t *testing.T, id store.DBID, mk func(h *Hello) []Message) string {
+	return fakeSource(t, id, func(c net.Conn, h *Hello) error {
+		for _, m := range mk(h) {
+			if err := WriteMessage(c, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// fakeSource answers every Hello with a Welcome, lets send write what it
+// will, then stalls; it returns its address.
+func fakeSource(t *testing.T, id store.DBID, send func(c net.Conn, h *Hello) error) string {
 	ln := listen(t)
 	pid := NewProcessID()
 	serveConns(t, ln, func(c net.Conn) {
@@ -263,13 +276,8 @@ func lyingSource(t *testing.T, id store.DBID, mk func(h *Hello) []Message) strin
 		}
 		h := m.(*Hello)
 		w := &Welcome{Version: ProtocolVersion, ProcessID: pid, DBID: id, AppliedIndex: h.LastIndex + 100, NextIndex: h.LastIndex + 1}
-		if err := WriteMessage(c, w); err != nil {
+		if WriteMessage(c, w) != nil || send(c, h) != nil {
 			return
-		}
-		for _, m := range mk(h) {
-			if err := WriteMessage(c, m); err != nil {
-				return
-			}
 		}
 		var b [1]byte
 		c.Read(b[:]) // until the client or cleanup closes

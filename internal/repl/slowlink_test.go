@@ -129,37 +129,23 @@ func TestSourceStalledMidMessage(t *testing.T) {
 	good := startServer(t, root, NewProcessID(), nil)
 	writeN(t, root, "m", 5)
 
-	ln := listen(t)
-	pid := NewProcessID()
-	serveConns(t, ln, func(c net.Conn) {
-		m, err := ReadMessage(c)
-		if err != nil {
-			return
-		}
-		h := m.(*Hello)
+	stalled := fakeSource(t, root.DBID(), func(c net.Conn, h *Hello) error {
 		es, err := root.ReadLog(h.LastIndex+1, 100, 1<<20)
 		if err != nil || len(es) == 0 {
 			t.Errorf("read log: %v", err)
-			return
+			return err
 		}
-		w := &Welcome{Version: ProtocolVersion, ProcessID: pid, DBID: root.DBID(), AppliedIndex: root.AppliedIndex(), NextIndex: h.LastIndex + 1}
 		frame, err := AppendFrame(nil, &Entries{Entries: es})
 		if err != nil {
 			t.Error(err)
-			return
+			return err
 		}
-		if WriteMessage(c, w) != nil {
-			return
-		}
-		if _, err := c.Write(frame[:len(frame)/2]); err != nil {
-			return
-		}
-		var b [1]byte
-		c.Read(b[:]) // until the client or cleanup closes
+		_, err = c.Write(frame[:len(frame)/2])
+		return err
 	})
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	r, _ := startReplica(t, rep, NewProcessID(), []string{ln.Addr().String(), good}, func(c *ReplicaConfig) {
+	r, _ := startReplica(t, rep, NewProcessID(), []string{stalled, good}, func(c *ReplicaConfig) {
 		c.IdleTimeout = 200 * time.Millisecond
 	})
 	waitCaughtUp(t, rep, root)
