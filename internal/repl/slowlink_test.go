@@ -3,10 +3,13 @@ package repl
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,5 +155,26 @@ func TestSourceStalledMidMessage(t *testing.T) {
 	assertSame(t, root, rep)
 	if n := errCount(name, kindTimeout); n < 1 {
 		t.Fatalf("no timeout counted for the stalled source (last error %v)", r.State().LastError)
+	}
+}
+
+// A client that stops reading is dropped after WriteTimeout: the deadline
+// covers each piece of a message, and a piece that cannot be written in
+// time ends the session, however large the message.
+func TestServerDropsClientThatStopsReading(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
+	for i := range 8 { // more than the socket buffers hold
+		write(t, root, fmt.Sprint("big", i), strings.Repeat("v", 1<<20))
+	}
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) { c.WriteTimeout = 300 * time.Millisecond })
+	c, m := rawSession(t, addr, &Hello{Version: ProtocolVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID()})
+	if _, ok := m.(*Welcome); !ok {
+		t.Fatalf("handshake answered %T %+v", m, m)
+	}
+	time.Sleep(1500 * time.Millisecond) // read nothing: the server's write blocks
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the server kept the session of a client that read nothing for 1.5s (write timeout 300ms): %v", err)
 	}
 }
