@@ -32,6 +32,7 @@ func cmdServe(args []string) error {
 		mcAddr   = fs.String("memcache", "", "memcached protocol TCP address(es) of the first database, comma-separated (default 127.0.0.1:7311)")
 		unixPath = fs.String("unix", "", "memcached protocol Unix socket path(s) of the first database, comma-separated")
 		logLevel = fs.String("log-level", "", "debug, info, warn or error (default info)")
+		nodeName = fs.String("node-name", "", "name of this node in status pages and member lists (default the host name)")
 		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
 		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
@@ -70,6 +71,9 @@ func cmdServe(args []string) error {
 	}
 	if *unixPath != "" {
 		cfg.Databases[0].Unix = splitList(*unixPath)
+	}
+	if *nodeName != "" {
+		cfg.NodeName = *nodeName
 	}
 	if *logLevel != "" {
 		cfg.LogLevel = *logLevel

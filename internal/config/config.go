@@ -44,6 +44,9 @@ type Config struct {
 	// long and kept this long after its last use, so an interrupted
 	// bootstrap resumes. Default 10m.
 	SnapshotKeep Duration `toml:"snapshot_keep"`
+	// NodeName names this process in status pages, the tree its root
+	// shows and the cluster's member lists. Default: the host name.
+	NodeName string `toml:"node_name"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -278,6 +281,15 @@ func (d *Duration) UnmarshalText(b []byte) error {
 
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
+// hostName is the default node name: the host name, or "qs" when the
+// system has none to give.
+func hostName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "qs"
+}
+
 // Default returns the configuration of `qs serve` with no arguments.
 func Default() *Config {
 	c := &Config{}
@@ -295,6 +307,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Repl == "" {
 		c.Repl = "127.0.0.1:7390"
+	}
+	if c.NodeName == "" {
+		c.NodeName = hostName()
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"

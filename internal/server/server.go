@@ -123,7 +123,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		return err
 	}
 	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget}, s.log.With("db", d.Name))
-	db := &httpapi.Database{Name: d.Name, Store: st, Watch: hub, Gate: s.gate}
+	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
 	if d.Raft.Enabled() {

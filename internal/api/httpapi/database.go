@@ -12,6 +12,9 @@ import (
 type Database struct {
 	Name  string
 	Store *store.Store
+	// Node is the name of the node serving the database (its status
+	// shows it as "node").
+	Node string
 	// CanWrite returns nil when this node accepts writes for the database,
 	// or an error wrapping store.ErrNotRoot that names the root.
 	CanWrite func() error

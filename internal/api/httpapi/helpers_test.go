@@ -63,7 +63,7 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 	t.Helper()
 	st := openStore(t, o)
 	e := &env{t: t, st: st}
-	e.db = &Database{Name: "db", Store: st, CanWrite: func() error {
+	e.db = &Database{Name: "db", Node: "node-a", Store: st, CanWrite: func() error {
 		if p := e.writeErr.Load(); p != nil {
 			return *p
 		}

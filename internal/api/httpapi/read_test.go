@@ -314,12 +314,12 @@ func TestStatus(t *testing.T) {
 		return m
 	}
 	m := get()
-	for _, f := range []string{"db", "role", "db_id", "applied_index", "applied_time", "keys", "key_bytes", "value_bytes", "log_first_index", "disk_bytes", "disk_full"} {
+	for _, f := range []string{"db", "node", "role", "db_id", "applied_index", "applied_time", "keys", "key_bytes", "value_bytes", "log_first_index", "disk_bytes", "disk_full"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("status lacks %q: %v", f, m)
 		}
 	}
-	if m["db"] != "db" || m["role"] != "root" || m["db_id"] != e.st.DBID().String() || m["applied_time"] != nil || m["disk_full"] != false {
+	if m["db"] != "db" || m["node"] != "node-a" || m["role"] != "root" || m["db_id"] != e.st.DBID().String() || m["applied_time"] != nil || m["disk_full"] != false {
 		t.Fatalf("fresh status: %v", m)
 	}
 	e.put("key", "value")

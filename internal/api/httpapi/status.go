@@ -38,6 +38,7 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) in
 	}
 	for k, v := range map[string]any{
 		"db":              d.Name,
+		"node":            d.Node,
 		"db_id":           s.DBID().String(),
 		"applied_index":   applied,
 		"applied_time":    appliedTime,
