@@ -22,14 +22,16 @@ func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index 
 	})
 }
 
-func (b memcacheBackend) write(ctx context.Context, op wal.Op) (uint64, bool, error) {
+func (b memcacheBackend) write(ctx context.Context, op wal.Op, conds ...store.Cond) (uint64, bool, error) {
 	if err := b.db.CanWrite(); err != nil {
 		return 0, false, err
 	}
 	if err := b.db.Gate.RefuseMemcacheWrite(); err != nil {
 		return 0, false, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
-	r, err := b.db.Write(ctx, storeBatch(op))
+	batch := storeBatch(op)
+	batch.Conds = conds
+	r, err := b.db.Write(ctx, batch)
 	return r.Index, r.Changed, err
 }
 
@@ -40,6 +42,15 @@ func (b memcacheBackend) Set(ctx context.Context, key, value []byte) (uint64, er
 
 func (b memcacheBackend) Delete(ctx context.Context, key []byte) (uint64, bool, error) {
 	return b.write(ctx, wal.Op{Type: wal.OpDelete, Key: key})
+}
+
+func (b memcacheBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
+	op := wal.Op{Type: wal.OpSet, Key: key, Value: value}
+	if del {
+		op = wal.Op{Type: wal.OpDelete, Key: key}
+	}
+	idx, _, err := b.write(ctx, op, store.Cond{Key: key, Index: ifIndex})
+	return idx, err
 }
 
 func (b memcacheBackend) Stats() [][2]string {

@@ -26,6 +26,11 @@ type Backend interface {
 	Set(ctx context.Context, key, value []byte) (index uint64, err error)
 	// Delete removes key once durable; existed reports whether it was present.
 	Delete(ctx context.Context, key []byte) (index uint64, existed bool, err error)
+	// WriteIf stores value under key (or deletes key when del) if the
+	// key's index is still ifIndex (0: the key is absent), as one atomic
+	// entry of the log, and returns once it is durable. If the key's index
+	// differs it changes nothing and fails with store.ErrConditionFailed.
+	WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (index uint64, err error)
 	// Stats returns extra name/value pairs for the `stats` command (e.g. applied_index, db_id, role).
 	Stats() [][2]string
 }

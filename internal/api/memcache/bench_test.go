@@ -60,6 +60,9 @@ func (m staticBackend) Set(ctx context.Context, key, value []byte) (uint64, erro
 func (m staticBackend) Delete(ctx context.Context, key []byte) (uint64, bool, error) {
 	return 43, true, nil
 }
+func (m staticBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
+	return 43, nil
+}
 func (m staticBackend) Stats() [][2]string { return nil }
 
 // getRequest returns a backend with n keys of valueLen bytes and a get line

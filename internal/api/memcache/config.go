@@ -13,9 +13,12 @@ type Config struct {
 	// MaxLineBytes is the longest request line accepted, terminator
 	// included. A longer line is answered with "CLIENT_ERROR line too long"
 	// and the connection is closed, since the rest of the line cannot be
-	// told apart from the next request. Default 64 KiB; at least 512.
+	// told apart from the next request. Default 2 MiB, as memcached's;
+	// at least 512.
 	MaxLineBytes int
-	// MaxKeysPerGet is the most keys one get or gets may name. Default 1024.
+	// MaxKeysPerGet is the most keys one get or gets may name. Default
+	// 65536 (memcached has no such limit; a line of MaxLineBytes bounds
+	// it there).
 	MaxKeysPerGet int
 	// MaxValueBytes is the largest value a set may store. A larger set is
 	// answered with "SERVER_ERROR object too large for cache". Default 1 MiB.
@@ -32,8 +35,10 @@ type Config struct {
 	// at least MaxValueBytes plus room for one VALUE line.
 	MaxReplyBytes int
 	// MaxConns is the most connections served at once, over all listeners.
-	// Beyond it a connection is accepted, told "SERVER_ERROR too many
-	// connections" and closed. Default 4096.
+	// A connection beyond it makes room by closing the connection that has
+	// waited longest for its next request, as memcached does; if every
+	// connection is inside a request, the new one is told "SERVER_ERROR too
+	// many connections" and closed. Default 4096.
 	MaxConns int
 	// IdleTimeout is how long a connection may wait between requests before
 	// it is closed. Default 5 minutes.
@@ -65,8 +70,8 @@ type Config struct {
 // DefaultConfig returns the default limits.
 func DefaultConfig() Config {
 	return Config{
-		MaxLineBytes:    64 << 10,
-		MaxKeysPerGet:   1024,
+		MaxLineBytes:    2 << 20,
+		MaxKeysPerGet:   65536,
 		MaxValueBytes:   1 << 20,
 		MaxSwallowBytes: 16 << 20,
 		MaxReplyBytes:   64 << 20,

@@ -36,6 +36,11 @@ type conn struct {
 
 	req     request
 	key     []byte // a set's key, copied because reading the data block may move buf
+	rawKey  []byte // a meta request's key as sent, copied for the same reason
+	opaque  []byte // a meta request's O token, likewise
+	oneKey  [1][]byte
+	cur     []byte // the value lookup read
+	next    []byte // the value a read-modify-write command writes
 	noreply bool   // the current request asked for no reply
 	linger  bool   // close after an error reply: half-close and drain first
 
@@ -54,7 +59,9 @@ type conn struct {
 
 	mu struct {
 		sync.Mutex
-		idle bool // blocked waiting for the first byte of a request
+		idle      bool      // blocked waiting for the first byte of a request
+		idleSince time.Time // when it began waiting
+		evicted   bool      // closed to make room for a new connection
 	}
 }
 
@@ -110,13 +117,25 @@ func (c *conn) serve() {
 				c.buf = make([]byte, initialBufBytes)
 			}
 		}
-		line, err := c.readLine()
-		if err != nil {
-			c.readFailed(err)
-			return
+		for c.r == c.w {
+			if err := c.fill(); err != nil {
+				c.readFailed(err)
+				return
+			}
 		}
-		if !c.handle(line) {
-			return
+		if c.buf[c.r] == binReqMagic {
+			if !c.binary() {
+				return
+			}
+		} else {
+			line, err := c.readLine()
+			if err != nil {
+				c.readFailed(err)
+				return
+			}
+			if !c.handle(line) {
+				return
+			}
 		}
 		if len(c.out) >= flushBytes && c.flush() != nil {
 			return
@@ -171,16 +190,22 @@ func (c *conn) handle(line []byte) bool {
 		keep = c.refuse(perr)
 	} else {
 		switch req.cmd {
-		case cmdGet, cmdGets:
-			c.get(req.keys, req.cmd == cmdGets)
-		case cmdSet:
-			keep = c.set(req)
+		case cmdGet, cmdGets, cmdGat, cmdGats:
+			c.get(req.keys, req.cmd == cmdGets || req.cmd == cmdGats)
+		case cmdSet, cmdAdd, cmdReplace, cmdAppend, cmdPrepend, cmdCas:
+			keep = c.storage(req)
 		case cmdDelete:
 			keep = c.delete(req.key)
+		case cmdIncr, cmdDecr, cmdTouch:
+			keep = c.keyCommand(req)
 		case cmdVersion:
 			c.out = append(c.out, c.s.versionLine...)
 		case cmdStats:
 			c.out = c.s.statLines(c.out)
+		case cmdNoop:
+			c.out = append(c.out, "MN\r\n"...)
+		case cmdMetaGet, cmdMetaSet, cmdMetaDelete, cmdMetaArith:
+			keep = c.meta(req)
 		case cmdQuit:
 			keep = false
 		}
@@ -263,52 +288,6 @@ func (c *conn) foundValue(key, value []byte, index uint64) {
 	out = append(out, "\r\n"...)
 	out = append(out, value...)
 	c.out = append(out, "\r\n"...)
-}
-
-// set reads the data block of a parsed set and stores it.
-func (c *conn) set(req *request) bool {
-	n := req.dataLen
-	c.key = append(c.key[:0], req.key...)
-	data, err := c.readFull(n + 2)
-	if err != nil {
-		c.readFailed(err)
-		return false
-	}
-	if data[n] != '\r' || data[n+1] != '\n' {
-		errorsByKind[kindBadDataChunk].Inc()
-		c.debug("memcache: request refused", "cmd", "set", "reply", errBadDataChunk.msg)
-		c.replyLine(errBadDataChunk.msg)
-		return true
-	}
-	// Earlier replies go out before a write that waits for durability.
-	if c.flush() != nil {
-		return false
-	}
-	c.s.stats.cmdSet.Add(1)
-	if _, err := c.s.b.Set(c.s.ctx, c.key, data[:n]); err != nil {
-		c.backendFailed(err)
-		return true
-	}
-	c.replyLine("STORED")
-	return true
-}
-
-func (c *conn) delete(key []byte) bool {
-	if c.flush() != nil {
-		return false
-	}
-	c.s.stats.cmdDelete.Add(1)
-	_, existed, err := c.s.b.Delete(c.s.ctx, key)
-	switch {
-	case err != nil:
-		c.backendFailed(err)
-	case existed:
-		c.s.stats.deleteHits.Add(1)
-		c.replyLine("DELETED")
-	default:
-		c.replyLine("NOT_FOUND")
-	}
-	return true
 }
 
 func (c *conn) backendFailed(err error) {
@@ -476,7 +455,7 @@ func (c *conn) fill() error {
 	}
 	if !c.inRequest {
 		if !c.setIdle(true) {
-			return errShutdown
+			return errShutdown // or evicted
 		}
 		n, err := c.sock.read(c.buf[c.w:], time.Now().Add(c.s.cfg.IdleTimeout))
 		c.setIdle(false)
@@ -516,10 +495,13 @@ func (c *conn) fill() error {
 func (c *conn) setIdle(idle bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if idle && c.s.closing.Load() {
+	if idle && (c.s.closing.Load() || c.mu.evicted) {
 		return false
 	}
 	c.mu.idle = idle
+	if idle {
+		c.mu.idleSince = time.Now()
+	}
 	return true
 }
 
@@ -532,6 +514,33 @@ func (c *conn) wakeIfIdle() {
 	if c.mu.idle {
 		c.sock.wake()
 	}
+}
+
+// evictIfIdle wakes c to close it if it waits for a request; it reports
+// whether it did. c.s.mu is held.
+func (c *conn) evictIfIdle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.mu.idle || c.mu.evicted {
+		return false
+	}
+	c.mu.evicted = true
+	c.sock.wake()
+	return true
+}
+
+// idleSince returns when c began waiting for a request, and false if it
+// is inside one (or already evicted).
+func (c *conn) idleSince() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.idleSince, c.mu.idle && !c.mu.evicted
+}
+
+func (c *conn) wasEvicted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.evicted
 }
 
 // takeThread locks the goroutine to its thread for good (the thread ends

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/version"
 )
 
 // smallConfig has limits small enough to reach in a test.
@@ -50,15 +51,48 @@ func TestConversations(t *testing.T) {
 		{name: "noreply", in: "set a 0 0 1 noreply\r\nx\r\ndelete b noreply\r\ndelete a 0 noreply\r\nset c 0 0 1 noreply\r\ny\r\nget a c\r\n",
 			want: "VALUE c 0 1\r\ny\r\nEND\r\n", alive: true},
 		{name: "noreply silences errors", in: "set a 5 0 1 noreply\r\nx\r\nset a 0 0 11 noreply\r\n01234567890\r\ndelete " + key250 + "x noreply\r\nversion\r\n",
-			want: "VERSION quicksilver\r\n", alive: true},
-		{name: "version", in: "version\r\n", want: "VERSION quicksilver\r\n", alive: true},
+			want: versionReply, alive: true},
+		{name: "version", in: "version\r\n", want: versionReply, alive: true},
 		{name: "quit", in: "get a\r\nquit\r\nget a\r\n", want: "END\r\n"},
-		{name: "unknown", in: "foo\r\nGET a\r\n\r\nversion\r\n", want: "ERROR\r\nERROR\r\nERROR\r\nVERSION quicksilver\r\n", alive: true},
-		{name: "unsupported", in: "incr a 1\r\ntouch a 1\r\nflush_all\r\nversion\r\n",
-			want: "CLIENT_ERROR incr is not supported\r\nCLIENT_ERROR touch is not supported\r\nCLIENT_ERROR flush_all is not supported\r\nVERSION quicksilver\r\n", alive: true},
-		{name: "unsupported storage skips data", in: "add a 0 0 5\r\nget a\r\ncas a 0 0 1 7\r\nx\r\nms a 2\r\nxx\r\nget a\r\n",
-			want: "CLIENT_ERROR add is not supported\r\nCLIENT_ERROR cas is not supported\r\nCLIENT_ERROR ms is not supported\r\nEND\r\n", alive: true},
-		{name: "unsupported storage without length", in: "add a 0 0\r\nget a\r\n", want: "CLIENT_ERROR add is not supported\r\n"},
+		{name: "unknown", in: "foo\r\nGET a\r\n\r\nversion\r\n", want: "ERROR\r\nERROR\r\nERROR\r\n" + versionReply, alive: true},
+		{name: "unsupported", in: "flush_all\r\nverbosity 1\r\nshutdown\r\nversion\r\n",
+			want: "CLIENT_ERROR flush_all is not supported\r\nCLIENT_ERROR verbosity is not supported\r\nCLIENT_ERROR shutdown is not supported\r\n" + versionReply, alive: true},
+		{name: "noreply silences refusals of every command", in: "flush_all noreply\r\nverbosity 1 noreply\r\nincr a x noreply\r\n" +
+			"touch a 5 noreply\r\nadd a 1 0 1 noreply\r\nx\r\ndelete a x noreply\r\nincr zz 1 noreply\r\nset n 0 0 1\r\nx\r\nincr n 1 noreply\r\nversion\r\n",
+			want: "STORED\r\n" + versionReply, alive: true},
+		{name: "add", in: "add a 0 0 1\r\nx\r\nadd a 0 0 1\r\ny\r\nadd b 0 0 1 noreply\r\nz\r\nget a b\r\n",
+			want: "STORED\r\nNOT_STORED\r\nVALUE a 0 1\r\nx\r\nVALUE b 0 1\r\nz\r\nEND\r\n", alive: true},
+		{name: "replace", in: "replace a 0 0 1\r\nx\r\nset a 0 0 1\r\nx\r\nreplace a 0 0 2\r\nyy\r\nget a\r\n",
+			want: "NOT_STORED\r\nSTORED\r\nSTORED\r\nVALUE a 0 2\r\nyy\r\nEND\r\n", alive: true},
+		{name: "append prepend", in: "append a 0 0 1\r\nx\r\nset a 0 0 1\r\nb\r\nappend a 0 0 1\r\nc\r\nprepend a 0 0 1\r\na\r\nget a\r\n",
+			want: "NOT_STORED\r\nSTORED\r\nSTORED\r\nSTORED\r\nVALUE a 0 3\r\nabc\r\nEND\r\n", alive: true},
+		{name: "append beyond the value limit", cfg: smallConfig(), in: "set a 0 0 10\r\n0123456789\r\nappend a 0 0 1\r\nx\r\nget a\r\n",
+			want: "STORED\r\nSERVER_ERROR object too large for cache\r\nVALUE a 0 10\r\n0123456789\r\nEND\r\n", alive: true},
+		{name: "cas", in: "cas a 0 0 1 1\r\nx\r\nset a 0 0 1\r\nx\r\ncas a 0 0 1 9\r\ny\r\ncas a 0 0 1 0\r\ny\r\ncas a 0 0 1 1\r\nz\r\ngets a\r\n",
+			want: "NOT_FOUND\r\nSTORED\r\nEXISTS\r\nEXISTS\r\nSTORED\r\nVALUE a 0 1 2\r\nz\r\nEND\r\n", alive: true},
+		{name: "incr decr", in: "incr n 1\r\nset n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 100\r\nincr n 18446744073709551615\r\nincr n 2\r\nget n\r\n",
+			want: "NOT_FOUND\r\nSTORED\r\n15\r\n0\r\n18446744073709551615\r\n1\r\nVALUE n 0 1\r\n1\r\nEND\r\n", alive: true},
+		{name: "incr of a padded number", in: "set n 0 0 4\r\n12  \r\nincr n 1\r\n", want: "STORED\r\n13\r\n", alive: true},
+		{name: "incr non-numeric", in: "set n 0 0 2\r\n1x\r\nincr n 1\r\nincr n x\r\nget n\r\n",
+			want: "STORED\r\n" + errNonNumeric.msg + "\r\n" + errDelta.msg + "\r\nVALUE n 0 2\r\n1x\r\nEND\r\n", alive: true},
+		{name: "touch gat gats", in: "touch a 0\r\nset a 0 0 1\r\nx\r\ntouch a 0\r\ntouch a 10\r\ngat 0 a b\r\ngats 0 a\r\ngat 60 a\r\n",
+			want: "NOT_FOUND\r\nSTORED\r\nTOUCHED\r\n" + errExptime.msg + "\r\nVALUE a 0 1\r\nx\r\nEND\r\nVALUE a 0 1 1\r\nx\r\nEND\r\n" + errExptime.msg + "\r\n", alive: true},
+		{name: "meta get", in: "mg a v\r\nmg a q v\r\nset a 0 0 2\r\nhi\r\nmg a v k c f s t Oop\r\nmg a q\r\nmg a\r\nmn\r\n",
+			want: "EN\r\nSTORED\r\nVA 2 ka c1 f0 s2 t-1 Oop\r\nhi\r\nHD\r\nHD\r\nMN\r\n", alive: true},
+		{name: "meta set modes", in: "ms a 2 c k\r\nhi\r\nms a 1 ME\r\nx\r\nms a 1 MA q\r\n!\r\nms a 1 MP\r\n>\r\nms b 1 MR\r\nx\r\nms b 1 C5\r\nx\r\nms a 1 C9\r\nx\r\nmg a v c\r\n",
+			want: "HD c1 ka\r\nNS\r\nHD\r\nNS\r\nNF\r\nEX\r\nVA 4 c3\r\n>hi!\r\n", alive: true},
+		{name: "meta set refusals", in: "ms a 1 F3\r\nx\r\nms a 1 T60 q\r\nx\r\nms a 1 MZ\r\nx\r\nms a 1 I\r\nx\r\nmg a\r\n",
+			want: errFlags.msg + "\r\n" + errExptime.msg + "\r\n" + errMetaMode.msg + "\r\n" + errMetaStale.msg + "\r\nEN\r\n", alive: true},
+		{name: "meta delete", in: "md a\r\nmd a q\r\nset a 0 0 1\r\nx\r\nmd a C7 q\r\nmd a C1 q k\r\nmd a\r\n",
+			want: "NF\r\nNF\r\nSTORED\r\nEX\r\nNF\r\n", alive: true},
+		{name: "meta arithmetic", in: "ma n\r\nma n N0 J10 v\r\nma n q\r\nma n MD D3 v t c\r\nma n M- D100 v\r\nset s 0 0 1\r\nx\r\nma s\r\nma n C1\r\n",
+			want: "NF\r\nVA 2\r\n10\r\nVA 1 t-1 c3\r\n8\r\nVA 1\r\n0\r\nSTORED\r\n" + errNonNumeric.msg + "\r\nEX\r\n", alive: true},
+		{name: "meta base64 keys", in: "ms AAE= 1 b k\r\nx\r\nmg AAE= b k v\r\nmg !! b\r\n",
+			want: "HD b kAAE=\r\nVA 1 b kAAE=\r\nx\r\n" + errMetaKey.msg + "\r\n", alive: true},
+		{name: "meta refusals", in: "mg a h\r\nmg a zz\r\nmg\r\nma a Dx\r\nmg a O" + strings.Repeat("o", 33) + "\r\nmn\r\n",
+			want: errMetaLRU.msg + "\r\n" + errMetaFlag.msg + "\r\nCLIENT_ERROR bad command line format\r\n" + errMetaNumber.msg + "\r\n" + errMetaFlag.msg + "\r\nMN\r\n", alive: true},
+		{name: "meta set without length closes", in: "ms a\r\nmn\r\n", want: "CLIENT_ERROR bad command line format\r\n"},
+		{name: "storage without length closes", in: "add a 0 0\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\n"},
 		{name: "bad data chunk", in: "set a 0 0 1\r\nxy\r\nget a\r\n",
 			want: "CLIENT_ERROR bad data chunk\r\nERROR\r\nEND\r\n", alive: true},
 		{name: "bad data chunk terminator", in: "set a 0 0 2\r\nxy\n\nget a\r\n",
@@ -71,7 +105,7 @@ func TestConversations(t *testing.T) {
 		{name: "exptime refused, data skipped", in: "set a 0 10 3\r\nabc\r\nget a\r\n", want: errExptime.msg + "\r\nEND\r\n", alive: true},
 		{name: "bad noreply", in: "set a 0 0 1 noreplyx\r\nx\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\nEND\r\n", alive: true},
 		{name: "bad key in set", in: "set " + key250 + "x 0 0 1\r\nx\r\nversion\r\n",
-			want: "CLIENT_ERROR bad key: key is longer than 250 bytes\r\nVERSION quicksilver\r\n", alive: true},
+			want: "CLIENT_ERROR bad key: key is longer than 250 bytes\r\n" + versionReply, alive: true},
 		{name: "bad key in get", in: "get a \x01\r\nget " + key250 + "\r\n",
 			want: "CLIENT_ERROR bad key: key 2 contains a control character\r\nEND\r\n", alive: true},
 		{name: "get without keys", in: "get\r\nget   \r\n", want: "CLIENT_ERROR get needs at least one key\r\nCLIENT_ERROR get needs at least one key\r\n", alive: true},
@@ -173,7 +207,7 @@ func TestBackendErrors(t *testing.T) {
 			before := counterValue(errorsByKind[tt.kind])
 			mc := runConn(t, s, "get a\r\ngets a b\r\nset a 0 0 1\r\nx\r\ndelete a\r\nset a 0 0 1 noreply\r\nx\r\nversion\r\n", 1)
 			line := tt.reply + "\r\n"
-			want := line + line + line + line + "VERSION quicksilver\r\n"
+			want := line + line + line + line + versionReply
 			if got := mc.output(); got != want {
 				t.Fatalf("got\n%q\nwant\n%q", got, want)
 			}
@@ -218,7 +252,7 @@ func TestStats(t *testing.T) {
 	for _, want := range []string{
 		"STAT pid ", "STAT uptime ", "STAT curr_connections 1\r\n", "STAT total_connections 1\r\n",
 		"STAT cmd_get 4\r\n", "STAT get_hits 2\r\n", "STAT get_misses 2\r\n", "STAT cmd_set 1\r\n",
-		"STAT delete_hits 1\r\n", "STAT delete_misses 1\r\n", "STAT version quicksilver\r\n",
+		"STAT delete_hits 1\r\n", "STAT delete_misses 1\r\n", "STAT version " + version.Version + "\r\n",
 		"STAT applied_index 2\r\n", "STAT db_id 7\r\n", "STAT role replica  STAT evil 1\r\n",
 	} {
 		if !strings.Contains(stats, want) {

@@ -35,6 +35,8 @@ const (
 	kindBackendCanceled
 	kindBackendOther
 	kindBackendUnavailable
+	kindContended
+	kindNonNumeric
 	numErrKinds
 )
 
@@ -59,6 +61,8 @@ var errKindNames = [numErrKinds]string{
 	kindBackendCanceled:    "backend_canceled",
 	kindBackendOther:       "backend_other",
 	kindBackendUnavailable: "backend_unavailable",
+	kindContended:          "contended",
+	kindNonNumeric:         "non_numeric",
 }
 
 func (k errKind) String() string { return errKindNames[k] }

@@ -3,11 +3,13 @@ package memcache
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +18,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/version"
 )
+
+// versionReply is the reply to the version command.
+var versionReply = "VERSION " + version.Version + "\r\n"
 
 // fakeBackend is an in-memory Backend: a map and a log index counter. It
 // can be told to fail each operation with a given error.
@@ -105,6 +111,28 @@ func (f *fakeBackend) Delete(ctx context.Context, key []byte) (uint64, bool, err
 	return f.index, ok, nil
 }
 
+func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.setErr
+	if err == nil && f.errFor != nil {
+		err = f.errFor("writeif", key)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if cur := f.data[string(key)]; cur.index != ifIndex {
+		return 0, store.ErrConditionFailed
+	}
+	f.index++
+	if del {
+		delete(f.data, string(key))
+	} else {
+		f.data[string(key)] = fakeValue{bytes.Clone(value), f.index}
+	}
+	return f.index, nil
+}
+
 func (f *fakeBackend) Stats() [][2]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,6 +217,18 @@ func checkReplies(b []byte) (int, error) {
 	n := 0
 	inGet, inStats := false, false
 	for len(b) > 0 {
+		if b[0] == binResMagic && !inGet && !inStats {
+			if len(b) < binHdrLen {
+				return n, fmt.Errorf("partial binary header %q", b)
+			}
+			body := int(binary.BigEndian.Uint32(b[8:]))
+			if len(b) < binHdrLen+body || int(b[4])+int(binary.BigEndian.Uint16(b[2:])) > body {
+				return n, fmt.Errorf("bad binary reply %q", b)
+			}
+			b = b[binHdrLen+body:]
+			n++
+			continue
+		}
 		i := bytes.Index(b, []byte("\r\n"))
 		if i < 0 {
 			return n, fmt.Errorf("partial reply line %q", b)
@@ -231,9 +271,24 @@ func checkReplies(b []byte) (int, error) {
 			n++
 		case inGet:
 			return n, fmt.Errorf("%q inside get reply", line)
+		case w == "VA":
+			f := bytes.Fields(rest)
+			size := -1
+			if len(f) > 0 {
+				size, _ = strconv.Atoi(string(f[0]))
+			}
+			if size < 0 || len(b) < size+2 || string(b[size:size+2]) != "\r\n" {
+				return n, fmt.Errorf("bad VA data after %q", line)
+			}
+			b = b[size+2:]
+			n++
 		case line == "ERROR" || line == "STORED" || line == "DELETED" || line == "NOT_FOUND" ||
+			line == "NOT_STORED" || line == "EXISTS" || line == "TOUCHED" || line == "MN" ||
+			w == "HD" || w == "NS" || w == "EX" || w == "NF" || line == "EN" ||
 			w == "VERSION" && len(rest) > 0:
 			n++
+		case len(line) > 0 && strings.Trim(line, "0123456789") == "":
+			n++ // incr, decr
 		default:
 			return n, fmt.Errorf("unknown reply line %q", line)
 		}

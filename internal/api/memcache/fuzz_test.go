@@ -103,6 +103,36 @@ func FuzzParse(f *testing.F) {
 			if len(fields) != 1 {
 				t.Fatalf("%q: accepted as %v", line, req.cmd)
 			}
+		case cmdGat, cmdGats:
+			if len(req.keys) == 0 || len(req.keys) != len(fields)-2 || fields[1] != "0" && strings.Trim(fields[1], "0") != "-" && strings.TrimLeft(fields[1], "0") != "" {
+				t.Fatalf("%q: accepted as %+v", line, req)
+			}
+		case cmdAdd, cmdReplace, cmdAppend, cmdPrepend, cmdCas:
+			want := 6
+			if req.cmd == cmdCas {
+				want = 7
+			}
+			if !validKey(req.key) || req.dataLen < 0 || req.dataLen > lim.maxValue || req.noreply != (len(fields) == want) {
+				t.Fatalf("%q: accepted as %+v", line, req)
+			}
+		case cmdIncr, cmdDecr, cmdTouch:
+			if !validKey(req.key) || req.noreply != (len(fields) == 4) {
+				t.Fatalf("%q: accepted as %+v", line, req)
+			}
+		case cmdNoop:
+			if fields[0] != "mn" {
+				t.Fatalf("%q: accepted as %v", line, req.cmd)
+			}
+		case cmdMetaGet, cmdMetaDelete, cmdMetaArith, cmdMetaSet:
+			if len(req.key) == 0 || len(req.key) > 250 || req.meta.nret > len(req.meta.ret) || len(req.meta.opaque) > maxOpaqueLen {
+				t.Fatalf("%q: accepted as %+v", line, req)
+			}
+			if !req.meta.base64 && !validKey(req.key) {
+				t.Fatalf("%q: key %q", line, req.key)
+			}
+			if (req.cmd == cmdMetaSet) != (req.dataLen >= 0) || req.dataLen > lim.maxValue {
+				t.Fatalf("%q: data length %d", line, req.dataLen)
+			}
 		default:
 			t.Fatalf("%q: accepted as %v", line, req.cmd)
 		}

@@ -31,6 +31,10 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_total",
 		Help: "Connections accepted and served (rejected ones are counted in errors_total{kind=\"too_many_conns\"}).",
 	}))
+	idleEvictionsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "idle_evictions_total",
+		Help: "Idle connections closed to make room for a new one at the connection limit (memcached's idle kicks).",
+	}))
 	threadConnections = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_connections",
 		Help: "Connections served on a dedicated thread with blocking socket calls (memcache_threads); the others go through Go's network poller.",

@@ -10,17 +10,34 @@ import (
 // a request, without I/O and without allocating on the success path.
 
 // command is a request's command; it is also the label of requests_total.
+// The binary and meta protocols count their requests under the command
+// they share with the text protocol (a binary getq is a get, ms is a set).
 type command uint8
 
 const (
 	cmdInvalid     command = iota // unknown or unparsable
 	cmdGet                        // get <key>*
 	cmdGets                       // gets <key>*
+	cmdGat                        // gat <exptime> <key>*
+	cmdGats                       // gats <exptime> <key>*
 	cmdSet                        // set <key> <flags> <exptime> <bytes> [noreply]
+	cmdAdd                        // add: set if absent
+	cmdReplace                    // replace: set if present
+	cmdAppend                     // append: add data after the value
+	cmdPrepend                    // prepend: add data before the value
+	cmdCas                        // cas <key> <flags> <exptime> <bytes> <unique> [noreply]
 	cmdDelete                     // delete <key> [0] [noreply]
+	cmdIncr                       // incr <key> <delta> [noreply]
+	cmdDecr                       // decr <key> <delta> [noreply]
+	cmdTouch                      // touch <key> <exptime> [noreply]
 	cmdVersion                    // version
 	cmdStats                      // stats
 	cmdQuit                       // quit
+	cmdNoop                       // mn, and the binary noop
+	cmdMetaGet                    // mg <key> <flag>*
+	cmdMetaSet                    // ms <key> <datalen> <flag>*
+	cmdMetaDelete                 // md <key> <flag>*
+	cmdMetaArith                  // ma <key> <flag>*
 	cmdUnsupported                // a memcached command this server does not serve
 	numCommands
 )
@@ -29,30 +46,55 @@ var commandNames = [numCommands]string{
 	cmdInvalid:     "invalid",
 	cmdGet:         "get",
 	cmdGets:        "gets",
+	cmdGat:         "gat",
+	cmdGats:        "gats",
 	cmdSet:         "set",
+	cmdAdd:         "add",
+	cmdReplace:     "replace",
+	cmdAppend:      "append",
+	cmdPrepend:     "prepend",
+	cmdCas:         "cas",
 	cmdDelete:      "delete",
+	cmdIncr:        "incr",
+	cmdDecr:        "decr",
+	cmdTouch:       "touch",
 	cmdVersion:     "version",
 	cmdStats:       "stats",
 	cmdQuit:        "quit",
+	cmdNoop:        "noop",
+	cmdMetaGet:     "mg",
+	cmdMetaSet:     "ms",
+	cmdMetaDelete:  "md",
+	cmdMetaArith:   "ma",
 	cmdUnsupported: "unsupported",
 }
 
 func (c command) String() string { return commandNames[c] }
 
+// storageCommands maps the names of the commands that carry a data block.
+var storageCommands = map[string]command{
+	"set": cmdSet, "add": cmdAdd, "replace": cmdReplace,
+	"append": cmdAppend, "prepend": cmdPrepend, "cas": cmdCas,
+}
+
 // request is one parsed request line. Its byte slices point into the line.
 type request struct {
 	cmd  command
-	keys [][]byte // get, gets: the keys in request order; backing array reused
-	key  []byte   // set, delete
-	// dataLen is the length of the data block that follows the line (set and
-	// the unsupported storage commands), or -1 if none follows or its length
-	// is unknown. It is set even when parsing fails, so that the caller can
-	// skip the block and stay in step with the client.
+	keys [][]byte // get, gets, gat, gats: the keys in request order; backing array reused
+	key  []byte   // one-key commands
+	// dataLen is the length of the data block that follows the line (the
+	// storage commands, ms and the unsupported storage commands), or -1 if
+	// none follows or its length is unknown. It is set even when parsing
+	// fails, so that the caller can skip the block and stay in step with
+	// the client.
 	dataLen int
+	cas     uint64 // cas: the unique the key must still have
+	delta   uint64 // incr, decr
 	// noreply: the client asked for no reply. Once the token is recognised
 	// it also silences error replies to the request, as memcached does; a
 	// client that reads no reply must not receive one.
 	noreply bool
+	meta    metaFlags // mg, ms, md, ma
 }
 
 // protoError is a request the server refuses. msg is the whole reply line
@@ -75,6 +117,7 @@ var (
 	errFormatClose  = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format", close: true}
 	errDeleteFormat = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format. Usage: delete <key> [noreply]"}
 	errNoKeys       = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR get needs at least one key"}
+	errDelta        = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR invalid numeric delta argument"}
 	errFlags        = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR flags are not supported: values are stored as bytes only, use flags 0"}
 	errExptime      = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR exptime is not supported: keys never expire, use exptime 0"}
 	errTooLarge     = &protoError{kind: kindTooLarge, msg: "SERVER_ERROR object too large for cache"}
@@ -100,11 +143,8 @@ func init() {
 			}{&protoError{kind: kindUnsupported, msg: "CLIENT_ERROR " + n + " is not supported"}, dataTok}
 		}
 	}
-	add(3, "add", "replace", "append", "prepend", "cas")
-	add(1, "ms")
-	add(-1, "incr", "decr", "touch", "gat", "gats", "flush_all", "verbosity", "shutdown",
-		"mg", "md", "ma", "mn", "me", "slabs", "lru", "lru_crawler", "watch",
-		"cache_memlimit", "misbehave", "debugtime", "extstore")
+	add(-1, "flush_all", "verbosity", "shutdown", "me", "slabs", "lru", "lru_crawler",
+		"watch", "cache_memlimit", "misbehave", "debugtime", "extstore")
 }
 
 // limits are the Config fields the parser needs.
@@ -114,15 +154,21 @@ type limits struct {
 }
 
 // parseRequest parses line, a request line without its terminator, into req.
-// On failure req.cmd and req.dataLen are still set when they are known.
+// On failure req.cmd and req.dataLen are still set when they are known, and
+// so is req.noreply once the request asked for it.
 func parseRequest(line []byte, lim limits, req *request) *protoError {
 	req.cmd = cmdInvalid
 	req.keys = req.keys[:0]
 	req.key = nil
 	req.dataLen = -1
 	req.noreply = false
+	req.cas, req.delta = 0, 0
 
 	name, rest := nextToken(line)
+	if cmd, ok := storageCommands[string(name)]; ok {
+		req.cmd = cmd
+		return parseStorage(rest, lim, req)
+	}
 	switch string(name) {
 	case "get":
 		req.cmd = cmdGet
@@ -130,12 +176,28 @@ func parseRequest(line []byte, lim limits, req *request) *protoError {
 	case "gets":
 		req.cmd = cmdGets
 		return parseKeys(rest, lim, req)
-	case "set":
-		req.cmd = cmdSet
-		return parseSet(rest, lim, req)
+	case "gat", "gats":
+		req.cmd = cmdGat
+		if len(name) == 4 {
+			req.cmd = cmdGats
+		}
+		exp, rest := nextToken(rest)
+		if e := checkExptime(exp); e != nil {
+			return e
+		}
+		return parseKeys(rest, lim, req)
 	case "delete":
 		req.cmd = cmdDelete
 		return parseDelete(rest, req)
+	case "incr", "decr":
+		req.cmd = cmdIncr
+		if name[0] == 'd' {
+			req.cmd = cmdDecr
+		}
+		return parseArith(rest, req)
+	case "touch":
+		req.cmd = cmdTouch
+		return parseTouch(rest, req)
 	case "version":
 		req.cmd = cmdVersion
 		return noMoreTokens(rest)
@@ -148,12 +210,18 @@ func parseRequest(line []byte, lim limits, req *request) *protoError {
 			return errStatsGroup
 		}
 		return nil
+	case "mn":
+		req.cmd = cmdNoop
+		return nil
+	case "mg", "ms", "md", "ma":
+		return parseMeta(name, rest, lim, req)
 	}
 	u, ok := unsupported[string(name)]
 	if !ok {
 		return errUnknown
 	}
 	req.cmd = cmdUnsupported
+	req.noreply = lastTokenIs(rest, "noreply")
 	if u.dataTok >= 0 {
 		var toks [8][]byte
 		n := splitTokens(rest, toks[:])
@@ -167,6 +235,26 @@ func parseRequest(line []byte, lim limits, req *request) *protoError {
 		req.dataLen = int(size)
 	}
 	return u.err
+}
+
+// lastTokenIs reports whether the last token of s is tok.
+func lastTokenIs(s []byte, tok string) bool {
+	s = bytes.TrimRight(s, " ")
+	return bytes.HasSuffix(s, []byte(tok)) && (len(s) == len(tok) || s[len(s)-len(tok)-1] == ' ')
+}
+
+// checkExptime accepts the exptimes this server can honour: 0 (never
+// expire). Keys do not expire here, so any other value is refused rather
+// than silently ignored.
+func checkExptime(tok []byte) *protoError {
+	exp, ok := parseInt(tok)
+	if !ok {
+		return errFormat
+	}
+	if exp != 0 {
+		return errExptime
+	}
+	return nil
 }
 
 // parseKeys parses the keys of get and gets.
@@ -192,12 +280,17 @@ func parseKeys(rest []byte, lim limits, req *request) *protoError {
 	return nil
 }
 
-// parseSet parses "<key> <flags> <exptime> <bytes> [noreply]". The data
-// block length is parsed first: without it the stream cannot be followed.
-func parseSet(rest []byte, lim limits, req *request) *protoError {
-	var toks [6][]byte
+// parseStorage parses "<key> <flags> <exptime> <bytes> [<unique>]
+// [noreply]" (the unique for cas only). The data block length is parsed
+// first: without it the stream cannot be followed.
+func parseStorage(rest []byte, lim limits, req *request) *protoError {
+	var toks [7][]byte
 	n := splitTokens(rest, toks[:])
-	if n < 4 || n > 5 {
+	want := 4 // key flags exptime bytes
+	if req.cmd == cmdCas {
+		want = 5
+	}
+	if n < want || n > want+1 {
 		return errFormatClose
 	}
 	size, ok := parseUint(toks[3], maxValueLimit)
@@ -206,8 +299,8 @@ func parseSet(rest []byte, lim limits, req *request) *protoError {
 	}
 	req.dataLen = int(size)
 	req.key = toks[0]
-	if n == 5 {
-		if string(toks[4]) != "noreply" {
+	if n == want+1 {
+		if string(toks[want]) != "noreply" {
 			return errFormat
 		}
 		req.noreply = true
@@ -220,10 +313,13 @@ func parseSet(rest []byte, lim limits, req *request) *protoError {
 	} else if flags != 0 {
 		return errFlags
 	}
-	if exp, ok := parseInt(toks[2]); !ok {
-		return errFormat
-	} else if exp != 0 {
-		return errExptime
+	if e := checkExptime(toks[2]); e != nil {
+		return e
+	}
+	if req.cmd == cmdCas {
+		if req.cas, ok = parseUint(toks[4], 1<<64-1); !ok {
+			return errFormat
+		}
 	}
 	if req.dataLen > lim.maxValue {
 		return errTooLarge
@@ -231,11 +327,53 @@ func parseSet(rest []byte, lim limits, req *request) *protoError {
 	return nil
 }
 
+// parseArith parses "<key> <delta> [noreply]" of incr and decr.
+func parseArith(rest []byte, req *request) *protoError {
+	var toks [4][]byte
+	n := splitTokens(rest, toks[:])
+	if n == 3 && string(toks[2]) == "noreply" {
+		req.noreply = true
+		n = 2
+	}
+	if n != 2 {
+		return errFormat
+	}
+	req.key = toks[0]
+	if e := checkKey(toks[0], 0); e != nil {
+		return e
+	}
+	d, ok := parseUint(toks[1], 1<<64-1)
+	if !ok {
+		return errDelta
+	}
+	req.delta = d
+	return nil
+}
+
+// parseTouch parses "<key> <exptime> [noreply]".
+func parseTouch(rest []byte, req *request) *protoError {
+	var toks [4][]byte
+	n := splitTokens(rest, toks[:])
+	if n == 3 && string(toks[2]) == "noreply" {
+		req.noreply = true
+		n = 2
+	}
+	if n != 2 {
+		return errFormat
+	}
+	req.key = toks[0]
+	if e := checkKey(toks[0], 0); e != nil {
+		return e
+	}
+	return checkExptime(toks[1])
+}
+
 // parseDelete parses "<key> [0] [noreply]"; the 0 is a time argument old
 // clients still send.
 func parseDelete(rest []byte, req *request) *protoError {
 	var toks [4][]byte
 	n := splitTokens(rest, toks[:])
+	req.noreply = n > 1 && lastTokenIs(rest, "noreply")
 	switch {
 	case n == 1:
 	case n == 2 && string(toks[1]) == "noreply":

@@ -11,11 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// Version is reported by the version command and the version stat. It is
-// read when a Server is created.
-var Version = "quicksilver"
+	"github.com/quicksilver-kv/qs/internal/version"
+)
 
 // Server serves the memcached text protocol for one Backend on any number of
 // listeners.
@@ -44,6 +42,7 @@ type Server struct {
 		listeners map[net.Listener]struct{}
 		conns     map[*conn]struct{}
 		threads   int // connections on a dedicated thread
+		evicting  int // connections in conns closed for room, not yet gone
 	}
 
 	// niceRefused is set once the system refused a read thread's nice
@@ -55,6 +54,7 @@ type Server struct {
 	// Counters for the stats command, per Server. cmd_get is hits+misses.
 	stats struct {
 		currConns, totalConns, rejectedConns atomic.Int64
+		evictedConns                         atomic.Int64
 		getHits, getMisses                   atomic.Uint64
 		cmdSet, cmdDelete, deleteHits        atomic.Uint64
 	}
@@ -77,7 +77,7 @@ func New(cfg Config, b Backend, log *slog.Logger) *Server {
 		b:           b,
 		log:         log,
 		start:       time.Now(),
-		versionLine: []byte("VERSION " + sanitize(Version, '_', maxErrorText) + "\r\n"),
+		versionLine: []byte("VERSION " + sanitize(version.Version, '_', maxErrorText) + "\r\n"),
 		done:        make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -182,7 +182,7 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 	if s.closing.Load() {
 		return nil, ErrServerClosed
 	}
-	if len(s.mu.conns) >= s.cfg.MaxConns {
+	if len(s.mu.conns)-s.mu.evicting >= s.cfg.MaxConns && !s.evictIdlestLocked() {
 		return nil, errTooManyConns
 	}
 	var sk sock
@@ -202,9 +202,38 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 	return c, nil
 }
 
+// evictIdlestLocked closes the connection that has waited longest for a
+// request, to make room for a new one. It reports false if every
+// connection is inside a request.
+func (s *Server) evictIdlestLocked() bool {
+	for range 3 { // the idlest may start a request while it is chosen
+		var idlest *conn
+		var since time.Time
+		for c := range s.mu.conns {
+			if t, ok := c.idleSince(); ok && (idlest == nil || t.Before(since)) {
+				idlest, since = c, t
+			}
+		}
+		if idlest == nil {
+			return false
+		}
+		if idlest.evictIfIdle() {
+			s.mu.evicting++
+			s.stats.evictedConns.Add(1)
+			idleEvictionsTotal.Inc()
+			s.log.Debug("memcache: idle connection closed for a new one", "remote", remoteAddr(idlest.nc), "idle_since", since)
+			return true
+		}
+	}
+	return false
+}
+
 // unregister forgets c; it is called once, after c's socket was closed.
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
+	if c.wasEvicted() {
+		s.mu.evicting--
+	}
 	delete(s.mu.conns, c)
 	if c.sock.dedicated() {
 		s.mu.threads--
@@ -259,13 +288,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // statLines appends the reply to the stats command to out.
 func (s *Server) statLines(out []byte) []byte {
-	stat := func(name string, value string) {
+	for _, kv := range s.statPairs() {
 		out = append(out, "STAT "...)
-		out = append(out, name...)
+		out = append(out, kv[0]...)
 		out = append(out, ' ')
-		out = append(out, value...)
+		out = append(out, kv[1]...)
 		out = append(out, "\r\n"...)
 	}
+	return append(out, "END\r\n"...)
+}
+
+// statPairs returns the statistics the stats command reports, as names
+// and values safe to send.
+func (s *Server) statPairs() [][2]string {
+	var pairs [][2]string
+	stat := func(name string, value string) { pairs = append(pairs, [2]string{name, value}) }
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	now := time.Now()
@@ -278,6 +315,7 @@ func (s *Server) statLines(out []byte) []byte {
 	stat("total_connections", i(s.stats.totalConns.Load()))
 	stat("rejected_connections", i(s.stats.rejectedConns.Load()))
 	stat("max_connections", strconv.Itoa(s.cfg.MaxConns))
+	stat("idle_kicks", i(s.stats.evictedConns.Load()))
 	stat("cmd_get", u(hits+misses))
 	stat("get_hits", u(hits))
 	stat("get_misses", u(misses))
@@ -292,7 +330,7 @@ func (s *Server) statLines(out []byte) []byte {
 		}
 		stat(name, sanitize(kv[1], ' ', maxErrorText))
 	}
-	return append(out, "END\r\n"...)
+	return pairs
 }
 
 func remoteAddr(nc net.Conn) string {

@@ -127,7 +127,7 @@ func testTCPRaw(t *testing.T, threads int) {
 	c.send("lo\r\nget a b\r\nge")
 	time.Sleep(10 * time.Millisecond)
 	c.send("ts a\r\ndelete a\r\nget a\r\nversion\r\n")
-	c.expect("STORED\r\nVALUE a 0 5\r\nhello\r\nEND\r\nVALUE a 0 5 1\r\nhello\r\nEND\r\nDELETED\r\nEND\r\nVERSION quicksilver\r\n")
+	c.expect("STORED\r\nVALUE a 0 5\r\nhello\r\nEND\r\nVALUE a 0 5 1\r\nhello\r\nEND\r\nDELETED\r\nEND\r\n" + versionReply)
 	c.send("quit\r\n")
 	c.expectClosed(5 * time.Second)
 }
@@ -183,8 +183,8 @@ func TestGomemcache(t *testing.T) {
 	if err := mc.Set(&gomemcache.Item{Key: "k", Value: []byte("v"), Expiration: 60}); err == nil || !strings.Contains(err.Error(), "exptime") {
 		t.Fatalf("Set with expiration = %v, want an error about exptime", err)
 	}
-	if err := mc.Add(&gomemcache.Item{Key: "k", Value: []byte("v")}); err == nil || !strings.Contains(err.Error(), "add is not supported") {
-		t.Fatalf("Add = %v, want not supported", err)
+	if err := mc.Add(&gomemcache.Item{Key: "key-002", Value: []byte("v")}); !errors.Is(err, gomemcache.ErrNotStored) {
+		t.Fatalf("Add of a present key = %v, want ErrNotStored", err)
 	}
 	if err := mc.Set(&gomemcache.Item{Key: "k", Value: make([]byte, 2<<20)}); err == nil {
 		t.Fatal("Set of 2 MiB succeeded")
@@ -283,7 +283,7 @@ func testSlowLoris(t *testing.T, threads int) {
 	for range 3 {
 		time.Sleep(timeout / 2)
 		c.send("version\r\n")
-		c.expect("VERSION quicksilver\r\n")
+		c.expect(versionReply)
 	}
 }
 
@@ -293,7 +293,7 @@ func testIdleTimeout(t *testing.T, threads int) {
 	ts := startServer(t, withThreads(Config{IdleTimeout: 200 * time.Millisecond}, threads), newFakeBackend())
 	c := dial(t, "tcp", ts.addr)
 	c.send("version\r\n")
-	c.expect("VERSION quicksilver\r\n")
+	c.expect(versionReply)
 	start := time.Now()
 	c.expectClosed(5 * time.Second)
 	if d := time.Since(start); d < 150*time.Millisecond {
@@ -304,26 +304,57 @@ func testIdleTimeout(t *testing.T, threads int) {
 func TestTooManyConnections(t *testing.T) {
 	ts := startServer(t, Config{MaxConns: 2}, newFakeBackend())
 	before := counterValue(errorsByKind[kindTooManyConns])
-	c1, c2 := dial(t, "tcp", ts.addr), dial(t, "tcp", ts.addr)
-	for _, c := range []*client{c1, c2} {
-		c.send("version\r\n")
-		c.expect("VERSION quicksilver\r\n")
+	evictedBefore := counterValue(idleEvictionsTotal)
+	allIdle := func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		for c := range ts.mu.conns {
+			if _, idle := c.idleSince(); !idle {
+				return false
+			}
+		}
+		return true
 	}
+	var c1, c2 *client
+	for _, c := range []**client{&c1, &c2} {
+		*c = dial(t, "tcp", ts.addr)
+		(*c).send("version\r\n")
+		(*c).expect(versionReply)
+		waitFor(t, "the connections to wait for a request", allIdle)
+	}
+	// Both wait for a request: the one idle longest, c1, makes room.
 	c3 := dial(t, "tcp", ts.addr)
-	c3.expect("SERVER_ERROR too many connections\r\n")
-	c3.expectClosed(5 * time.Second)
+	c1.expectClosed(30 * time.Second)
+	c3.send("version\r\n")
+	c3.expect(versionReply)
+	c2.send("version\r\n")
+	c2.expect(versionReply)
+	if got := counterValue(idleEvictionsTotal) - evictedBefore; got != 1 {
+		t.Errorf("idle_evictions_total rose by %v, want 1", got)
+	}
+	waitFor(t, "the evicted connection to go", func() bool { return ts.stats.currConns.Load() == 2 })
+
+	// When every connection is inside a request, a new one is refused.
+	c2.send("get a") // a request begun, not finished
+	c3.send("get b")
+	waitFor(t, "both connections to be inside a request", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		for c := range ts.mu.conns {
+			if _, idle := c.idleSince(); idle {
+				return false
+			}
+		}
+		return len(ts.mu.conns) == 2
+	})
+	c4 := dial(t, "tcp", ts.addr)
+	c4.expect("SERVER_ERROR too many connections\r\n")
+	c4.expectClosed(5 * time.Second)
 	if got := counterValue(errorsByKind[kindTooManyConns]) - before; got != 1 {
 		t.Errorf("errors_total{kind=too_many_conns} rose by %v, want 1", got)
 	}
-	// A slot frees up when a client leaves.
-	c1.nc.Close()
-	waitFor(t, "connection count to drop", func() bool { return ts.stats.currConns.Load() == 1 })
-	c4 := dial(t, "tcp", ts.addr)
-	c4.send("stats\r\n")
-	line, _ := c4.r.ReadString('\n')
-	if !strings.HasPrefix(line, "STAT ") {
-		t.Fatalf("stats after a slot freed: %q", line)
-	}
+	c2.send("\r\n")
+	c2.expect("END\r\n")
 }
 
 func TestLineTooLongTCP(t *testing.T) { forIOModes(t, testLineTooLongTCP) }
@@ -332,7 +363,7 @@ func testLineTooLongTCP(t *testing.T, threads int) {
 	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend())
 	before := counterValue(errorsByKind[kindLineTooLong])
 	c := dial(t, "tcp", ts.addr)
-	go c.nc.Write([]byte("get " + strings.Repeat("k", 100<<10) + "\r\nversion\r\n"))
+	go c.nc.Write([]byte("get " + strings.Repeat("k", 3<<20) + "\r\nversion\r\n"))
 	c.expect("CLIENT_ERROR line too long\r\n")
 	c.expectClosed(5 * time.Second)
 	if got := counterValue(errorsByKind[kindLineTooLong]) - before; got != 1 {
@@ -405,7 +436,7 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 
 	idle := dial(t, "tcp", ln.Addr().String())
 	idle.send("version\r\n")
-	idle.expect("VERSION quicksilver\r\n")
+	idle.expect(versionReply)
 	busy := dial(t, "tcp", ln.Addr().String())
 	busy.send("set k 0 0 1\r\nx\r\n")
 	<-entered
@@ -586,7 +617,7 @@ func testShutdownGracefulIsQuick(t *testing.T, threads int) {
 	for range 20 {
 		c := dial(t, "tcp", ts.addr)
 		c.send("version\r\n")
-		c.expect("VERSION quicksilver\r\n")
+		c.expect(versionReply)
 		cs = append(cs, c)
 	}
 	start := time.Now()

@@ -58,7 +58,7 @@ func TestThreadLimit(t *testing.T) {
 	})
 	c3 := dial(t, "tcp", ts.addr) // takes the free thread
 	c3.send("version\r\n")
-	c3.expect("VERSION quicksilver\r\n")
+	c3.expect(versionReply)
 	if g := gaugeValue(t, threadConnections) - before; g != 1 {
 		t.Errorf("after a reconnect thread_connections is %v above the start, want 1", g)
 	}
@@ -188,7 +188,7 @@ func TestIdleThreadsDoNotStallOthers(t *testing.T) {
 	for i := range idle {
 		idle[i] = dial(t, "tcp", ts.addr)
 		idle[i].send("version\r\n")
-		idle[i].expect("VERSION quicksilver\r\n")
+		idle[i].expect(versionReply)
 	}
 	time.Sleep(50 * time.Millisecond) // every idle thread is back in read(2)
 	busy := dial(t, "tcp", ts.addr)
@@ -207,7 +207,7 @@ func TestIdleThreadsDoNotStallOthers(t *testing.T) {
 	// The idle ones still answer.
 	for _, c := range idle {
 		c.send("version\r\n")
-		c.expect("VERSION quicksilver\r\n")
+		c.expect(versionReply)
 	}
 }
 
