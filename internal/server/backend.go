@@ -23,11 +23,8 @@ func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index 
 }
 
 func (b memcacheBackend) write(ctx context.Context, op wal.Op, conds ...store.Cond) (uint64, bool, error) {
-	if err := b.db.CanWrite(); err != nil {
+	if err := b.Writable(); err != nil {
 		return 0, false, err
-	}
-	if err := b.db.Gate.RefuseMemcacheWrite(); err != nil {
-		return 0, false, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
 	batch := storeBatch(op)
 	batch.Conds = conds
@@ -42,6 +39,16 @@ func (b memcacheBackend) Set(ctx context.Context, key, value []byte) (uint64, er
 
 func (b memcacheBackend) Delete(ctx context.Context, key []byte) (uint64, bool, error) {
 	return b.write(ctx, wal.Op{Type: wal.OpDelete, Key: key})
+}
+
+func (b memcacheBackend) Writable() error {
+	if err := b.db.CanWrite(); err != nil {
+		return err
+	}
+	if err := b.db.Gate.RefuseMemcacheWrite(); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	return nil
 }
 
 func (b memcacheBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {

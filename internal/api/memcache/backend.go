@@ -31,6 +31,12 @@ type Backend interface {
 	// entry of the log, and returns once it is durable. If the key's index
 	// differs it changes nothing and fails with store.ErrConditionFailed.
 	WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (index uint64, err error)
+	// Writable returns nil if this node takes writes, else the error a
+	// write would fail with (store.ErrNotRoot at a replica or proxy). The
+	// commands that read before they write (replace, append, incr, ...)
+	// ask first, so that a node that takes no writes refuses them as it
+	// refuses set, whatever the key holds.
+	Writable() error
 	// Stats returns extra name/value pairs for the `stats` command (e.g. applied_index, db_id, role).
 	Stats() [][2]string
 }

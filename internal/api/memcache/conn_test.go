@@ -348,3 +348,23 @@ func TestConfig(t *testing.T) {
 	}()
 	New(bad, newFakeBackend(), nil)
 }
+
+// TestConditionalCommandsRefusedLikeSet: at a node that takes no writes,
+// the commands that read before they write are refused as set is,
+// whatever the key holds, and change nothing.
+func TestConditionalCommandsRefusedLikeSet(t *testing.T) {
+	b := newFakeBackend()
+	b.put("n", "x")
+	b.setErr = fmt.Errorf("forward to the root: %w", store.ErrNotRoot)
+	before := counterValue(errorsByKind[kindBackendNotRoot])
+	s := New(Config{}, b, nil)
+	mc := runConn(t, s, "incr n 1\r\ndecr zz 1\r\nappend n 0 0 1\r\ny\r\nreplace n 0 0 1\r\ny\r\ntouch n 0\r\ncas n 0 0 1 0\r\ny\r\n"+
+		"ma n\r\nms n 1 MA\r\ny\r\nmd n C0\r\nincr n 1 noreply\r\nget n\r\n", 0)
+	line := "CLIENT_ERROR writes are accepted only at the root: forward to the root: " + store.ErrNotRoot.Error() + "\r\n"
+	if got, want := mc.output(), strings.Repeat(line, 9)+"VALUE n 0 1\r\nx\r\nEND\r\n"; got != want {
+		t.Fatalf("got\n%q\nwant\n%q", got, want)
+	}
+	if got := counterValue(errorsByKind[kindBackendNotRoot]) - before; got != 10 {
+		t.Errorf("errors_total{kind=backend_not_root} rose by %v, want 10", got)
+	}
+}

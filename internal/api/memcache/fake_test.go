@@ -133,6 +133,15 @@ func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, del bool, 
 	return f.index, nil
 }
 
+func (f *fakeBackend) Writable() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if errors.Is(f.setErr, store.ErrNotRoot) {
+		return f.setErr
+	}
+	return nil
+}
+
 func (f *fakeBackend) Stats() [][2]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -128,6 +128,11 @@ func (c *conn) existence(key []byte) (outcome, error) {
 // of the write when stored.
 func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (outcome, uint64, error) {
 	c.s.stats.cmdSet.Add(1)
+	if mode != modeSet && mode != modeAdd {
+		if err := c.s.b.Writable(); err != nil {
+			return 0, 0, err
+		}
+	}
 	switch {
 	case mode == modeSet && !hasCas:
 		idx, err := c.s.b.Set(c.s.ctx, key, data)
@@ -135,6 +140,9 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 	case mode == modeSet || mode == modeAdd:
 		// cas unique 0 is never a key's: a cas with it cannot succeed.
 		if mode == modeSet && cas == 0 {
+			if err := c.s.b.Writable(); err != nil {
+				return 0, 0, err
+			}
 			out, err := c.existence(key)
 			return out, 0, err
 		}
@@ -184,7 +192,9 @@ func (c *conn) deleteKey(key []byte, hasCas bool, cas uint64) (outcome, error) {
 			out = outNotFound
 		}
 	case cas == 0:
-		out, err = c.existence(key)
+		if err = c.s.b.Writable(); err == nil {
+			out, err = c.existence(key)
+		}
 	default:
 		_, err = c.s.b.WriteIf(c.s.ctx, key, nil, true, cas)
 		if errors.Is(err, store.ErrConditionFailed) {
@@ -209,6 +219,9 @@ type arithOp struct {
 
 // incrDecr runs op on key and returns the new value and the write's index.
 func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error) {
+	if err := c.s.b.Writable(); err != nil {
+		return 0, 0, 0, err
+	}
 	for range maxAttempts {
 		cur, idx, found, err := c.lookup(key)
 		if err != nil {
@@ -239,6 +252,9 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 
 // touch answers a touch (exptime 0: the key keeps never expiring).
 func (c *conn) touch(key []byte) (outcome, error) {
+	if err := c.s.b.Writable(); err != nil {
+		return 0, err
+	}
 	_, _, found, err := c.lookup(key)
 	if err != nil || found {
 		return outStored, err
