@@ -3,9 +3,8 @@ package httpapi
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"io"
+
+	"github.com/go-json-experiment/json"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -37,19 +36,18 @@ const (
 	opNameDel = "del"
 )
 
-// decodeStrict decodes one JSON document into v: unknown fields and
-// anything after the document are refused. Errors are bad_json.
+// decodeStrict decodes one JSON document into v. Refused, as bad_json: an
+// empty body, unknown or duplicate member names, member names that do not
+// match a field's case exactly, strings that are not valid UTF-8 (raw
+// bytes or escaped lone surrogates, which a lenient decoder turns into
+// U+FFFD so that different keys collapse into one), and anything after
+// the document.
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errorf(codeBadJSON, "qs: empty request body, want a JSON object")
-		}
-		return errorf(codeBadJSON, "qs: bad JSON body: %v", err)
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errorf(codeBadJSON, "qs: empty request body, want a JSON object")
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errorf(codeBadJSON, "qs: bad JSON body: data after the JSON object")
+	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
+		return errorf(codeBadJSON, "qs: bad JSON body: %v", err)
 	}
 	return nil
 }

@@ -32,8 +32,8 @@ func (h *handler) addMember(w http.ResponseWriter, r *http.Request, d *Database)
 		return h.fail(w, r, d, err)
 	}
 	var req memberRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return h.fail(w, r, d, errorf(codeBadJSON, "qs: member: %v", err))
+	if err := decodeStrict(body, &req); err != nil {
+		return h.fail(w, r, d, err)
 	}
 	if req.ID == 0 || req.Addr == "" {
 		return h.fail(w, r, d, errorf(codeBadRequest, `qs: member needs "id" (≥ 1) and "addr"`))

@@ -65,6 +65,12 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int
 			if err != nil {
 				return h.fail(w, r, d, errorf(codeBadRequest, "qs: from_index %q is not an index", v[0]))
 			}
+			// Beyond the applied index the node would report progress
+			// at an index it never reached.
+			if applied := d.Store.AppliedIndex(); n > applied {
+				return h.fail(w, r, d, errorf(codeBadRequest,
+					"qs: from_index %d is beyond the index this node has applied, %d: watch from an index it has reached (a replica behind its root catches up; retry)", n, applied))
+			}
 			from = n
 		}
 	}

@@ -222,6 +222,9 @@ func TestWatchHTTPErrors(t *testing.T) {
 	mustError(t, e.do("GET", "/v1/db/watch?from_index=1", nil), http.StatusGone, "reread")
 	mustError(t, e.do("GET", "/v1/db/watch?frm_index=1", nil), http.StatusBadRequest, "bad_request")
 	mustError(t, e.do("GET", "/v1/db/watch?from_index=x", nil), http.StatusBadRequest, "bad_request")
+	// Beyond the applied index (10): the node cannot serve it.
+	mustError(t, e.do("GET", "/v1/db/watch?from_index=11", nil), http.StatusBadRequest, "bad_request")
+	mustError(t, e.do("GET", "/v1/db/watch?from_index=18446744073709551615", nil), http.StatusBadRequest, "bad_request")
 	mustError(t, e.do("GET", "/v1/nope/watch", nil), http.StatusNotFound, "unknown_database")
 	mustError(t, e.do("POST", "/v1/db/watch", nil), http.StatusMethodNotAllowed, "method_not_allowed")
 	s := e.watch(t, "")

@@ -249,3 +249,25 @@ func TestWriteOnReplicaRefused(t *testing.T) {
 	e.setWriteErr(errPlain)
 	mustError(t, e.do("PUT", keyPath("k"), []byte("new")), http.StatusForbidden, "not_root")
 }
+
+// TestStrictJSONKeepsKeysApart: keys that are not valid UTF-8 (a raw byte,
+// escaped lone surrogates) are refused, not turned into U+FFFD, which made
+// different keys overwrite one another; a surrogate pair is a valid key.
+func TestStrictJSONKeepsKeysApart(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	for _, key := range []string{`\ud800`, `\udfff`, "\xff", `\ud800\u0041`} {
+		body := `{"ops":[{"op":"set","key":"` + key + `","value":"` + b64("x") + `"}]}`
+		mustError(t, e.do("POST", "/v1/db/batch", []byte(body)), 400, "bad_json")
+	}
+	if r := e.do("GET", keyPath("\ufffd"), nil); r.status != 404 {
+		t.Fatalf("a refused key was stored as U+FFFD: %d %q", r.status, r.body)
+	}
+	if got := e.st.AppliedIndex(); got != 0 {
+		t.Fatalf("refused batches moved the applied index to %d", got)
+	}
+	body := `{"ops":[{"op":"set","key":"\ud83d\ude00","value":"` + b64("ok") + `"}]}`
+	mustWriteOK(t, e.do("POST", "/v1/db/batch", []byte(body)))
+	if r := e.do("GET", keyPath("\U0001F600"), nil); string(r.body) != "ok" {
+		t.Fatalf("surrogate pair key: %d %q", r.status, r.body)
+	}
+}
