@@ -268,3 +268,64 @@ func TestMemcacheAtHAFollower(t *testing.T) {
 		}
 	}
 }
+
+// TestMemcacheFlushAll: flush_all deletes every key in one entry of the
+// log where the database allows it, and replicas apply that entry; it is
+// refused by default, silently with noreply, and changes nothing then.
+func TestMemcacheFlushAll(t *testing.T) {
+	dir := t.TempDir()
+	root := startQS(t, dir, "--config", writeConfig(t, dir, "[[database]]\nname = \"default\"\nmemcache_flush_all = true\n"))
+	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	mc := gomemcache.New(root.Addr["memcache"])
+	for i := range 50 {
+		if err := mc.Set(&gomemcache.Item{Key: fmt.Sprint("k", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := statusOf(root.Addr["http"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	flushed := st.Applied + 1
+	if err := mc.FlushAll(); err != nil {
+		t.Fatalf("flush_all: %v", err)
+	}
+	raw := dialMC(t, root.Addr["memcache"])
+	if got := raw.line("mg k0 v\r\n"); got != "EN" {
+		t.Fatalf("k0 after flush_all: %q", got)
+	}
+	if st, err = statusOf(root.Addr["http"]); err != nil || st.Applied != flushed {
+		t.Fatalf("flush_all of 50 keys is not one entry: applied %d, want %d, %v", st.Applied, flushed, err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rs, err := statusOf(replica.Addr["http"])
+		if err == nil && rs.Applied == flushed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica never applied the flush: %+v %v", rs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := gomemcache.New(replica.Addr["memcache"]).Get("k7"); !errors.Is(err, gomemcache.ErrCacheMiss) {
+		t.Fatalf("k7 at the replica after flush_all: %v", err)
+	}
+	if got := dialMC(t, replica.Addr["memcache"]).line("flush_all\r\n"); !strings.Contains(got, "only at the root") {
+		t.Fatalf("flush_all at a replica: %q", got)
+	}
+
+	// Off by default.
+	other := startQS(t, t.TempDir())
+	mc = gomemcache.New(other.Addr["memcache"])
+	if err := mc.Set(&gomemcache.Item{Key: "keep", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	raw = dialMC(t, other.Addr["memcache"])
+	if got := raw.line("flush_all noreply\r\nflush_all\r\n"); !strings.Contains(got, "memcache_flush_all = false") {
+		t.Fatalf("flush_all where it is off: %q", got)
+	}
+	if it, err := mc.Get("keep"); err != nil || string(it.Value) != "v" {
+		t.Fatalf("refused flush_all changed data: %+v %v", it, err)
+	}
+}

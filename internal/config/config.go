@@ -116,6 +116,10 @@ type Database struct {
 	// memcached protocol. Default none; a configuration without any
 	// [[database]] gets one database "default" on 127.0.0.1:7311.
 	Memcache []string `toml:"memcache"`
+	// MemcacheFlushAll allows the memcached command flush_all, which
+	// deletes every key of the database in one entry of the log. Default
+	// false: flush_all is refused.
+	MemcacheFlushAll bool `toml:"memcache_flush_all"`
 	// Unix lists Unix socket paths serving the memcached protocol.
 	Unix []string `toml:"unix"`
 	// Upstream lists the replication addresses (host:port of a --repl

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -11,7 +13,10 @@ import (
 )
 
 // memcacheBackend adapts a database to the memcached front door.
-type memcacheBackend struct{ db *httpapi.Database }
+type memcacheBackend struct {
+	db       *httpapi.Database
+	flushAll bool // the database allows flush_all (memcache_flush_all)
+}
 
 func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
 	return b.db.Store.Lookup(keys, func(_ uint64, i int, v []byte, idx uint64, ok bool) error {
@@ -58,6 +63,55 @@ func (b memcacheBackend) WriteIf(ctx context.Context, key, value []byte, del boo
 	}
 	idx, _, err := b.write(ctx, op, store.Cond{Key: key, Index: ifIndex})
 	return idx, err
+}
+
+// FlushAll deletes every key in one batch, conditioned on each key's
+// index at the read it was listed from: a key written in between makes the
+// batch fail (and the flush start again), so that no write acknowledged
+// before the flush survives it. A database with more keys than a batch may
+// hold (max_batch_ops) cannot be flushed.
+func (b memcacheBackend) FlushAll(ctx context.Context) (uint64, error) {
+	if err := b.Writable(); err != nil {
+		return 0, err
+	}
+	if !b.flushAll {
+		return 0, fmt.Errorf("%w: flush_all is off for this database (memcache_flush_all = false)", store.ErrInvalid)
+	}
+	limit := b.db.Store.Options().MaxBatchOps
+	for range 8 {
+		batch, err := b.flushBatch(limit)
+		if err != nil {
+			return 0, err
+		}
+		if len(batch.Ops) == 0 {
+			return b.db.Store.AppliedIndex(), nil
+		}
+		r, err := b.db.Write(ctx, batch)
+		if !errors.Is(err, store.ErrConditionFailed) {
+			return r.Index, err
+		}
+	}
+	return 0, fmt.Errorf("%w: flush_all: keys kept changing while the flush was prepared", store.ErrUnavailable)
+}
+
+// flushBatch lists every key and returns the batch deleting them all.
+func (b memcacheBackend) flushBatch(limit int) (store.Batch, error) {
+	v, err := b.db.Store.View()
+	if err != nil {
+		return store.Batch{}, err
+	}
+	defer v.Close()
+	var batch store.Batch
+	_, err = v.Scan(nil, nil, limit+1, func(key, _ []byte, index uint64) error {
+		k := bytes.Clone(key)
+		batch.Ops = append(batch.Ops, wal.Op{Type: wal.OpDelete, Key: k})
+		batch.Conds = append(batch.Conds, store.Cond{Key: k, Index: index})
+		return nil
+	})
+	if err == nil && len(batch.Ops) > limit {
+		err = fmt.Errorf("%w: flush_all: the database holds more than %d keys, the most one entry may delete (max_batch_ops)", store.ErrTooLarge, limit)
+	}
+	return batch, err
 }
 
 func (b memcacheBackend) Stats() [][2]string {

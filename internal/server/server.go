@@ -291,7 +291,7 @@ func (s *Server) Start() error {
 		mcfg := memcache.DefaultConfig()
 		mcfg.Threads = s.cfg.MemcacheThreads
 		mcfg.ReadNice = s.cfg.MemcacheReadNice
-		mc := memcache.New(mcfg, memcacheBackend{db}, s.log.With("db", d.Name))
+		mc := memcache.New(mcfg, memcacheBackend{db: db, flushAll: d.MemcacheFlushAll}, s.log.With("db", d.Name))
 		s.mc = append(s.mc, mc)
 		for _, addr := range d.Memcache {
 			ln, err := ls.listen("memcache-"+d.Name, "tcp", addr)

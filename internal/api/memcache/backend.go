@@ -31,6 +31,10 @@ type Backend interface {
 	// entry of the log, and returns once it is durable. If the key's index
 	// differs it changes nothing and fails with store.ErrConditionFailed.
 	WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (index uint64, err error)
+	// FlushAll deletes every key of the database as one entry of the log
+	// and returns once it is durable. It fails (store.ErrInvalid) where the
+	// database's configuration does not allow it.
+	FlushAll(ctx context.Context) (index uint64, err error)
 	// Writable returns nil if this node takes writes, else the error a
 	// write would fail with (store.ErrNotRoot at a replica or proxy). The
 	// commands that read before they write (replace, append, incr, ...)

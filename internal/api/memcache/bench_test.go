@@ -63,7 +63,10 @@ func (m staticBackend) Delete(ctx context.Context, key []byte) (uint64, bool, er
 func (m staticBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
 	return 43, nil
 }
-func (m staticBackend) Writable() error    { return nil }
+func (m staticBackend) Writable() error { return nil }
+func (m staticBackend) FlushAll(ctx context.Context) (uint64, error) {
+	return 43, nil
+}
 func (m staticBackend) Stats() [][2]string { return nil }
 
 // getRequest returns a backend with n keys of valueLen bytes and a get line

@@ -198,6 +198,8 @@ func (c *conn) handle(line []byte) bool {
 			keep = c.delete(req.key)
 		case cmdIncr, cmdDecr, cmdTouch:
 			keep = c.keyCommand(req)
+		case cmdFlushAll:
+			keep = c.flushAll()
 		case cmdVersion:
 			c.out = append(c.out, c.s.versionLine...)
 		case cmdStats:

@@ -55,8 +55,10 @@ func TestConversations(t *testing.T) {
 		{name: "version", in: "version\r\n", want: versionReply, alive: true},
 		{name: "quit", in: "get a\r\nquit\r\nget a\r\n", want: "END\r\n"},
 		{name: "unknown", in: "foo\r\nGET a\r\n\r\nversion\r\n", want: "ERROR\r\nERROR\r\nERROR\r\n" + versionReply, alive: true},
-		{name: "unsupported", in: "flush_all\r\nverbosity 1\r\nshutdown\r\nversion\r\n",
-			want: "CLIENT_ERROR flush_all is not supported\r\nCLIENT_ERROR verbosity is not supported\r\nCLIENT_ERROR shutdown is not supported\r\n" + versionReply, alive: true},
+		{name: "unsupported", in: "verbosity 1\r\nshutdown\r\nversion\r\n",
+			want: "CLIENT_ERROR verbosity is not supported\r\nCLIENT_ERROR shutdown is not supported\r\n" + versionReply, alive: true},
+		{name: "flush_all refused where it is off", in: "set a 0 0 1\r\nx\r\nflush_all\r\nflush_all 5\r\nget a\r\n",
+			want: "STORED\r\nCLIENT_ERROR " + store.ErrInvalid.Error() + ": flush_all is off\r\n" + errFlushDelay.msg + "\r\nVALUE a 0 1\r\nx\r\nEND\r\n", alive: true},
 		{name: "noreply silences refusals of every command", in: "flush_all noreply\r\nverbosity 1 noreply\r\nincr a x noreply\r\n" +
 			"touch a 5 noreply\r\nadd a 1 0 1 noreply\r\nx\r\ndelete a x noreply\r\nincr zz 1 noreply\r\nset n 0 0 1\r\nx\r\nincr n 1 noreply\r\nversion\r\n",
 			want: "STORED\r\n" + versionReply, alive: true},
@@ -366,5 +368,17 @@ func TestConditionalCommandsRefusedLikeSet(t *testing.T) {
 	}
 	if got := counterValue(errorsByKind[kindBackendNotRoot]) - before; got != 10 {
 		t.Errorf("errors_total{kind=backend_not_root} rose by %v, want 10", got)
+	}
+}
+
+func TestFlushAll(t *testing.T) {
+	b := newFakeBackend()
+	b.flushAll = true
+	b.put("a", "1")
+	b.put("b", "2")
+	s := New(Config{}, b, nil)
+	mc := runConn(t, s, "flush_all\r\nget a b\r\nset a 0 0 1\r\nx\r\nflush_all 0 noreply\r\nget a\r\n", 0)
+	if got, want := mc.output(), "OK\r\nEND\r\nSTORED\r\nEND\r\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }

@@ -42,6 +42,8 @@ type fakeBackend struct {
 	// errFor, if set, picks an error from the operation and key (fuzzing).
 	errFor func(op string, key []byte) error
 	stats  [][2]string
+	// flushAll: flush_all is allowed.
+	flushAll bool
 }
 
 type fakeValue struct {
@@ -130,6 +132,20 @@ func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, del bool, 
 	} else {
 		f.data[string(key)] = fakeValue{bytes.Clone(value), f.index}
 	}
+	return f.index, nil
+}
+
+func (f *fakeBackend) FlushAll(ctx context.Context) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.setErr != nil {
+		return 0, f.setErr
+	}
+	if !f.flushAll {
+		return 0, fmt.Errorf("%w: flush_all is off", store.ErrInvalid)
+	}
+	clear(f.data)
+	f.index++
 	return f.index, nil
 }
 

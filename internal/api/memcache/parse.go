@@ -30,6 +30,7 @@ const (
 	cmdIncr                       // incr <key> <delta> [noreply]
 	cmdDecr                       // decr <key> <delta> [noreply]
 	cmdTouch                      // touch <key> <exptime> [noreply]
+	cmdFlushAll                   // flush_all [0] [noreply]
 	cmdVersion                    // version
 	cmdStats                      // stats
 	cmdQuit                       // quit
@@ -58,6 +59,7 @@ var commandNames = [numCommands]string{
 	cmdIncr:        "incr",
 	cmdDecr:        "decr",
 	cmdTouch:       "touch",
+	cmdFlushAll:    "flush_all",
 	cmdVersion:     "version",
 	cmdStats:       "stats",
 	cmdQuit:        "quit",
@@ -143,7 +145,7 @@ func init() {
 			}{&protoError{kind: kindUnsupported, msg: "CLIENT_ERROR " + n + " is not supported"}, dataTok}
 		}
 	}
-	add(-1, "flush_all", "verbosity", "shutdown", "me", "slabs", "lru", "lru_crawler",
+	add(-1, "verbosity", "shutdown", "me", "slabs", "lru", "lru_crawler",
 		"watch", "cache_memlimit", "misbehave", "debugtime", "extstore")
 }
 
@@ -198,6 +200,9 @@ func parseRequest(line []byte, lim limits, req *request) *protoError {
 	case "touch":
 		req.cmd = cmdTouch
 		return parseTouch(rest, req)
+	case "flush_all":
+		req.cmd = cmdFlushAll
+		return parseFlushAll(rest, req)
 	case "version":
 		req.cmd = cmdVersion
 		return noMoreTokens(rest)
@@ -347,6 +352,34 @@ func parseArith(rest []byte, req *request) *protoError {
 		return errDelta
 	}
 	req.delta = d
+	return nil
+}
+
+// errFlushDelay refuses a delayed flush_all: a flush happens as one entry
+// of the log, at once.
+var errFlushDelay = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR flush_all with a delay is not supported, use flush_all or flush_all 0"}
+
+// parseFlushAll parses "[delay] [noreply]"; the delay must be 0.
+func parseFlushAll(rest []byte, req *request) *protoError {
+	var toks [3][]byte
+	n := splitTokens(rest, toks[:])
+	if n > 0 && string(toks[n-1]) == "noreply" {
+		req.noreply = true
+		n--
+	}
+	switch {
+	case n == 0:
+		return nil
+	case n > 1:
+		return errFormat
+	}
+	d, ok := parseInt(toks[0])
+	switch {
+	case !ok:
+		return errFormat
+	case d != 0:
+		return errFlushDelay
+	}
 	return nil
 }
 

@@ -99,3 +99,16 @@ func (c *conn) keyCommand(req *request) bool {
 	}
 	return true
 }
+
+// flushAll serves flush_all.
+func (c *conn) flushAll() bool {
+	if c.flush() != nil {
+		return false
+	}
+	if _, err := c.s.b.FlushAll(c.s.ctx); err != nil {
+		c.failed(err)
+		return true
+	}
+	c.replyLine("OK")
+	return true
+}
