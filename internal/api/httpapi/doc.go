@@ -118,6 +118,8 @@
 // everything pending at once, so changes arrive later, never out of
 // order, twice or at the expense of reads.
 //
+// A from_index beyond the index the node has applied is answered 400
+// bad_request (a replica behind its root: retry once it caught up).
 // A from_index older than the retained log is answered 410 reread: scan
 // the prefix, then watch from the scan's index. Beyond watch_max_watchers
 // streams (all databases of the process) the answer is 503
@@ -169,8 +171,10 @@
 // after a timeout or a lost answer safe.
 //
 // Request bodies are limited to Config.MaxBodyBytes. JSON bodies are
-// decoded strictly: unknown fields, wrong types and data after the
-// document are refused. Unknown or repeated query parameters are refused.
+// decoded strictly: unknown, repeated or wrongly cased member names, wrong
+// types, strings that are not valid UTF-8 (raw bytes or escaped lone
+// surrogates, which would otherwise all become U+FFFD) and data after the
+// document are refused (400 bad_json). Unknown or repeated query parameters are refused.
 // Stores also limit key, value and batch sizes (store.Options).
 //
 // # Producers
