@@ -382,3 +382,43 @@ func TestFlushAll(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// TestContendedKey: a read-modify-write command whose key changes between
+// its read and its write every time gives up after maxAttempts with a
+// counted SERVER_ERROR, leaving the other writer's value; a key that
+// changes once is retried and the command applies.
+func TestContendedKey(t *testing.T) {
+	b := newFakeBackend()
+	b.put("n", "1")
+	writes := 0
+	b.beforeWriteIf = func(f *fakeBackend, key []byte) {
+		writes++
+		f.index++
+		f.data[string(key)] = fakeValue{[]byte("7"), f.index}
+	}
+	before := counterValue(errorsByKind[kindContended])
+	s := New(Config{}, b, nil)
+	mc := runConn(t, s, "incr n 1\r\nappend n 0 0 1\r\nx\r\nma n\r\nget n\r\n", 0)
+	want := strings.Repeat(errContended.msg+"\r\n", 3) + "VALUE n 0 1\r\n7\r\nEND\r\n"
+	if got := mc.output(); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if writes != 3*maxAttempts {
+		t.Errorf("%d attempts, want %d", writes, 3*maxAttempts)
+	}
+	if got := counterValue(errorsByKind[kindContended]) - before; got != 3 {
+		t.Errorf("errors_total{kind=contended} rose by %v, want 3", got)
+	}
+	once := true
+	b.beforeWriteIf = func(f *fakeBackend, key []byte) {
+		if once {
+			once = false
+			f.index++
+			f.data[string(key)] = fakeValue{[]byte("10"), f.index}
+		}
+	}
+	mc = runConn(t, s, "incr n 5\r\n", 0)
+	if got := mc.output(); got != "15\r\n" {
+		t.Fatalf("incr after one concurrent write: %q", got)
+	}
+}

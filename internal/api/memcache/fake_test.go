@@ -44,6 +44,9 @@ type fakeBackend struct {
 	stats  [][2]string
 	// flushAll: flush_all is allowed.
 	flushAll bool
+	// beforeWriteIf, if set, runs inside WriteIf before the condition is
+	// checked, under the lock (a concurrent writer).
+	beforeWriteIf func(f *fakeBackend, key []byte)
 }
 
 type fakeValue struct {
@@ -122,6 +125,9 @@ func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, del bool, 
 	}
 	if err != nil {
 		return 0, err
+	}
+	if f.beforeWriteIf != nil {
+		f.beforeWriteIf(f, key)
 	}
 	if cur := f.data[string(key)]; cur.index != ifIndex {
 		return 0, store.ErrConditionFailed
