@@ -174,3 +174,13 @@ func BenchmarkGet20KeysTCP(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkMetaGet1Key(b *testing.B) {
+	backend, _ := getRequest("get", 1, 100)
+	benchPipelined(b, backend, []byte("mg config:service-0:setting v c f\r\n"))
+}
+
+func BenchmarkBinaryGet1Key(b *testing.B) {
+	backend, _ := getRequest("get", 1, 100)
+	benchPipelined(b, backend, []byte(binReq(opGetK, "config:service-0:setting", "", "", 0, 1)))
+}

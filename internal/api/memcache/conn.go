@@ -34,15 +34,19 @@ type conn struct {
 	out      []byte
 	writeErr error
 
-	req     request
-	key     []byte // a set's key, copied because reading the data block may move buf
-	rawKey  []byte // a meta request's key as sent, copied for the same reason
-	opaque  []byte // a meta request's O token, likewise
-	oneKey  [1][]byte
-	cur     []byte // the value lookup read
-	next    []byte // the value a read-modify-write command writes
-	noreply bool   // the current request asked for no reply
-	linger  bool   // close after an error reply: half-close and drain first
+	req    request
+	key    []byte // a set's key, copied because reading the data block may move buf
+	rawKey []byte // a meta request's key as sent, copied for the same reason
+	opaque []byte // a meta request's O token, likewise
+	oneKey [1][]byte
+	cur    []byte // the value lookup read
+	// lookup's result besides cur, and its callback (c.lookupFound).
+	curIndex uint64
+	curFound bool
+	foundCur func(key, value []byte, index uint64)
+	next     []byte // the value a read-modify-write command writes
+	noreply  bool   // the current request asked for no reply
+	linger   bool   // close after an error reply: half-close and drain first
 
 	// The current request.
 	inRequest bool      // its first byte arrived
@@ -90,6 +94,7 @@ func newConn(s *Server, nc net.Conn, sk sock) *conn {
 		out:  make([]byte, 0, initialBufBytes),
 	}
 	c.found = c.foundValue
+	c.foundCur = c.lookupFound
 	return c
 }
 

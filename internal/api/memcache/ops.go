@@ -98,15 +98,20 @@ func arith(cur []byte, incr bool, delta uint64) (uint64, bool) {
 // next lookup).
 func (c *conn) lookup(key []byte) (value []byte, index uint64, found bool, err error) {
 	c.oneKey[0] = key
-	_, err = c.s.b.Get(c.oneKey[:], func(_, v []byte, idx uint64) {
-		c.cur = append(c.cur[:0], v...)
-		index, found = idx, true
-	})
+	c.curFound = false
+	_, err = c.s.b.Get(c.oneKey[:], c.foundCur)
 	c.oneKey[0] = nil
-	if err != nil || !found {
+	if err != nil || !c.curFound {
 		return nil, 0, false, err
 	}
-	return c.cur, index, true, nil
+	return c.cur, c.curIndex, true, nil
+}
+
+// lookupFound is lookup's found callback, bound once to c.foundCur so that
+// a lookup does not allocate.
+func (c *conn) lookupFound(_, v []byte, idx uint64) {
+	c.cur = append(c.cur[:0], v...)
+	c.curIndex, c.curFound = idx, true
 }
 
 // existence answers a conditional command whose condition did not hold:
