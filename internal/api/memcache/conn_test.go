@@ -422,3 +422,27 @@ func TestContendedKey(t *testing.T) {
 		t.Fatalf("incr after one concurrent write: %q", got)
 	}
 }
+
+// TestSilencedRefusalsCounted: a refusal that noreply silences is counted
+// all the same.
+func TestSilencedRefusalsCounted(t *testing.T) {
+	unsupported := counterValue(errorsByKind[kindUnsupported])
+	bad := counterValue(errorsByKind[kindBadCommand])
+	nonNumeric := counterValue(errorsByKind[kindNonNumeric])
+	b := newFakeBackend()
+	b.put("s", "x")
+	s := New(Config{}, b, nil)
+	mc := runConn(t, s, "verbosity 1 noreply\r\ntouch s 9 noreply\r\nincr s x noreply\r\nincr s 1 noreply\r\nflush_all 5 noreply\r\n", 0)
+	if got := mc.output(); got != "" {
+		t.Fatalf("noreply requests answered %q", got)
+	}
+	if got := counterValue(errorsByKind[kindUnsupported]) - unsupported; got != 3 {
+		t.Errorf("errors_total{kind=unsupported} rose by %v, want 3", got)
+	}
+	if got := counterValue(errorsByKind[kindBadCommand]) - bad; got != 1 {
+		t.Errorf("errors_total{kind=bad_command} rose by %v, want 1", got)
+	}
+	if got := counterValue(errorsByKind[kindNonNumeric]) - nonNumeric; got != 1 {
+		t.Errorf("errors_total{kind=non_numeric} rose by %v, want 1", got)
+	}
+}
