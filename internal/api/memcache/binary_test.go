@@ -90,7 +90,7 @@ func TestBinaryConversations(t *testing.T) {
 			in: []string{binReq(opTouch, "a", noFlags, "", 0, 1), binReq(opSet, "a", se, "x", 0, 2), binReq(opTouch, "a", noFlags, "", 0, 3),
 				binReq(opGatK, "a", noFlags, "", 0, 4), binReq(opGat, "a", "\x00\x00\x00\x10", "", 0, 5)},
 			want: []string{binRes(opTouch, statusNotFound, "", "", "Not found", 0, 1), binRes(opSet, statusOK, "", "", "", 1, 2),
-				binRes(opTouch, statusOK, "", "", "", 0, 3), binRes(opGatK, statusOK, "a", noFlags, "x", 1, 4),
+				binRes(opTouch, statusOK, "", noFlags, "", 1, 3), binRes(opGatK, statusOK, "a", noFlags, "x", 1, 4),
 				binRes(opGat, statusUnsupported, "", "", errBinExptime.msg, 0, 5)}},
 		{name: "refusals keep the connection",
 			in: []string{binReq(0x08, "", "", "", 0, 1), binReq(opSet, "a", storeExtras(3, 0), "x", 0, 2), binReq(opSet, "a", storeExtras(0, 60), "x", 0, 3),

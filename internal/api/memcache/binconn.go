@@ -73,8 +73,8 @@ func (c *conn) binary() bool {
 		})
 		c.binOutcome(&r, op, out, idx, err, binary.BigEndian.AppendUint64(c.next[:0], v))
 	case cmdTouch:
-		out, err := c.touch(r.key)
-		c.binOutcome(&r, op, out, 0, err, nil)
+		out, idx, err := c.touch(r.key)
+		c.binOutcome(&r, op, out, idx, err, nil)
 	case cmdNoop:
 		c.out = appendBinHeader(c.out, h.opcode, 0, 0, statusOK, 0, h.opaque, 0)
 	case cmdVersion:
@@ -145,6 +145,11 @@ func (c *conn) binOutcome(r *binRequest, op binOp, out outcome, idx uint64, err 
 	switch out {
 	case outStored:
 		if op.quiet {
+			return
+		}
+		if op.cmd == cmdTouch { // as memcached: the flags and the cas unique
+			c.out = appendBinHeader(c.out, r.opcode, 0, 4, statusOK, 4, r.opaque, idx)
+			c.out = append(c.out, 0, 0, 0, 0)
 			return
 		}
 		if op.cmd == cmdIncr || op.cmd == cmdDecr {

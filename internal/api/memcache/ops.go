@@ -255,16 +255,17 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 	return 0, 0, 0, errContended
 }
 
-// touch answers a touch (exptime 0: the key keeps never expiring).
-func (c *conn) touch(key []byte) (outcome, error) {
+// touch answers a touch (exptime 0: the key keeps never expiring), with
+// the key's index.
+func (c *conn) touch(key []byte) (outcome, uint64, error) {
 	if err := c.s.b.Writable(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	_, _, found, err := c.lookup(key)
+	_, idx, found, err := c.lookup(key)
 	if err != nil || found {
-		return outStored, err
+		return outStored, idx, err
 	}
-	return outNotFound, nil
+	return outNotFound, 0, nil
 }
 
 // failed answers an operation error: a refusal of this package or the

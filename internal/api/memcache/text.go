@@ -78,7 +78,7 @@ func (c *conn) keyCommand(req *request) bool {
 	var out outcome
 	var err error
 	if req.cmd == cmdTouch {
-		out, err = c.touch(req.key)
+		out, _, err = c.touch(req.key)
 	} else {
 		v, _, out, err = c.incrDecr(req.key, arithOp{incr: req.cmd == cmdIncr, delta: req.delta})
 	}
