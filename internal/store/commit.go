@@ -392,12 +392,13 @@ type committer struct {
 	touched      map[uint64]*retiredState
 	rm           *retiredMetrics
 
+	// eval turns commands into entries (evaluate.go).
+	eval evaluator
+
 	// Raft apply (raftapply.go): the last applied Raft index; whether the
-	// store applies a Raft log; the proposer's time of the command being
-	// evaluated (0: the local clock).
+	// store applies a Raft log.
 	raftIndex uint64
 	raft      bool
-	clock     int64
 
 	// MVCC history (history.go).
 	hist                   historyRecord
@@ -440,6 +441,7 @@ type keyState struct {
 
 func newCommitter(s *Store) (*committer, error) {
 	c := &committer{s: s, overlay: map[string]*keyState{}, inLog: map[string]pendingValue{}}
+	c.eval = evaluator{idempotencyWindow: s.opts.IdempotencyWindow.Nanoseconds()}
 	var err error
 	if c.last, err = s.readApplied(); err != nil {
 		return nil, err
@@ -535,8 +537,7 @@ func (c *committer) commit(group []*request) {
 	for _, r := range group {
 		switch r.kind {
 		case reqWrite:
-			groupErr = c.prepareWrite(r)
-			c.recordBatch(r)
+			groupErr = c.evalWrite(r, command{batch: r.batch, time: s.opts.Now().UnixNano()}, rootRole{})
 		case reqApply:
 			groupErr = c.prepareApply(r)
 		case reqRaft:
@@ -544,9 +545,7 @@ func (c *committer) commit(group []*request) {
 		case reqRaftReset:
 			c.raftIndex = 0
 		case reqHeartbeat:
-			e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindHeartbeat}
-			c.append(&e, true)
-			r.res = WriteResult{Index: e.Index, Changed: true}
+			groupErr = c.evalWrite(r, command{heartbeat: true, time: s.opts.Now().UnixNano()}, rootRole{})
 		case reqCache:
 			groupErr = c.prepareCache(r)
 		case reqCompact:
@@ -658,126 +657,9 @@ func (c *committer) commit(group []*request) {
 	}
 }
 
+// now is the root's clock for the log: it never goes back.
 func (c *committer) now() int64 {
-	t := c.clock // a Raft command's time, chosen by its proposer
-	if t == 0 {
-		t = c.s.opts.Now().UnixNano()
-	}
-	if t < c.last.time {
-		t = c.last.time // the log's clock never goes back
-	}
-	return t
-}
-
-// prepareWrite evaluates one root write against the state as of the
-// previous request: conditions, then no-op elimination, then one entry.
-// Only storage errors are returned (they abort the group); a failed
-// condition is the request's own error.
-func (c *committer) prepareWrite(r *request) error {
-	if len(r.batch.ID) > 0 {
-		o, seen, corrupt, err := c.seenBatch(r.batch.ID)
-		if err != nil {
-			return err
-		}
-		if corrupt != nil {
-			return c.localDamage(r, corrupt)
-		}
-		if seen {
-			c.s.m.duplicateWrites.Inc()
-			r.res = WriteResult{Index: o.index, Changed: o.changed, Duplicate: true}
-			r.batch.ID = nil // nothing new to record
-			return nil
-		}
-	}
-	for _, cond := range r.batch.Conds {
-		ks, err := c.state(cond.Key)
-		if err != nil {
-			return err
-		}
-		if ks.corrupt {
-			return c.localDamage(r, fmt.Errorf("%w: key %q: stored record is corrupt, so its index is unknown; write it without a condition to repair it", ErrCorrupt, cond.Key))
-		}
-		var cur uint64
-		if ks.exists {
-			cur = ks.index
-		}
-		if cur != cond.Index {
-			r.err = fmt.Errorf("%w: key %q is at index %d, not %d", ErrConditionFailed, cond.Key, cur, cond.Index)
-			return nil
-		}
-	}
-	kept := make([]wal.Op, 0, len(r.batch.Ops))
-	// An op is a no-op against the state left by the batch's earlier ops:
-	// "set k; del k" must keep the delete even if k did not exist before.
-	var earlier map[string]wal.Op
-	for _, op := range r.batch.Ops {
-		ks, err := c.state(op.Key)
-		if err != nil {
-			return err
-		}
-		exists := ks.exists
-		prev, touched := earlier[string(op.Key)]
-		if touched {
-			exists = prev.Type == wal.OpSet
-		}
-		switch {
-		case op.Type == wal.OpDelete && !exists:
-			continue
-		case op.Type == wal.OpSet && touched && exists:
-			if bytes.Equal(prev.Value, op.Value) {
-				continue
-			}
-		case op.Type == wal.OpSet && exists:
-			same, err := c.sameValue(op.Key, ks, op.Value)
-			if errors.Is(err, errValueDamaged) {
-				if c.raft {
-					// Whether this set is a no-op depends on the value
-					// the damage hides: the other members know, not this one.
-					return c.localDamage(r, err)
-				}
-				same, err = false, nil // different: the write repairs it
-			}
-			if err != nil {
-				return err
-			}
-			if same {
-				continue
-			}
-		}
-		kept = append(kept, op)
-		if len(r.batch.Ops) > 1 {
-			if earlier == nil {
-				earlier = map[string]wal.Op{}
-			}
-			earlier[string(op.Key)] = op
-		}
-	}
-	if len(kept) == 0 {
-		c.s.m.noopWrites.Inc()
-		r.res = WriteResult{Index: c.last.index}
-		return nil
-	}
-	e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindData, Ops: kept}
-	if err := c.append(&e, true); err != nil {
-		return err
-	}
-	r.res = WriteResult{Index: e.Index, Changed: true}
-	return nil
-}
-
-// localDamage settles a write whose evaluation met damage in this store's
-// own data (err): a root refuses that write alone. A member of an HA root
-// must not: the other members, whose data is intact, evaluate the same
-// Raft command otherwise, and the logs would fork. It stops applying
-// instead (the error aborts the group, which the member retries) until
-// the member is repaired from a healthy one (operations.md, "Replacing a
-// member").
-func (c *committer) localDamage(r *request, err error) error {
-	if c.raft {
-		return fmt.Errorf("%w; an HA root member cannot apply a command that depends on its own damaged data: replace this member's data from a healthy member", err)
-	}
-	r.err = err
-	return nil
+	return max(c.s.opts.Now().UnixNano(), c.last.time)
 }
 
 // prepareApply appends replicated entries after checking they continue the
@@ -998,9 +880,9 @@ func salvage(b []byte) (valueLen int, remote bool) {
 // is unknown.
 var errValueDamaged = fmt.Errorf("%w: stored value unreadable", ErrCorrupt)
 
-// sameValue reports whether the key's current value equals v; an error
-// wrapping errValueDamaged if the stored value is unreadable.
-func (c *committer) sameValue(key []byte, ks *keyState, v []byte) (bool, error) {
+// storedValueIs reports whether the key's current value equals v; an
+// error wrapping errValueDamaged if the stored value is unreadable.
+func (c *committer) storedValueIs(key []byte, ks *keyState, v []byte) (bool, error) {
 	if ks.corrupt {
 		return false, fmt.Errorf("%w: key %q: its record is corrupt", errValueDamaged, key)
 	}
