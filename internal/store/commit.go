@@ -45,8 +45,10 @@ type committer struct {
 	touched      map[uint64]*retiredState
 	rm           *retiredMetrics
 
-	// eval turns commands into entries (evaluate.go).
-	eval evaluator
+	// eval turns commands into entries (evaluate.go); place keeps the
+	// values of applied sets as the node's role does (placement.go).
+	eval  evaluator
+	place placement
 
 	// Raft apply (raftapply.go): the last applied Raft index; whether the
 	// store applies a Raft log.
@@ -81,6 +83,7 @@ type committer struct {
 func newCommitter(s *Store) (*committer, error) {
 	c := &committer{s: s, overlay: map[string]*keyState{}, inLog: map[string]pendingValue{}}
 	c.eval = evaluator{idempotencyWindow: s.opts.IdempotencyWindow.Nanoseconds()}
+	c.place = placementOf(s)
 	var err error
 	if c.last, err = s.readApplied(); err != nil {
 		return nil, err
@@ -168,7 +171,7 @@ func (c *committer) commit(group []*request) {
 	// commands, a proxy's cache) stay in Pebble, which their own
 	// durability rules cover, and so do a proxy's (whose blocks retention
 	// drops within its window).
-	segmented := s.segs != nil && s.px == nil && !s.opts.blocksInPebble && c.needsSync(group)
+	segmented := s.segs != nil && c.place.segmented() && !s.opts.blocksInPebble && c.needsSync(group)
 	c.appended = false
 	clear(c.segDelta)
 
@@ -312,8 +315,8 @@ func (c *committer) prepareApply(r *request) error {
 		}
 	}
 	n := len(r.entries)
-	if n > 0 && c.px != nil {
-		c.windowFloor = c.px.floor(r.entries[n-1].Index)
+	if n > 0 {
+		c.place.applying(c, r.entries[n-1].Index)
 	}
 	for i := range r.entries {
 		if err := c.append(&r.entries[i], false); err != nil {

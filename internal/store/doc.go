@@ -26,7 +26,8 @@
 //	committer.commit                        (commit.go)
 //	   ├─ evaluator: command → entry        (evaluate.go; stateReader)
 //	   │    the writer's role settles damage (roles.go)
-//	   ├─ entries → block, value records     (groupblock.go, keystate.go)
+//	   ├─ entries → block, value records     (groupblock.go, keystate.go;
+//	   │    full node or proxy: placement.go)
 //	   ├─ retention, history, batch IDs     (retire.go, history.go, idempotency.go)
 //	   └─ persist: log segment fsync, then Pebble batch (segment.go)
 //	publish: applied index, read cache, watchers
@@ -61,6 +62,7 @@
 //	store.go, options.go, errors.go     Open, Close, options, errors
 //	write.go, commit.go, pipeline.go    the write path
 //	evaluate.go, roles.go               evaluation and damage policy
+//	placement.go                        where a role keeps applied values
 //	keystate.go, groupblock.go          a group's view of keys, its block
 //	diskspace.go                        the free-space reserve
 //	read.go, cache.go, log.go           reads, the read cache, ReadLog

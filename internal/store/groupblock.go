@@ -33,19 +33,7 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	c.kbuf = dataKey(c.kbuf, op.Key)
 	switch op.Type {
 	case wal.OpSet:
-		newChunks := 0
-		remote := false
-		switch {
-		case c.px != nil:
-			newChunks, remote = c.proxySet(op, index, ks)
-		case len(op.Value) >= minInLogBytes && len(op.Value) <= c.s.opts.ChunkBytes:
-			c.inLog[string(op.Key)] = pendingValue{index: index, offset: valueOff, value: op.Value}
-		case len(op.Value) <= c.s.opts.ChunkBytes:
-			c.buf = encodeInline(c.buf, index, op.Value)
-			c.batch.Set(c.kbuf, c.buf, nil)
-		default:
-			newChunks = c.writeValue(op.Key, index, op.Value)
-		}
+		newChunks, remote := c.place.set(c, op, index, valueOff, ks)
 		for i := newChunks; i < oldChunks; i++ {
 			c.batch.Delete(chunkKey(nil, op.Key, uint32(i)), nil)
 		}
@@ -68,7 +56,7 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 		for i := 0; i < oldChunks; i++ {
 			c.batch.Delete(chunkKey(nil, op.Key, uint32(i)), nil)
 		}
-		c.proxyForget(ks)
+		c.place.forget(c, ks)
 		c.stats.keys--
 		c.stats.keyBytes -= int64(len(op.Key))
 		c.stats.valueBytes -= int64(ks.valueLen)

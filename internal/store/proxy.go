@@ -322,7 +322,7 @@ func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int,
 // proxyForget uncounts the stored value ks describes, being replaced. A
 // corrupt record counts as what it held read ignoring its CRC (salvage).
 func (c *committer) proxyForget(ks *keyState) {
-	if c.px == nil || !ks.exists || ks.remote {
+	if !ks.exists || ks.remote {
 		return
 	}
 	c.pstats.values--
