@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -209,13 +210,8 @@ func readAll(t *testing.T, s *Store) []wal.Entry {
 }
 
 func sameEntry(a, b *wal.Entry) bool {
-	if a.Index != b.Index || a.Time != b.Time || a.Kind != b.Kind || a.Hash != b.Hash || len(a.Ops) != len(b.Ops) {
-		return false
-	}
-	for i := range a.Ops {
-		if a.Ops[i].Type != b.Ops[i].Type || string(a.Ops[i].Key) != string(b.Ops[i].Key) || string(a.Ops[i].Value) != string(b.Ops[i].Value) {
-			return false
-		}
-	}
-	return true
+	return a.Index == b.Index && a.Time == b.Time && a.Kind == b.Kind && a.Hash == b.Hash &&
+		slices.EqualFunc(a.Ops, b.Ops, func(x, y wal.Op) bool {
+			return x.Type == y.Type && string(x.Key) == string(y.Key) && string(x.Value) == string(y.Value)
+		})
 }
