@@ -189,7 +189,7 @@ func (c *committer) commit(group []*request) {
 		case reqHeartbeat:
 			groupErr = c.evalWrite(r, command{heartbeat: true, time: s.opts.Now().UnixNano()}, rootRole{})
 		case reqCache:
-			groupErr = c.prepareCache(r)
+			groupErr = c.place.cache(c, r)
 		case reqCompact:
 			groupErr = c.compactRetired(r.segment)
 		}

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/quicksilver-kv/qs/internal/wal"
+import (
+	"fmt"
+
+	"github.com/quicksilver-kv/qs/internal/wal"
+)
 
 // placement is where a node keeps the values of the sets it applies,
 // chosen once for the store (placementOf): a full node (root, replica, HA
@@ -21,6 +25,10 @@ type placement interface {
 	// proxy's stay in Pebble, where retention drops them within its
 	// window).
 	segmented() bool
+	// cache applies a proxy's cache admissions and evictions (r.cache).
+	cache(c *committer, r *request) error
+	// publish exports the role's committed counters.
+	publish(c *committer)
 }
 
 func placementOf(s *Store) placement {
@@ -54,6 +62,13 @@ func (fullPlacement) forget(*committer, *keyState) {}
 
 func (fullPlacement) segmented() bool { return true }
 
+func (fullPlacement) cache(_ *committer, r *request) error {
+	r.err = fmt.Errorf("%w: cache change on a full node", ErrInvalid)
+	return nil
+}
+
+func (fullPlacement) publish(*committer) {}
+
 // proxyPlacement keeps the values its window holds.
 type proxyPlacement struct{}
 
@@ -66,3 +81,7 @@ func (proxyPlacement) set(c *committer, op wal.Op, index uint64, _ int, ks *keyS
 func (proxyPlacement) forget(c *committer, ks *keyState) { c.proxyForget(ks) }
 
 func (proxyPlacement) segmented() bool { return false }
+
+func (proxyPlacement) cache(c *committer, r *request) error { return c.prepareCache(r) }
+
+func (proxyPlacement) publish(c *committer) { c.publishProxy() }
