@@ -76,12 +76,16 @@ func clientHandshake(rw io.ReadWriter, k []byte, claim string) error {
 		return refusedOr(err)
 	}
 	sn, smac := resp[:nonceLen], resp[nonceLen:]
-	if !hmac.Equal(smac, mac(k, "qs server", cn, sn)) {
-		return fmt.Errorf("%w (the server's proof did not verify)", ErrBadKey)
-	}
 	c := []byte{byte(len(claim))}
 	c = append(c, claim...)
 	out := append(mac(k, "qs client", cn, sn, c), c...)
+	if !hmac.Equal(smac, mac(k, "qs server", cn, sn)) {
+		// Answer anyway, without the claim, so that the server sees (and
+		// counts) a wrong key rather than a dropped connection.
+		rw.Write(mac(k, "qs client", cn, sn, []byte{0}))
+		rw.Write([]byte{0})
+		return fmt.Errorf("%w (the server's proof did not verify)", ErrBadKey)
+	}
 	if _, err := rw.Write(out); err != nil {
 		return err
 	}
