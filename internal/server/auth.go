@@ -2,88 +2,77 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
 	"net"
-	"os"
+	"time"
 
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 )
 
-// replTLS holds the TLS configurations of replication, built once from
-// the certificate files.
-type replTLS struct {
-	server *tls.Config // nil: the listener speaks plain TCP
-	client *tls.Config // nil: replicas dial plain TCP
+// maxRaftConns caps the connections open on one Raft listener: each
+// member keeps one to every other, so a few hundred is room for large
+// clusters and reconnects.
+const maxRaftConns = 256
+
+// insecureWarnEvery is how often a node listening beyond loopback without
+// authentication says so.
+const insecureWarnEvery = time.Minute
+
+// loadAuth builds the authentication of the internal ports from the
+// cluster key file and repl_tls, and refuses listen addresses beyond
+// loopback without it unless insecure is set. It returns those addresses
+// (to warn about) when insecure lets them listen.
+func loadAuth(c *config.Config) (*clusterauth.Auth, []string, error) {
+	var o clusterauth.Options
+	var err error
+	if c.ClusterKey != "" {
+		if o.Key, err = clusterauth.LoadKey(c.ClusterKey); err != nil {
+			return nil, nil, err
+		}
+	}
+	if o.ServerTLS, o.ClientTLS, err = clusterauth.LoadTLS(c.ReplTLS.Cert, c.ReplTLS.Key, c.ReplTLS.CA); err != nil {
+		return nil, nil, err
+	}
+	a := clusterauth.New(o)
+	open, err := a.CheckListen(c.InternalListens(), c.Insecure)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, open, nil
 }
 
-func loadReplTLS(c config.TLS) (replTLS, error) {
-	if !c.Enabled() {
-		return replTLS{}, nil
-	}
-	var r replTLS
-	var certs []tls.Certificate
-	if c.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
-		if err != nil {
-			return r, fmt.Errorf("repl_tls: %w", err)
-		}
-		certs = []tls.Certificate{cert}
-	}
-	var pool *x509.CertPool
-	if c.CA != "" {
-		pem, err := os.ReadFile(c.CA)
-		if err != nil {
-			return r, fmt.Errorf("repl_tls: %w", err)
-		}
-		pool = x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return r, fmt.Errorf("repl_tls: no certificate found in %s", c.CA)
-		}
-	}
-	if len(certs) > 0 {
-		r.server = &tls.Config{Certificates: certs, MinVersion: tls.VersionTLS13}
-		if pool != nil {
-			r.server.ClientCAs = pool
-			r.server.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-	}
-	r.client = &tls.Config{Certificates: certs, RootCAs: pool, MinVersion: tls.VersionTLS13}
-	return r, nil
-}
-
-// listener wraps ln in TLS when configured.
-func (r replTLS) listener(ln net.Listener) net.Listener {
-	if r.server == nil {
-		return ln
-	}
-	return tls.NewListener(ln, r.server)
-}
-
-// dial is the replicas' dialer: TLS with the source's host as server name
-// when configured, plain TCP otherwise (nil lets repl use its default).
-func (r replTLS) dial() func(ctx context.Context, network, addr string) (net.Conn, error) {
-	if r.client == nil {
+// replDial is the dialer of this node's replicas, proxies and snapshot
+// fetches (nil: repl's plain TCP default).
+func (s *Server) replDial() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if s.auth.Mode() == "none" {
 		return nil
 	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		cfg := r.client.Clone()
-		cfg.ServerName = host
-		d := tls.Dialer{Config: cfg}
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			var cv *tls.CertificateVerificationError
-			if errors.As(err, &cv) {
-				return nil, fmt.Errorf("tls: source certificate not trusted: %w", err)
-			}
-			return nil, err
-		}
-		return c, nil
+	return s.auth.Dialer("")
+}
+
+// warnInsecure logs, at start and every minute until the server stops,
+// that internal ports listen beyond loopback without authentication.
+func (s *Server) warnInsecure() {
+	if len(s.insecure) == 0 {
+		return
 	}
+	clusterauth.SetInsecure(true)
+	warn := func() {
+		s.log.Warn("INSECURE: replication and Raft listen beyond loopback without authentication (--insecure): anyone who reaches them can read every value and, on Raft, write; give --cluster-key or mutual TLS",
+			"addrs", s.insecure)
+	}
+	warn()
+	s.goFunc(func() {
+		t := time.NewTicker(insecureWarnEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				warn()
+			case <-s.quit:
+				clusterauth.SetInsecure(false)
+				return
+			}
+		}
+	})
 }
