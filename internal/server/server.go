@@ -270,15 +270,19 @@ func (s *Server) Start() error {
 		if err != nil {
 			return err
 		}
+		limit := &httpapi.ConnLimit{Max: s.cfg.MaxHTTPConns}
 		s.http = &http.Server{
-			Handler:           httpapi.New(httpapi.DefaultConfig(), s, s.log),
+			Handler:           limit.Wrap(httpapi.New(httpapi.DefaultConfig(), s, s.log)),
 			ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout.Duration,
 			IdleTimeout:       s.cfg.HTTPIdleTimeout.Duration,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-			ConnState:         s.httpBusy.track,
+			ConnState: func(c net.Conn, st http.ConnState) {
+				s.httpBusy.track(c, st)
+				limit.ConnState(c, st)
+			},
 		}
 		s.announcef("http listening on %s\n", ln.Addr())
-		s.httpLn = netutil.LimitListener(ln, s.cfg.MaxHTTPConns)
+		s.httpLn = netutil.LimitListener(ln, s.cfg.MaxHTTPConns+httpapi.ConnReserve)
 		s.httpServed = make(chan struct{})
 		s.goFunc(func() {
 			defer close(s.httpServed)

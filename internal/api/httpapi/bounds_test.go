@@ -191,3 +191,46 @@ func TestStreamedAnswersAreWhole(t *testing.T) {
 		t.Fatalf("answers streamed %v → %v, want both", streamed, got)
 	}
 }
+
+// While max connections are open, a new connection still gets /healthz
+// and /metrics; anything else is answered 503 and closed.
+func TestConnLimitKeepsRoomForHealthAndMetrics(t *testing.T) {
+	e := newEnv(t, DefaultConfig(), store.Options{})
+	limit := &ConnLimit{Max: 3}
+	srv := httptest.NewUnstartedServer(limit.Wrap(e.h))
+	srv.Config.ConnState = limit.ConnState
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for range 3 { // idle connections holding the whole budget
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitMetric(t, "open connections", func() float64 { return float64(limit.Open()) }, 3)
+	refused := testutil.ToFloat64(connsRefused)
+	get := func(path string) (int, string) {
+		tr := &http.Transport{DisableKeepAlives: true}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 60 * time.Second}).Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, _ := get("/healthz"); st != http.StatusOK {
+		t.Fatalf("/healthz over the limit: %d", st)
+	}
+	if st, _ := get("/metrics"); st != http.StatusOK {
+		t.Fatalf("/metrics over the limit: %d", st)
+	}
+	if st, body := get(keyPath("a")); st != http.StatusServiceUnavailable || !strings.Contains(body, "max_http_conns") {
+		t.Fatalf("read over the limit: %d %s", st, body)
+	}
+	if got := testutil.ToFloat64(connsRefused); got != refused+1 {
+		t.Fatalf("refused %v → %v", refused, got)
+	}
+}

@@ -77,6 +77,10 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_streamed_total",
 		Help: "Scan and mget answers too large to build whole, sent as they were read.",
 	}))
+	connsRefused = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_refused_total",
+		Help: "Requests answered 503 because max_http_conns connections were open (the reserve beyond it serves /healthz and /metrics only).",
+	}))
 	answersCut = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_cut_total",
 		Help: "Streamed answers that failed part way (a read error or a client that stopped reading); the connection was cut.",
