@@ -130,3 +130,74 @@ func TestRefusesInsecureListen(t *testing.T) {
 	p = startQS(t, t.TempDir(), "--repl", "0.0.0.0:0", "--cluster-key", writeKey(t, 0x44))
 	p.stop()
 }
+
+// TestCertMutualTLSTree: credentials made with qs cert secure a root, a
+// replica and a proxy; a node with a certificate of another CA is refused
+// and counted.
+func TestCertMutualTLSTree(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := filepath.Join(dir, "ca"), filepath.Join(dir, "other")
+	for _, args := range [][]string{
+		{"cert", "ca", "--out", ca},
+		{"cert", "ca", "--out", other, "--name", "another CA"},
+		{"cert", "node", "--ca", ca, "--name", "root", "--host", "127.0.0.1,localhost", "--out", dir},
+		{"cert", "node", "--ca", ca, "--name", "replica", "--host", "127.0.0.1", "--out", dir},
+		{"cert", "node", "--ca", ca, "--name", "proxy", "--host", "127.0.0.1", "--out", dir},
+		{"cert", "node", "--ca", other, "--name", "stranger", "--host", "127.0.0.1", "--out", dir},
+	} {
+		if out, code := runQS(t, args...); code != 0 {
+			t.Fatalf("qs %v: exit %d\n%s", args, code, out)
+		}
+	}
+	if out, code := runQS(t, "cert", "node", "--ca", ca, "--name", "root", "--host", "127.0.0.1", "--out", dir); code == 0 {
+		t.Fatalf("qs cert overwrote a certificate:\n%s", out)
+	}
+	conf := func(name string) string {
+		p := filepath.Join(dir, name+".toml")
+		body := fmt.Sprintf("[repl_tls]\ncert = %q\nkey = %q\nca = %q\n",
+			filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key"), filepath.Join(ca, "ca.pem"))
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	root := startQS(t, t.TempDir(), "--config", conf("root"))
+	replica := startQS(t, t.TempDir(), "--config", conf("replica"), "--upstream", root.Addr["repl"])
+	px := startQS(t, t.TempDir(), "--config", conf("proxy"), "--upstream", root.Addr["repl"], "--role", "proxy",
+		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5")
+	ctx := context.Background()
+	first, err := root.client(t).Put(ctx, "old", []byte("fetched"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range 20 {
+		r, err := root.client(t).Put(ctx, fmt.Sprint("k", i), []byte("v"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Index
+	}
+	for _, p := range []*proc{replica, px} {
+		v, err := p.client(t).Get(ctx, "old", client.ReadOptions{MinIndex: last, Wait: 30 * time.Second})
+		if err != nil || string(v.Value) != "fetched" || v.Index != first.Index {
+			t.Fatalf("%s: %+v %v", p.Dir, v, err)
+		}
+	}
+	// The stranger trusts our CA but holds a certificate of another.
+	p := filepath.Join(dir, "stranger.toml")
+	os.WriteFile(p, []byte(fmt.Sprintf("[repl_tls]\ncert = %q\nkey = %q\nca = %q\n",
+		filepath.Join(dir, "stranger.pem"), filepath.Join(dir, "stranger.key"), filepath.Join(ca, "ca.pem"))), 0o600)
+	out, code := runQSTimeout(t, 60*time.Second, "serve", "--data", t.TempDir(), "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0",
+		"--repl", "127.0.0.1:0", "--upstream", root.Addr["repl"], "--config", p)
+	if code != 1 || !strings.Contains(out, "learn database id") {
+		t.Fatalf("stranger: exit %d (want 1):\n%s", code, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for metricValue(t, root.Addr["http"], `qs_clusterauth_handshakes_total{port="repl",result="bad_cert"}`) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stranger's certificate was not counted as bad_cert")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
