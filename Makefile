@@ -24,6 +24,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeCommand -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzServerHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
 	$(GO) test -run '^$$' -fuzz=FuzzClientHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
+	$(GO) test -run '^$$' -fuzz=FuzzReceiveAuthenticated -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
 
 lint:
