@@ -22,6 +22,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzConn -fuzztime=$(FUZZTIME) ./internal/api/memcache/
 	$(GO) test -run '^$$' -fuzz=FuzzReadMessage -fuzztime=$(FUZZTIME) ./internal/repl/
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeCommand -fuzztime=$(FUZZTIME) ./internal/raftroot/
+	$(GO) test -run '^$$' -fuzz=FuzzServerHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
+	$(GO) test -run '^$$' -fuzz=FuzzClientHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
+	$(GO) test -run '^$$' -fuzz=FuzzReceiveAuthenticated -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
 
 lint:

@@ -33,6 +33,9 @@ const (
 	MaxPayload = 128 << 20
 	// MaxDatabaseName is the longest database name a Hello may carry.
 	MaxDatabaseName = 255
+	// MaxHelloPayload bounds a connection's first frame, read before the
+	// server knows what the client wants: a Hello is a few hundred bytes.
+	MaxHelloPayload = 4 << 10
 
 	frameHeader  = 5 // type(1) length(4 BE)
 	frameTrailer = 4 // CRC-32C(type || payload)
@@ -674,6 +677,8 @@ func ReadFrame(r io.Reader) (MsgType, []byte, error) {
 // until the next call. The buffer grows only as bytes actually arrive.
 type frameReader struct {
 	buf []byte
+	// limit is the largest payload accepted; 0: MaxPayload.
+	limit uint32
 }
 
 func (fr *frameReader) next(r io.Reader) (MsgType, []byte, error) {
@@ -683,8 +688,12 @@ func (fr *frameReader) next(r io.Reader) (MsgType, []byte, error) {
 	}
 	t := MsgType(hdr[0])
 	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > MaxPayload {
-		return 0, nil, fmt.Errorf("%w: frame of %d bytes over the %d limit", ErrMalformed, n, MaxPayload)
+	limit := uint32(MaxPayload)
+	if fr.limit > 0 {
+		limit = fr.limit
+	}
+	if n > limit {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes over the %d limit", ErrMalformed, n, limit)
 	}
 	want := int(n) + frameTrailer
 	b := fr.buf[:0]
@@ -718,6 +727,13 @@ func (fr *frameReader) message(r io.Reader) (Message, error) {
 		return nil, err
 	}
 	return DecodePayload(t, p)
+}
+
+// ReadHello reads and decodes a connection's first message, refusing a
+// frame over MaxHelloPayload before reading its payload.
+func ReadHello(r io.Reader) (Message, error) {
+	fr := frameReader{limit: MaxHelloPayload}
+	return fr.message(r)
 }
 
 // ReadMessage reads and decodes one message.

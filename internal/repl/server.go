@@ -336,8 +336,11 @@ func (s *Server) handle(c net.Conn) {
 
 	c.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	r := bufio.NewReader(c)
-	m, err := ReadMessage(r)
+	m, err := ReadHello(r)
 	if err != nil {
+		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrChecksum) {
+			mRefusals.WithLabelValues(RefuseBadHello.String()).Inc()
+		}
 		cn.log.Info("replication handshake failed", "err", err)
 		return
 	}

@@ -73,6 +73,12 @@
 // absent keys are left out, repeated keys are answered once. min_index and
 // timeout are query parameters.
 //
+// Scan and mget answers up to 1 MiB are built whole and sent with a length;
+// larger ones are streamed as they are read (bounds.go), and an error part
+// way cuts the connection. Request bodies must arrive within BodyTimeout
+// (else 408 request_timeout, connection closed); each 256 KiB of an answer
+// (watch excepted) must be taken within WriteTimeout.
+//
 // status answers a JSON object with at least db, role ("root" or "replica",
 // unless Database.Status says otherwise), db_id, applied_index,
 // applied_time (RFC 3339 with nanoseconds, or null before the first
@@ -236,6 +242,8 @@
 //	                          usage of a producer that may not write the database
 //	404   unknown_database    no database of that name on this node
 //	405   method_not_allowed  method not served on that path (Allow header set)
+//	408   request_timeout     the request body did not arrive within Config.BodyTimeout; the
+//	                          connection is closed
 //	409   condition_failed    an if_index or batch condition did not hold; nothing changed
 //	413   too_large           body over Config.MaxBodyBytes; key, value or batch over the store's
 //	                          limits; mget over Config.MaxMgetKeys keys or Config.MaxResponseBytes;

@@ -76,6 +76,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
 		return
 	}
+	defer h.bound(w, r)()
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -115,7 +116,8 @@ func (h *handler) route(rt route, fn dbHandler) http.Handler {
 		name := r.PathValue("db")
 		var status int
 		if d, ok := h.cat.Database(name); ok {
-			status = h.call(fn, w, r, d, rt)
+			bw := &boundedWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.WriteTimeout}
+			status = h.call(fn, bw, r, d, rt)
 		} else {
 			status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
 			name = "" // a label per unknown name would let clients grow the metrics without bound
