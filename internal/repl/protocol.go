@@ -19,7 +19,7 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 2
+	ProtocolVersion    uint16 = 3
 	MinProtocolVersion uint16 = 1
 	// streamVersion is the version replication and bootstrap clients
 	// send: they need nothing version 2 added, so servers of version 1
@@ -91,6 +91,8 @@ func (t MsgType) String() string {
 		return "fetch"
 	case MsgValues:
 		return "values"
+	case MsgReport:
+		return "report"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -629,6 +631,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeFetch(p)
 	case MsgValues:
 		return decodeValues(p)
+	case MsgReport:
+		return decodeReport(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

@@ -48,6 +48,12 @@ type ServerConfig struct {
 	// FetchIdleTimeout closes a fetch connection that sent no request
 	// for this long. Default 10m.
 	FetchIdleTimeout time.Duration
+	// Reports takes the reports of stream clients (report.go). Nil: they
+	// are read and dropped.
+	Reports ReportSink
+	// ReportMinInterval: a client's report sooner than this after its
+	// previous one is dropped. Default 500ms (clients report every 1s).
+	ReportMinInterval time.Duration
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -78,6 +84,9 @@ func (c *ServerConfig) EnsureDefaults() *ServerConfig {
 	}
 	if c.FetchIdleTimeout == 0 {
 		c.FetchIdleTimeout = 10 * time.Minute
+	}
+	if c.ReportMinInterval == 0 {
+		c.ReportMinInterval = 500 * time.Millisecond
 	}
 	return c
 }
@@ -360,6 +369,10 @@ func (s *Server) handle(c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 	if !s.goTracked(func() {
 		defer cancel()
+		if hello.Version >= ReportVersion && !hello.Bootstrap {
+			cn.readReports(r, hello)
+			return
+		}
 		var b [1]byte
 		if _, err := r.Read(b[:]); err == nil {
 			cn.log.Info("replication client sent data after hello; closing")
