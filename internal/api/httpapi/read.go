@@ -38,6 +38,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
 			return status
 		}
 	}
+	d.Reads.ObserveString(key)
 	// Small values are written while the lookup holds them; larger ones
 	// are copied first, so a slow client never keeps a view (and the
 	// storage it pins) open.
@@ -272,6 +273,9 @@ func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *Database) int 
 	at, buf, err := h.lookupValues(d.Store, req.Keys)
 	if err != nil {
 		return h.fail(w, r, d, err)
+	}
+	for _, k := range req.Keys {
+		d.Reads.ObserveString(k)
 	}
 	return writeJSON(w, at, buf)
 }
