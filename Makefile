@@ -23,6 +23,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzReadMessage -fuzztime=$(FUZZTIME) ./internal/repl/
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeCommand -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
+	$(GO) test -run '^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/tree/
 
 lint:
 	test -z "$$(gofmt -l .)"
