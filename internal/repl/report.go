@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ var (
 // readReports reads the messages a stream client sends after its Hello:
 // Reports, handed to the sink, until the connection ends or the client
 // sends anything else.
-func (cn *conn) readReports(r *bufio.Reader, h *Hello) {
+func (cn *conn) readReports(r *bufio.Reader, h *Hello, log *slog.Logger) {
 	var last time.Time
 	minGap := cn.s.cfg.ReportMinInterval
 	for {
@@ -94,15 +95,15 @@ func (cn *conn) readReports(r *bufio.Reader, h *Hello) {
 		switch {
 		case errors.As(err, &big) && t == MsgReport:
 			mReportsDropped.WithLabelValues(dropTooLarge).Inc()
-			cn.log.Warn("replication client sent a report over the size limit; dropped", "bytes", big.n, "limit", MaxReportBytes)
+			log.Warn("replication client sent a report over the size limit; dropped", "bytes", big.n, "limit", MaxReportBytes)
 			continue
 		case err != nil:
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				cn.log.Info("replication client stream ended", "err", err)
+				log.Info("replication client stream ended", "err", err)
 			}
 			return
 		case t != MsgReport:
-			cn.log.Info("replication client sent data after hello; closing", "type", t.String())
+			log.Info("replication client sent data after hello; closing", "type", t.String())
 			return
 		}
 		now := time.Now()
@@ -117,7 +118,7 @@ func (cn *conn) readReports(r *bufio.Reader, h *Hello) {
 		}
 		if err := cn.s.cfg.Reports(h.Database, h.ProcessID, body); err != nil {
 			mReportsDropped.WithLabelValues(dropInvalid).Inc()
-			cn.log.Warn("replication client sent a report this server cannot use; dropped", "err", err)
+			log.Warn("replication client sent a report this server cannot use; dropped", "err", err)
 			continue
 		}
 		mReportsReceived.WithLabelValues(h.Database).Inc()

@@ -367,20 +367,22 @@ func (s *Server) handle(c net.Conn) {
 	// The client sends nothing after its Hello: anything it sends, or its
 	// hanging up, ends the stream at once rather than at the next write.
 	c.SetReadDeadline(time.Time{})
+	// The reader has its own logger: cn.log belongs to this goroutine.
+	log := cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
 	if !s.goTracked(func() {
 		defer cancel()
 		if hello.Version >= ReportVersion && !hello.Bootstrap {
-			cn.readReports(r, hello)
+			cn.readReports(r, hello, log)
 			return
 		}
 		var b [1]byte
 		if _, err := r.Read(b[:]); err == nil {
-			cn.log.Info("replication client sent data after hello; closing")
+			log.Info("replication client sent data after hello; closing")
 		}
 	}) {
 		return
 	}
-	cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+	cn.log = log
 	if hello.Bootstrap {
 		if err := cn.bootstrap(ctx, st, hello); err != nil && ctx.Err() == nil {
 			cn.log.Info("bootstrap transfer ended", "err", err)
