@@ -159,7 +159,7 @@ type Replica struct {
 
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
-	legacy  sync.Map   // sources that refused ReportVersion: address → true
+	legacy  sync.Map   // sources that refused ReportVersion: address → when
 
 	mu struct {
 		sync.Mutex
@@ -466,7 +466,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	case *Refuse:
 		if m.Code == RefuseVersion && hello.Version == ReportVersion {
 			// A source older than reports: speak version 1 to it.
-			r.legacy.Store(src, true)
+			r.legacy.Store(src, time.Now())
 			c.Close()
 			return r.session(ctx, src)
 		}

@@ -21,9 +21,9 @@ const (
 	// Hello versions MinProtocolVersion..ProtocolVersion.
 	ProtocolVersion    uint16 = 3
 	MinProtocolVersion uint16 = 1
-	// streamVersion is the version replication and bootstrap clients
-	// send: they need nothing version 2 added, so servers of version 1
-	// keep serving them.
+	// streamVersion is the version bootstrap clients send, and stream
+	// clients to a source that refused ReportVersion: they need nothing
+	// version 2 added, so servers of version 1 keep serving them.
 	streamVersion uint16 = 1
 	// FetchVersion is the first version with fetch connections.
 	FetchVersion uint16 = 2

@@ -168,10 +168,16 @@ func readBoundedFrame(r io.Reader, limit int) (MsgType, []byte, error) {
 	return t, payload, nil
 }
 
+// legacyRetry is how long a replica speaks version 1 to a source that
+// refused ReportVersion before it tries version 3 again (the source may
+// have been upgraded meanwhile).
+const legacyRetry = 10 * time.Minute
+
 // helloVersion is the version of the Hello a stream session sends to src:
-// ReportVersion, or version 1 to a source that refused ReportVersion.
+// ReportVersion, or version 1 to a source that refused ReportVersion in
+// the last legacyRetry.
 func (r *Replica) helloVersion(src string) uint16 {
-	if _, old := r.legacy.Load(src); old {
+	if at, ok := r.legacy.Load(src); ok && time.Since(at.(time.Time)) < legacyRetry {
 		return streamVersion
 	}
 	return ReportVersion

@@ -289,3 +289,23 @@ func TestReportMessageRoundTrip(t *testing.T) {
 		t.Errorf("report over the limit: %v", err)
 	}
 }
+
+// A source that refused version 3 gets version 1 for legacyRetry, then
+// version 3 again (it may have been upgraded).
+func TestLegacySourceRetried(t *testing.T) {
+	var r Replica
+	if v := r.helloVersion("a:1"); v != ReportVersion {
+		t.Fatalf("new source: version %d", v)
+	}
+	r.legacy.Store("a:1", time.Now())
+	if v := r.helloVersion("a:1"); v != streamVersion {
+		t.Errorf("source that just refused: version %d", v)
+	}
+	if v := r.helloVersion("b:1"); v != ReportVersion {
+		t.Errorf("another source: version %d", v)
+	}
+	r.legacy.Store("a:1", time.Now().Add(-legacyRetry-time.Second))
+	if v := r.helloVersion("a:1"); v != ReportVersion {
+		t.Errorf("source that refused long ago: version %d", v)
+	}
+}
