@@ -26,6 +26,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzClientHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
 	$(GO) test -run '^$$' -fuzz=FuzzReceiveAuthenticated -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
+	$(GO) test -run '^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/tree/
 
 lint:
 	test -z "$$(gofmt -l .)"

@@ -19,11 +19,11 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 2
+	ProtocolVersion    uint16 = 3
 	MinProtocolVersion uint16 = 1
-	// streamVersion is the version replication and bootstrap clients
-	// send: they need nothing version 2 added, so servers of version 1
-	// keep serving them.
+	// streamVersion is the version bootstrap clients send, and stream
+	// clients to a source that refused ReportVersion: they need nothing
+	// version 2 added, so servers of version 1 keep serving them.
 	streamVersion uint16 = 1
 	// FetchVersion is the first version with fetch connections.
 	FetchVersion uint16 = 2
@@ -94,6 +94,8 @@ func (t MsgType) String() string {
 		return "fetch"
 	case MsgValues:
 		return "values"
+	case MsgReport:
+		return "report"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -632,6 +634,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeFetch(p)
 	case MsgValues:
 		return decodeValues(p)
+	case MsgReport:
+		return decodeReport(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

@@ -55,6 +55,7 @@ type Server struct {
 	auth           *clusterauth.Auth
 	insecure       []string         // internal addresses beyond loopback without authentication (--insecure)
 	gate           *gateway.Gateway // nil: open writes
+	reports        *reports         // the tree and read samples (reports.go)
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -74,6 +75,7 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
 	s.raftNodes = map[string]*raftSlot{}
+	s.reports = newReports(log)
 	var err error
 	if s.auth, s.insecure, err = loadAuth(cfg); err != nil {
 		return nil, err
@@ -128,6 +130,9 @@ func (s *Server) openDatabase(d config.Database) error {
 	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
+	if err := s.reports.attach(db, d.IsReplica()); err != nil {
+		return err
+	}
 	if d.Raft.Enabled() {
 		slot := &raftSlot{}
 		s.raftNodes[d.Name] = slot
@@ -144,7 +149,8 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
-		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d)}, st, s.log.With("db", d.Name))
+		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d),
+		Report: s.reports.report(db)}, st, s.log.With("db", d.Name))
 	if err != nil {
 		return err
 	}
@@ -255,6 +261,10 @@ func (s *Server) Database(name string) (*httpapi.Database, bool) {
 	return d, ok
 }
 
+// DatabaseNames implements httpapi.Lister: the databases in configuration
+// order.
+func (s *Server) DatabaseNames() []string { return s.order }
+
 // Start opens (or inherits) every listener, announces them and starts
 // serving. It returns once everything listens.
 func (s *Server) Start() error {
@@ -325,7 +335,7 @@ func (s *Server) Start() error {
 		if rate < 0 {
 			rate = 0 // no limit
 		}
-		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration}, func(name string) (*store.Store, bool) {
+		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -371,6 +381,7 @@ func (s *Server) Start() error {
 	if s.gate != nil {
 		s.goFunc(func() { s.gate.Run(replCtx) })
 	}
+	s.goFunc(func() { s.reports.run(replCtx, s.order) })
 	for _, d := range s.cfg.Databases {
 		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() && !d.Raft.Enabled() {
 			db := s.dbs[d.Name]

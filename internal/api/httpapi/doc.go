@@ -17,6 +17,10 @@
 //	DELETE /v1/{db}/raft/members/{id} HA root: remove a member
 //	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
 //	GET    /v1/{db}/usage?producer=   keys and bytes stored under each producer's prefixes
+//	GET    /v1/{db}/usage?unread=true&window=&limit=   keys with no sampled read (unread.go)
+//	GET    /v1/{db}/tree              the replication tree below this node (tree.go)
+//	GET    /v1/node                   what the status page shows, every database (tree.go)
+//	GET    /                          the status page (internal/statuspage)
 //	GET    /metrics                   Prometheus metrics of the process
 //	GET    /healthz                   200 "ok" while the process serves
 //
@@ -216,6 +220,11 @@
 // producer=NAME reports that producer only (404 not_found if it may not
 // write the database) and leaves out "unowned". It costs one pass over the
 // value records under the prefixes reported (docs/storage.md).
+//
+// usage?unread=true answers gateway.UnreadReport: per producer and prefix,
+// the keys with no sampled read within the window, checked against the
+// root's read window (Database.KeyUse; a replica has none and answers 400).
+// The JSON of tree, node and unread is in docs/protocol.md.
 //
 // # Errors
 //

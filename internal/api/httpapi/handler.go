@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/metrics"
+	"github.com/quicksilver-kv/qs/internal/statuspage"
 )
 
 // handler serves the API for the databases of a Catalog.
@@ -51,6 +52,11 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 	m.Handle("/v1/{db}/mget", methodNotAllowed("POST"))
 	m.Handle("GET /v1/{db}/status", h.route(routeStatus, h.status))
 	m.Handle("/v1/{db}/status", methodNotAllowed("GET, HEAD"))
+	m.Handle("GET /v1/{db}/tree", h.route(routeTree, h.tree))
+	m.Handle("/v1/{db}/tree", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("GET /v1/node", h.node)
+	m.Handle("/v1/node", methodNotAllowed("GET, HEAD"))
+	m.Handle("GET /{$}", statuspage.Handler())
 	m.Handle("GET /v1/{db}/usage", h.route(routeUsage, h.usage))
 	m.Handle("/v1/{db}/usage", methodNotAllowed("GET, HEAD"))
 	m.Handle("POST /v1/{db}/raft/members", h.route(routeMembers, h.addMember))

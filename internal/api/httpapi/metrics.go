@@ -25,6 +25,7 @@ const (
 	routeUsage
 	routeMembers
 	routeDigest
+	routeTree
 	routeOther // unknown paths and methods
 	numRoutes
 )
@@ -40,6 +41,7 @@ var routeNames = [numRoutes]string{
 	routeUsage:   "usage",
 	routeDigest:  "digest",
 	routeMembers: "members",
+	routeTree:    "tree",
 	routeOther:   "other",
 }
 

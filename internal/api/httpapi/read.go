@@ -38,6 +38,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
 			return status
 		}
 	}
+	d.Reads.ObserveString(key)
 	// Small values are written while the lookup holds them; larger ones
 	// are copied first, so a slow client never keeps a view (and the
 	// storage it pins) open.
@@ -280,6 +281,9 @@ func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *Database) int 
 			a.abort()
 		}
 		return h.fail(w, r, d, err)
+	}
+	for _, k := range req.Keys {
+		d.Reads.ObserveString(k)
 	}
 	return a.finish()
 }
