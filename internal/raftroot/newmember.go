@@ -87,7 +87,7 @@ func (n *Node) fetchForJoin() bool {
 		select {
 		case <-n.quit:
 			return false
-		case <-time.After(pause):
+		case <-n.clock.After(pause):
 		}
 	}
 }

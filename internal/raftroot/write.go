@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -66,7 +66,7 @@ func (n *Node) waitLeader(ctx context.Context) (uint64, error) {
 		}
 		select {
 		case <-ch:
-		case <-time.After(n.cfg.TickInterval):
+		case <-n.clock.After(n.cfg.TickInterval):
 			n.updateStatusFromLoop(ctx)
 		case <-ctx.Done():
 			return 0, ErrNoLeader
@@ -96,7 +96,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		mProposals.WithLabelValues(n.cfg.Database, "failed").Inc()
 		return store.WriteResult{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	ctx, cancel := clockwork.WithTimeout(ctx, n.clock, n.cfg.ProposalTimeout)
 	defer cancel()
 	c := command{batch: b}
 	rand.Read(c.id[:])
@@ -133,7 +133,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 				mProposals.WithLabelValues(db, "failed").Inc()
 				return store.WriteResult{}, err
 			}
-			c.time = time.Now().UnixNano()
+			c.time = n.clock.Now().UnixNano()
 			data := c.encode()
 			var perr error
 			if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
@@ -147,7 +147,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			if errors.Is(perr, raft.ErrProposalDropped) {
 				// Not appended anywhere: safe to try again shortly.
 				select {
-				case <-time.After(n.cfg.TickInterval):
+				case <-n.clock.After(n.cfg.TickInterval):
 					continue
 				case <-ctx.Done():
 					if sent {
@@ -229,7 +229,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 }
 
 func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(Status) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ProposalTimeout)
+	ctx, cancel := clockwork.WithTimeout(ctx, n.clock, 2*n.cfg.ProposalTimeout)
 	defer cancel()
 	for {
 		if done(n.Status()) {
@@ -251,7 +251,7 @@ func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(S
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("membership change not applied: %w", ctx.Err())
-			case <-time.After(n.cfg.TickInterval):
+			case <-n.clock.After(n.cfg.TickInterval):
 			}
 			if done(n.Status()) {
 				return nil
