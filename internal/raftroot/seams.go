@@ -1,9 +1,12 @@
 package raftroot
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -72,3 +75,40 @@ func connectTCP(cfg Config, cluster [16]byte, in inbound, log *slog.Logger) (mes
 
 // wallClock is the clock of a member started with Start.
 var wallClock = clockwork.NewRealClock()
+
+// withTimeout is context.WithTimeout on clock: the context ends with
+// context.DeadlineExceeded once d has passed on clock. On the wall clock it
+// is context.WithTimeout itself. (clockwork.WithTimeout is not used: its
+// context's Err blocks until the context ends, where a context must
+// answer nil.)
+func withTimeout(parent context.Context, clock clockwork.Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	if clock == wallClock {
+		return context.WithTimeout(parent, d)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	t := clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	deadline := clock.Now().Add(d)
+	if pd, ok := parent.Deadline(); ok && pd.Before(deadline) {
+		deadline = pd
+	}
+	return clockContext{ctx, deadline}, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
+}
+
+// clockContext is a context that ends at a deadline on a clock.
+type clockContext struct {
+	context.Context // from context.WithCancelCause, cancelled at the deadline
+	deadline        time.Time
+}
+
+func (c clockContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c clockContext) Err() error {
+	err := c.Context.Err()
+	if err != nil && errors.Is(context.Cause(c.Context), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
+}

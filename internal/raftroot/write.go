@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -95,7 +94,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 	if err := n.st.ValidateBatch(b); err != nil {
 		return n.answer(classify(evInvalid, 0, err), store.WriteResult{}, err)
 	}
-	ctx, cancel := clockwork.WithTimeout(ctx, n.clock, n.cfg.ProposalTimeout)
+	ctx, cancel := withTimeout(ctx, n.clock, n.cfg.ProposalTimeout)
 	defer cancel()
 	c := command{batch: b}
 	rand.Read(c.id[:])
@@ -206,7 +205,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 }
 
 func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(Status) bool) error {
-	ctx, cancel := clockwork.WithTimeout(ctx, n.clock, 2*n.cfg.ProposalTimeout)
+	ctx, cancel := withTimeout(ctx, n.clock, 2*n.cfg.ProposalTimeout)
 	defer cancel()
 	for {
 		if done(n.Status()) {
