@@ -452,7 +452,8 @@ func (c *simCluster) logEntries(m *simMember) []*pb.Entry {
 	return ents
 }
 
-// ledger keeps what writes were answered: an applied write must be on
+// ledger keeps what writes were answered (tests that write a key twice
+// write it in sequence): an applied write must be on
 // every member, an unavailable one (nothing proposed) on none; one whose
 // outcome is unknown may be either.
 type ledger struct {
@@ -469,7 +470,7 @@ func (l *ledger) record(p *pendingWrite, a writeAnswer) {
 		l.applied, l.unavailable = map[string]string{}, map[string]bool{}
 	}
 	switch {
-	case a.err == nil && a.r.Changed:
+	case a.err == nil && a.r.Changed && !a.r.Duplicate:
 		l.applied[p.key] = p.val
 	case errors.Is(a.err, store.ErrUnavailable):
 		l.unavailable[p.key] = true
