@@ -44,6 +44,8 @@ func cmdServe(args []string) error {
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
 		raftPeer = fs.String("raft-peers", "", "initial members of the replicated root: id=host:port,... (this member included, the same list on every member)")
 		raftJoin = fs.Bool("raft-join", false, "join an existing replicated root as a new member (add it first with qs raft add)")
+		clusterK = fs.String("cluster-key", "", "cluster key file (made by qs cert key): authenticates every replication and Raft connection, both ways")
+		insecure = fs.Bool("insecure", false, "let the replication and Raft listeners listen beyond loopback without a cluster key or mutual TLS (anyone who reaches them can read everything and, on Raft, write)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -90,6 +92,10 @@ func cmdServe(args []string) error {
 	if *prodFile != "" {
 		cfg.ProducersFile = *prodFile
 	}
+	if *clusterK != "" {
+		cfg.ClusterKey = *clusterK
+	}
+	cfg.Insecure = cfg.Insecure || *insecure
 	if *role != "" {
 		cfg.Databases[0].Role = *role
 	}

@@ -162,6 +162,7 @@ func start(cfg Config, st *store.Store, clock clockwork.Clock, connect func(Conf
 			}
 		},
 		known:       n.isKnown,
+		memberAddr:  n.memberAddr,
 		unreachable: func(id uint64) { n.report(func() { n.rn.ReportUnreachable(id) }) },
 		snapshotDone: func(id uint64, ok bool) {
 			st := raft.SnapshotFinish
@@ -205,6 +206,13 @@ func (n *Node) isKnown(id uint64) bool {
 	defer n.mu.Unlock()
 	_, ok := n.mu.members[id]
 	return ok
+}
+
+// memberAddr is member id's Raft address in the membership.
+func (n *Node) memberAddr(id uint64) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.members[id]
 }
 
 func (n *Node) report(f func()) {

@@ -49,6 +49,7 @@ type messenger interface {
 type inbound struct {
 	deliver      func(m *pb.Message) bool // false: the member's inbox is full (dropped)
 	known        func(id uint64) bool     // is id a member (or a configured peer)?
+	memberAddr   func(id uint64) string   // member id's Raft address ("" if none)
 	unreachable  func(id uint64)          // a message to id was lost
 	snapshotDone func(id uint64, ok bool) // a snapshot message to id was sent, or lost
 }
@@ -57,7 +58,8 @@ type inbound struct {
 // cfg.Listen.
 func connectTCP(cfg Config, cluster [16]byte, in inbound, log *slog.Logger) (messenger, error) {
 	tr := newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, cfg.Dial, log)
-	tr.deliver, tr.known, tr.unreachable, tr.snapshotled = in.deliver, in.known, in.unreachable, in.snapshotDone
+	tr.deliver, tr.known, tr.memberAddr = in.deliver, in.known, in.memberAddr
+	tr.unreachable, tr.snapshotled = in.unreachable, in.snapshotDone
 	ln := cfg.Ln
 	if ln == nil {
 		var err error
