@@ -38,7 +38,7 @@ func (n *Node) apply(ents []*pb.Entry) bool {
 		select {
 		case <-n.quit:
 			return false
-		case <-time.After(pause):
+		case <-n.clock.After(pause):
 		}
 	}
 	mApplySeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())

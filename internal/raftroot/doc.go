@@ -9,6 +9,14 @@
 // while it persists them), send messages (transport.go), apply the
 // committed entries with store.ApplyRaft, and Advance.
 //
+// The member meets the world at two seams (seams.go): a messenger carries
+// its Raft messages (the TCP transport; tests use an in-memory network
+// that drops, delays, reorders and partitions them) and a clock drives
+// its ticks, heartbeats, store syncs and proposal timeouts (the wall
+// clock; tests advance a manual one). What a write's proposer is told is
+// decided by classify (outcome.go), a pure function of what happened to
+// the write and how many copies of it Raft took.
+//
 // # Invariants
 //
 //   - The committed Raft log is the only writer of the store. A command

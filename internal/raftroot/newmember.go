@@ -93,7 +93,7 @@ func (n *Node) fetchForJoin() bool {
 		select {
 		case <-n.quit:
 			return false
-		case <-time.After(pause):
+		case <-n.clock.After(pause):
 		}
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -33,7 +33,10 @@ type Node struct {
 	log  *slog.Logger
 	rn   *raft.RawNode
 	disk *diskStorage
-	tr   *transport
+	tr   messenger
+
+	clock  clockwork.Clock // see seams.go
+	ticker clockwork.Ticker
 
 	inbox   chan *pb.Message
 	props   chan func() // run on the loop goroutine
@@ -75,12 +78,20 @@ type Status struct {
 // st must be the database's store, opened and used by nothing else for
 // writes.
 func Start(cfg Config, st *store.Store) (*Node, error) {
+	return start(cfg, st, wallClock, func(cfg Config, in inbound, log *slog.Logger) (messenger, error) {
+		return connectTCP(cfg, st.DBID(), in, log)
+	})
+}
+
+// start runs a member on the given clock, with the messenger connect
+// returns for its configuration (defaults filled in; see seams.go).
+func start(cfg Config, st *store.Store, clock clockwork.Clock, connect func(Config, inbound, *slog.Logger) (messenger, error)) (*Node, error) {
 	cfg.Peers = maps.Clone(cfg.Peers) // the caller's map is theirs to change
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, st: st, log: cfg.Logger.With("db", cfg.Database, "raft_node", cfg.NodeID),
+	n := &Node{cfg: cfg, st: st, clock: clock, log: cfg.Logger.With("db", cfg.Database, "raft_node", cfg.NodeID),
 		inbox: make(chan *pb.Message, 4096), props: make(chan func(), 1024), reports: make(chan func(), 1024),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	n.mu.waiters = map[[16]byte]chan store.RaftResult{}
@@ -141,42 +152,36 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 		}
 		n.log.Info("raft cluster bootstrapped", "members", cfg.Peers)
 	}
-	n.tr = newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, cfg.Dial, n.log)
-	n.tr.deliver = func(m *pb.Message) bool {
-		select {
-		case n.inbox <- m:
-			return true
-		default:
-			return false
-		}
+	in := inbound{
+		deliver: func(m *pb.Message) bool {
+			select {
+			case n.inbox <- m:
+				return true
+			default:
+				return false
+			}
+		},
+		known:       n.isKnown,
+		memberAddr:  n.memberAddr,
+		unreachable: func(id uint64) { n.report(func() { n.rn.ReportUnreachable(id) }) },
+		snapshotDone: func(id uint64, ok bool) {
+			st := raft.SnapshotFinish
+			ev := "sent"
+			if !ok {
+				st, ev = raft.SnapshotFailure, "send_failed"
+			}
+			mSnapshots.WithLabelValues(cfg.Database, ev).Inc()
+			n.report(func() { n.rn.ReportSnapshot(id, st) })
+		},
 	}
-	n.tr.known = n.isKnown
-	n.tr.memberAddr = n.memberAddr
-	n.tr.unreachable = func(id uint64) { n.report(func() { n.rn.ReportUnreachable(id) }) }
-	n.tr.snapshotled = func(id uint64, ok bool) {
-		st := raft.SnapshotFinish
-		ev := "sent"
-		if !ok {
-			st, ev = raft.SnapshotFailure, "send_failed"
-		}
-		mSnapshots.WithLabelValues(cfg.Database, ev).Inc()
-		n.report(func() { n.rn.ReportSnapshot(id, st) })
+	if n.tr, err = connect(cfg, in, n.log); err != nil {
+		disk.close()
+		return nil, err
 	}
 	for id, a := range n.mu.members {
 		n.tr.setPeer(id, a)
 	}
-	ln := cfg.Ln
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-			disk.close()
-			return nil, fmt.Errorf("raft listen %s: %w", cfg.Listen, err)
-		}
-	}
-	n.tr.wg.Add(1)
-	go func() {
-		defer n.tr.wg.Done()
-		n.tr.serve(cfg.Listener(ln))
-	}()
+	n.ticker = clock.NewTicker(cfg.TickInterval)
 	n.updateStatus()
 	go n.run()
 	return n, nil
@@ -184,12 +189,16 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 
 // Addr is the address the transport listens on.
 func (n *Node) Addr() string {
-	n.tr.mu.Lock()
-	defer n.tr.mu.Unlock()
-	if n.tr.mu.ln == nil {
+	tr, ok := n.tr.(*transport)
+	if !ok {
 		return n.cfg.Listen
 	}
-	return n.tr.mu.ln.Addr().String()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.mu.ln == nil {
+		return n.cfg.Listen
+	}
+	return tr.mu.ln.Addr().String()
 }
 
 func (n *Node) isKnown(id uint64) bool {
@@ -236,14 +245,13 @@ func (n *Node) run() {
 		n.failWaiters()
 		return
 	}
-	t := time.NewTicker(n.cfg.TickInterval)
-	defer t.Stop()
+	defer n.ticker.Stop()
 	for {
 		select {
 		case <-n.quit:
 			n.failWaiters()
 			return
-		case <-t.C:
+		case <-n.ticker.Chan():
 			n.rn.Tick()
 			n.maybeHeartbeat()
 			n.maybeSyncStore()
@@ -362,10 +370,10 @@ func (n *Node) softState(ss *raft.SoftState) {
 // maybeSyncStore makes the store's applied commands durable once a second
 // (one fsync), bounding what a restart applies again from the Raft log.
 func (n *Node) maybeSyncStore() {
-	if time.Since(n.lastSync) < storeSyncInterval || n.st.RaftApplied() == n.syncedRaft {
+	if n.clock.Since(n.lastSync) < storeSyncInterval || n.st.RaftApplied() == n.syncedRaft {
 		return
 	}
-	n.lastSync = time.Now()
+	n.lastSync = n.clock.Now()
 	applied := n.st.RaftApplied()
 	if err := n.st.SyncRaft(); err != nil {
 		n.log.Warn("store sync failed", "err", err)
@@ -383,7 +391,7 @@ func (n *Node) maybeHeartbeat() {
 	if hb <= 0 || n.rn.BasicStatus().RaftState != raft.StateLeader {
 		return
 	}
-	now := time.Now()
+	now := n.clock.Now()
 	if now.Sub(n.st.AppliedTime()) < hb || now.Sub(n.lastHeartbeat) < hb {
 		return
 	}

@@ -4,71 +4,61 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // Writes through the leader and through followers (forwarded) are applied
 // by every member with the same indexes and hashes; a failed condition and
 // a duplicate batch id are judged alike everywhere.
 func TestWritesReplicateIdentically(t *testing.T) {
-	c := newCluster(t, 3, nil)
-	ctx := context.Background()
+	c := newSimCluster(t, 3, 11, nil)
 	lead := c.leader()
-	f := c.follower()
-	var wg sync.WaitGroup
-	errs := make(chan error, 100)
+	f := c.others(lead)[0]
+	var writes []*pendingWrite
 	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 25; i++ {
-				m := lead
-				if i%2 == 0 {
-					m = f
-				}
-				if _, err := m.node.Write(ctx, put(fmt.Sprintf("w%d/%d", w, i), "v")); err != nil {
-					errs <- err
-				}
+		for i := 0; i < 25; i++ {
+			m := lead
+			if i%2 == 0 {
+				m = f
 			}
-		}()
+			writes = append(writes, c.write(m, put(fmt.Sprintf("w%d/%d", w, i), "v")))
+		}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	for _, p := range writes {
+		if a := c.await(p); a.err != nil {
+			t.Fatal(a.err)
+		}
 	}
-	r1, err := f.node.Write(ctx, put("k", "1"))
-	if err != nil || !r1.Changed {
-		t.Fatalf("write: %+v %v", r1, err)
+	r1 := c.mustWrite(f, "k", "1")
+	if !r1.Changed {
+		t.Fatalf("write: %+v", r1)
 	}
 	b := put("k", "2")
 	b.Conds = []store.Cond{{Key: []byte("k"), Index: r1.Index + 100}}
-	if _, err := lead.node.Write(ctx, b); !errors.Is(err, store.ErrConditionFailed) {
-		t.Fatalf("failed condition answered %v", err)
+	if a := c.await(c.write(lead, b)); !errors.Is(a.err, store.ErrConditionFailed) {
+		t.Fatalf("failed condition answered %v", a.err)
 	}
 	b = put("k", "3")
 	b.ID = []byte("batch-1")
-	r2, err := f.node.Write(ctx, b)
-	if err != nil {
-		t.Fatal(err)
+	a2 := c.await(c.write(f, b))
+	if a2.err != nil {
+		t.Fatal(a2.err)
 	}
 	b.Ops[0].Value = []byte("4")
-	r3, err := lead.node.Write(ctx, b)
-	if err != nil || !r3.Duplicate || r3.Index != r2.Index {
-		t.Fatalf("duplicate: %+v %v (first %+v)", r3, err, r2)
+	a3 := c.await(c.write(lead, b))
+	if a3.err != nil || !a3.r.Duplicate || a3.r.Index != a2.r.Index {
+		t.Fatalf("duplicate: %+v %v (first %+v)", a3.r, a3.err, a2.r)
 	}
-	h := c.waitConverged()
-	if h.Index != r2.Index {
-		t.Fatalf("head %d, last write %d", h.Index, r2.Index)
+	h := c.converge()
+	if h.Index != a2.r.Index {
+		t.Fatalf("head %d, last write %d", h.Index, a2.r.Index)
 	}
-	c.checkDigests()
-	for _, m := range c.members {
+	for _, m := range c.running() {
 		if s := m.node.Status(); len(s.Members) != 3 || s.Leader != lead.id {
 			t.Fatalf("member %d status %+v", m.id, s)
 		}
@@ -78,47 +68,33 @@ func TestWritesReplicateIdentically(t *testing.T) {
 // Stopping the leader elects another; writes continue; the old leader
 // restarts, catches up and converges.
 func TestLeaderStopAndRestart(t *testing.T) {
-	c := newCluster(t, 3, nil)
-	ctx := context.Background()
+	c := newSimCluster(t, 3, 12, nil)
 	lead := c.leader()
 	for i := 0; i < 10; i++ {
-		if _, err := lead.node.Write(ctx, put(fmt.Sprint("a", i), "v")); err != nil {
-			t.Fatal(err)
-		}
+		c.mustWrite(lead, fmt.Sprint("a", i), "v")
 	}
 	lead.stop()
-	t0 := time.Now()
-	f := c.follower()
-	if _, err := f.node.Write(ctx, put("after", "v")); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("write acknowledged %v after the leader stopped", time.Since(t0))
-	c.start(lead.id, lead.dir, false)
-	c.waitConverged()
-	c.checkDigests()
+	c.mustWrite(c.others(lead)[0], "after", "v")
+	c.start(lead.id)
+	c.converge()
 }
 
 // A member down while the log is compacted past it catches up from a
-// snapshot: a checkpoint of a member's store fetched over replication.
+// snapshot: a checkpoint of a member's store.
 func TestSnapshotCatchUp(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries, cfg.CatchUpEntries = 20, 5 })
-	ctx := context.Background()
-	c.leader()
-	down := c.follower()
+	c := newSimCluster(t, 3, 13, func(cfg *Config) { cfg.SnapshotEntries, cfg.CatchUpEntries = 20, 5 })
+	down := c.others(c.leader())[0]
 	down.stop()
 	lead := c.leader()
 	for i := 0; i < 100; i++ {
-		if _, err := lead.node.Write(ctx, put(fmt.Sprint("k", i), fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
+		c.mustWrite(lead, fmt.Sprint("k", i), fmt.Sprint(i))
 	}
 	first, _ := lead.node.disk.mem.FirstIndex()
 	if first <= down.st.RaftApplied()+1 {
 		t.Fatalf("log not compacted past the stopped member: first %d, member at %d", first, down.st.RaftApplied())
 	}
-	m := c.start(down.id, down.dir, false)
-	c.waitConverged()
-	c.checkDigests()
+	m := c.start(down.id)
+	c.converge()
 	if got := m.st.RaftApplied(); got < first {
 		t.Fatalf("member raft applied %d, below the leader's first index %d", got, first)
 	}
@@ -245,93 +221,62 @@ func TestNewMemberOnWrongStoreRefused(t *testing.T) {
 // it starts as a new one-member cluster on its store, whose log goes on
 // with the next index.
 func TestRestartAsNewClusterContinuesTheLog(t *testing.T) {
-	ctx := context.Background()
-	c := newCluster(t, 1, nil)
-	m := c.members[1]
-	c.leader()
+	c := newSimCluster(t, 1, 14, nil)
+	m := c.leader()
 	var last store.WriteResult
 	for i := 0; i < 5; i++ {
-		var err error
-		if last, err = m.node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
-			t.Fatal(err)
-		}
+		last = c.mustWrite(m, fmt.Sprint("k", i), "v")
 	}
 	m.stop()
-	if err := os.RemoveAll(m.cfg.Dir); err != nil {
+	if err := c.fs.RemoveAll(m.cfg.Dir); err != nil {
 		t.Fatal(err)
 	}
-	m = c.start(1, m.dir, false)
-	c.leader()
+	c.start(m.id)
+	m = c.leader()
 	// Without a reset of the store's Raft index, the new log's commands
 	// would be taken for applied ones and skipped.
-	r, err := m.node.Write(ctx, put("after", "v"))
-	if err != nil || !r.Changed || r.Index <= last.Index {
-		t.Fatalf("write after the restart: %+v %v (last before: %d)", r, err, last.Index)
+	r := c.mustWrite(m, "after", "v")
+	if !r.Changed || r.Index <= last.Index {
+		t.Fatalf("write after the restart: %+v (last before: %d)", r, last.Index)
 	}
 }
 
 // Five members keep taking writes with two of them down, and the two
 // catch up when they return.
 func TestFiveMembersSurviveTwoDown(t *testing.T) {
-	c := newCluster(t, 5, nil)
-	ctx := context.Background()
+	c := newSimCluster(t, 5, 15, nil)
 	lead := c.leader()
-	var down []*member
-	for _, m := range c.members {
-		if m != lead && len(down) < 2 {
-			down = append(down, m)
-		}
-	}
+	down := c.others(lead)[:2]
 	for _, m := range down {
 		m.stop()
 	}
 	for i := 0; i < 20; i++ {
-		if _, err := c.follower().node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
-			t.Fatal(err)
-		}
+		c.mustWrite(c.others(c.leader())[0], fmt.Sprint("k", i), "v")
 	}
 	for _, m := range down {
-		c.start(m.id, m.dir, false)
+		c.start(m.id)
 	}
-	c.waitConverged()
-	c.checkDigests()
+	c.converge()
 }
 
 // TestWriteWithoutIDSurvivesLeaderLoss: a write without a batch ID (as
 // memcached sends them) forwarded to a leader that is gone is proposed
 // again to the next leader, and applied once.
 func TestWriteWithoutIDSurvivesLeaderLoss(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) { cfg.ProposalTimeout = 4 * time.Second })
-	ctx := context.Background()
+	c := newSimCluster(t, 3, 16, func(cfg *Config) { cfg.ProposalTimeout = 4 * time.Second })
 	lead := c.leader()
-	f := c.follower()
-	if _, err := lead.node.Write(ctx, put("before", "v")); err != nil {
-		t.Fatal(err)
-	}
+	f := c.others(lead)[0]
+	c.mustWrite(lead, "before", "v")
 	lead.stop()
 	// The follower still believes in the old leader: its forward is lost.
-	t0 := time.Now()
-	res, err := f.node.Write(ctx, put("during", "v"))
-	if err != nil {
-		t.Fatalf("write during the election: %v (after %v)", err, time.Since(t0))
+	p := c.write(f, put("during", "v"))
+	c.waitQueued(f.id, lead.id, pb.MessageType_MsgProp)
+	if a := c.awaitTicking(p); a.err != nil {
+		t.Fatalf("write during the election: %v", a.err)
 	}
-	t.Logf("acknowledged at %d, %v after the leader stopped", res.Index, time.Since(t0))
-	c.start(lead.id, lead.dir, false)
-	head := c.waitConverged()
-	entries, err := f.st.ReadLog(1, int(head.Index)+1, 1<<30)
-	if err != nil {
-		t.Fatal(err)
+	c.start(lead.id)
+	c.converge()
+	if n := sets(t, f, "during"); n != 1 {
+		t.Fatalf("the write is in the log %d times", n)
 	}
-	sets := 0
-	for _, e := range entries {
-		for _, op := range e.Ops {
-			if string(op.Key) == "during" {
-				sets++
-			}
-		}
-	}
-	if sets != 1 {
-		t.Fatalf("the write is in the log %d times", sets)
-	}
-	c.checkDigests()
 }

@@ -3,8 +3,7 @@ package raftroot
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,12 +41,12 @@ func (g *gate) release() {
 	}
 }
 
-// heldCluster starts a one-member cluster (tweak, if not nil, adjusts
-// its configuration) whose loop the returned gate can hold after it
-// persists an entry, and returns the gate, the cluster and its leader.
-func heldCluster(t *testing.T, tweak func(*Config)) (*gate, *cluster, *member) {
+// heldCluster starts a one-member simulated cluster (tweak, if not nil,
+// adjusts its configuration) whose loop the returned gate can hold after
+// it persists an entry, and returns the gate, the cluster and its leader.
+func heldCluster(t *testing.T, tweak func(*Config)) (*gate, *simCluster, *simMember) {
 	g := newGate()
-	c := newCluster(t, 1, func(cfg *Config) {
+	c := newSimCluster(t, 1, 21, func(cfg *Config) {
 		cfg.AfterPersist = g.afterPersist
 		if tweak != nil {
 			tweak(cfg)
@@ -70,10 +69,33 @@ func (g *gate) writeHeld(t *testing.T, n *Node, b store.Batch) <-chan error {
 	}()
 	select {
 	case <-g.blocked:
-	case <-time.After(5 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("loop not held")
 	}
 	return errc
+}
+
+// waitProps waits until at least want proposals wait for n's held loop.
+func waitProps(t *testing.T, n *Node, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); len(n.props) < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proposals queued, want %d", len(n.props), want)
+		}
+		runtime.Gosched()
+	}
+}
+
+// answerOf waits for a write's answer.
+func answerOf(t *testing.T, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatal("write not answered")
+		return nil
+	}
 }
 
 // lookup returns the value of key in st, and whether it exists.
@@ -93,20 +115,24 @@ func lookup(t *testing.T, st *store.Store, key string) (string, bool) {
 // A write to a member whose loop is busy (applying a large batch, fetching
 // a snapshot, retrying a full disk, or stopped after its Raft storage
 // failed) is answered within its proposal timeout, not when the loop is
-// free again.
+// free again: here, answered while the loop is still held.
 func TestWriteTimesOutWhileLoopBusy(t *testing.T) {
-	g, _, m := heldCluster(t, func(cfg *Config) { cfg.ProposalTimeout = 300 * time.Millisecond })
-	ctx := context.Background()
-	if _, err := m.node.Write(ctx, put("a", "1")); err != nil {
-		t.Fatal(err)
-	}
+	const timeout = 300 * time.Millisecond
+	g, c, m := heldCluster(t, func(cfg *Config) { cfg.ProposalTimeout = timeout })
+	c.mustWrite(m, "a", "1")
 	g.writeHeld(t, m.node, put("b", "1")) // holds the loop once committed
-	time.AfterFunc(5*time.Second, g.release)
-	t0 := time.Now()
-	_, err := m.node.Write(ctx, put("c", "1"))
-	took := time.Since(t0)
-	if took > 2*time.Second {
-		t.Fatalf("write answered after %v (proposal timeout 300ms): %v", took, err)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.node.Write(context.Background(), put("c", "1"))
+		errc <- err
+	}()
+	waitProps(t, m.node, 1) // the write waits for the held loop
+	c.clock.Advance(timeout)
+	err := answerOf(t, errc)
+	select {
+	case <-g.open:
+		t.Fatal("the loop was released before the write was answered")
+	default:
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("write on a held member answered %v, want a timeout (outcome unknown)", err)
@@ -122,21 +148,19 @@ func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
 	errc := g.writeHeld(t, m.node, put("k", "v")) // durable in the Raft log and committed
 	stopped := make(chan struct{})
 	go func() { m.node.Stop(); close(stopped) }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-time.After(5 * time.Second):
-		t.Fatal("write not answered when its member stopped")
-	}
+	err := answerOf(t, errc)
 	g.release()
 	<-stopped
 	m.stop()
-	m = c.start(m.id, m.dir, false)
+	m = c.start(m.id)
 	c.leader()
-	c.waitConverged()
+	c.converge()
 	_, found := lookup(t, m.st, "k")
 	t.Logf("answer %v; applied: %v", err, found)
-	if found && (err == nil || errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded)) {
+	if !found {
+		t.Fatal("the write, committed before its member stopped, is not applied after the restart")
+	}
+	if err == nil || errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the write was applied, but its proposer was answered %v (want a timeout: outcome unknown)", err)
 	}
 }
@@ -146,52 +170,35 @@ func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
 // condition true before the second copy, the second copy applies: the
 // proposer must not be told that its condition failed.
 func TestReproposedWriteNotReportedFailed(t *testing.T) {
-	g, _, m := heldCluster(t, nil)
+	g, c, m := heldCluster(t, nil)
 	n := m.node
-	ctx := context.Background()
-	if _, err := n.Write(ctx, put("k", "old")); err != nil {
-		t.Fatal(err)
-	}
+	c.mustWrite(m, "k", "old")
 	// Create k only if it does not exist: it does.
 	create := put("k", "new")
 	create.Conds = []store.Cond{{Key: []byte("k"), Index: 0}}
 	create.ID = []byte("create-k")
 	errc := g.writeHeld(t, n, create) // the first copy is committed, not yet applied
 	// Another producer deletes k; its proposal waits for the loop.
-	go n.Write(ctx, store.Batch{Ops: []wal.Op{{Type: wal.OpDelete, Key: []byte("k")}}})
-	waitProps := func(want int) {
-		for deadline := time.Now().Add(5 * time.Second); len(n.props) < want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d proposals queued, want %d", len(n.props), want)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	waitProps(1)
+	del := c.write(m, store.Batch{Ops: []wal.Op{{Type: wal.OpDelete, Key: []byte("k")}}})
+	waitProps(t, n, 1)
 	// The proposer sees a leader change and proposes its write again.
 	n.mu.Lock()
 	close(n.mu.leaderCh)
 	n.mu.leaderCh = make(chan struct{})
 	n.mu.Unlock()
-	waitProps(2)
+	waitProps(t, n, 2)
 	g.armed.Store(false)
 	g.release()
-	var err error
-	select {
-	case err = <-errc:
-	case <-time.After(10 * time.Second):
-		t.Fatal("write not answered")
-	}
-	// The second copy, proposed by now, commits after the delete.
-	var v string
-	var found bool
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if v, found = lookup(t, m.st, "k"); v == "new" {
-			break
-		}
-	}
+	err := answerOf(t, errc)
+	c.await(del)
+	// The second copy commits after the delete.
+	c.stabilize()
+	v, found := lookup(t, m.st, "k")
 	t.Logf("answer %v; k=%q (exists %v)", err, v, found)
-	if v == "new" && errors.Is(err, store.ErrConditionFailed) {
+	if v != "new" {
+		t.Fatalf("k=%q (exists %v): the second copy did not apply after the delete; the test did not make its case", v, found)
+	}
+	if errors.Is(err, store.ErrConditionFailed) {
 		t.Fatalf("the write was applied (k=%q) but its proposer was told: %v", v, err)
 	}
 }
@@ -202,34 +209,23 @@ func TestReproposedWriteNotReportedFailed(t *testing.T) {
 // committed command, or a member refuses a write the others apply and the
 // logs fork.
 func TestMembersWithOtherLimitsApplyAlike(t *testing.T) {
-	dir := t.TempDir()
-	c := &cluster{t: t, members: map[uint64]*member{}, peers: map[uint64]string{},
-		storeTweak: func(id uint64, o *store.Options) {
-			if id == 3 {
-				o.MaxValueBytes, o.MaxBatchBytes = 100, 100
-			}
-		}}
-	copy(c.dbid[:], "raftroot-test-id")
-	for i := uint64(1); i <= 3; i++ {
-		c.peers[i] = freeAddr(t)
+	c := newSimClusterStopped(t, 3, 22, nil)
+	c.storeTweak = func(id uint64, o *store.Options) {
+		if id == 3 {
+			o.MaxValueBytes, o.MaxBatchBytes = 100, 100
+		}
 	}
-	for i := uint64(1); i <= 3; i++ {
-		c.start(i, filepath.Join(dir, fmt.Sprint(i)), false)
+	for _, id := range c.ids() {
+		c.start(id)
 	}
 	c.leader()
-	ctx := context.Background()
 	via := c.members[1]
 	big := strings.Repeat("x", 200)
-	if _, err := via.node.Write(ctx, put("big", big)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := via.node.Write(ctx, put("after", "v")); err != nil {
-		t.Fatal(err)
-	}
-	c.waitConverged()
-	c.checkDigests()
+	c.mustWrite(via, "big", big)
+	c.mustWrite(via, "after", "v")
+	c.converge()
 	// The member with the lower limit refuses such a write itself.
-	if _, err := c.members[3].node.Write(ctx, put("big2", big)); !errors.Is(err, store.ErrTooLarge) {
-		t.Fatalf("write over member 3's limit proposed through it: %v", err)
+	if a := c.await(c.write(c.members[3], put("big2", big))); !errors.Is(a.err, store.ErrTooLarge) {
+		t.Fatalf("write over member 3's limit proposed through it: %v", a.err)
 	}
 }

@@ -137,7 +137,7 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) error {
 		select {
 		case <-n.quit:
 			return ErrStopped
-		case <-time.After(time.Second):
+		case <-n.clock.After(time.Second):
 		}
 	}
 	n.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*pb.ConfState)

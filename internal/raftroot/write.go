@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 	"go.etcd.io/raft/v3"
@@ -66,7 +65,7 @@ func (n *Node) waitLeader(ctx context.Context) (uint64, error) {
 		}
 		select {
 		case <-ch:
-		case <-time.After(n.cfg.TickInterval):
+		case <-n.clock.After(n.cfg.TickInterval):
 			n.updateStatusFromLoop(ctx)
 		case <-ctx.Done():
 			return 0, ErrNoLeader
@@ -93,10 +92,9 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 	// The limits are checked here, by the member that takes the write:
 	// members apply a committed command whatever their own limits.
 	if err := n.st.ValidateBatch(b); err != nil {
-		mProposals.WithLabelValues(n.cfg.Database, "failed").Inc()
-		return store.WriteResult{}, err
+		return n.answer(classify(evInvalid, 0, err), store.WriteResult{}, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	ctx, cancel := withTimeout(ctx, n.clock, n.cfg.ProposalTimeout)
 	defer cancel()
 	c := command{batch: b}
 	rand.Read(c.id[:])
@@ -115,94 +113,72 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		delete(n.mu.waiters, c.id)
 		n.mu.Unlock()
 	}()
-	db := n.cfg.Database
-	proposed := false // the current attempt is in Raft's hands
-	sent := false     // some attempt was: a failure now leaves the outcome unknown
-	proposals := 0    // attempts in Raft's hands: each may commit
-	unknown := func(why error) (store.WriteResult, error) {
-		mProposals.WithLabelValues(db, "timeout").Inc()
-		return store.WriteResult{}, fmt.Errorf("raft write not answered (%v; proposal timeout %v); it may still commit: %w", why, n.cfg.ProposalTimeout, context.DeadlineExceeded)
-	}
+	copies := 0 // copies in Raft's hands: each may commit
 	for {
-		if !proposed {
-			lead, err := n.waitLeader(ctx)
-			if err != nil && sent {
-				return unknown(err)
-			}
-			if err != nil {
-				mProposals.WithLabelValues(db, "failed").Inc()
-				return store.WriteResult{}, err
-			}
-			c.time = time.Now().UnixNano()
-			data := c.encode()
-			var perr error
-			if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
-				if sent || errors.Is(err, ctx.Err()) {
-					// An earlier attempt, or this one, may be in the log.
-					return unknown(err)
-				}
-				mProposals.WithLabelValues(db, "failed").Inc()
-				return store.WriteResult{}, err
-			}
-			if errors.Is(perr, raft.ErrProposalDropped) {
-				// Not appended anywhere: safe to try again shortly.
-				select {
-				case <-time.After(n.cfg.TickInterval):
-					continue
-				case <-ctx.Done():
-					if sent {
-						return unknown(perr)
-					}
-					mProposals.WithLabelValues(db, "failed").Inc()
-					return store.WriteResult{}, fmt.Errorf("%w: proposal dropped (leader changing)", ErrNoLeader)
-				}
-			}
-			if perr != nil && sent {
-				return unknown(perr)
-			}
-			if perr != nil {
-				mProposals.WithLabelValues(db, "failed").Inc()
-				return store.WriteResult{}, fmt.Errorf("%w: propose: %v", store.ErrUnavailable, perr)
-			}
-			if lead != n.cfg.NodeID {
-				mForwarded.WithLabelValues(db).Inc()
-			}
-			proposed, sent = true, true
-			proposals++
+		lead, err := n.waitLeader(ctx)
+		if err != nil {
+			return n.answer(classify(evNoLeader, copies, err), store.WriteResult{}, err)
 		}
+		c.time = n.clock.Now().UnixNano()
+		data := c.encode()
+		var perr error
+		if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {
+			ev := evNotTaken
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				ev = evMaybeTaken
+			}
+			return n.answer(classify(ev, copies, err), store.WriteResult{}, err)
+		}
+		if errors.Is(perr, raft.ErrProposalDropped) {
+			// Not appended anywhere: safe to try again shortly.
+			select {
+			case <-n.clock.After(n.cfg.TickInterval):
+				continue
+			case <-ctx.Done():
+				return n.answer(classify(evDropped, copies, perr), store.WriteResult{},
+					fmt.Errorf("%w: proposal dropped (leader changing)", ErrNoLeader))
+			}
+		}
+		if perr != nil {
+			return n.answer(classify(evProposeFailed, copies, perr), store.WriteResult{},
+				fmt.Errorf("%w: propose: %v", store.ErrUnavailable, perr))
+		}
+		if lead != n.cfg.NodeID {
+			mForwarded.WithLabelValues(n.cfg.Database).Inc()
+		}
+		copies++
 		n.mu.Lock()
 		leaderCh := n.mu.leaderCh
 		n.mu.Unlock()
 		select {
 		case r := <-w:
-			if errors.Is(r.Err, ErrStopped) {
-				// The member stopped; the write is in the log and may
-				// commit (the leader may have it already).
-				return unknown(r.Err)
-			}
-			if proposals > 1 && errors.Is(r.Err, store.ErrConditionFailed) {
-				// The first copy to commit failed its condition, but a
-				// copy proposed again may follow it in the log and meet
-				// its condition then (a condition is the only part of a
-				// command whose outcome depends on the state; a copy
-				// after a success is a duplicate).
-				return unknown(r.Err)
-			}
-			if r.Err != nil {
-				mProposals.WithLabelValues(db, "failed").Inc()
-			} else {
-				mProposals.WithLabelValues(db, "ok").Inc()
-			}
-			return r.Res, r.Err
+			return n.answer(classify(evResult, copies, r.Err), r.Res, r.Err)
 		case <-leaderCh:
 			// The proposal may have been lost with the old leader: propose
 			// it again; its batch ID makes the store apply it once.
-			proposed = false
+			if o := classify(evLeaderChanged, copies, nil); o != outcomeProposeAgain {
+				return n.answer(o, store.WriteResult{}, errors.New("raft leader changed"))
+			}
 		case <-ctx.Done():
-			return unknown(ctx.Err())
+			return n.answer(classify(evTimeout, copies, ctx.Err()), store.WriteResult{}, ctx.Err())
 		case <-n.quit:
-			return unknown(ErrStopped) // proposed: it may commit
+			return n.answer(classify(evStopping, copies, ErrStopped), store.WriteResult{}, ErrStopped)
 		}
+	}
+}
+
+// answer returns a write's answer for its outcome, and counts it.
+func (n *Node) answer(o outcome, res store.WriteResult, err error) (store.WriteResult, error) {
+	mProposals.WithLabelValues(n.cfg.Database, o.label()).Inc()
+	switch o {
+	case outcomeApplied:
+		return res, nil
+	case outcomeUnknown:
+		return store.WriteResult{}, fmt.Errorf("raft write not answered (%v; proposal timeout %v); it may still commit: %w", err, n.cfg.ProposalTimeout, context.DeadlineExceeded)
+	case outcomeRefused:
+		return res, err
+	default: // outcomeUnavailable
+		return store.WriteResult{}, err
 	}
 }
 
@@ -229,7 +205,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 }
 
 func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(Status) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ProposalTimeout)
+	ctx, cancel := withTimeout(ctx, n.clock, 2*n.cfg.ProposalTimeout)
 	defer cancel()
 	for {
 		if done(n.Status()) {
@@ -251,7 +227,7 @@ func (n *Node) changeMembers(ctx context.Context, cc *pb.ConfChange, done func(S
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("membership change not applied: %w", ctx.Err())
-			case <-time.After(n.cfg.TickInterval):
+			case <-n.clock.After(n.cfg.TickInterval):
 			}
 			if done(n.Status()) {
 				return nil
