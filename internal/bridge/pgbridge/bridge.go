@@ -157,7 +157,7 @@ func fatalKind(err error) string {
 		return "decode"
 	case errors.Is(err, ErrNoPrimaryKey), errors.Is(err, ErrKeyColumn), errors.Is(err, ErrWALLevel),
 		errors.Is(err, ErrPermission), errors.Is(err, ErrNoTable), errors.Is(err, ErrPublication),
-		errors.Is(err, ErrSlotInUse), errors.Is(err, bridge.ErrOtherSource), isPermission(err):
+		errors.Is(err, bridge.ErrOtherSource), isPermission(err):
 		return "config"
 	}
 	var ce *client.Error
@@ -171,6 +171,9 @@ func transientKind(err error) string {
 	var we writeError
 	if errors.As(err, &we) {
 		return "write"
+	}
+	if errors.Is(err, ErrSlotInUse) {
+		return "slot_in_use"
 	}
 	return "source"
 }
@@ -203,7 +206,9 @@ func (b *Bridge) session(ctx context.Context) error {
 		return err
 	}
 	if active {
-		return fmt.Errorf("%w: %s (another bridge running?)", ErrSlotInUse, b.cfg.Slot)
+		// Another bridge streams from the slot, or PostgreSQL has not yet
+		// noticed that the previous run of this one died: wait.
+		return fmt.Errorf("%w: %s", ErrSlotInUse, b.cfg.Slot)
 	}
 	rc, err := b.replicationConn(ctx)
 	if err != nil {

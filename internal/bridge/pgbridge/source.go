@@ -19,7 +19,9 @@ var (
 	ErrPermission   = errors.New("pgbridge: missing permission")
 	ErrNoTable      = errors.New("pgbridge: no such table")
 	ErrPublication  = errors.New("pgbridge: the publication does not publish the table")
-	ErrSlotInUse    = errors.New("pgbridge: the replication slot is in use by another connection")
+	// ErrSlotInUse is transient: the bridge retries until the slot is free
+	// (a second bridge on the same slot waits as a standby).
+	ErrSlotInUse = errors.New("pgbridge: the replication slot is in use by another connection (another bridge, or one that just died)")
 	// ErrSlotLost says qs holds a position from a slot that no longer
 	// exists: the changes since then are gone from PostgreSQL. Recover
 	// with --resync (a new slot and a full copy that also deletes the keys
