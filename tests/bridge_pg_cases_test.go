@@ -75,13 +75,13 @@ func TestBridgePostgres(t *testing.T) {
 // while a leaf's watcher reads: every transaction arrives as one index
 // holding all its rows, never part of one.
 func TestBridgePostgresTransactionsWhole(t *testing.T) {
-	_, _, dsn := newPGDatabase(t)
+	_, slot, dsn := newPGDatabase(t)
 	pgExec(t, dsn, `CREATE TABLE cfg (id int PRIMARY KEY, version int NOT NULL)`,
 		`INSERT INTO cfg SELECT i, 0 FROM generate_series(1, 20) i`)
 	dir := t.TempDir()
 	root := startQS(t, filepath.Join(dir, "root"))
 	leaf := startQS(t, filepath.Join(dir, "leaf"), "--upstream", root.Addr["repl"])
-	startBridge(t, dir, "--dsn", dsn, "--table", "cfg", "--key-column", "id", "--prefix", "cfg/", "--to", root.Addr["http"])
+	startBridge(t, dir, "--dsn", dsn, "--table", "cfg", "--key-column", "id", "--prefix", "cfg/", "--to", root.Addr["http"], "--slot", slot)
 	waitSameRows(t, leaf.client(t), dsn, "cfg", "id", "cfg/")
 	events := watchAll(t, leaf.Addr["http"], "cfg/")
 	const txns = 30

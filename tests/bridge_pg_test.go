@@ -109,7 +109,13 @@ const recordsTable = `CREATE TABLE records (
 func startBridge(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
 	all := append([]string{"bridge", "postgres", "--metrics", "127.0.0.1:0", "--log-level", "warn"}, args...)
-	return startCmd(t, dir, execQS(all...), 1)
+	p := startCmd(t, dir, execQS(all...), 1)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bridge output:\n%s", p.out.String())
+		}
+	})
+	return p
 }
 
 // pgRows reads the table as the bridge should write it: key prefix+key

@@ -157,7 +157,7 @@ func fatalKind(err error) string {
 		return "decode"
 	case errors.Is(err, ErrNoPrimaryKey), errors.Is(err, ErrKeyColumn), errors.Is(err, ErrWALLevel),
 		errors.Is(err, ErrPermission), errors.Is(err, ErrNoTable), errors.Is(err, ErrPublication),
-		errors.Is(err, bridge.ErrOtherSource), isPermission(err):
+		errors.Is(err, bridge.ErrOtherSource), errors.Is(err, ErrSlotElsewhere), isPermission(err):
 		return "config"
 	}
 	var ce *client.Error

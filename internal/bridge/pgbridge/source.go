@@ -13,12 +13,13 @@ import (
 
 // Configuration errors: the bridge stops on them, since retrying cannot help.
 var (
-	ErrNoPrimaryKey = errors.New("pgbridge: the table has no primary key")
-	ErrKeyColumn    = errors.New("pgbridge: the key column must be the table's whole primary key")
-	ErrWALLevel     = errors.New("pgbridge: wal_level is not logical")
-	ErrPermission   = errors.New("pgbridge: missing permission")
-	ErrNoTable      = errors.New("pgbridge: no such table")
-	ErrPublication  = errors.New("pgbridge: the publication does not publish the table")
+	ErrNoPrimaryKey  = errors.New("pgbridge: the table has no primary key")
+	ErrKeyColumn     = errors.New("pgbridge: the key column must be the table's whole primary key")
+	ErrWALLevel      = errors.New("pgbridge: wal_level is not logical")
+	ErrPermission    = errors.New("pgbridge: missing permission")
+	ErrNoTable       = errors.New("pgbridge: no such table")
+	ErrPublication   = errors.New("pgbridge: the publication does not publish the table")
+	ErrSlotElsewhere = errors.New("pgbridge: a replication slot of that name exists for another database or plugin")
 	// ErrSlotInUse is transient: the bridge retries until the slot is free
 	// (a second bridge on the same slot waits as a standby).
 	ErrSlotInUse = errors.New("pgbridge: the replication slot is in use by another connection (another bridge, or one that just died)")
@@ -171,13 +172,19 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, pub, schema, table s
 }
 
 // slotState says whether the slot exists in this database and is in use.
+// A slot of that name in another database (slot names are global to the
+// server) is ErrSlotElsewhere.
 func slotState(ctx context.Context, conn *pgx.Conn, slot string) (exists, active bool, err error) {
-	err = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()", slot).Scan(&active)
+	var db, plugin, here string
+	err = conn.QueryRow(ctx, "SELECT active, coalesce(database, ''), coalesce(plugin, ''), current_database() FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &db, &plugin, &here)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, false, nil
 	}
 	if err != nil {
 		return false, false, fmt.Errorf("look up replication slot %s: %w", slot, err)
+	}
+	if db != here || plugin != "pgoutput" {
+		return false, false, fmt.Errorf("%w: slot %s (database %q, plugin %q); choose another --slot", ErrSlotElsewhere, slot, db, plugin)
 	}
 	return true, active, nil
 }
