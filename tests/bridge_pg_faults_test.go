@@ -344,3 +344,30 @@ func TestBridgePostgresWALLevel(t *testing.T) {
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
 }
+
+// TestBridgePostgresHARoot streams into a three-member root and kills its
+// leader mid-stream: the bridge moves to the new leader, and the root
+// ends up holding the table.
+func TestBridgePostgresHARoot(t *testing.T) {
+	_, slot, dsn := newPGDatabase(t)
+	pgExec(t, dsn, eventsTable)
+	c := newRaftCluster(t, 3)
+	c.startAll()
+	lead := c.leader(60 * time.Second)
+	b := startBridge(t, t.TempDir(), "--dsn", dsn, "--table", "events", "--key-column", "id", "--prefix", "ev/",
+		"--to", strings.Join(c.httpAddrs(), ","), "--slot", slot)
+	committed, stop := pgWriter(t, dsn, 300)
+	defer stop()
+	waitCommitted(t, committed, 100)
+	lead.p.kill()
+	var alive []string
+	for _, m := range c.members {
+		if m != lead {
+			alive = append(alive, m.http)
+		}
+	}
+	waitCommitted(t, committed, 300)
+	stop()
+	waitSameRows(t, c.client(alive, 5), dsn, "events", "id", "ev/")
+	b.stop()
+}
