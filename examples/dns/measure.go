@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -329,10 +328,4 @@ func startProc(cmd *exec.Cmd, want int, errOut io.Writer) (map[string]string, er
 		return nil, fmt.Errorf("%s exited before listening", cmd.Args[0])
 	}
 	return addrs, nil
-}
-
-// recordJSON is the JSON of a record, for tests.
-func recordJSON(r Record) []byte {
-	b, _ := json.Marshal(r)
-	return b
 }
