@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/bridge/etcdbridge"
 	"github.com/quicksilver-kv/qs/internal/bridge/pgbridge"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 )
@@ -24,6 +25,7 @@ func init() {
 // bridgeSources are the sources qs bridge knows, by name.
 var bridgeSources = map[string]func(args []string) error{
 	"postgres": cmdBridgePostgres,
+	"etcd":     cmdBridgeEtcd,
 }
 
 func cmdBridge(args []string) error {
@@ -122,6 +124,48 @@ func cmdBridgePostgres(args []string) error {
 		StateKey: *state, Client: c, Resync: *resync, CopyBatch: *batch,
 		Progress: os.Stderr, Log: newLogger(*bf.logLevel),
 	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := bf.serveMetrics(ctx); err != nil {
+		return err
+	}
+	return b.Run(ctx)
+}
+
+func cmdBridgeEtcd(args []string) error {
+	fs := flag.NewFlagSet("bridge etcd", flag.ContinueOnError)
+	bf := newBridgeFlags(fs)
+	var (
+		endpoints = fs.String("endpoints", "127.0.0.1:2379", "etcd client URLs, comma-separated")
+		prefix    = fs.String("prefix", "", "etcd key prefix to copy (empty: every key)")
+		toPrefix  = fs.String("to-prefix", "", "qs prefix replacing --prefix in the keys (default: the same keys)")
+		state     = fs.String("state-key", "", "qs key holding the bridge's revision (default _bridge/etcd/PREFIX); must be writable by the token")
+		batch     = fs.Int("copy-batch", 5000, "keys per qs batch during the copy (at most the root's max_batch_ops)")
+		resync    = fs.Bool("resync", false, "copy the prefix again whatever revision qs holds, deleting keys gone from etcd: the recovery after etcd compacted past it")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c, err := bf.client()
+	if err != nil {
+		return err
+	}
+	cfg := etcdbridge.Config{
+		Endpoints: splitList(*endpoints), Prefix: *prefix, StateKey: *state, Client: c, Resync: *resync,
+		CopyBatch: *batch, Progress: os.Stderr, Log: newLogger(*bf.logLevel),
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "to-prefix" {
+			cfg.ToPrefix = toPrefix
+		}
+	})
+	b, err := etcdbridge.New(cfg)
 	if err != nil {
 		return err
 	}
