@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/quicksilver-kv/qs/client"
 )
@@ -28,14 +29,31 @@ var ErrStateConflict = errors.New("bridge: the state key changed under the bridg
 // ErrOtherSource says the state key holds the position of another source.
 var ErrOtherSource = errors.New("bridge: the state key belongs to another source")
 
-// Writer writes batches of changes together with the bridge's State. It is
-// not safe for concurrent use.
+// Writer writes batches of changes together with the bridge's State.
+// Write may be called concurrently (the pages of a copy); the other
+// methods may not.
 type Writer struct {
 	c     *client.Client
 	key   string
 	index uint64 // index of the state key as last written or read; 0: absent
-	seen  uint64 // highest index qs answered, for reads after a write
 	state State
+	mu    struct {
+		sync.Mutex
+		seen uint64 // highest index qs answered, for reads after a write
+	}
+}
+
+// saw records that qs answered with index i.
+func (w *Writer) saw(i uint64) {
+	w.mu.Lock()
+	w.mu.seen = max(w.mu.seen, i)
+	w.mu.Unlock()
+}
+
+func (w *Writer) seen() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.seen
 }
 
 // NewWriter returns a Writer storing its state under key.
@@ -50,13 +68,13 @@ func (w *Writer) Key() string { return w.key }
 func (w *Writer) State() State { return w.state }
 
 // LastIndex is the highest qs index the writer has seen acknowledged.
-func (w *Writer) LastIndex() uint64 { return w.seen }
+func (w *Writer) LastIndex() uint64 { return w.seen() }
 
 // Load reads the state key (at least as new as the writer's last write).
 // ok is false when the key does not exist. A state written for another
 // source is ErrOtherSource.
 func (w *Writer) Load(ctx context.Context, source string) (st State, ok bool, err error) {
-	v, err := w.c.Get(ctx, w.key, client.ReadOptions{MinIndex: w.seen})
+	v, err := w.c.Get(ctx, w.key, client.ReadOptions{MinIndex: w.seen()})
 	if client.IsNotFound(err) {
 		w.index, w.state = 0, State{Source: source}
 		return w.state, false, nil
@@ -71,7 +89,7 @@ func (w *Writer) Load(ctx context.Context, source string) (st State, ok bool, er
 		return State{}, false, fmt.Errorf("%w: %q holds %q, this bridge copies %q", ErrOtherSource, w.key, st.Source, source)
 	}
 	w.index, w.state = v.Index, st
-	w.seen = max(w.seen, v.AppliedIndex)
+	w.saw(v.AppliedIndex)
 	return st, true, nil
 }
 
@@ -91,7 +109,7 @@ func (w *Writer) Commit(ctx context.Context, ops []client.Op, st State) (uint64,
 	if err != nil {
 		var e *client.Error
 		if errors.As(err, &e) {
-			w.seen = max(w.seen, e.AppliedIndex)
+			w.saw(e.AppliedIndex)
 			if e.Code == "condition_failed" {
 				return 0, fmt.Errorf("%w: %v", ErrStateConflict, err)
 			}
@@ -99,7 +117,7 @@ func (w *Writer) Commit(ctx context.Context, ops []client.Op, st State) (uint64,
 		return 0, err
 	}
 	w.index, w.state = res.Index, st
-	w.seen = max(w.seen, res.Index)
+	w.saw(res.Index)
 	return res.Index, nil
 }
 
@@ -113,7 +131,7 @@ func (w *Writer) Write(ctx context.Context, ops []client.Op) error {
 	if err != nil {
 		return err
 	}
-	w.seen = max(w.seen, res.Index)
+	w.saw(res.Index)
 	return nil
 }
 
@@ -133,7 +151,7 @@ func (w *Writer) Sweep(ctx context.Context, prefix string, keep map[string]struc
 	}
 	start := prefix
 	for {
-		page, err := w.c.Scan(ctx, prefix, start, 1000, client.ReadOptions{MinIndex: w.seen})
+		page, err := w.c.Scan(ctx, prefix, start, 1000, client.ReadOptions{MinIndex: w.seen()})
 		if err != nil {
 			return deleted, fmt.Errorf("scan %q: %w", prefix, err)
 		}
@@ -159,7 +177,7 @@ func (w *Writer) Sweep(ctx context.Context, prefix string, keep map[string]struc
 // Get reads the current value of key, at least as new as the writer's
 // last write; nil when absent.
 func (w *Writer) Get(ctx context.Context, key string) ([]byte, error) {
-	v, err := w.c.Get(ctx, key, client.ReadOptions{MinIndex: w.seen})
+	v, err := w.c.Get(ctx, key, client.ReadOptions{MinIndex: w.seen()})
 	if client.IsNotFound(err) {
 		return nil, nil
 	}
@@ -175,7 +193,7 @@ func (w *Writer) Keys(ctx context.Context, prefix string) ([]string, error) {
 	var out []string
 	start := prefix
 	for {
-		page, err := w.c.Scan(ctx, prefix, start, 1000, client.ReadOptions{MinIndex: w.seen})
+		page, err := w.c.Scan(ctx, prefix, start, 1000, client.ReadOptions{MinIndex: w.seen()})
 		if err != nil {
 			return nil, fmt.Errorf("scan %q: %w", prefix, err)
 		}

@@ -45,6 +45,8 @@ type Config struct {
 	// CopyBatch is the most rows per qs batch of the initial copy.
 	// Default 5000.
 	CopyBatch int
+	// CopyWriters is how many copy batches are written at once. Default 3.
+	CopyWriters int
 	// StatusInterval is how often the bridge reports its position to
 	// PostgreSQL when idle. Default 10s.
 	StatusInterval time.Duration
@@ -79,6 +81,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CopyBatch <= 0 {
 		c.CopyBatch = 5000
+	}
+	if c.CopyWriters <= 0 {
+		c.CopyWriters = 3
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = 10 * time.Second

@@ -1,6 +1,7 @@
 package pgbridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -60,24 +61,32 @@ func (b *Bridge) copy(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn, ti
 	}
 	defer rows.Close()
 
-	// Rows are read and encoded here while the previous batch is written.
-	batches := make(chan []client.Op, 2)
-	written := make(chan error, 1)
-	go func() {
-		var err error
-		for ops := range batches {
-			if err == nil {
-				if err = b.w.Write(ctx, ops); err == nil {
-					bridge.RowsCopied.Add(float64(len(ops)))
+	// Rows are read and encoded here while earlier batches are written,
+	// CopyWriters at a time: the pages of a copy hold distinct keys, and
+	// only the final commit (after all of them) makes the copy count.
+	batches := make(chan []client.Op, b.cfg.CopyWriters)
+	written := make(chan error, b.cfg.CopyWriters)
+	for range b.cfg.CopyWriters {
+		go func() {
+			var err error
+			for ops := range batches {
+				if err == nil {
+					if err = b.w.Write(ctx, ops); err == nil {
+						bridge.RowsCopied.Add(float64(len(ops)))
+					}
 				}
 			}
-		}
-		written <- err
-	}()
+			written <- err
+		}()
+	}
 	prog := newProgress(b.cfg, ti.rows)
 	n, err := b.readRows(rows, ti, keep, batches, prog)
 	close(batches)
-	if werr := <-written; werr != nil {
+	var werr error
+	for range b.cfg.CopyWriters {
+		werr = cmp.Or(werr, <-written)
+	}
+	if werr != nil {
 		return writeError{fmt.Errorf("copy: %w", werr)}
 	}
 	if err != nil {
