@@ -85,7 +85,7 @@ func cmdMeasure(args []string) error {
 		a := append([]string{"serve", "--data", filepath.Join(dir, name), "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0",
 			"--repl", "127.0.0.1:0", "--log-level", "warn"}, extra...)
 		cmd := exec.Command(*qsBin, a...)
-		addrs, err := startProc(cmd, 3, io.Discard)
+		addrs, err := startProc(cmd, 3, os.Stderr)
 		if err == nil {
 			procs = append(procs, cmd)
 		}
