@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopSharedPostgres()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
