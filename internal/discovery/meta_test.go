@@ -1,0 +1,155 @@
+package discovery
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/coordinate"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func sampleMeta() Meta {
+	return Meta{DC: "ams", HTTP: "10.0.0.1:7380", Repl: "10.0.0.1:7390", DBs: []DBMeta{
+		{Name: "default", ID: [16]byte{1, 2, 3}, Role: RoleReplica, Applied: 1 << 40, Depth: 2, Children: 3, MaxChildren: 16, Path: []uint64{NodeID("a"), NodeID("root")}},
+		{Name: "dns", ID: [16]byte{9}, Role: RoleRoot},
+	}}
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	m := sampleMeta()
+	b, dropped := m.Encode()
+	if dropped != 0 || len(b) > MetaMaxSize {
+		t.Fatalf("encoded %d bytes, %d dropped", len(b), dropped)
+	}
+	got, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("decoded %+v, want %+v", got, m)
+	}
+	if got, err := DecodeMeta(nil); err != nil || !reflect.DeepEqual(got, Meta{}) {
+		t.Fatalf("empty meta: %+v, %v", got, err)
+	}
+}
+
+// TestMetaKeepsUnderLimit: databases that do not fit are left out, never
+// cut in half, and the rest still decodes.
+func TestMetaKeepsUnderLimit(t *testing.T) {
+	m := Meta{DC: "x", Repl: "127.0.0.1:1"}
+	for i := range 20 {
+		m.DBs = append(m.DBs, DBMeta{Name: fmt.Sprintf("database-%02d", i), Role: RoleReplica, Depth: 3, Path: []uint64{1, 2, 3}})
+	}
+	b, dropped := m.Encode()
+	if len(b) > MetaMaxSize || dropped == 0 {
+		t.Fatalf("%d bytes, %d dropped", len(b), dropped)
+	}
+	got, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.DBs)+dropped != 20 {
+		t.Fatalf("%d databases kept + %d dropped, want 20", len(got.DBs), dropped)
+	}
+}
+
+func TestDecodeMetaRejectsBadInput(t *testing.T) {
+	good, _ := sampleMeta().Encode()
+	roleAt := bytes.Index(good, []byte("default")) + len("default") + 16
+	for name, b := range map[string][]byte{
+		"version":       append([]byte{9}, good[1:]...),
+		"truncated":     good[:len(good)-3],
+		"trailing":      append(append([]byte{}, good...), 0),
+		"too long":      append(append([]byte{}, good...), make([]byte, MetaMaxSize)...),
+		"bad role":      func() []byte { c := bytes.Clone(good); c[roleAt] = 7; return c }(),
+		"huge count":    {metaVersion, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"bad varint":    {metaVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"string beyond": {metaVersion, 50, 'a'},
+		"path too long": append([]byte{metaVersion, 0, 0, 0, 1, 1, 'x'}, append(make([]byte, 16), 1, 0, 1, 0, 0, 200)...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := DecodeMeta(b); !errors.Is(err, ErrBadMeta) {
+				t.Fatalf("DecodeMeta = %v, want ErrBadMeta", err)
+			}
+		})
+	}
+}
+
+func TestDecodeCoordinateRejectsBadInput(t *testing.T) {
+	good := encodeCoordinate(coordinate.NewCoordinate(coordinate.DefaultConfig()))
+	if _, err := decodeCoordinate(good); err != nil {
+		t.Fatal(err)
+	}
+	nan := bytes.Clone(good)
+	copy(nan[1:], []byte{0x7f, 0xf8, 0, 0, 0, 0, 0, 1})
+	for name, b := range map[string][]byte{"empty": nil, "short": good[:10], "long": append(bytes.Clone(good), 0), "zero dims": {0}, "nan": nan} {
+		if _, err := decodeCoordinate(b); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+func TestGossipKey(t *testing.T) {
+	k1, err := GossipKey([]byte("0123456789abcdef-cluster"))
+	if err != nil || len(k1) != 32 {
+		t.Fatalf("key %x, %v", k1, err)
+	}
+	k2, _ := GossipKey([]byte("0123456789abcdef-other"))
+	if bytes.Equal(k1, k2) {
+		t.Fatal("two cluster keys derived the same gossip key")
+	}
+	if _, err := GossipKey([]byte("short")); err == nil {
+		t.Fatal("a 5-byte cluster key was accepted")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "key")
+	os.WriteFile(path, []byte("0123456789abcdef-cluster\n"), 0o600)
+	if k, err := GossipKeyFile(path); err != nil || !bytes.Equal(k, k1) {
+		t.Fatalf("from file: %x, %v (want the same key, the newline ignored)", k, err)
+	}
+	if _, err := GossipKeyFile(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("a missing key file was accepted")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, c := range map[string]Config{
+		"no name":          {Bind: "127.0.0.1:0"},
+		"bad address":      {NodeName: "a", Bind: "127.0.0.1"},
+		"bad port":         {NodeName: "a", Bind: "127.0.0.1:x"},
+		"open without key": {NodeName: "a", Bind: "0.0.0.0:7946"},
+		"lan without key":  {NodeName: "a", Bind: "10.1.2.3:7946"},
+		"bad key size":     {NodeName: "a", Bind: "127.0.0.1:0", Key: make([]byte, 20)},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for name, c := range map[string]Config{
+		"loopback":     {NodeName: "a", Bind: "127.0.0.1:0"},
+		"localhost":    {NodeName: "a", Bind: "localhost:0"},
+		"open, keyed":  {NodeName: "a", Bind: "0.0.0.0:0", Key: make([]byte, 32)},
+		"open, unsafe": {NodeName: "a", Bind: "0.0.0.0:0", Insecure: true},
+	} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// A member whose meta cannot be read is counted and left out of Members.
+func TestBadMetaCounted(t *testing.T) {
+	before := testutil.ToFloat64(mBadMeta)
+	d := &delegate{o: &Overlay{log: slog.New(slog.DiscardHandler)}}
+	d.checkMeta(&memberlist.Node{Name: "x", Meta: []byte{42}})
+	if got := testutil.ToFloat64(mBadMeta) - before; got != 1 {
+		t.Fatalf("bad_meta_total grew by %v, want 1", got)
+	}
+}
