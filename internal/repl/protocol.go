@@ -132,6 +132,7 @@ const (
 	RefuseUnavailable     RefuseCode = 9  // the server cannot make a snapshot now
 	RefuseBadRequest      RefuseCode = 10 // a fetch connection sent a malformed or unexpected message
 	RefuseProxy           RefuseCode = 11 // the server is a proxy: it serves neither snapshots nor values
+	RefuseFull            RefuseCode = 16 // the server streams to as many replicas as it takes (max_children)
 )
 
 var refuseNames = map[RefuseCode]string{
@@ -146,6 +147,7 @@ var refuseNames = map[RefuseCode]string{
 	RefuseUnavailable:     "unavailable",
 	RefuseBadRequest:      "bad_request",
 	RefuseProxy:           "proxy",
+	RefuseFull:            "full",
 }
 
 func (c RefuseCode) String() string {
