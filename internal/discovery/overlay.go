@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -39,6 +41,10 @@ type Config struct {
 	// ProbeInterval is how often a member probes another one (and so
 	// measures a round trip). Default: memberlist's preset, 1s.
 	ProbeInterval time.Duration
+	// RejoinInterval is how often a member that no longer sees one of its
+	// seeds alive contacts it again, so the overlay heals after a
+	// partition. Default 30s.
+	RejoinInterval time.Duration
 	// Link applies latency and loss to what this member sends (tests).
 	Link Link
 	// Log receives memberlist's warnings and errors. Default slog.Default.
@@ -91,6 +97,11 @@ type Overlay struct {
 	ml    *memberlist.Memberlist
 	coord *coordinate.Client
 	log   *slog.Logger
+
+	leave sync.Once
+	left  error
+	// live counts the members memberlist reported joined and not left.
+	live atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -154,7 +165,6 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 			o.log.Warn("no gossip seed answered yet; waiting to be found", "seeds", cfg.Join, "err", err)
 		}
 	}
-	mMembers.Set(float64(o.ml.NumMembers()))
 	return o, nil
 }
 
@@ -224,13 +234,54 @@ func (o *Overlay) Members() []Member {
 	return out
 }
 
-// Leave tells the others this member goes, then stops gossiping.
+// Leave tells the others this member goes, then stops gossiping. Later
+// calls return the first one's answer.
 func (o *Overlay) Leave(timeout time.Duration) error {
-	err := o.ml.Leave(timeout)
-	if serr := o.ml.Shutdown(); err == nil {
-		err = serr
+	o.leave.Do(func() {
+		o.left = o.ml.Leave(timeout)
+		if err := o.ml.Shutdown(); o.left == nil {
+			o.left = err
+		}
+	})
+	return o.left
+}
+
+// Rejoin contacts again, every RejoinInterval until ctx ends, the seeds
+// this member does not see alive: two halves of an overlay that a
+// partition split (each declared the other dead) merge again.
+func (o *Overlay) Rejoin(ctx context.Context, seeds []string) {
+	if len(seeds) == 0 {
+		return
 	}
-	return err
+	every := o.cfg.RejoinInterval
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		alive := map[string]bool{}
+		for _, m := range o.Members() {
+			alive[m.Gossip] = true
+		}
+		var missing []string
+		for _, s := range seeds {
+			if !alive[s] {
+				missing = append(missing, s)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		if n, err := o.ml.Join(missing); err != nil {
+			o.log.Debug("seeds not reached", "seeds", missing, "reached", n, "err", err)
+		}
+	}
 }
 
 // delegate is memberlist's view of the Overlay.
@@ -253,7 +304,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	d.checkMeta(n)
-	mMembers.Set(float64(d.o.ml.NumMembers()))
+	mMembers.Set(float64(d.o.live.Add(1)))
 }
 
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
@@ -261,7 +312,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	d.o.mu.Lock()
 	delete(d.o.mu.coords, n.Name)
 	d.o.mu.Unlock()
-	mMembers.Set(float64(d.o.ml.NumMembers()))
+	mMembers.Set(float64(d.o.live.Add(-1)))
 }
 
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.checkMeta(n) }

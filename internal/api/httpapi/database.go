@@ -56,3 +56,11 @@ func (d *Database) Write(ctx context.Context, b store.Batch) (store.WriteResult,
 type Catalog interface {
 	Database(name string) (*Database, bool)
 }
+
+// OverlayCatalog is a Catalog whose node may be a member of the gossip
+// overlay: Members returns the member list served at GET /v1/members
+// (any JSON value), false when the node is not a member.
+type OverlayCatalog interface {
+	Catalog
+	Members() (any, bool)
+}
