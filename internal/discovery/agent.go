@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -82,6 +83,7 @@ type Agent struct {
 		streamed string               // source address seen streaming last
 		pending  Reason               // why the agent last moved the replica
 		rtt      time.Duration        // estimated RTT to the source
+		replica  Replica              // the replica Run steers
 	}
 }
 
@@ -132,7 +134,7 @@ func (a *Agent) Failed(addr string) {
 }
 
 // Position is this node's depth and path to the root, as advertised:
-// depth -1 while it has never been attached.
+// depth -1 while it is not attached.
 func (a *Agent) Position() (depth int, path []uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -140,6 +142,43 @@ func (a *Agent) Position() (depth int, path []uint64) {
 		return -1, nil
 	}
 	return len(a.mu.path), slices.Clone(a.mu.path)
+}
+
+// Errors of AcceptChild.
+var (
+	ErrDetached = errors.New("qs: this replica is between sources: it takes no new replica now")
+	ErrCycle    = errors.New("qs: the replica asking is an ancestor of this node: it would form a cycle")
+)
+
+// AcceptChild says whether the member named child may start streaming
+// from this node now, from the freshest view there is: this replica's
+// actual source and that source's advertised path. While the replica is
+// between sources it takes no new child (ErrDetached: two detached nodes
+// must not choose each other), nor an ancestor (ErrCycle: the child's view
+// of this node's path may be older than this node's move). A static
+// replica, or one not running yet, accepts.
+func (a *Agent) AcceptChild(child string) error {
+	a.mu.Lock()
+	r := a.mu.replica
+	a.mu.Unlock()
+	if a.cfg.Static || r == nil {
+		return nil
+	}
+	addr, streaming := r.Source()
+	if !streaming {
+		return ErrDetached
+	}
+	id := NodeID(child)
+	if id == a.self {
+		return ErrCycle
+	}
+	cands, _ := candidates(a.o.Members(), a.cfg)
+	for _, c := range cands {
+		if c.Addr == addr && (NodeID(c.Name) == id || slices.Contains(c.Path, id)) {
+			return ErrCycle
+		}
+	}
+	return nil
 }
 
 // SourceRTT is the estimated round trip to the current source; negative:
@@ -154,6 +193,9 @@ func (a *Agent) SourceRTT() time.Duration {
 // node's position current and, unless Static, moves the replica when
 // Choose says so.
 func (a *Agent) Run(ctx context.Context, r Replica) {
+	a.mu.Lock()
+	a.mu.replica = r
+	a.mu.Unlock()
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -178,11 +220,18 @@ func (a *Agent) review(r Replica) {
 		}
 	}
 	a.mu.Lock()
-	if streaming && cur != nil {
-		// This node hangs below cur: its path is cur's, one longer.
+	switch {
+	case streaming && cur != nil:
+		// This node hangs below cur: its path is cur's, one longer. (If
+		// cur is detached, that is just [cur]: a path that reaches no
+		// root, so nobody chooses this node while it lasts.)
 		p := append([]uint64{NodeID(cur.Name)}, cur.Path...)
 		a.mu.path = p[:min(len(p), maxPath-1)]
 		a.mu.rtt = cur.RTT
+	case !streaming:
+		// Detached (between sources): advertise no path, so that no
+		// one attaches below this node until it is attached again.
+		a.mu.path, a.mu.rtt = nil, -1
 	}
 	if streaming && addr != a.mu.streamed {
 		reason := a.mu.pending

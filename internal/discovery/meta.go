@@ -45,10 +45,13 @@ func (r Role) String() string {
 
 // Meta is what a member advertises in the overlay.
 type Meta struct {
-	DC   string
-	HTTP string // HTTP API address
-	Repl string // replication address; "" while not listening
-	DBs  []DBMeta
+	// Process is the member's replication process id, by which a source
+	// recognises a replica's handshake as this member's.
+	Process [16]byte
+	DC      string
+	HTTP    string // HTTP API address
+	Repl    string // replication address; "" while not listening
+	DBs     []DBMeta
 }
 
 // DBMeta is a member's position for one database.
@@ -74,12 +77,12 @@ func NodeID(name string) uint64 {
 // Encode returns m's wire form. Databases that would take it over
 // MetaMaxSize are left out; dropped says how many.
 //
-//	meta := version(1) dc http repl count(uvarint) db*
+//	meta := version(1) process(16) dc http repl count(uvarint) db*
 //	db   := name dbid(16) role(1) applied(uvarint) depth(uvarint)
 //	        children(uvarint) max(uvarint) pathlen(uvarint) id(8 BE)*
 //	string := len(uvarint) bytes
 func (m Meta) Encode() (b []byte, dropped int) {
-	head := []byte{metaVersion}
+	head := append([]byte{metaVersion}, m.Process[:]...)
 	head = appendString(head, m.DC)
 	head = appendString(head, m.HTTP)
 	head = appendString(head, m.Repl)
@@ -135,6 +138,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 		return m, fmt.Errorf("%w: version %d", ErrBadMeta, b[0])
 	}
 	r := reader{b: b[1:]}
+	copy(m.Process[:], r.bytes(16))
 	m.DC, m.HTTP, m.Repl = r.string(), r.string(), r.string()
 	n := r.uvarint(MetaMaxSize)
 	for i := uint64(0); i < n && r.err == nil; i++ {

@@ -16,7 +16,7 @@ import (
 )
 
 func sampleMeta() Meta {
-	return Meta{DC: "ams", HTTP: "10.0.0.1:7380", Repl: "10.0.0.1:7390", DBs: []DBMeta{
+	return Meta{Process: [16]byte{7, 7}, DC: "ams", HTTP: "10.0.0.1:7380", Repl: "10.0.0.1:7390", DBs: []DBMeta{
 		{Name: "default", ID: [16]byte{1, 2, 3}, Role: RoleReplica, Applied: 1 << 40, Depth: 2, Children: 3, MaxChildren: 16, Path: []uint64{NodeID("a"), NodeID("root")}},
 		{Name: "dns", ID: [16]byte{9}, Role: RoleRoot},
 	}}
@@ -63,16 +63,18 @@ func TestMetaKeepsUnderLimit(t *testing.T) {
 func TestDecodeMetaRejectsBadInput(t *testing.T) {
 	good, _ := sampleMeta().Encode()
 	roleAt := bytes.Index(good, []byte("default")) + len("default") + 16
+	pid := make([]byte, 16)
 	for name, b := range map[string][]byte{
 		"version":       append([]byte{9}, good[1:]...),
 		"truncated":     good[:len(good)-3],
 		"trailing":      append(append([]byte{}, good...), 0),
 		"too long":      append(append([]byte{}, good...), make([]byte, MetaMaxSize)...),
 		"bad role":      func() []byte { c := bytes.Clone(good); c[roleAt] = 7; return c }(),
-		"huge count":    {metaVersion, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
-		"bad varint":    {metaVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-		"string beyond": {metaVersion, 50, 'a'},
-		"path too long": append([]byte{metaVersion, 0, 0, 0, 1, 1, 'x'}, append(make([]byte, 16), 1, 0, 1, 0, 0, 200)...),
+		"no process":    {metaVersion, 0, 0},
+		"huge count":    append(append([]byte{metaVersion}, pid...), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"bad varint":    append(append([]byte{metaVersion}, pid...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+		"string beyond": append(append([]byte{metaVersion}, pid...), 50, 'a'),
+		"path too long": append(append([]byte{metaVersion}, pid...), append([]byte{0, 0, 0, 1, 1, 'x'}, append(make([]byte, 16), 1, 0, 1, 0, 0, 200)...)...),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := DecodeMeta(b); !errors.Is(err, ErrBadMeta) {

@@ -80,6 +80,11 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// minSamples is how many round trips to a member are measured before its
+// estimate is used: Vivaldi's first answers are noise, and a move on
+// noise would make the tree flap at start.
+const minSamples = 3
+
 // Member is one live member of the overlay, as seen from here.
 type Member struct {
 	Name   string
@@ -105,8 +110,9 @@ type Overlay struct {
 
 	mu struct {
 		sync.Mutex
-		meta   []byte
-		coords map[string]*coordinate.Coordinate // by member name
+		meta    []byte
+		coords  map[string]*coordinate.Coordinate // by member name
+		samples map[string]int                    // round trips measured, by member name
 	}
 }
 
@@ -122,6 +128,7 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	}
 	o := &Overlay{cfg: cfg, log: cfg.Log.With("component", "discovery")}
 	o.mu.coords = map[string]*coordinate.Coordinate{}
+	o.mu.samples = map[string]int{}
 	var err error
 	if o.coord, err = coordinate.NewClient(coordinate.DefaultConfig()); err != nil {
 		return nil, err
@@ -225,7 +232,7 @@ func (o *Overlay) Members() []Member {
 		switch c, ok := o.mu.coords[n.Name]; {
 		case n.Name == o.cfg.NodeName:
 			m.Self, m.RTT = true, 0
-		case ok && c.IsCompatibleWith(self):
+		case ok && c.IsCompatibleWith(self) && o.mu.samples[n.Name] >= minSamples:
 			m.RTT = self.DistanceTo(c)
 		}
 		out = append(out, m)
@@ -311,6 +318,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	d.o.coord.ForgetNode(n.Name)
 	d.o.mu.Lock()
 	delete(d.o.mu.coords, n.Name)
+	delete(d.o.mu.samples, n.Name)
 	d.o.mu.Unlock()
 	mMembers.Set(float64(d.o.live.Add(-1)))
 }
@@ -348,6 +356,7 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	d.o.mu.Lock()
 	d.o.mu.coords[other.Name] = c
+	d.o.mu.samples[other.Name]++
 	d.o.mu.Unlock()
 }
 

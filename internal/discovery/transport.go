@@ -21,13 +21,17 @@ type meteredTransport struct {
 	link    Link
 	packets chan *memberlist.Packet
 	streams chan net.Conn
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// stopping: memberlist no longer reads; what the wrapped transport
+	// still delivers is dropped, so its listeners can finish. done: the
+	// wrapped transport is shut down; the forwarders end.
+	stopping chan struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 func newMeteredTransport(t memberlist.Transport, link Link) *meteredTransport {
 	m := &meteredTransport{Transport: t, link: link, packets: make(chan *memberlist.Packet),
-		streams: make(chan net.Conn), done: make(chan struct{})}
+		streams: make(chan net.Conn), stopping: make(chan struct{}), done: make(chan struct{})}
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
@@ -37,8 +41,7 @@ func newMeteredTransport(t memberlist.Transport, link Link) *meteredTransport {
 				mGossipBytes.WithLabelValues("in").Add(float64(len(p.Buf)))
 				select {
 				case m.packets <- p:
-				case <-m.done:
-					return
+				case <-m.stopping:
 				}
 			case <-m.done:
 				return
@@ -52,9 +55,8 @@ func newMeteredTransport(t memberlist.Transport, link Link) *meteredTransport {
 			case c := <-t.StreamCh():
 				select {
 				case m.streams <- &meteredConn{Conn: c}:
-				case <-m.done:
+				case <-m.stopping:
 					c.Close()
-					return
 				}
 			case <-m.done:
 				return
@@ -79,7 +81,7 @@ func (m *meteredTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 			buf := append([]byte(nil), b...)
 			time.AfterFunc(delay, func() {
 				select {
-				case <-m.done:
+				case <-m.stopping:
 				default:
 					mGossipBytes.WithLabelValues("out").Add(float64(len(buf)))
 					m.Transport.WriteTo(buf, addr)
@@ -108,8 +110,9 @@ func (m *meteredTransport) DialTimeout(addr string, timeout time.Duration) (net.
 }
 
 func (m *meteredTransport) Shutdown() error {
-	close(m.done)
+	close(m.stopping)
 	err := m.Transport.Shutdown()
+	close(m.done)
 	m.wg.Wait()
 	return err
 }

@@ -146,3 +146,42 @@ func TestFinderSources(t *testing.T) {
 		t.Fatalf("a reconnect counted %v errors", got)
 	}
 }
+
+// TestAcceptChildRefusesDetached: a server whose AcceptChild says no
+// refuses a replica's log stream "detached", and takes no child slot.
+func TestAcceptChildRefusesDetached(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
+	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), AcceptChild: func(db string, client ProcessID) *RefusedError {
+		return &RefusedError{Code: RefuseDetached, Reason: "between sources"}
+	}}, func(db string) (*store.Store, bool) { return root, db == root.Name() }, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	before := value(mRefusals.WithLabelValues("detached"))
+	_, m := rawSession(t, ln.Addr().String(), &Hello{Version: streamVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID()})
+	if r, ok := m.(*Refuse); !ok || r.Code != RefuseDetached {
+		t.Fatalf("answered %v, want refuse detached", m)
+	}
+	if got := value(mRefusals.WithLabelValues("detached")) - before; got != 1 {
+		t.Fatalf("refusals_total{code=detached} grew by %v", got)
+	}
+	if n := srv.Children(name); n != 0 {
+		t.Fatalf("a refused replica holds a child slot: %d", n)
+	}
+	// Watchers are no children: still served.
+	_, m = rawSession(t, ln.Addr().String(), &Hello{Version: streamVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID(), NewestOnly: true})
+	if _, ok := m.(*Welcome); !ok {
+		t.Fatalf("watcher answered %v", m)
+	}
+}

@@ -133,6 +133,8 @@ const (
 	RefuseBadRequest      RefuseCode = 10 // a fetch connection sent a malformed or unexpected message
 	RefuseProxy           RefuseCode = 11 // the server is a proxy: it serves neither snapshots nor values
 	RefuseFull            RefuseCode = 16 // the server streams to as many replicas as it takes (max_children)
+	RefuseDetached        RefuseCode = 17 // the server is a replica between sources: it takes no new replica now
+	RefuseCycle           RefuseCode = 18 // the client is an ancestor of the server in the tree
 )
 
 var refuseNames = map[RefuseCode]string{
@@ -148,6 +150,8 @@ var refuseNames = map[RefuseCode]string{
 	RefuseBadRequest:      "bad_request",
 	RefuseProxy:           "proxy",
 	RefuseFull:            "full",
+	RefuseDetached:        "detached",
+	RefuseCycle:           "cycle",
 }
 
 func (c RefuseCode) String() string {

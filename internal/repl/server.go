@@ -48,6 +48,12 @@ type ServerConfig struct {
 	// FetchIdleTimeout closes a fetch connection that sent no request
 	// for this long. Default 10m.
 	FetchIdleTimeout time.Duration
+	// AcceptChild, when set, is asked before the log stream of database
+	// db to the replica of process client is accepted; a RefusedError
+	// refuses it with its code (a replica that finds its sources through
+	// the overlay takes no new child while it has no source itself, nor
+	// one of its own ancestors). Default: accept.
+	AcceptChild func(db string, client ProcessID) *RefusedError
 	// MaxChildren caps the replicas streaming the log of one database
 	// from this server at once (its children in the tree); one more is
 	// refused "full". Connections that only watch the newest entries,
@@ -465,6 +471,12 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 		return st, 0, true // bootstrap sends its own Welcome
 	}
 	if isChild(h) {
+		if s.cfg.AcceptChild != nil {
+			if r := s.cfg.AcceptChild(h.Database, h.ProcessID); r != nil {
+				cn.refuse(r.Code, "%s", r.Reason)
+				return nil, 0, false
+			}
+		}
 		if !s.takeChild(h.Database) {
 			cn.refuse(RefuseFull, "database %q already streams to %d replicas here (max_children): choose another source", h.Database, s.cfg.MaxChildren)
 			return nil, 0, false

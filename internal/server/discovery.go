@@ -27,7 +27,7 @@ func (s *Server) startOverlay() error {
 		}
 	}
 	o, err := discovery.Start(discovery.Config{NodeName: s.cfg.NodeName, Bind: s.cfg.Gossip, Join: s.cfg.Join,
-		Key: key, Insecure: s.cfg.Insecure, Log: s.log}, discovery.Meta{DC: s.cfg.DC})
+		Key: key, Insecure: s.cfg.Insecure, Log: s.log}, discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC})
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func (s *Server) advertise(ctx context.Context) {
 
 // localMeta is what this member advertises now.
 func (s *Server) localMeta() discovery.Meta {
-	m := discovery.Meta{DC: s.cfg.DC}
+	m := discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC}
 	if s.httpLn != nil {
 		m.HTTP = s.httpLn.Addr().String()
 	}
@@ -165,6 +165,31 @@ func (s *Server) children(name string) int {
 		return 0
 	}
 	return s.repl.Children(name)
+}
+
+// acceptChild refuses a new child of a database that finds its sources
+// through the overlay while it has no source itself ("detached"), or when
+// the child is one of its ancestors ("cycle"). The child is recognised by
+// the process id its member advertises.
+func (s *Server) acceptChild(db string, client repl.ProcessID) *repl.RefusedError {
+	a := s.agents[db]
+	if a == nil {
+		return nil
+	}
+	name := ""
+	for _, m := range s.overlay.Members() {
+		if m.Meta.Process == client {
+			name = m.Name
+		}
+	}
+	err := a.AcceptChild(name)
+	switch {
+	case errors.Is(err, discovery.ErrDetached):
+		return &repl.RefusedError{Code: repl.RefuseDetached, Reason: err.Error() + ": choose another source"}
+	case errors.Is(err, discovery.ErrCycle):
+		return &repl.RefusedError{Code: repl.RefuseCycle, Reason: err.Error() + ": choose another source"}
+	}
+	return nil
 }
 
 // replicaView shows a repl.Replica to its discovery agent.

@@ -341,7 +341,7 @@ func (s *Server) Start() error {
 		if s.overlay != nil {
 			maxChildren = s.cfg.MaxChildren
 		}
-		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, MaxChildren: maxChildren}, func(name string) (*store.Store, bool) {
+		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, MaxChildren: maxChildren, AcceptChild: s.acceptChild}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
