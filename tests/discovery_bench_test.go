@@ -37,21 +37,18 @@ func TestDiscoveryScaleBenchmark(t *testing.T) {
 	start := time.Now()
 	root := startSmallQS(t, "root", "", maxChildren)
 	nodes := map[string]*proc{}
-	var mu sync.Mutex
-	for batch := 0; batch < n; batch += 10 {
-		var wg sync.WaitGroup
-		for i := batch; i < min(batch+10, n); i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				name := fmt.Sprintf("r%03d", i+1)
-				p := startSmallQS(t, name, root.Addr["gossip"], maxChildren)
-				mu.Lock()
-				nodes[name] = p
-				mu.Unlock()
-			}()
+	for i := range n {
+		name := fmt.Sprintf("r%03d", i+1)
+		// Seeds: the root and two nodes started before, so that the
+		// joins do not all land on the root.
+		seeds := []string{root.Addr["gossip"]}
+		for _, other := range nodes {
+			if len(seeds) == 3 {
+				break
+			}
+			seeds = append(seeds, other.Addr["gossip"])
 		}
-		wg.Wait()
+		nodes[name] = startSmallQS(t, name, strings.Join(seeds, ","), maxChildren)
 	}
 	t.Logf("%d replicas started in %v", n, time.Since(start).Round(time.Second))
 	sts := waitTreeFor(t, root, nodes, maxChildren, "formation", 10*time.Minute)
@@ -213,7 +210,7 @@ read_cache_bytes = -1
 discover = %v
 `, filepath.Join(dir, "data"), name, maxChildren, join != "")
 	if join != "" {
-		cfg = strings.Replace(cfg, "log_level", fmt.Sprintf("join = [%q]\nlog_level", join), 1)
+		cfg = strings.Replace(cfg, "log_level", fmt.Sprintf("join = [\"%s\"]\nlog_level", strings.ReplaceAll(join, ",", `", "`)), 1)
 	}
 	path := filepath.Join(dir, "qs.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -221,7 +218,7 @@ discover = %v
 	}
 	cmd := exec.Command(qsBin, "serve", "--config", path)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC=50")
-	return startCmd(t, dir, cmd, 3)
+	return startCmdWithin(t, dir, cmd, 3, 120*time.Second)
 }
 
 // waitTreeFor is waitTree with its own deadline.

@@ -142,6 +142,9 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 		mc = memberlist.DefaultLocalConfig()
 	}
 	mc.Name = cfg.NodeName
+	// The LAN preset's TCP timeout for a join's state exchange, also on
+	// loopback: a seed that many members join at once answers late.
+	mc.TCPTimeout = 10 * time.Second
 	if cfg.ProbeInterval > 0 {
 		mc.ProbeInterval = cfg.ProbeInterval
 	}

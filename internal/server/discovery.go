@@ -57,10 +57,16 @@ func (s *Server) learnDBIDFromOverlay(name string) (store.DBID, error) {
 			}
 			s.log.Warn("database id not learnt yet", "db", name, "err", err)
 		}
+		if len(sources) == 0 && len(s.cfg.Join) > 0 {
+			// Perhaps no seed answered the first join: ask them again.
+			if err := s.overlay.Join(s.cfg.Join); err != nil {
+				s.log.Debug("gossip seeds not reached yet", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return store.DBID{}, errors.New("no member of the gossip overlay serves it within 30s")
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 }
