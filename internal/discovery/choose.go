@@ -41,10 +41,15 @@ type Candidate struct {
 // Policy holds the tunables of Choose. Zero fields take their defaults
 // (EnsureDefaults).
 type Policy struct {
-	// TieRTT: candidates whose RTTs fall in the same TieRTT-wide bucket
-	// count as equally near, and the shallower one is preferred.
-	// Default 2ms.
+	// TieRTT: candidates whose costs (RTT plus TierCost per tier) fall in
+	// the same TieRTT-wide bucket count as equally near, and the shallower
+	// one is preferred. Default 2ms.
 	TieRTT time.Duration
+	// TierCost is added to a candidate's RTT for each tier between it and
+	// the root: every hop delays each entry, so a deep candidate must be
+	// that much nearer to win (and RTT noise does not chain nodes into
+	// long paths). Default 5ms.
+	TierCost time.Duration
 	// SwitchRatio and SwitchMin are the hysteresis of a move to a nearer
 	// source: only to a candidate at least SwitchRatio times and SwitchMin
 	// nearer than the current source. Defaults 2 and 10ms.
@@ -59,6 +64,9 @@ type Policy struct {
 func (p *Policy) EnsureDefaults() *Policy {
 	if p.TieRTT == 0 {
 		p.TieRTT = 2 * time.Millisecond
+	}
+	if p.TierCost == 0 {
+		p.TierCost = 5 * time.Millisecond
 	}
 	if p.SwitchRatio == 0 {
 		p.SwitchRatio = 2
@@ -182,15 +190,24 @@ func (in *Input) eligible(c *Candidate) bool {
 	return in.Members[c.Path[len(c.Path)-1]]
 }
 
-// compare orders candidates: nearer first (RTTs in the same TieRTT bucket
-// are equal), then shallower, then nearer, then by name.
+// compare orders candidates: lower cost first (RTT plus TierCost per
+// tier; costs in the same TieRTT bucket are equal), then shallower, then
+// nearer, then by name.
 func (in *Input) compare(a, b Candidate) int {
 	return cmp.Or(
-		cmp.Compare(in.bucket(a.RTT), in.bucket(b.RTT)),
+		cmp.Compare(in.bucket(in.cost(a)), in.bucket(in.cost(b))),
 		cmp.Compare(a.Depth, b.Depth),
 		cmp.Compare(unknownLast(a.RTT), unknownLast(b.RTT)),
 		cmp.Compare(a.Name, b.Name),
 	)
+}
+
+// cost is a candidate's RTT plus TierCost per tier; unknown RTT: last.
+func (in *Input) cost(c Candidate) time.Duration {
+	if c.RTT < 0 {
+		return -1
+	}
+	return c.RTT + time.Duration(c.Depth)*in.TierCost
 }
 
 func (in *Input) bucket(rtt time.Duration) int64 {
@@ -204,10 +221,12 @@ func unknownLast(rtt time.Duration) time.Duration {
 	return rtt
 }
 
-// muchNearer reports whether b is nearer than cur by the policy's margin.
+// muchNearer reports whether b costs less than cur (RTT plus tiers) by
+// the policy's margin.
 func (in *Input) muchNearer(b, cur Candidate) bool {
 	if b.RTT < 0 || cur.RTT < 0 {
 		return false
 	}
-	return float64(cur.RTT) > in.SwitchRatio*float64(b.RTT) && cur.RTT-b.RTT > in.SwitchMin
+	cb, cc := in.cost(b), in.cost(cur)
+	return float64(cc) > in.SwitchRatio*float64(cb) && cc-cb > in.SwitchMin
 }
