@@ -55,13 +55,14 @@ def tiers(n, fanout):
 MEASURED = {
     10: (3, 2, 13.9, 195.0, 2871),
     20: (4, 2, 23.0, 225.6, 5134),
+    30: (3, 3, 79.5, 1547.9, 5513),
 }
 
 
 def main():
     per_tier_ms = 8.0   # p50 per hop on an idle machine; see benchmarks.md
     print(f"{'members':>8} {'fan-out':>7} {'tiers':>5} {'p50 to all':>10} {'gossip B/s':>10} {'fits':>5}  measured")
-    for n, f in [(10, 3), (20, 4), (50, 8), (100, 8), (200, 8), (3_300, 16), (33_000, 16)]:
+    for n, f in [(10, 3), (20, 4), (30, 3), (50, 8), (100, 8), (200, 8), (3_300, 16), (33_000, 16)]:
         g, fits = gossip_bytes(n)
         t = tiers(n, f)
         m = MEASURED.get(n)
