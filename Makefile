@@ -22,7 +22,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzConn -fuzztime=$(FUZZTIME) ./internal/api/memcache/
 	$(GO) test -run '^$$' -fuzz=FuzzReadMessage -fuzztime=$(FUZZTIME) ./internal/repl/
 	$(GO) test -run '^$$' -fuzz=FuzzDecodeCommand -fuzztime=$(FUZZTIME) ./internal/raftroot/
+	$(GO) test -run '^$$' -fuzz=FuzzServerHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
+	$(GO) test -run '^$$' -fuzz=FuzzClientHandshake -fuzztime=$(FUZZTIME) ./internal/clusterauth/
+	$(GO) test -run '^$$' -fuzz=FuzzReceiveAuthenticated -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
+	$(GO) test -run '^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/tree/
 
 lint:
 	test -z "$$(gofmt -l .)"

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,8 +94,8 @@ func newCA(t *testing.T, name string) *testCA {
 }
 
 // issue writes name.pem and name-key.pem: a certificate for 127.0.0.1
-// usable as server and as client.
-func (ca *testCA) issue(t *testing.T, dir, name string) {
+// usable as server and as client, speaking for the Raft members raftIDs.
+func (ca *testCA) issue(t *testing.T, dir, name string, raftIDs ...uint64) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
@@ -103,6 +104,9 @@ func (ca *testCA) issue(t *testing.T, dir, name string) {
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, id := range raftIDs {
+		tmpl.URIs = append(tmpl.URIs, &url.URL{Scheme: "qs", Opaque: fmt.Sprintf("raft-node/%d", id)})
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

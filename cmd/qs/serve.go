@@ -48,8 +48,8 @@ func cmdServe(args []string) error {
 		join     = fs.String("join", "", "gossip addresses of overlay members to join, comma-separated; without --upstream the first database becomes a replica that finds its sources itself (--role proxy: a proxy)")
 		dc       = fs.String("dc", "", "data centre of this node, shown in the overlay's member list")
 		maxKids  = fs.Int("max-children", 0, "with the overlay: replicas that may stream each database from this node at once; one more is refused \"full\" (default 16)")
-		clusterK = fs.String("cluster-key", "", "file holding the cluster key (at least 16 bytes); the gossip overlay is encrypted and authenticated with a key derived from it")
-		insecure = fs.Bool("insecure", false, "run the gossip overlay without --cluster-key on a non-loopback address (a trusted network only)")
+		clusterK = fs.String("cluster-key", "", "cluster key file (made by qs cert key): authenticates every replication and Raft connection, both ways")
+		insecure = fs.Bool("insecure", false, "let the replication and Raft listeners listen beyond loopback without a cluster key or mutual TLS (anyone who reaches them can read everything and, on Raft, write)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -114,9 +114,7 @@ func cmdServe(args []string) error {
 	if *clusterK != "" {
 		cfg.ClusterKey = *clusterK
 	}
-	if *insecure {
-		cfg.Insecure = true
-	}
+	cfg.Insecure = cfg.Insecure || *insecure
 	if *role != "" {
 		cfg.Databases[0].Role = *role
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,7 +18,7 @@ import (
 )
 
 func init() {
-	register("usage", "keys and bytes stored per producer: qs usage [--addr A] [--db D] [--producer P] [--json]", cmdUsage)
+	register("usage", "keys and bytes stored per producer, or keys never read (--unread): qs usage [--addr A] [--db D] [--producer P] [--unread [--window 24h] [--limit N]] [--json]", cmdUsage)
 }
 
 func cmdUsage(args []string) error {
@@ -26,6 +27,9 @@ func cmdUsage(args []string) error {
 	db := fs.String("db", "default", "database name")
 	producer := fs.String("producer", "", "report only this producer (cheaper: only its prefixes are read)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer")
+	unread := fs.Bool("unread", false, "list the keys with no sampled read within --window, per producer and prefix (ask the root: it collects the samples of the whole tree)")
+	window := fs.Duration("window", 24*time.Hour, "with --unread: the window looked at (at most 168h)")
+	limit := fs.Int("limit", 20, "with --unread: the most unread keys listed per prefix (0..10000)")
 	timeout := fs.Duration("timeout", time.Minute, "request timeout (the server reads every key under the prefixes)")
 	if _, err := parseArgs(fs, args, 0, "qs usage [flags]"); err != nil {
 		return err
@@ -35,8 +39,19 @@ func cmdUsage(args []string) error {
 		base = "http://" + base
 	}
 	u := strings.TrimRight(base, "/") + "/v1/" + url.PathEscape(*db) + "/usage"
+	q := url.Values{}
 	if *producer != "" {
-		u += "?producer=" + url.QueryEscape(*producer)
+		q.Set("producer", *producer)
+	}
+	if *unread {
+		q.Set("unread", "true")
+		q.Set("window", window.String())
+		q.Set("limit", strconv.Itoa(*limit))
+	} else if flagSet(fs, "window") || flagSet(fs, "limit") {
+		return fmt.Errorf("qs usage: --window and --limit go with --unread")
+	}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -59,6 +74,13 @@ func cmdUsage(args []string) error {
 	if *asJSON {
 		_, err := os.Stdout.Write(body)
 		return err
+	}
+	if *unread {
+		var rep gateway.UnreadReport
+		if err := json.Unmarshal(body, &rep); err != nil {
+			return fmt.Errorf("usage answer: %w", err)
+		}
+		return printUnread(os.Stdout, rep)
 	}
 	var rep gateway.UsageReport
 	if err := json.Unmarshal(body, &rep); err != nil {
@@ -86,5 +108,42 @@ func printUsage(w io.Writer, r gateway.UsageReport) error {
 		fmt.Fprintf(tw, "(no producer)\t%d\t%d\t%d\n", r.Unowned.Keys, r.Unowned.KeyBytes, r.Unowned.ValueBytes)
 	}
 	fmt.Fprintf(tw, "(database)\t%d\t%d\t%d\n", r.Total.Keys, r.Total.KeyBytes, r.Total.ValueBytes)
+	return tw.Flush()
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// printUnread prints an unread report: one line per producer and prefix
+// with its keys and those unread, then the first unread keys of each.
+func printUnread(w io.Writer, r gateway.UnreadReport) error {
+	fmt.Fprintf(w, "database %s at index %d: keys with no sampled read since %s (%s; one read in %d sampled)\n",
+		r.DB, r.Index, r.Since, time.Duration(r.WindowSeconds*float64(time.Second)).Round(time.Second), r.SampleRate)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "producer / prefix\tkeys\tunread\tfirst unread keys")
+	line := func(name string, keys, unread int64, first []string) {
+		quoted := make([]string, len(first))
+		for i, k := range first {
+			quoted[i] = strconv.Quote(k)
+		}
+		more := ""
+		if first != nil && int64(len(first)) < unread {
+			more = fmt.Sprintf(" (+%d)", unread-int64(len(first)))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s%s\n", name, keys, unread, strings.Join(quoted, " "), more)
+	}
+	for _, p := range r.Producers {
+		line(p.Name, p.Keys, p.Unread, nil)
+		for _, pre := range p.Prefixes {
+			line(fmt.Sprintf("  %q", pre.Prefix), pre.Keys, pre.Unread, pre.UnreadKeys)
+		}
+	}
+	if u := r.Unowned; u != nil {
+		line("(no producer)", u.Keys, u.Unread, u.UnreadKeys)
+	}
 	return tw.Flush()
 }

@@ -34,6 +34,21 @@ type Config struct {
 	// ReplTLS secures replication traffic, both the listener and the
 	// connections of this node's replicas to their sources.
 	ReplTLS TLS `toml:"repl_tls"`
+	// ClusterKey is the cluster key file (made by qs cert key): every
+	// connection to and from the replication and Raft listeners proves it
+	// holds the same key (docs/operations.md, "Security model"). Used
+	// with repl_tls, both apply. Default none.
+	ClusterKey string `toml:"cluster_key"`
+	// Insecure lets the replication and Raft listeners listen beyond
+	// loopback without a cluster key or mutual TLS: anyone who reaches
+	// them can then write through Raft and read the whole dataset. The
+	// process logs a warning every minute while it runs so. Default false:
+	// such a process refuses to start.
+	Insecure bool `toml:"insecure"`
+	// MaxReplConns caps the connections open at once on the replication
+	// listener, authenticated or not yet; more are closed at accept.
+	// Default 4096.
+	MaxReplConns int `toml:"max_repl_conns"`
 	// BootstrapRate caps the bytes per second this node sends to
 	// bootstrapping replicas, all together. Default 100 MiB/s; -1: no cap.
 	BootstrapRate int64 `toml:"bootstrap_rate"`
@@ -61,13 +76,6 @@ type Config struct {
 	// when the overlay is on; one more is refused "full" and looks
 	// elsewhere. Default 16. Without the overlay there is no cap.
 	MaxChildren int `toml:"max_children"`
-	// ClusterKey is a file holding the cluster's shared secret (at least
-	// 16 bytes); the gossip overlay's encryption key is derived from it.
-	ClusterKey string `toml:"cluster_key"`
-	// Insecure lets the internal listeners (the gossip overlay) run
-	// without the cluster key on other addresses than loopback, for a
-	// network trusted as a whole.
-	Insecure bool `toml:"insecure"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -295,6 +303,26 @@ type TLS struct {
 // Enabled reports whether TLS is configured.
 func (t TLS) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
+// MutualTLS reports whether t authenticates both sides: a certificate
+// to present and a CA to verify peers with.
+func (t TLS) MutualTLS() bool { return t.Cert != "" && t.Key != "" && t.CA != "" }
+
+// InternalListens lists the addresses of the internal listeners
+// (replication and Raft), which carry the whole dataset and the cluster's
+// writes.
+func (c *Config) InternalListens() []string {
+	var out []string
+	if c.Repl != "off" {
+		out = append(out, c.Repl)
+	}
+	for _, d := range c.Databases {
+		if d.Raft.Enabled() {
+			out = append(out, d.Raft.Listen)
+		}
+	}
+	return out
+}
+
 // Duration is a time.Duration written as a Go duration string ("1.5s").
 type Duration struct{ time.Duration }
 
@@ -347,6 +375,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.BootstrapRate == 0 {
 		c.BootstrapRate = 100 << 20
+	}
+	if c.MaxReplConns == 0 {
+		c.MaxReplConns = 4096
 	}
 	if c.SnapshotKeep.Duration == 0 {
 		c.SnapshotKeep.Duration = 10 * time.Minute
@@ -482,6 +513,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotKeep.Duration < time.Second {
 		errs = append(errs, errors.New("snapshot_keep must be at least 1s"))
+	}
+	if c.MaxReplConns < 1 {
+		errs = append(errs, errors.New("max_repl_conns must be at least 1"))
 	}
 	if c.MaxHTTPConns < 1 {
 		errs = append(errs, errors.New("max_http_conns must be at least 1"))

@@ -25,6 +25,7 @@
 // and tells it to reconnect when the choice moves (Run).
 //
 // The overlay is encrypted and authenticated with memberlist's keyring
-// when a key is configured (GossipKey derives it from the cluster key);
-// without one it binds only to loopback unless explicitly made insecure.
+// when a key is configured (the server derives it from the cluster key,
+// clusterauth.Key.Derive("gossip")); without one it binds only to
+// loopback unless explicitly made insecure.
 package discovery

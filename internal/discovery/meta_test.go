@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -95,29 +93,6 @@ func TestDecodeCoordinateRejectsBadInput(t *testing.T) {
 		if _, err := decodeCoordinate(b); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
-	}
-}
-
-func TestGossipKey(t *testing.T) {
-	k1, err := GossipKey([]byte("0123456789abcdef-cluster"))
-	if err != nil || len(k1) != 32 {
-		t.Fatalf("key %x, %v", k1, err)
-	}
-	k2, _ := GossipKey([]byte("0123456789abcdef-other"))
-	if bytes.Equal(k1, k2) {
-		t.Fatal("two cluster keys derived the same gossip key")
-	}
-	if _, err := GossipKey([]byte("short")); err == nil {
-		t.Fatal("a 5-byte cluster key was accepted")
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "key")
-	os.WriteFile(path, []byte("0123456789abcdef-cluster\n"), 0o600)
-	if k, err := GossipKeyFile(path); err != nil || !bytes.Equal(k, k1) {
-		t.Fatalf("from file: %x, %v (want the same key, the newline ignored)", k, err)
-	}
-	if _, err := GossipKeyFile(filepath.Join(dir, "missing")); err == nil {
-		t.Fatal("a missing key file was accepted")
 	}
 }
 

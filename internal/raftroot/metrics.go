@@ -16,7 +16,8 @@ const (
 	kindWrongPeer    = "wrong_peer"    // addressed to another node, or From does not match the hello
 	kindUnknownPeer  = "unknown_peer"  // the sender is not a member this node knows
 	kindMalformed    = "malformed"     // a message frame did not decode
-	kindTLS          = "tls"           // a peer's TLS handshake failed (repl_tls)
+	kindAuth         = "auth"          // a connection failed authentication (cluster key or TLS)
+	kindUnauthorized = "unauthorized"  // a hello from a member the connection did not authenticate as
 	kindDial         = "dial"          // could not connect to a peer
 	kindWrite        = "write"         // a send failed
 	kindQueueFull    = "queue_full"    // a peer's send queue overflowed; messages dropped

@@ -68,9 +68,15 @@ func (n *Node) fetchForJoin() bool {
 			case <-ctx.Done():
 			}
 		}()
-		h, err := askPeers(ctx, peers, n.cfg.Dial)
-		if err == nil && h.repl == "" {
+		h, addr, err := askPeers(ctx, peers, n.cfg.Dial)
+		switch {
+		case err != nil:
+		case h.repl == "":
 			err = fmt.Errorf("raft peer %d has no replication address", h.from)
+		case !sameHost(h.repl, addr):
+			// Snapshot sources come from the membership: a peer may
+			// name its replication port, not another host.
+			err = fmt.Errorf("raft peer %d at %s names a replication address on another host (%s)", h.from, addr, h.repl)
 		}
 		if err == nil {
 			n.log.Info("joining member: copying a member's store", "source", h.repl)

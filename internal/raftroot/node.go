@@ -151,6 +151,7 @@ func Start(cfg Config, st *store.Store) (*Node, error) {
 		}
 	}
 	n.tr.known = n.isKnown
+	n.tr.memberAddr = n.memberAddr
 	n.tr.unreachable = func(id uint64) { n.report(func() { n.rn.ReportUnreachable(id) }) }
 	n.tr.snapshotled = func(id uint64, ok bool) {
 		st := raft.SnapshotFinish
@@ -196,6 +197,13 @@ func (n *Node) isKnown(id uint64) bool {
 	defer n.mu.Unlock()
 	_, ok := n.mu.members[id]
 	return ok
+}
+
+// memberAddr is member id's Raft address in the membership.
+func (n *Node) memberAddr(id uint64) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.members[id]
 }
 
 func (n *Node) report(f func()) {

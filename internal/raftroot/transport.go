@@ -3,7 +3,6 @@ package raftroot
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -29,14 +29,26 @@ import (
 //	message := raftpb.Message (protobuf)
 //
 // A receiver drops the connection, counting the error by kind, on a frame
-// that fails its checksum or length, a hello of another cluster or for
-// another node, a sender that is not a known member, or a message that
+// that fails its checksum or length (a first frame over maxHelloFrame
+// included: nothing larger is read before the hello is checked), a hello
+// of another cluster or for another node, a sender that is not a known
+// member or that the connection did not authenticate as, or a message that
 // does not decode or whose From/To disagree with the hello. Raft tolerates
-// lost messages: the sender reconnects and raft resends.
+// lost messages: the sender reconnects and raft resends. A new connection
+// from a member replaces the previous one from that member.
+//
+// Connections are authenticated below this protocol (Config.Listener and
+// Config.Dial, internal/clusterauth): with a cluster key or mutual TLS, a
+// hello from member N is accepted only on a connection that authenticated
+// as "raft-node/N", and a stranger's connection is closed before it can
+// send a hello.
 //
 // A hello with to = 0 is a question: the receiver answers with its own
 // hello (its cluster and node id) and closes. A new member uses it to learn
 // the cluster's database id (LearnClusterID).
+//
+// The replication address in a hello is used to fetch snapshots only when
+// its host is the host of the sender's Raft address in the membership.
 
 const (
 	frameHello   = 1
@@ -48,6 +60,9 @@ const (
 	// maxFrame bounds a frame: a message carries at most MaxSizePerMsg of
 	// entries, but a single entry may hold a whole batch (64 MiB).
 	maxFrame = 128 << 20
+	// maxHelloFrame bounds the first frame of a connection, read before
+	// the sender is known.
+	maxHelloFrame = 4 << 10
 	// peerQueue is the send queue of one peer.
 	peerQueue = 4096
 )
@@ -102,8 +117,9 @@ func writeFrame(w io.Writer, typ byte, payload []byte) error {
 	return err
 }
 
-// readFrame reads one frame; buf is reused when large enough.
-func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
+// readFrame reads one frame of at most limit bytes; buf is reused when
+// large enough.
+func readFrame(r io.Reader, buf []byte, limit uint32) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
@@ -112,8 +128,8 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 	if hdr[0] != frameHello && hdr[0] != frameMessage {
 		return 0, nil, fmt.Errorf("%w: unknown type %d", errFrame, hdr[0])
 	}
-	if n > maxFrame {
-		return 0, nil, fmt.Errorf("%w: length %d over %d", errFrame, n, maxFrame)
+	if n > limit {
+		return 0, nil, fmt.Errorf("%w: length %d over %d", errFrame, n, limit)
 	}
 	if cap(buf) < int(n)+4 {
 		buf = make([]byte, int(n)+4)
@@ -141,6 +157,7 @@ type transport struct {
 	// Callbacks into the node; they must not block.
 	deliver     func(m *pb.Message) bool // false: the inbox is full
 	known       func(id uint64) bool     // is id a member (or a configured peer)?
+	memberAddr  func(id uint64) string   // member id's Raft address ("" if none)
 	unreachable func(id uint64)
 	snapshotled func(id uint64, ok bool)
 
@@ -152,7 +169,10 @@ type transport struct {
 		peers map[uint64]*peer
 		repl  map[uint64]string // replication addresses peers told us
 		conns map[net.Conn]struct{}
-		ln    net.Listener
+		// inbound is the receiving connection of each member: a new one
+		// replaces (closes) the previous.
+		inbound map[uint64]net.Conn
+		ln      net.Listener
 	}
 }
 
@@ -168,6 +188,7 @@ func newTransport(db string, cluster [16]byte, self uint64, repl string, dial fu
 	t.mu.peers = map[uint64]*peer{}
 	t.mu.repl = map[uint64]string{}
 	t.mu.conns = map[net.Conn]struct{}{}
+	t.mu.inbound = map[uint64]net.Conn{}
 	return t
 }
 
@@ -350,28 +371,25 @@ func (t *transport) serve(ln net.Listener) {
 				t.mu.Unlock()
 				c.Close()
 			}()
-			if tc, ok := c.(*tls.Conn); ok {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := tc.HandshakeContext(ctx)
-				cancel()
-				if err != nil {
-					t.errorf(kindTLS)
-					t.log.Warn("raft connection refused: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
-					return
-				}
+			peer, err := clusterauth.PeerOf(c)
+			if err != nil {
+				t.errorf(kindAuth)
+				t.log.Warn("raft connection refused: not authenticated", "remote", c.RemoteAddr().String(), "err", err)
+				return
 			}
-			if err := t.receive(c); err != nil {
+			if err := t.receive(c, peer); err != nil {
 				t.log.Info("raft connection dropped", "remote", c.RemoteAddr().String(), "err", err)
 			}
 		}()
 	}
 }
 
-// receive reads one peer connection: hello, then messages.
-func (t *transport) receive(c net.Conn) error {
+// receive reads one peer connection, authenticated as peer: hello, then
+// messages.
+func (t *transport) receive(c net.Conn, peer clusterauth.Peer) error {
 	r := bufio.NewReaderSize(c, 64<<10)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	typ, b, err := readFrame(r, nil)
+	typ, b, err := readFrame(r, nil, maxHelloFrame)
 	if err != nil {
 		if errors.Is(err, errFrame) {
 			t.errorf(kindBadFrame)
@@ -403,19 +421,33 @@ func (t *transport) receive(c net.Conn) error {
 	case !t.known(h.from):
 		t.errorf(kindUnknownPeer)
 		return fmt.Errorf("qs: raft peer %d is not a member", h.from)
+	case peer.Authenticated && !peer.Has(clusterauth.RaftClaim(h.from)):
+		t.errorf(kindUnauthorized)
+		return fmt.Errorf("qs: raft connection authenticated as %v says it is member %d", peer.Claims, h.from)
 	}
-	if h.repl != "" {
-		t.mu.Lock()
+	t.mu.Lock()
+	if old, ok := t.mu.inbound[h.from]; ok {
+		old.Close()
+	}
+	t.mu.inbound[h.from] = c
+	if h.repl != "" && sameHost(h.repl, t.memberAddr(h.from)) {
 		t.mu.repl[h.from] = h.repl
-		t.mu.Unlock()
 	}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if t.mu.inbound[h.from] == c {
+			delete(t.mu.inbound, h.from)
+		}
+		t.mu.Unlock()
+	}()
 	// No idle deadline: a link between two followers carries nothing
 	// between elections, and dropping it would lose the first vote request
 	// of the next one. TCP keepalive ends connections to dead hosts.
 	c.SetReadDeadline(time.Time{})
 	var buf []byte
 	for {
-		typ, b, err := readFrame(r, buf)
+		typ, b, err := readFrame(r, buf, maxFrame)
 		if err != nil {
 			if errors.Is(err, errFrame) {
 				t.errorf(kindBadFrame)
@@ -465,22 +497,22 @@ func LearnClusterID(ctx context.Context, addrs []string, dial func(ctx context.C
 		var d net.Dialer
 		dial = d.DialContext
 	}
-	h, err := askPeers(ctx, addrs, dial)
+	h, _, err := askPeers(ctx, addrs, dial)
 	return h.cluster, err
 }
 
 // askPeers asks the members at addrs, in turn, who they are, and returns
-// the first answer.
-func askPeers(ctx context.Context, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (helloMsg, error) {
+// the first answer and the address that gave it.
+func askPeers(ctx context.Context, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (helloMsg, string, error) {
 	var errs []error
 	for _, a := range addrs {
 		h, err := ask(ctx, a, dial)
 		if err == nil {
-			return h, nil
+			return h, a, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", a, err))
 	}
-	return helloMsg{}, fmt.Errorf("ask the raft peers: %w", errors.Join(errs...))
+	return helloMsg{}, "", fmt.Errorf("ask the raft peers: %w", errors.Join(errs...))
 }
 
 func ask(ctx context.Context, addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (helloMsg, error) {
@@ -495,7 +527,7 @@ func ask(ctx context.Context, addr string, dial func(ctx context.Context, networ
 	if err := writeFrame(c, frameHello, (&helloMsg{}).encode()); err != nil {
 		return helloMsg{}, err
 	}
-	typ, b, err := readFrame(bufio.NewReader(c), nil)
+	typ, b, err := readFrame(bufio.NewReader(c), nil, maxHelloFrame)
 	if err != nil {
 		return helloMsg{}, err
 	}
@@ -510,4 +542,11 @@ func ask(ctx context.Context, addr string, dial func(ctx context.Context, networ
 		return helloMsg{}, errors.New("the member does not know its cluster id")
 	}
 	return h, nil
+}
+
+// sameHost reports whether two host:port addresses name the same host.
+func sameHost(a, b string) bool {
+	ha, _, err1 := net.SplitHostPort(a)
+	hb, _, err2 := net.SplitHostPort(b)
+	return err1 == nil && err2 == nil && ha == hb
 }

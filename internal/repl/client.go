@@ -54,6 +54,11 @@ type ReplicaConfig struct {
 	// of replaying the log. Default 10000; negative: only when the source
 	// no longer retains the log it needs.
 	BootstrapMinEntries int64
+	// Report returns the report sent to the source every ReportInterval
+	// (report.go), nil to skip one. Nil: no reports.
+	Report func() []byte
+	// ReportInterval is how often Report is sent. Default 1s.
+	ReportInterval time.Duration
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -88,6 +93,9 @@ func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
 	}
 	if c.BootstrapMinEntries == 0 {
 		c.BootstrapMinEntries = 10000
+	}
+	if c.ReportInterval == 0 {
+		c.ReportInterval = time.Second
 	}
 	return c
 }
@@ -167,6 +175,7 @@ type Replica struct {
 
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
+	legacy  sync.Map   // sources that refused ReportVersion: address → when
 
 	mu struct {
 		sync.Mutex
@@ -500,7 +509,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	if err != nil {
 		return false, fmt.Errorf("read applied head: %w", err)
 	}
-	hello := &Hello{Version: streamVersion, Database: r.cfg.Database, DBID: r.st.DBID(),
+	hello := &Hello{Version: r.helloVersion(src), Database: r.cfg.Database, DBID: r.st.DBID(),
 		ProcessID: r.cfg.ProcessID, LastIndex: applied}
 	deadline := time.Now().Add(r.cfg.HandshakeTimeout)
 	c.SetDeadline(deadline)
@@ -516,6 +525,12 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	var w *Welcome
 	switch m := m.(type) {
 	case *Refuse:
+		if m.Code == RefuseVersion && hello.Version == ReportVersion {
+			// A source older than reports: speak version 1 to it.
+			r.legacy.Store(src, time.Now())
+			c.Close()
+			return r.session(ctx, src)
+		}
 		return false, &RefusedError{Code: m.Code, Reason: m.Reason}
 	case *Welcome:
 		w = m
@@ -537,6 +552,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	r.update(func(s *ReplicaState) { s.Status, s.ServerIndex = StatusStreaming, w.AppliedIndex })
 	mStreaming.WithLabelValues(r.cfg.Database).Set(1)
 	c.SetWriteDeadline(time.Time{})
+	if w.Version >= ReportVersion {
+		defer r.startReports(ctx, c)()
+	}
 
 	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
 	db := r.cfg.Database

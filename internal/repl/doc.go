@@ -20,13 +20,14 @@
 //   - A replica whose source fails keeps serving its own downstream clients:
 //     servers and replicas share nothing but the store.
 //
-// # Wire protocol (versions 1 and 2)
+// # Wire protocol (versions 1 to 3)
 //
 // One TCP connection per stream (TLS, when configured, wraps the connection and
 // changes nothing below). The client sends exactly one message, Hello; the
 // server answers Welcome or Refuse, then sends Entries, Progress, and
 // finally Done (if a StopIndex was asked) or Refuse (if retention overtook
-// the client). A client sending anything after Hello is disconnected.
+// the client). A client sending anything after Hello is disconnected, but
+// for the Report messages of a version-3 stream (report.go).
 //
 // Framing. Every message is one frame:
 //
@@ -73,6 +74,10 @@
 //	9 FileEnd   file(uvarint) size(8) crc(4): file is complete; crc is the
 //	           CRC-32C of the whole file. The receiver checks size and crc
 //	           before keeping the file.
+//	12 Report  body (≤ 1 MiB), client → server on a version-3 stream: the
+//	           replica's subtree and read samples (internal/tree), every
+//	           second. Over-limit, too-frequent and unusable reports are
+//	           dropped and counted; the stream goes on.
 //
 // Unknown message types, trailing bytes and malformed fields are decode
 // errors; the receiver drops the connection.
@@ -81,7 +86,10 @@
 // MinProtocolVersion..ProtocolVersion and echoes the version it will speak
 // in Welcome, or refuses with code "version". A new version may add message
 // types and Hello flags; version 1 peers refuse them. Version 2 adds fetch
-// connections; stream and bootstrap clients still send version 1.
+// connections; bootstrap clients still send version 1. Version 3 adds
+// reports: a replica's stream Hello is version 3, and when a source of an
+// older version refuses it ("version"), the replica speaks version 1 to
+// that source within the same attempt and sends it no reports.
 //
 // Refusal codes (stable; the reason text is for humans):
 //

@@ -19,11 +19,11 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 2
+	ProtocolVersion    uint16 = 3
 	MinProtocolVersion uint16 = 1
-	// streamVersion is the version replication and bootstrap clients
-	// send: they need nothing version 2 added, so servers of version 1
-	// keep serving them.
+	// streamVersion is the version bootstrap clients send, and stream
+	// clients to a source that refused ReportVersion: they need nothing
+	// version 2 added, so servers of version 1 keep serving them.
 	streamVersion uint16 = 1
 	// FetchVersion is the first version with fetch connections.
 	FetchVersion uint16 = 2
@@ -33,6 +33,9 @@ const (
 	MaxPayload = 128 << 20
 	// MaxDatabaseName is the longest database name a Hello may carry.
 	MaxDatabaseName = 255
+	// MaxHelloPayload bounds a connection's first frame, read before the
+	// server knows what the client wants: a Hello is a few hundred bytes.
+	MaxHelloPayload = 4 << 10
 
 	frameHeader  = 5 // type(1) length(4 BE)
 	frameTrailer = 4 // CRC-32C(type || payload)
@@ -91,6 +94,8 @@ func (t MsgType) String() string {
 		return "fetch"
 	case MsgValues:
 		return "values"
+	case MsgReport:
+		return "report"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -635,6 +640,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeFetch(p)
 	case MsgValues:
 		return decodeValues(p)
+	case MsgReport:
+		return decodeReport(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }
@@ -680,6 +687,8 @@ func ReadFrame(r io.Reader) (MsgType, []byte, error) {
 // until the next call. The buffer grows only as bytes actually arrive.
 type frameReader struct {
 	buf []byte
+	// limit is the largest payload accepted; 0: MaxPayload.
+	limit uint32
 }
 
 func (fr *frameReader) next(r io.Reader) (MsgType, []byte, error) {
@@ -689,8 +698,12 @@ func (fr *frameReader) next(r io.Reader) (MsgType, []byte, error) {
 	}
 	t := MsgType(hdr[0])
 	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > MaxPayload {
-		return 0, nil, fmt.Errorf("%w: frame of %d bytes over the %d limit", ErrMalformed, n, MaxPayload)
+	limit := uint32(MaxPayload)
+	if fr.limit > 0 {
+		limit = fr.limit
+	}
+	if n > limit {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes over the %d limit", ErrMalformed, n, limit)
 	}
 	want := int(n) + frameTrailer
 	b := fr.buf[:0]
@@ -724,6 +737,13 @@ func (fr *frameReader) message(r io.Reader) (Message, error) {
 		return nil, err
 	}
 	return DecodePayload(t, p)
+}
+
+// ReadHello reads and decodes a connection's first message, refusing a
+// frame over MaxHelloPayload before reading its payload.
+func ReadHello(r io.Reader) (Message, error) {
+	fr := frameReader{limit: MaxHelloPayload}
+	return fr.message(r)
 }
 
 // ReadMessage reads and decodes one message.

@@ -59,6 +59,12 @@ type ServerConfig struct {
 	// refused "full". Connections that only watch the newest entries,
 	// stop at an index, fetch values or bootstrap do not count. 0: no cap.
 	MaxChildren int
+	// Reports takes the reports of stream clients (report.go). Nil: they
+	// are read and dropped.
+	Reports ReportSink
+	// ReportMinInterval: a client's report sooner than this after its
+	// previous one is dropped. Default 500ms (clients report every 1s).
+	ReportMinInterval time.Duration
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -89,6 +95,9 @@ func (c *ServerConfig) EnsureDefaults() *ServerConfig {
 	}
 	if c.FetchIdleTimeout == 0 {
 		c.FetchIdleTimeout = 10 * time.Minute
+	}
+	if c.ReportMinInterval == 0 {
+		c.ReportMinInterval = 500 * time.Millisecond
 	}
 	return c
 }
@@ -390,8 +399,11 @@ func (s *Server) handle(c net.Conn) {
 
 	c.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	r := bufio.NewReader(c)
-	m, err := ReadMessage(r)
+	m, err := ReadHello(r)
 	if err != nil {
+		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrChecksum) {
+			mRefusals.WithLabelValues(RefuseBadHello.String()).Inc()
+		}
 		cn.log.Info("replication handshake failed", "err", err)
 		return
 	}
@@ -412,16 +424,22 @@ func (s *Server) handle(c net.Conn) {
 	// The client sends nothing after its Hello: anything it sends, or its
 	// hanging up, ends the stream at once rather than at the next write.
 	c.SetReadDeadline(time.Time{})
+	// The reader has its own logger: cn.log belongs to this goroutine.
+	log := cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
 	if !s.goTracked(func() {
 		defer cancel()
+		if hello.Version >= ReportVersion && !hello.Bootstrap {
+			cn.readReports(r, hello, log)
+			return
+		}
 		var b [1]byte
 		if _, err := r.Read(b[:]); err == nil {
-			cn.log.Info("replication client sent data after hello; closing")
+			log.Info("replication client sent data after hello; closing")
 		}
 	}) {
 		return
 	}
-	cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+	cn.log = log
 	if hello.Bootstrap {
 		if err := cn.bootstrap(ctx, st, hello); err != nil && ctx.Err() == nil {
 			cn.log.Info("bootstrap transfer ended", "err", err)

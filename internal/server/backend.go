@@ -14,6 +14,9 @@ import (
 type memcacheBackend struct{ db *httpapi.Database }
 
 func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
+	for _, k := range keys {
+		b.db.Reads.Observe(k)
+	}
 	return b.db.Store.Lookup(keys, func(_ uint64, i int, v []byte, idx uint64, ok bool) error {
 		if ok {
 			found(keys[i], v, idx)

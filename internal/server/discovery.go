@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
 	"github.com/quicksilver-kv/qs/internal/repl"
@@ -21,10 +22,11 @@ func (s *Server) startOverlay() error {
 	}
 	var key []byte
 	if s.cfg.ClusterKey != "" {
-		var err error
-		if key, err = discovery.GossipKeyFile(s.cfg.ClusterKey); err != nil {
+		k, err := clusterauth.LoadKey(s.cfg.ClusterKey)
+		if err != nil {
 			return err
 		}
+		key = k.Derive("gossip")
 	}
 	o, err := discovery.Start(discovery.Config{NodeName: s.cfg.NodeName, Bind: s.cfg.Gossip, Join: s.cfg.Join,
 		Key: key, Insecure: s.cfg.Insecure, Log: s.log}, discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC})
@@ -51,7 +53,7 @@ func (s *Server) learnDBIDFromOverlay(name string) (store.DBID, error) {
 			}
 		}
 		if len(sources) > 0 {
-			id, err := repl.LearnDBID(ctx, sources, name, repl.DefaultProcessID, s.tls.dial())
+			id, err := repl.LearnDBID(ctx, sources, name, repl.DefaultProcessID, s.replDial())
 			if err == nil || ctx.Err() != nil {
 				return id, err
 			}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
@@ -81,7 +82,7 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Liste
 		Heartbeat:       d.Heartbeat.Duration,
 		Logger:          s.log,
 		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
-			r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: []string{src}, Dial: s.tls.dial(),
+			r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: []string{src}, Dial: s.replDial(),
 				BootstrapLock: s.cfg.BootstrapLock}, st, s.log.With("db", d.Name))
 			if err != nil {
 				return err
@@ -89,9 +90,9 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Liste
 			return r.Bootstrap(ctx, src, minIndex)
 		},
 		AfterPersist: failpointAfterPersist(st),
-		// repl_tls secures the Raft transport too.
-		Dial:     s.tls.dial(),
-		Listener: s.tls.listener,
+		// The cluster key and repl_tls authenticate the Raft transport too.
+		Dial:     s.auth.Dialer(clusterauth.RaftClaim(d.Raft.NodeID)),
+		Listener: func(ln net.Listener) net.Listener { return s.auth.Listener(ln, "raft", maxRaftConns) },
 		Ln:       ln,
 	}
 	n, err := raftroot.Start(cfg, st)

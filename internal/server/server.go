@@ -15,6 +15,7 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
 	"github.com/quicksilver-kv/qs/internal/gateway"
@@ -52,8 +53,10 @@ type Server struct {
 	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
 	stopBackground context.CancelFunc // ends replicas and watch hubs
-	tls            replTLS
+	auth           *clusterauth.Auth
+	insecure       []string                    // internal addresses beyond loopback without authentication (--insecure)
 	gate           *gateway.Gateway            // nil: open writes
+	reports        *reports                    // the tree and read samples (reports.go)
 	overlay        *discovery.Overlay          // nil: no gossip overlay
 	agents         map[string]*discovery.Agent // of replicated databases, with the overlay
 
@@ -75,8 +78,9 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
 	s.raftNodes = map[string]*raftSlot{}
+	s.reports = newReports(log)
 	var err error
-	if s.tls, err = loadReplTLS(cfg.ReplTLS); err != nil {
+	if s.auth, s.insecure, err = loadAuth(cfg); err != nil {
 		return nil, err
 	}
 	if err := s.openGateway(); err != nil {
@@ -109,7 +113,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			if err != nil {
 				return err
 			}
-			if o.DBID, err = raftDBID(d, peers, s.tls.dial()); err != nil {
+			if o.DBID, err = raftDBID(d, peers, s.auth.Dialer(clusterauth.RaftClaim(d.Raft.NodeID))); err != nil {
 				return fmt.Errorf("new raft member %s: %w (set db_id in the configuration to start without asking a peer)", d.Name, err)
 			}
 		}
@@ -119,7 +123,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			// A new replica takes the root's database id from a source.
 			if d.IsStatic() {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.tls.dial())
+				o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.replDial())
 				cancel()
 			} else {
 				o.DBID, err = s.learnDBIDFromOverlay(d.Name)
@@ -137,6 +141,9 @@ func (s *Server) openDatabase(d config.Database) error {
 	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
+	if err := s.reports.attach(db, d.IsReplica()); err != nil {
+		return err
+	}
 	if d.Raft.Enabled() {
 		slot := &raftSlot{}
 		s.raftNodes[d.Name] = slot
@@ -154,7 +161,8 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	rcfg := repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
-		Dial: s.tls.dial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d)}
+		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d),
+		Report: s.reports.report(db)}
 	if agent := s.newAgent(d, st); agent != nil && !d.IsStatic() {
 		rcfg.Finder = agent // configured sources take precedence
 	}
@@ -165,7 +173,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
 	if d.IsProxy() {
-		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.tls.dial(),
+		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.replDial(),
 			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate}, s.log)
 		if err != nil {
 			return err
@@ -271,6 +279,10 @@ func (s *Server) Database(name string) (*httpapi.Database, bool) {
 	return d, ok
 }
 
+// DatabaseNames implements httpapi.Lister: the databases in configuration
+// order.
+func (s *Server) DatabaseNames() []string { return s.order }
+
 // Start opens (or inherits) every listener, announces them and starts
 // serving. It returns once everything listens.
 func (s *Server) Start() error {
@@ -286,15 +298,19 @@ func (s *Server) Start() error {
 		if err != nil {
 			return err
 		}
+		limit := &httpapi.ConnLimit{Max: s.cfg.MaxHTTPConns}
 		s.http = &http.Server{
-			Handler:           httpapi.New(httpapi.DefaultConfig(), s, s.log),
+			Handler:           limit.Wrap(httpapi.New(httpapi.DefaultConfig(), s, s.log)),
 			ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout.Duration,
 			IdleTimeout:       s.cfg.HTTPIdleTimeout.Duration,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-			ConnState:         s.httpBusy.track,
+			ConnState: func(c net.Conn, st http.ConnState) {
+				s.httpBusy.track(c, st)
+				limit.ConnState(c, st)
+			},
 		}
 		s.announcef("http listening on %s\n", ln.Addr())
-		s.httpLn = netutil.LimitListener(ln, s.cfg.MaxHTTPConns)
+		s.httpLn = netutil.LimitListener(ln, s.cfg.MaxHTTPConns+httpapi.ConnReserve)
 		s.httpServed = make(chan struct{})
 		s.goFunc(func() {
 			defer close(s.httpServed)
@@ -341,7 +357,8 @@ func (s *Server) Start() error {
 		if s.overlay != nil {
 			maxChildren = s.cfg.MaxChildren
 		}
-		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, MaxChildren: maxChildren, AcceptChild: s.acceptChild}, func(name string) (*store.Store, bool) {
+		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -355,7 +372,7 @@ func (s *Server) Start() error {
 		s.repl = rs
 		s.announcef("repl listening on %s\n", ln.Addr())
 		s.replAddr = ln.Addr()
-		tln := s.tls.listener(ln)
+		tln := s.auth.Listener(ln, "repl", s.cfg.MaxReplConns)
 		s.goFunc(func() { s.serveErr("repl", rs.Serve(tln)) })
 	}
 	for _, d := range s.cfg.Databases {
@@ -395,12 +412,14 @@ func (s *Server) Start() error {
 	if s.gate != nil {
 		s.goFunc(func() { s.gate.Run(replCtx) })
 	}
+	s.goFunc(func() { s.reports.run(replCtx, s.order) })
 	for _, d := range s.cfg.Databases {
 		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() && !d.Raft.Enabled() {
 			db := s.dbs[d.Name]
 			s.goFunc(func() { s.heartbeatLoop(db, hb) })
 		}
 	}
+	s.warnInsecure()
 	return nil
 }
 

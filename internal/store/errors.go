@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // Errors returned by the store. Callers at the API edge map them to stable
 // codes with errors.Is; every one of them is also counted in a metric.
@@ -46,3 +49,24 @@ var (
 // proxy read whose values no replica could provide in time (nothing wrong
 // was served). Retry.
 var ErrUnavailable = errors.New("qs: temporarily unavailable")
+
+// errorKind names an error for the errors_total{kind} metrics.
+func errorKind(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{ErrConditionFailed, "condition_failed"}, {ErrTooLarge, "too_large"},
+		{ErrInvalid, "invalid"}, {ErrDiskFull, "disk_full"}, {ErrCorrupt, "corrupt"},
+		{ErrClosed, "closed"}, {ErrNotContiguous, "not_contiguous"}, {ErrWriteFailed, "write_failed"},
+		{context.Canceled, "canceled"}, {context.DeadlineExceeded, "timeout"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+// ErrorKind is errorKind for other packages' metrics.
+func ErrorKind(err error) string { return errorKind(err) }

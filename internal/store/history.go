@@ -290,14 +290,14 @@ func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found b
 		return nil, 0, false, err
 	}
 	rec, err := decodeRecord(raw)
-	if err == nil && (rec.chunked || rec.inLog || rec.remote) {
+	if err == nil && (rec.kind == recChunked || rec.kind == recInLog || rec.kind == recRemote) {
 		err = fmt.Errorf("%w: history record of an unexpected kind", ErrCorrupt)
 	}
 	if err != nil {
 		v.s.m.integrityErrors.WithLabelValues("history_crc").Inc()
 		return nil, 0, false, fmt.Errorf("key %q as of %d: %w", key, at, err)
 	}
-	if rec.lost {
+	if rec.kind == recLost {
 		return nil, 0, false, fmt.Errorf("%w: key %q as of %d: the version written at %d was corrupt when it was overwritten", ErrCorrupt, key, at, rec.index)
 	}
 	if rec.index > at {

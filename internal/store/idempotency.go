@@ -61,37 +61,33 @@ func decodeBatchOutcome(b []byte) (batchOutcome, error) {
 	return batchOutcome{index: binary.BigEndian.Uint64(b), time: int64(binary.BigEndian.Uint64(b[8:])), changed: b[16] == 1}, nil
 }
 
-// seenBatch returns the recorded outcome of id, from this group or the
-// store, if it is within the window. A stored outcome that does not
-// decode is reported in corrupt (counted as an integrity error): it is the
-// request's error, not the group's.
-func (c *committer) seenBatch(id []byte) (o batchOutcome, seen bool, corrupt, err error) {
+// storedOutcome returns the recorded outcome of id, from this group or
+// the store. A stored outcome that does not decode is an error wrapping
+// ErrCorrupt (counted as an integrity error): whether the batch was
+// applied is unknown.
+func (c *committer) storedOutcome(id []byte) (batchOutcome, bool, error) {
 	if o, ok := c.ids[string(id)]; ok {
-		return o, true, nil, nil
+		return o, true, nil
 	}
 	v, found, err := c.lookup(batchIDKey(id))
 	if err != nil || !found {
-		return batchOutcome{}, false, nil, err
+		return batchOutcome{}, false, err
 	}
-	if o, err = decodeBatchOutcome(v); err != nil {
+	o, err := decodeBatchOutcome(v)
+	if err != nil {
 		c.s.m.integrityErrors.WithLabelValues("batch_outcome").Inc()
-		return batchOutcome{}, false, fmt.Errorf("batch id %q: %w; whether the batch was applied is unknown", id, err), nil
+		return batchOutcome{}, false, fmt.Errorf("batch id %q: %w; whether the batch was applied is unknown", id, err)
 	}
-	if o.time < c.now()-c.s.opts.IdempotencyWindow.Nanoseconds() {
-		return batchOutcome{}, false, nil, nil // expired, not yet removed
-	}
-	return o, true, nil, nil
+	return o, true, nil
 }
 
-// recordBatch remembers the outcome of r if it carries an ID.
-func (c *committer) recordBatch(r *request) {
-	if len(r.batch.ID) == 0 || r.err != nil {
-		return
-	}
+// recordBatch remembers the outcome of the batch with this ID, evaluated
+// at time t.
+func (c *committer) recordBatch(id []byte, res WriteResult, t int64) {
 	if c.ids == nil {
 		c.ids = map[string]batchOutcome{}
 	}
-	c.ids[string(r.batch.ID)] = batchOutcome{index: r.res.Index, time: c.now(), changed: r.res.Changed}
+	c.ids[string(id)] = batchOutcome{index: res.Index, time: t, changed: res.Changed}
 }
 
 // writeBatchIDs adds the group's outcomes to the batch, and removes up to

@@ -78,7 +78,7 @@ func TestInLogRecordWritten(t *testing.T) {
 	}
 	defer closer.Close()
 	rec, err := decodeRecord(raw)
-	if err != nil || !rec.inLog || rec.block != 1 || len(raw) > 64 {
+	if err != nil || rec.kind != recInLog || rec.block != 1 || len(raw) > 64 {
 		t.Fatalf("record %+v (%d bytes), err %v: want a small in-log record", rec, len(raw), err)
 	}
 }
@@ -165,16 +165,16 @@ func TestBlockCompressionChoice(t *testing.T) {
 	}
 	large := bytes.Repeat([]byte("compressible "), 400) // 5,200 bytes
 	r := mustWrite(t, s, wal.Op{Type: wal.OpSet, Key: []byte("large"), Value: large})
-	if c := block(r.Index); c != wal.CompressNone || !record("large").inLog {
-		t.Errorf("block of one large value: compression %d, in-log %v; want raw and in-log", c, record("large").inLog)
+	if c := block(r.Index); c != wal.CompressNone || record("large").kind != recInLog {
+		t.Errorf("block of one large value: compression %d, in-log %v; want raw and in-log", c, record("large").kind == recInLog)
 	}
 	ops := []wal.Op{{Type: wal.OpSet, Key: []byte("mixed"), Value: large[:1100]}}
 	for i := range 200 {
 		ops = append(ops, set(fmt.Sprintf("small-%03d", i), "a small value that compresses well"))
 	}
 	r = mustWrite(t, s, ops...)
-	if c := block(r.Index); c != wal.CompressZstd || record("mixed").inLog {
-		t.Errorf("block of mostly small values: compression %d, in-log %v; want zstd and inline", c, record("mixed").inLog)
+	if c := block(r.Index); c != wal.CompressZstd || record("mixed").kind == recInLog {
+		t.Errorf("block of mostly small values: compression %d, in-log %v; want zstd and inline", c, record("mixed").kind == recInLog)
 	}
 	for k, want := range map[string]string{"large": string(large), "mixed": string(large[:1100]), "small-007": "a small value that compresses well"} {
 		if v, _, _ := get(t, s, k); v != want {

@@ -322,7 +322,7 @@ func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int,
 // proxyForget uncounts the stored value ks describes, being replaced. A
 // corrupt record counts as what it held read ignoring its CRC (salvage).
 func (c *committer) proxyForget(ks *keyState) {
-	if c.px == nil || !ks.exists || ks.remote {
+	if !ks.exists || ks.remote {
 		return
 	}
 	c.pstats.values--
@@ -334,10 +334,6 @@ func (c *committer) proxyForget(ks *keyState) {
 // current record.
 func (c *committer) prepareCache(r *request) error {
 	ch := r.cache
-	if c.px == nil {
-		r.err = fmt.Errorf("%w: cache change on a full node", ErrInvalid)
-		return nil
-	}
 	for _, a := range ch.admit {
 		ks, err := c.state(a.key)
 		if err != nil {
@@ -418,20 +414,7 @@ func (c *committer) publishRoleMeta() {
 		m.historyVersions.Set(float64(c.hist.entries))
 		m.historyHorizon.Set(float64(c.hist.horizon))
 	}
-	if c.px != nil {
-		c.px.logDropped.Add(c.logDropped)
-		c.px.cachedValues.Store(c.pstats.values)
-		c.px.cachedBytes.Store(c.pstats.bytes)
-		m.pxCachedValues.Set(float64(c.pstats.values))
-		m.pxCachedBytes.Set(float64(c.pstats.bytes))
-		m.pxWindowEntries.Set(float64(min(c.last.index, uint64(c.px.opts.Window))))
-		if c.pstats.bytes > c.px.budget() {
-			select {
-			case c.px.kick <- struct{}{}:
-			default:
-			}
-		}
-	}
+	c.place.publish(c)
 }
 
 // reconcileRole makes the stored data fit the configured role, at open:
@@ -493,4 +476,22 @@ func (s *Store) reconcileRole(applied uint64) error {
 		return nil
 	}
 	return s.engineWrite(func() error { return b.Commit(pebble.Sync) })
+}
+
+// publishProxy exports a proxy's committed cache counters and wakes its
+// keeper when the cache is over budget.
+func (c *committer) publishProxy() {
+	m := c.s.m
+	c.px.logDropped.Add(c.logDropped)
+	c.px.cachedValues.Store(c.pstats.values)
+	c.px.cachedBytes.Store(c.pstats.bytes)
+	m.pxCachedValues.Set(float64(c.pstats.values))
+	m.pxCachedBytes.Set(float64(c.pstats.bytes))
+	m.pxWindowEntries.Set(float64(min(c.last.index, uint64(c.px.opts.Window))))
+	if c.pstats.bytes > c.px.budget() {
+		select {
+		case c.px.kick <- struct{}{}:
+		default:
+		}
+	}
 }

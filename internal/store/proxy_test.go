@@ -99,8 +99,8 @@ func TestProxyWindowAndRemoteRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if inWindow := i >= 15; rec.remote == inWindow {
-			t.Fatalf("%s written at %d: remote=%v with window floor %d", k, rec.index, rec.remote, px.px.floor(px.AppliedIndex()))
+		if inWindow := i >= 15; (rec.kind == recRemote) == inWindow {
+			t.Fatalf("%s written at %d: remote=%v with window floor %d", k, rec.index, rec.kind == recRemote, px.px.floor(px.AppliedIndex()))
 		}
 	}
 	_, got := lookupAll(t, px, "k19", "k18", "absent1", "absent2")
@@ -183,7 +183,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 	}
 	for i := 40; i < 50; i++ {
 		rec, _ := decodeRecord(rawGet(t, px, dataKey(nil, []byte(fmt.Sprintf("k%02d", i)))))
-		if rec.remote {
+		if rec.kind == recRemote {
 			t.Fatalf("k%02d in the window was evicted", i)
 		}
 	}
@@ -598,8 +598,8 @@ func TestProxyAdmissionOwnsItsKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := k == "k05"; rec.remote == want {
-			t.Fatalf("%s: stored locally %v, want %v", k, !rec.remote, want)
+		if want := k == "k05"; (rec.kind == recRemote) == want {
+			t.Fatalf("%s: stored locally %v, want %v", k, rec.kind != recRemote, want)
 		}
 	}
 	mustVerify(t, px)
@@ -649,8 +649,8 @@ func TestProxyCorruptRecordOverwriteKeepsCounts(t *testing.T) {
 	for k, remote := range map[string]bool{"remote": true, "stored": false} {
 		dk := dataKey(nil, []byte(k))
 		raw := rawGet(t, px, dk)
-		if rec, err := decodeRecord(raw); err != nil || rec.remote != remote {
-			t.Fatalf("%s: remote=%v, want %v (%v)", k, rec.remote, remote, err)
+		if rec, err := decodeRecord(raw); err != nil || rec.kind == recRemote != remote {
+			t.Fatalf("%s: remote=%v, want %v (%v)", k, rec.kind == recRemote, remote, err)
 		}
 		rawSet(t, px, dk, flip(raw, len(raw)-1)) // the value's last byte, or its CRC
 	}

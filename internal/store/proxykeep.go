@@ -237,7 +237,7 @@ func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte,
 			return victims, nil, false
 		}
 		rec, err := decodeRecord(raw)
-		if err == nil && !rec.remote && rec.index <= floor && !p.secondChance(k[1:]) {
+		if err == nil && rec.kind != recRemote && rec.index <= floor && !p.secondChance(k[1:]) {
 			victims = append(victims, eviction{key: append([]byte(nil), k[1:]...), index: rec.index})
 			freed += int64(rec.valueLen)
 		}

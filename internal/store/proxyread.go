@@ -121,7 +121,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 			s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 			return at, fmt.Errorf("key %q: %w", k, err)
 		}
-		if rec.remote {
+		if rec.kind == recRemote {
 			items = append(items, FetchItem{Key: k, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
 			ans = append(ans, proxyAnswer{index: rec.index, found: true, fetch: len(items) - 1})
 			continue
@@ -230,7 +230,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 				return nil, fmt.Errorf("key %q: %w", key, err)
 			}
 			bytesIn += rec.valueLen
-			if rec.remote {
+			if rec.kind == recRemote {
 				items = append(items, FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
 				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
 				continue

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // Applying a replicated root's Raft log (internal/raftroot). Every member
@@ -142,11 +141,11 @@ func (s *Store) readRaftApplied() (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// prepareRaft evaluates the commands of r in order. Like prepareWrite it
-// returns only storage errors, which abort the group.
+// prepareRaft evaluates the commands of r in order, at the times their
+// proposer chose. Like evalWrite it returns only what aborts the group: a
+// storage failure, or damage a command's outcome depends on.
 func (c *committer) prepareRaft(r *request) error {
 	c.raft = true
-	defer func() { c.clock = 0 }()
 	r.results = make([]RaftResult, len(r.cmds))
 	for i := range r.cmds {
 		cmd := &r.cmds[i]
@@ -155,28 +154,11 @@ func (c *committer) prepareRaft(r *request) error {
 			res.Err = ErrRaftApplied
 			continue
 		}
-		c.clock = cmd.Time
-		switch {
-		case cmd.Heartbeat:
-			e := wal.Entry{Index: c.last.index + 1, Time: c.now(), Kind: wal.KindHeartbeat}
-			if err := c.append(&e, true); err != nil {
-				return err
-			}
-			res.Res = WriteResult{Index: e.Index, Changed: true}
-		case len(cmd.Batch.Ops) > 0:
-			// The format's limits, not this member's configured ones:
-			// members whose limits differ (a rolling change) must judge
-			// a committed command alike. The proposer checked its own
-			// (ValidateBatch).
-			if _, err := validateBatch(cmd.Batch, formatLimits); err != nil {
-				res.Err = err
-				break
-			}
+		if cmd.Heartbeat || len(cmd.Batch.Ops) > 0 {
 			w := request{kind: reqWrite, batch: cmd.Batch}
-			if err := c.prepareWrite(&w); err != nil {
+			if err := c.evalWrite(&w, command{heartbeat: cmd.Heartbeat, batch: cmd.Batch, time: cmd.Time}, memberRole{}); err != nil {
 				return err
 			}
-			c.recordBatch(&w)
 			res.Res, res.Err = w.res, w.err
 		}
 		c.raftIndex = cmd.RaftIndex

@@ -135,12 +135,12 @@ func (v *View) decode(key, raw []byte) ([]byte, uint64, error) {
 // chunks or its log block, or, on a proxy, fetched from a replica.
 func (v *View) value(key []byte, rec record) ([]byte, uint64, error) {
 	switch {
-	case rec.remote:
+	case rec.kind == recRemote:
 		return v.fetchOne(key, rec)
-	case rec.lost:
+	case rec.kind == recLost:
 		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 		return nil, 0, fmt.Errorf("%w: key %q: value record of the history kind", ErrCorrupt, key)
-	case !rec.chunked && !rec.inLog:
+	case rec.kind != recChunked && rec.kind != recInLog:
 		return rec.inline, rec.index, nil
 	}
 	// A clone reads the same state as the view (a new iterator would read
@@ -151,7 +151,7 @@ func (v *View) value(key []byte, rec record) ([]byte, uint64, error) {
 		return nil, 0, err
 	}
 	defer it.Close()
-	if rec.inLog {
+	if rec.kind == recInLog {
 		v.vbuf, err = v.s.readInLog(it, rec, v.vbuf[:0])
 		if err != nil {
 			v.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()

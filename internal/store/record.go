@@ -44,22 +44,35 @@ const (
 	chunkOverhed = 4
 )
 
+// recordKind is the kind of a value record: where its value is.
+type recordKind uint8
+
+const (
+	// recInline holds its value (inline).
+	recInline recordKind = iota
+	// recChunked has its value in chunks (valueLen, chunks, valueCRC).
+	recChunked
+	// recInLog has its value in the log block `block` at `offset`
+	// (valueLen, valueCRC).
+	recInLog
+	// recRemote: the value is not stored here (valueLen and valueCRC are
+	// set); proxy stores only.
+	recRemote
+	// recLost: the value is unknown (history of a corrupt record).
+	recLost
+)
+
 // record is a decoded value record header.
 type record struct {
+	kind     recordKind
 	index    uint64
-	chunked  bool
-	inline   []byte // the value, when not chunked
+	inline   []byte // the value of an inline record
 	valueLen int
 	chunks   int
 	valueCRC uint32
 	// in-log records: the value is in log block `block` at `offset`.
-	inLog  bool
 	block  uint64
 	offset int
-	// remote: the value is not stored here (valueLen and valueCRC are
-	// set). lost: the value is unknown (history of a corrupt record).
-	remote bool
-	lost   bool
 }
 
 func encodeInline(dst []byte, index uint64, value []byte) []byte {
@@ -126,13 +139,13 @@ func decodeRecord(b []byte) (record, error) {
 		if n <= 0 || l > wal.MaxValueLen || len(body) != n+4 {
 			return r, fmt.Errorf("%w: remote record malformed", ErrCorrupt)
 		}
-		r.remote, r.valueLen, r.valueCRC = true, int(l), binary.BigEndian.Uint32(body[n:])
+		r.kind, r.valueLen, r.valueCRC = recRemote, int(l), binary.BigEndian.Uint32(body[n:])
 		return r, nil
 	case flagLost:
 		if len(body) != 0 {
 			return r, fmt.Errorf("%w: lost record malformed", ErrCorrupt)
 		}
-		r.lost = true
+		r.kind = recLost
 		return r, nil
 	default:
 		return r, fmt.Errorf("%w: value record flags %#x", ErrCorrupt, flags)
@@ -141,7 +154,7 @@ func decodeRecord(b []byte) (record, error) {
 		if flags != flagInLog || len(body) < 8+1+1+4 {
 			return r, fmt.Errorf("%w: in-log record malformed", ErrCorrupt)
 		}
-		r.inLog = true
+		r.kind = recInLog
 		r.block = binary.BigEndian.Uint64(body)
 		body = body[8:]
 		off, n := binary.Uvarint(body)
@@ -165,7 +178,7 @@ func decodeRecord(b []byte) (record, error) {
 		r.valueCRC = 0 // computed lazily by callers that need it
 		return r, nil
 	}
-	r.chunked = true
+	r.kind = recChunked
 	l, n := binary.Uvarint(body)
 	if n <= 0 || l > wal.MaxValueLen {
 		return r, fmt.Errorf("%w: chunked record length", ErrCorrupt)

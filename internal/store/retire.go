@@ -206,7 +206,7 @@ func (c *committer) liveAt(k, key []byte, blockFirst, index uint64) ([]byte, rec
 		return k, record{}, false, err
 	}
 	rec, err := decodeRecord(v)
-	if err != nil || !rec.inLog || rec.block != blockFirst || rec.index != index {
+	if err != nil || rec.kind != recInLog || rec.block != blockFirst || rec.index != index {
 		return k, record{}, false, nil
 	}
 	return k, rec, true, nil

@@ -604,7 +604,7 @@ func TestSegmentCompaction(t *testing.T) {
 		t.Fatal("segment removed without a compaction")
 	}
 	raw, err := decodeRecord(rawGet(t, s, dataKey(nil, []byte("pinned"))))
-	if err != nil || raw.inLog {
+	if err != nil || raw.kind == recInLog {
 		t.Fatalf("pinned's record after the compaction: %+v, %v", raw, err)
 	}
 	if v, idx, ok := get(t, s, "pinned"); !ok || v != string(pattern(-1, 3000)) || idx != pinned.Index {

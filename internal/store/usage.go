@@ -67,9 +67,9 @@ func (v *View) PrefixUsage(prefix []byte) (Usage, error) {
 		u.ValueBytes += int64(rec.valueLen)
 		u.StoredBytes += int64(len(k)) + pebbleTrailer + int64(len(raw))
 		switch {
-		case rec.inLog:
+		case rec.kind == recInLog:
 			u.StoredBytes += int64(rec.valueLen)
-		case rec.chunked:
+		case rec.kind == recChunked:
 			chunkKeyLen := 1 + int64(uvarintLen(uint64(klen))) + klen + 4
 			u.StoredBytes += int64(rec.chunks)*(chunkKeyLen+pebbleTrailer+chunkOverhed) + int64(rec.valueLen)
 		}

@@ -38,11 +38,11 @@ func rawUsage(t *testing.T, s *Store, prefix string) (u Usage, inLog, chunked in
 			u.KeyBytes += int64(len(k) - 1)
 			u.ValueBytes += int64(rec.valueLen)
 			u.StoredBytes += int64(len(k)) + 8 + int64(len(v))
-			if rec.inLog {
+			if rec.kind == recInLog {
 				inLog++
 				u.StoredBytes += int64(rec.valueLen)
 			}
-			if rec.chunked {
+			if rec.kind == recChunked {
 				chunked++
 			}
 		case prefixChunk:

@@ -56,9 +56,9 @@ func (v *verifier) history() error {
 		switch {
 		case err != nil:
 			v.problem(ProblemHistory, key, until, -1, "version ending at %d: %v", until, err)
-		case rec.chunked || rec.inLog || rec.remote:
+		case rec.kind == recChunked || rec.kind == recInLog || rec.kind == recRemote:
 			v.problem(ProblemHistory, key, until, -1, "version ending at %d is not an inline or lost record", until)
-		case !rec.lost && rec.index >= until:
+		case rec.kind != recLost && rec.index >= until:
 			v.problem(ProblemHistory, key, until, -1, "version written at %d ends at %d", rec.index, until)
 		}
 		if v.appliedOK && until > v.applied.index {

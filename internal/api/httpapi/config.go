@@ -23,9 +23,9 @@ type Config struct {
 	// DefaultScanLimit is the page size of a scan without a limit
 	// parameter. Default 1000; at most MaxScanLimit.
 	DefaultScanLimit int
-	// MaxResponseBytes bounds the JSON body of scan and mget replies, which
-	// are built in memory so that a failed read never sends part of its
-	// result. A scan page ends early (with "next") once it reaches this size,
+	// MaxResponseBytes bounds the JSON body of scan and mget replies (built
+	// whole up to 1 MiB, streamed beyond; an error part way cuts the
+	// connection). A scan page ends early (with "next") once it reaches this size,
 	// always holding at least one item; an mget reply that would exceed it
 	// is answered 413 too_large. Default 64 MiB.
 	MaxResponseBytes int
@@ -36,6 +36,14 @@ type Config struct {
 	// parameter waits for the index to be applied. Default 2 seconds; at
 	// most MaxWait.
 	DefaultWait time.Duration
+	// BodyTimeout bounds receiving a request body: a body not complete in
+	// time is answered 408 request_timeout and the connection closed.
+	// Default 60 seconds.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each 256 KiB of an answer (watch streams
+	// excepted): a client that takes none of it for this long is
+	// disconnected. Default 30 seconds.
+	WriteTimeout time.Duration
 }
 
 // DefaultConfig returns the default limits.
@@ -48,6 +56,8 @@ func DefaultConfig() Config {
 		MaxResponseBytes: 64 << 20,
 		MaxWait:          60 * time.Second,
 		DefaultWait:      2 * time.Second,
+		BodyTimeout:      60 * time.Second,
+		WriteTimeout:     30 * time.Second,
 	}
 }
 
@@ -75,6 +85,12 @@ func (c *Config) EnsureDefaults() {
 	if c.DefaultWait == 0 {
 		c.DefaultWait = min(d.DefaultWait, c.MaxWait)
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = d.BodyTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
 }
 
 // Validate reports every field the handler cannot work with. It expects
@@ -93,6 +109,8 @@ func (c *Config) Validate() error {
 		"DefaultScanLimit %d must be in [1, MaxScanLimit %d]", c.DefaultScanLimit, c.MaxScanLimit)
 	check(c.MaxResponseBytes >= 1, "MaxResponseBytes %d must be at least 1", c.MaxResponseBytes)
 	check(c.MaxWait > 0, "MaxWait %v must be positive", c.MaxWait)
+	check(c.BodyTimeout > 0, "BodyTimeout %v must be positive", c.BodyTimeout)
+	check(c.WriteTimeout > 0, "WriteTimeout %v must be positive", c.WriteTimeout)
 	check(c.DefaultWait > 0 && c.DefaultWait <= c.MaxWait,
 		"DefaultWait %v must be in (0, MaxWait %v]", c.DefaultWait, c.MaxWait)
 	return errors.Join(errs...)

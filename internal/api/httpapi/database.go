@@ -4,7 +4,10 @@ import (
 	"context"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/keyuse"
+	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/tree"
 	"github.com/quicksilver-kv/qs/internal/watch"
 )
 
@@ -36,6 +39,20 @@ type Database struct {
 	// (POST/DELETE /v1/{db}/raft/members). Nil: the endpoints answer
 	// 400 bad_request.
 	Members Members
+	// Tree returns this node's subtree of the replication tree for the
+	// database, as its children reported it (internal/tree); served at
+	// GET /v1/{db}/tree and on the status page. Nil: the node alone.
+	Tree func() tree.Node
+	// Reads samples the keys read by GET, mget and memcache get
+	// (internal/keyuse). Nil: reads are not sampled.
+	Reads *keyuse.Sampler
+	// KeyUse is what the node and the nodes below it sampled: it answers
+	// GET /v1/{db}/usage?unread=true. Nil (on replicas): that request is
+	// answered 400, naming the root.
+	KeyUse *keyuse.Window
+	// History is the recent applied index, lag and cache counters graphed
+	// by the status page. Nil: no graph.
+	History *statuspage.History
 }
 
 // Members adds and removes the members of a replicated root.
@@ -63,4 +80,10 @@ type Catalog interface {
 type OverlayCatalog interface {
 	Catalog
 	Members() (any, bool)
+}
+
+// Lister is a Catalog that can list its databases, in the order the
+// status page shows them. Without it, GET /v1/node lists none.
+type Lister interface {
+	DatabaseNames() []string
 }

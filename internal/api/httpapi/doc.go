@@ -17,6 +17,10 @@
 //	DELETE /v1/{db}/raft/members/{id} HA root: remove a member
 //	GET    /v1/{db}/watch?prefix=&from_index=   stream changes as newline-delimited JSON
 //	GET    /v1/{db}/usage?producer=   keys and bytes stored under each producer's prefixes
+//	GET    /v1/{db}/usage?unread=true&window=&limit=   keys with no sampled read (unread.go)
+//	GET    /v1/{db}/tree              the replication tree below this node (tree.go)
+//	GET    /v1/node                   what the status page shows, every database (tree.go)
+//	GET    /                          the status page (internal/statuspage)
 //	GET    /metrics                   Prometheus metrics of the process
 //	GET    /healthz                   200 "ok" while the process serves
 //
@@ -72,6 +76,12 @@
 // {"index": N, "values": {"a": "<base64>"}}, every value read at index N;
 // absent keys are left out, repeated keys are answered once. min_index and
 // timeout are query parameters.
+//
+// Scan and mget answers up to 1 MiB are built whole and sent with a length;
+// larger ones are streamed as they are read (bounds.go), and an error part
+// way cuts the connection. Request bodies must arrive within BodyTimeout
+// (else 408 request_timeout, connection closed); each 256 KiB of an answer
+// (watch excepted) must be taken within WriteTimeout.
 //
 // status answers a JSON object with at least db, role ("root" or "replica",
 // unless Database.Status says otherwise), db_id, applied_index,
@@ -211,6 +221,11 @@
 // write the database) and leaves out "unowned". It costs one pass over the
 // value records under the prefixes reported (docs/storage.md).
 //
+// usage?unread=true answers gateway.UnreadReport: per producer and prefix,
+// the keys with no sampled read within the window, checked against the
+// root's read window (Database.KeyUse; a replica has none and answers 400).
+// The JSON of tree, node and unread is in docs/protocol.md.
+//
 // # Errors
 //
 // Every error is answered with a JSON body
@@ -236,6 +251,8 @@
 //	                          usage of a producer that may not write the database
 //	404   unknown_database    no database of that name on this node
 //	405   method_not_allowed  method not served on that path (Allow header set)
+//	408   request_timeout     the request body did not arrive within Config.BodyTimeout; the
+//	                          connection is closed
 //	409   condition_failed    an if_index or batch condition did not hold; nothing changed
 //	413   too_large           body over Config.MaxBodyBytes; key, value or batch over the store's
 //	                          limits; mget over Config.MaxMgetKeys keys or Config.MaxResponseBytes;

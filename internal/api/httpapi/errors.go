@@ -35,6 +35,7 @@ const (
 	codeInvalidToken
 	codeForbidden
 	codeQuotaExceeded
+	codeRequestTimeout
 	numCodes
 )
 
@@ -66,6 +67,7 @@ var codeInfo = [numCodes]struct {
 	codeInvalidToken:     {"invalid_token", http.StatusUnauthorized},
 	codeForbidden:        {"forbidden", http.StatusForbidden},
 	codeQuotaExceeded:    {"quota_exceeded", http.StatusTooManyRequests},
+	codeRequestTimeout:   {"request_timeout", http.StatusRequestTimeout},
 }
 
 func (c errCode) String() string { return codeInfo[c].name }

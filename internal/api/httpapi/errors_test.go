@@ -120,7 +120,8 @@ func TestErrorBadRequests(t *testing.T) {
 		{"POST", "/healthz", "", 405, "method_not_allowed"},
 		{"GET", "/v2/db/keys/k", "", 404, "not_found"},
 		{"GET", "/v1/db", "", 404, "not_found"},
-		{"GET", "/", "", 404, "not_found"},
+		{"GET", "/nothing", "", 404, "not_found"},
+		{"POST", "/", "", 404, "not_found"},
 	} {
 		t.Run(c.method+" "+c.path+" "+c.body, func(t *testing.T) {
 			var body []byte

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/metrics"
+	"github.com/quicksilver-kv/qs/internal/statuspage"
 )
 
 // handler serves the API for the databases of a Catalog.
@@ -51,6 +52,11 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 	m.Handle("/v1/{db}/mget", methodNotAllowed("POST"))
 	m.Handle("GET /v1/{db}/status", h.route(routeStatus, h.status))
 	m.Handle("/v1/{db}/status", methodNotAllowed("GET, HEAD"))
+	m.Handle("GET /v1/{db}/tree", h.route(routeTree, h.tree))
+	m.Handle("/v1/{db}/tree", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("GET /v1/node", h.node)
+	m.Handle("/v1/node", methodNotAllowed("GET, HEAD"))
+	m.Handle("GET /{$}", statuspage.Handler())
 	m.Handle("GET /v1/{db}/usage", h.route(routeUsage, h.usage))
 	m.Handle("/v1/{db}/usage", methodNotAllowed("GET, HEAD"))
 	m.Handle("POST /v1/{db}/raft/members", h.route(routeMembers, h.addMember))
@@ -78,6 +84,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
 		return
 	}
+	defer h.bound(w, r)()
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -117,7 +124,8 @@ func (h *handler) route(rt route, fn dbHandler) http.Handler {
 		name := r.PathValue("db")
 		var status int
 		if d, ok := h.cat.Database(name); ok {
-			status = h.call(fn, w, r, d, rt)
+			bw := &boundedWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.WriteTimeout}
+			status = h.call(fn, bw, r, d, rt)
 		} else {
 			status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
 			name = "" // a label per unknown name would let clients grow the metrics without bound

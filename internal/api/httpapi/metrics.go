@@ -25,6 +25,7 @@ const (
 	routeUsage
 	routeMembers
 	routeDigest
+	routeTree
 	routeOther // unknown paths and methods
 	numRoutes
 )
@@ -40,6 +41,7 @@ var routeNames = [numRoutes]string{
 	routeUsage:   "usage",
 	routeDigest:  "digest",
 	routeMembers: "members",
+	routeTree:    "tree",
 	routeOther:   "other",
 }
 
@@ -68,6 +70,22 @@ var (
 	minIndexTimeoutsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_timeouts_total",
 		Help: "Reads with min_index answered 504 because the index was not applied in time.",
+	}))
+	writeTimeouts = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "write_timeouts_total",
+		Help: "Answers abandoned because the client took no part of them within the write timeout (the connection is closed).",
+	}))
+	answersStreamed = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_streamed_total",
+		Help: "Scan and mget answers too large to build whole, sent as they were read.",
+	}))
+	connsRefused = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_refused_total",
+		Help: "Requests answered 503 because max_http_conns connections were open (the reserve beyond it serves /healthz and /metrics only).",
+	}))
+	answersCut = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_cut_total",
+		Help: "Streamed answers that failed part way (a read error or a client that stopped reading); the connection was cut.",
 	}))
 )
 

@@ -38,6 +38,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
 			return status
 		}
 	}
+	d.Reads.ObserveString(key)
 	// Small values are written while the lookup holds them; larger ones
 	// are copied first, so a slow client never keeps a view (and the
 	// storage it pins) open.
@@ -165,44 +166,48 @@ func (h *handler) scan(w http.ResponseWriter, r *http.Request, d *Database) int 
 		return h.fail(w, r, d, err)
 	}
 	at := v.Index()
-	buf := make([]byte, 0, 4<<10)
-	buf = append(buf, `{"index":`...)
-	buf = strconv.AppendUint(buf, at, 10)
-	buf = append(buf, `,"items":[`...)
+	a := &answer{w: w, applied: at, buf: make([]byte, 0, 4<<10)}
+	a.buf = append(a.buf, `{"index":`...)
+	a.buf = strconv.AppendUint(a.buf, at, 10)
+	a.buf = append(a.buf, `,"items":[`...)
 	n := 0
 	var stoppedAt []byte
 	next, err := v.Scan([]byte(prefix), []byte(start), limit, func(key, value []byte, index uint64) error {
-		if n > 0 && len(buf)+itemBytesMax(key, value) > h.cfg.MaxResponseBytes {
+		if n > 0 && a.size()+itemBytesMax(key, value) > h.cfg.MaxResponseBytes {
 			stoppedAt = bytes.Clone(key)
 			return errPageFull
 		}
 		if n > 0 {
-			buf = append(buf, ',')
+			a.buf = append(a.buf, ',')
 		}
-		buf = append(buf, `{"key":`...)
-		buf = appendJSONString(buf, key)
-		buf = append(buf, `,"value":"`...)
-		buf = base64.StdEncoding.AppendEncode(buf, value)
-		buf = append(buf, `","index":`...)
-		buf = strconv.AppendUint(buf, index, 10)
-		buf = append(buf, '}')
+		a.buf = append(a.buf, `{"key":`...)
+		a.buf = appendJSONString(a.buf, key)
+		a.buf = append(a.buf, `,"value":"`...)
+		a.buf = base64.StdEncoding.AppendEncode(a.buf, value)
+		a.buf = append(a.buf, `","index":`...)
+		a.buf = strconv.AppendUint(a.buf, index, 10)
+		a.buf = append(a.buf, '}')
 		n++
-		return nil
+		return a.flushIfLarge()
 	})
 	v.Close()
 	if errors.Is(err, errPageFull) {
 		next, err = stoppedAt, nil
 	}
 	if err != nil {
+		if a.started {
+			h.log.Warn("scan answer cut part way", "db", d.Name, "err", err)
+			a.abort()
+		}
 		return h.fail(w, r, d, err)
 	}
-	buf = append(buf, ']')
+	a.buf = append(a.buf, ']')
 	if next != nil {
-		buf = append(buf, `,"next":`...)
-		buf = appendJSONString(buf, next)
+		a.buf = append(a.buf, `,"next":`...)
+		a.buf = appendJSONString(a.buf, next)
 	}
-	buf = append(buf, "}\n"...)
-	return writeJSON(w, at, buf)
+	a.buf = append(a.buf, "}\n"...)
+	return a.finish()
 }
 
 // itemBytesMax bounds the JSON size of one scan item.
@@ -269,15 +274,22 @@ func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *Database) int 
 			return status
 		}
 	}
-	at, buf, err := h.lookupValues(d.Store, req.Keys)
-	if err != nil {
+	a := &answer{w: w, buf: make([]byte, 0, 4<<10)}
+	if err := h.lookupValues(d.Store, req.Keys, a); err != nil {
+		if a.started {
+			h.log.Warn("mget answer cut part way", "db", d.Name, "err", err)
+			a.abort()
+		}
 		return h.fail(w, r, d, err)
 	}
-	return writeJSON(w, at, buf)
+	for _, k := range req.Keys {
+		d.Reads.ObserveString(k)
+	}
+	return a.finish()
 }
 
-// lookupValues builds the mget answer, all keys read at one index.
-func (h *handler) lookupValues(st *store.Store, keys []string) (uint64, []byte, error) {
+// lookupValues builds the mget answer into a, all keys read at one index.
+func (h *handler) lookupValues(st *store.Store, keys []string, a *answer) error {
 	kbs := make([][]byte, 0, len(keys))
 	var seen map[string]struct{}
 	if len(keys) > 1 {
@@ -292,38 +304,40 @@ func (h *handler) lookupValues(st *store.Store, keys []string) (uint64, []byte, 
 		}
 		kbs = append(kbs, []byte(k))
 	}
-	buf := make([]byte, 0, 4<<10)
 	n := 0
 	at, err := st.Lookup(kbs, func(at uint64, i int, val []byte, _ uint64, found bool) error {
 		if i == 0 {
-			buf = append(buf, `{"index":`...)
-			buf = strconv.AppendUint(buf, at, 10)
-			buf = append(buf, `,"values":{`...)
+			a.applied = at
+			a.buf = append(a.buf, `{"index":`...)
+			a.buf = strconv.AppendUint(a.buf, at, 10)
+			a.buf = append(a.buf, `,"values":{`...)
 		}
 		if !found {
 			return nil
 		}
 		kb := kbs[i]
-		if len(buf)+itemBytesMax(kb, val) > h.cfg.MaxResponseBytes {
+		if a.size()+itemBytesMax(kb, val) > h.cfg.MaxResponseBytes {
 			return errorf(codeTooLarge, "qs: mget answer exceeds %d bytes; ask for fewer keys", h.cfg.MaxResponseBytes)
 		}
 		if n > 0 {
-			buf = append(buf, ',')
+			a.buf = append(a.buf, ',')
 		}
-		buf = appendJSONString(buf, kb)
-		buf = append(buf, `:"`...)
-		buf = base64.StdEncoding.AppendEncode(buf, val)
-		buf = append(buf, '"')
+		a.buf = appendJSONString(a.buf, kb)
+		a.buf = append(a.buf, `:"`...)
+		a.buf = base64.StdEncoding.AppendEncode(a.buf, val)
+		a.buf = append(a.buf, '"')
 		n++
-		return nil
+		return a.flushIfLarge()
 	})
 	if err != nil {
-		return 0, nil, err
+		return err
 	}
 	if len(kbs) == 0 {
-		buf = append(buf, `{"index":`...)
-		buf = strconv.AppendUint(buf, at, 10)
-		buf = append(buf, `,"values":{`...)
+		a.applied = at
+		a.buf = append(a.buf, `{"index":`...)
+		a.buf = strconv.AppendUint(a.buf, at, 10)
+		a.buf = append(a.buf, `,"values":{`...)
 	}
-	return at, append(buf, "}}\n"...), nil
+	a.buf = append(a.buf, "}}\n"...)
+	return nil
 }

@@ -16,10 +16,30 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) in
 			return h.fail(w, r, d, err)
 		}
 	}
+	out, err := statusOf(d)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
+	applied, _ := out["applied_index"].(uint64)
+	body, err := json.Marshal(out)
+	if err != nil { // a Status func returned something JSON cannot hold
+		return h.fail(w, r, d, err)
+	}
+	body = append(body, '\n')
+	hd := w.Header()
+	hd["Content-Type"] = jsonContentType
+	hd["Content-Length"] = []string{strconv.Itoa(len(body))}
+	hd["Qs-Applied-Index"] = []string{strconv.FormatUint(applied, 10)}
+	w.Write(body)
+	return http.StatusOK
+}
+
+// statusOf is the document of GET /v1/{db}/status.
+func statusOf(d *Database) (map[string]any, error) {
 	s := d.Store
 	st, err := s.Stats()
 	if err != nil {
-		return h.fail(w, r, d, err)
+		return nil, err
 	}
 	role := "root"
 	if checkWritable(d) != nil {
@@ -52,15 +72,5 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) in
 	} {
 		out[k] = v
 	}
-	body, err := json.Marshal(out)
-	if err != nil { // a Status func returned something JSON cannot hold
-		return h.fail(w, r, d, err)
-	}
-	body = append(body, '\n')
-	hd := w.Header()
-	hd["Content-Type"] = jsonContentType
-	hd["Content-Length"] = []string{strconv.Itoa(len(body))}
-	hd["Qs-Applied-Index"] = []string{strconv.FormatUint(applied, 10)}
-	w.Write(body)
-	return http.StatusOK
+	return out, nil
 }

@@ -13,11 +13,14 @@ import (
 func (h *handler) usage(w http.ResponseWriter, r *http.Request, d *Database) int {
 	var producer string
 	if r.URL.RawQuery != "" {
-		q, err := parseQuery(r.URL.RawQuery, "producer")
+		q, err := parseQuery(r.URL.RawQuery, "producer", "unread", "window", "limit")
 		if err != nil {
 			return h.fail(w, r, d, err)
 		}
 		producer = q.Get("producer")
+		if q.Has("unread") || q.Has("window") || q.Has("limit") {
+			return h.unread(w, r, d, q)
+		}
 	}
 	rep, err := d.Gate.Usage(d.Store, d.Name, producer)
 	if err != nil {

@@ -162,6 +162,10 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if errors.As(err, &mbe) {
 			return nil, errorf(codeTooLarge, "qs: request body exceeds the limit of %d bytes", limit)
 		}
+		if isTimeout(err) {
+			w.Header().Set("Connection", "close")
+			return nil, errorf(codeRequestTimeout, "qs: request body not received in time")
+		}
 		return nil, errorf(codeBadRequest, "qs: read request body: %v", err)
 	}
 	return buf.Bytes(), nil

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/quicksilver-kv/qs/internal/gateway"
+)
+
+func TestPrintUnread(t *testing.T) {
+	var b strings.Builder
+	err := printUnread(&b, gateway.UnreadReport{DB: "default", Index: 91234, Since: "2026-11-20T09:00:00Z", WindowSeconds: 168 * 3600, SampleRate: 64,
+		Producers: []gateway.ProducerUnread{{Name: "dns", Keys: 12000, Unread: 310, Prefixes: []gateway.PrefixUnread{
+			{Prefix: "dns/", Keys: 12000, Unread: 310, UnreadKeys: []string{"dns/old-zone-1", "dns/old-zone-2"}}}}},
+		Unowned: &gateway.PrefixUnread{Keys: 4, Unread: 2, UnreadKeys: []string{"tmp/a", "tmp/b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `database default at index 91234: keys with no sampled read since 2026-11-20T09:00:00Z (168h0m0s; one read in 64 sampled)
+producer / prefix  keys   unread  first unread keys
+dns                12000  310     
+  "dns/"           12000  310     "dns/old-zone-1" "dns/old-zone-2" (+308)
+(no producer)      4      2       "tmp/a" "tmp/b"
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}

@@ -1,0 +1,156 @@
+package httpapi
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Bounds on what one client can hold of the server: a request body must
+// arrive within Config.BodyTimeout (else 408 request_timeout and the
+// connection is closed), each piece of an answer must be taken by the
+// client within Config.WriteTimeout (else the connection is closed), and
+// scan and mget answers are streamed once they pass streamThreshold, so a
+// client that does not read holds at most that much of the server's
+// memory, not the whole answer.
+
+// writePiece is how much of an answer one write deadline covers.
+const writePiece = 256 << 10
+
+// streamThreshold is the size up to which scan and mget answers are
+// built whole (sent with Content-Length; an error before then is a clean
+// error answer); beyond it they are streamed, and an error cuts the
+// connection, so a client never mistakes part of an answer for all of it.
+const streamThreshold = 1 << 20
+
+// boundedWriter sets a write deadline for each piece of the answer.
+type boundedWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	set     bool
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), writePiece)
+		if b.rc.SetWriteDeadline(time.Now().Add(b.timeout)) == nil {
+			b.set = true
+		}
+		m, err := b.ResponseWriter.Write(p[:k])
+		n += m
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				writeTimeouts.Inc()
+			}
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (b *boundedWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
+
+// Flush sends what is buffered, within the write deadline.
+func (b *boundedWriter) Flush() {
+	if b.rc.SetWriteDeadline(time.Now().Add(b.timeout)) == nil {
+		b.set = true
+	}
+	b.rc.Flush()
+}
+
+// bound sets the deadlines of one request on its connection: the body
+// must arrive within BodyTimeout, the answer's first piece be taken within
+// WriteTimeout. The returned function, run once the handler returned,
+// gives the rest of the answer (what the server flushes after the
+// handler) a fresh WriteTimeout, and lifts the body deadline unless the
+// body timed out (then the connection is closed, not drained).
+func (h *handler) bound(w http.ResponseWriter, r *http.Request) func() {
+	rc := http.NewResponseController(w)
+	if rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout)) != nil {
+		return func() {} // not a connection (tests' recorders)
+	}
+	var body *timedBody
+	if r.Body != nil && r.Body != http.NoBody && rc.SetReadDeadline(time.Now().Add(h.cfg.BodyTimeout)) == nil {
+		body = &timedBody{ReadCloser: r.Body}
+		r.Body = body
+	}
+	return func() {
+		rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+		if body != nil && !body.timedOut {
+			rc.SetReadDeadline(time.Time{})
+		}
+	}
+}
+
+// timedBody notes whether reading the body hit its deadline.
+type timedBody struct {
+	io.ReadCloser
+	timedOut bool
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && isTimeout(err) {
+		b.timedOut = true
+	}
+	return n, err
+}
+
+// isTimeout reports whether a body read failed on its deadline.
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// answer builds a scan or mget answer: in memory up to streamThreshold,
+// streamed beyond.
+type answer struct {
+	w       http.ResponseWriter
+	applied uint64
+	buf     []byte
+	sent    int  // bytes sent before buf
+	started bool // headers and part of the body are sent
+}
+
+// size is the answer's size so far.
+func (a *answer) size() int { return a.sent + len(a.buf) }
+
+// flushIfLarge streams what was built once it passes streamThreshold.
+func (a *answer) flushIfLarge() error {
+	if len(a.buf) < streamThreshold {
+		return nil
+	}
+	if !a.started {
+		h := a.w.Header()
+		h["Content-Type"] = jsonContentType
+		h["Qs-Applied-Index"] = []string{strconv.FormatUint(a.applied, 10)}
+		a.w.WriteHeader(http.StatusOK)
+		a.started = true
+		answersStreamed.Inc()
+	}
+	_, err := a.w.Write(a.buf)
+	a.sent += len(a.buf)
+	a.buf = a.buf[:0]
+	return err
+}
+
+// finish sends the rest; before streaming started, as one answer with
+// its length.
+func (a *answer) finish() int {
+	if !a.started {
+		return writeJSON(a.w, a.applied, a.buf)
+	}
+	a.w.Write(a.buf)
+	return http.StatusOK
+}
+
+// abort ends a streamed answer that failed part way: the connection is
+// cut so that the client sees an incomplete answer, never a short one.
+func (a *answer) abort() {
+	answersCut.Inc()
+	panic(http.ErrAbortHandler)
+}

@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/keyuse"
+)
+
+// Bounds of GET /v1/{db}/usage?unread=true.
+const (
+	defaultUnreadWindow = 24 * time.Hour
+	defaultUnreadLimit  = 100
+	maxUnreadLimit      = 10000
+)
+
+// unread serves GET /v1/{db}/usage?unread=true[&window=D][&limit=N][&producer=P]:
+// per producer and prefix, the keys with no sampled read within the
+// window (default 24h, at most keyuse.Retention), listing at most limit
+// keys per prefix (default 100, at most 10000).
+func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *Database, q url.Values) int {
+	if v := q.Get("unread"); v != "true" {
+		return h.fail(w, r, d, errorf(codeBadRequest, "qs: unread=%q: window and limit go with unread=true", v))
+	}
+	window := defaultUnreadWindow
+	if v, ok := q["window"]; ok {
+		t, err := time.ParseDuration(v[0])
+		if err != nil || t <= 0 || t > keyuse.Retention {
+			return h.fail(w, r, d, errorf(codeBadRequest, "qs: window %q is not a duration in (0, %v], such as 1h or 24h", v[0], keyuse.Retention))
+		}
+		window = t
+	}
+	limit := defaultUnreadLimit
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 0 || n > maxUnreadLimit {
+			return h.fail(w, r, d, errorf(codeBadRequest, "qs: limit %q is not a number in 0..%d", v[0], maxUnreadLimit))
+		}
+		limit = n
+	}
+	if d.KeyUse == nil {
+		return h.fail(w, r, d, errorf(codeBadRequest, "%v (database %s is a replica here)", gateway.ErrNoKeyUse, d.Name))
+	}
+	now := time.Now()
+	since := now.Add(-window)
+	if s := d.KeyUse.Since(); s.After(since) {
+		since = s
+	}
+	win := d.KeyUse
+	rep, err := d.Gate.Unread(d.Store, d.Name, q.Get("producer"), func(key []byte) bool {
+		return win.ReadSince(keyuse.Hash(key), since)
+	}, limit)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
+	rep.Since = since.UTC().Format(time.RFC3339)
+	rep.WindowSeconds = now.Sub(since).Seconds()
+	rep.SampleRate = d.Reads.Rate()
+	return answerJSON(w, rep, rep.Index)
+}

@@ -1,0 +1,42 @@
+package clusterauth
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+const subsystem = "clusterauth"
+
+// Handshake results, the values of the "result" label.
+const (
+	resultOK        = "ok"
+	resultBadKey    = "bad_key"    // the peer's MAC did not verify
+	resultNotKeyed  = "not_keyed"  // the peer did not start a keyed handshake
+	resultBadCert   = "bad_cert"   // TLS handshake failed (no or untrusted certificate)
+	resultTimeout   = "timeout"    // the handshake did not complete in time
+	resultIO        = "io"         // the connection failed or closed during the handshake
+	resultConnLimit = "conn_limit" // closed at accept: too many connections open
+)
+
+var (
+	mHandshakes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "handshakes_total",
+		Help: "Connections accepted on the internal ports (Raft, replication), by port and authentication result: ok, bad_key, not_keyed, bad_cert, timeout, io, conn_limit."},
+		[]string{"port", "result"}))
+	mConns = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections",
+		Help: "Connections open on the internal ports, authenticated or not yet, by port."},
+		[]string{"port"}))
+	mInsecure = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "insecure",
+		Help: "1 while internal ports listen beyond loopback without authentication (--insecure)."}))
+)
+
+// SetInsecure sets the insecure gauge.
+func SetInsecure(on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	mInsecure.Set(v)
+}

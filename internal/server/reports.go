@@ -1,0 +1,169 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/keyuse"
+	"github.com/quicksilver-kv/qs/internal/metrics"
+	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/statuspage"
+	"github.com/quicksilver-kv/qs/internal/tree"
+)
+
+// reports wires what flows up the tree: each replica's report of its
+// subtree and of the reads sampled below it, received from children by
+// the replication server and sent to the source by the replica
+// (internal/repl report.go), and what the status page graphs.
+type reports struct {
+	log      *slog.Logger
+	children *tree.Registry
+	dbs      map[string]*httpapi.Database // set before Start, read-only after
+}
+
+var (
+	mTreeNodes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: "tree", Name: "nodes",
+		Help: "Nodes of the replication tree at and below this node, as reported by its children."}, []string{"db"}))
+	mReportsInvalid = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: "tree", Name: "reports_invalid_total",
+		Help: "Reports of children refused: not a valid tree report, or for a database not served here."}, []string{"reason"}))
+	mReadSamples = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: "keyuse", Name: "samples_total",
+		Help: "Read samples, by database and source: local (reads sampled here), merged (received from children), dropped (over the pending bound)."}, []string{"db", "source"}))
+	mWindowKeys = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: "keyuse", Name: "window_keys",
+		Help: "Keys a root remembers as read within the retention of its read window."}, []string{"db"}))
+	mWindowDropped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: "keyuse", Name: "window_dropped_total",
+		Help: "Read samples of new keys a root's read window dropped because it holds the most keys it may."}, []string{"db"}))
+)
+
+func newReports(log *slog.Logger) *reports {
+	return &reports{log: log, children: tree.NewRegistry(tree.DefaultTTL), dbs: map[string]*httpapi.Database{}}
+}
+
+// attach gives db its sampler, history and tree; a root (not a replica)
+// also gets the read window where samples of the whole tree end.
+func (rp *reports) attach(db *httpapi.Database, replica bool) error {
+	s, err := keyuse.NewSampler(keyuse.DefaultRate)
+	if err != nil {
+		return err
+	}
+	db.Reads = s
+	db.History = statuspage.NewHistory()
+	if !replica {
+		db.KeyUse = keyuse.NewWindow(time.Now())
+	}
+	db.Tree = func() tree.Node { return rp.children.Compose(db.Name, self(db), time.Now()) }
+	rp.dbs[db.Name] = db
+	return nil
+}
+
+// self is this node's own line in the tree of db, from its status.
+func self(db *httpapi.Database) tree.Node {
+	n := tree.Node{Name: db.Node, Role: "root", AppliedIndex: db.Store.AppliedIndex()}
+	if db.Status == nil {
+		return n
+	}
+	st := db.Status()
+	if v, ok := st["role"].(string); ok && v != "" && len(v) <= tree.MaxWord {
+		n.Role = v
+	}
+	if v, ok := st["state"].(string); ok && len(v) <= tree.MaxWord {
+		n.State = v
+	}
+	if v, ok := st["source"].(string); ok && len(v) <= tree.MaxName {
+		n.Source = v
+	}
+	if v, ok := st["lag_seconds"].(float64); ok && v >= 0 {
+		n.LagSeconds = v
+	}
+	if n.Name == "" {
+		n.Name = "(unnamed)"
+	}
+	return n
+}
+
+// receive is the replication server's ReportSink.
+func (rp *reports) receive(name string, from repl.ProcessID, body []byte) error {
+	db, ok := rp.dbs[name]
+	if !ok {
+		mReportsInvalid.WithLabelValues("unknown_database").Inc()
+		return fmt.Errorf("qs: report for database %q, not served here", name)
+	}
+	r, err := tree.Decode(body)
+	if err != nil {
+		mReportsInvalid.WithLabelValues("invalid").Inc()
+		return err
+	}
+	now := time.Now()
+	rp.children.Put(name, from.String(), r.Node, now)
+	if len(r.Reads) > 0 {
+		if db.KeyUse != nil {
+			db.KeyUse.Add(r.Reads, now)
+		} else {
+			db.Reads.Merge(r.Reads)
+		}
+	}
+	return nil
+}
+
+// report is the report a replica of db sends its source.
+func (rp *reports) report(db *httpapi.Database) func() []byte {
+	return func() []byte {
+		n := db.Tree()
+		reads, sampled := db.Reads.Drain()
+		body, err := tree.Encode(tree.Report{Node: n, Reads: reads, Sampled: sampled})
+		if err != nil {
+			rp.log.Warn("tree report not made", "db", db.Name, "err", err)
+			return nil
+		}
+		return body
+	}
+}
+
+// run samples each database every statuspage.Every for the status page,
+// moves a root's own read samples into its window, and exports the
+// tree's and the samplers' metrics, until ctx ends.
+func (rp *reports) run(ctx context.Context, order []string) {
+	t := time.NewTicker(statuspage.Every)
+	defer t.Stop()
+	type exported struct {
+		c             keyuse.Counters
+		windowDropped uint64
+	}
+	seen := map[string]exported{}
+	for {
+		counters := statuspage.ReadCounters()
+		now := time.Now()
+		for _, name := range order {
+			db, prev := rp.dbs[name], seen[name]
+			n := db.Tree()
+			mTreeNodes.WithLabelValues(name).Set(float64(tree.Size(&n)))
+			db.History.Add(statuspage.Point{T: now.UnixMilli(), AppliedIndex: db.Store.AppliedIndex(), LagSeconds: n.LagSeconds, Counters: counters[name]})
+			cur := exported{c: db.Reads.Counters()}
+			if db.KeyUse != nil {
+				reads, _ := db.Reads.Drain()
+				db.KeyUse.Add(reads, now)
+				ws := db.KeyUse.Stats()
+				mWindowKeys.WithLabelValues(name).Set(float64(ws.Keys))
+				cur.windowDropped = ws.Dropped
+				mWindowDropped.WithLabelValues(name).Add(float64(cur.windowDropped - prev.windowDropped))
+			}
+			mReadSamples.WithLabelValues(name, "local").Add(float64(cur.c.Sampled - prev.c.Sampled))
+			mReadSamples.WithLabelValues(name, "merged").Add(float64(cur.c.Merged - prev.c.Merged))
+			mReadSamples.WithLabelValues(name, "dropped").Add(float64(cur.c.Dropped - prev.c.Dropped))
+			seen[name] = cur
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
