@@ -41,3 +41,49 @@ func (c *Client) members(ctx context.Context, method, suffix string, body []byte
 	})
 	return out.Members, err
 }
+
+// Overlay is the gossip overlay as one node sees it (GET /v1/members).
+type Overlay struct {
+	Self    string          `json:"self"`
+	Members []OverlayMember `json:"members"`
+}
+
+// OverlayMember is one live member of the overlay.
+type OverlayMember struct {
+	Name   string `json:"name"`
+	Self   bool   `json:"self"`
+	Gossip string `json:"gossip"`
+	DC     string `json:"dc"`
+	HTTP   string `json:"http"`
+	Repl   string `json:"repl"`
+	// RTTSeconds is the estimated round trip from the answering node;
+	// nil while it has no estimate.
+	RTTSeconds *float64 `json:"rtt_seconds"`
+	Databases  []struct {
+		Name         string  `json:"name"`
+		DBID         string  `json:"db_id"`
+		Role         string  `json:"role"`
+		AppliedIndex uint64  `json:"applied_index"`
+		Depth        int     `json:"depth"`
+		Children     int     `json:"children"`
+		MaxChildren  int     `json:"max_children"`
+		Parent       *string `json:"parent"` // nil at a root or a detached replica
+	} `json:"databases"`
+}
+
+// Overlay lists the gossip overlay with estimated round trips, as the
+// first server that answers sees it.
+func (c *Client) Overlay(ctx context.Context) (*Overlay, error) {
+	var out Overlay
+	err := c.read(ctx, func(base string) error {
+		resp, err := c.do(ctx, http.MethodGet, base+"/v1/members", nil)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(resp, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

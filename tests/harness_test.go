@@ -83,6 +83,12 @@ func startQS(t *testing.T, dir string, extra ...string) *proc {
 // startCmd starts cmd and waits for `want` announce lines on its stdout.
 func startCmd(t *testing.T, dir string, cmd *exec.Cmd, want int) *proc {
 	t.Helper()
+	return startCmdWithin(t, dir, cmd, want, 30*time.Second)
+}
+
+// startCmdWithin is startCmd waiting up to limit for the announcements.
+func startCmdWithin(t *testing.T, dir string, cmd *exec.Cmd, want int, limit time.Duration) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: cmd, Dir: dir, Addr: map[string]string{}, out: &syncBuffer{}, done: make(chan struct{})}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -110,7 +116,7 @@ func startCmd(t *testing.T, dir string, cmd *exec.Cmd, want int) *proc {
 		close(p.done)
 	}()
 	t.Cleanup(p.kill)
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(limit)
 	for len(p.Addr) < want {
 		select {
 		case l := <-lines:
@@ -121,7 +127,7 @@ func startCmd(t *testing.T, dir string, cmd *exec.Cmd, want int) *proc {
 			t.Fatalf("qs exited before listening:\n%s", p.out.String())
 		case <-deadline:
 			p.kill()
-			t.Fatalf("qs did not announce its listeners in 30s:\n%s", p.out.String())
+			t.Fatalf("qs did not announce its listeners in %v:\n%s", limit, p.out.String())
 		}
 	}
 	return p

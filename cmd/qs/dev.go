@@ -28,6 +28,9 @@ type devNode struct {
 	name     string
 	upstream []string // names of its sources, in order
 	replicas []string // proxy: names of the replicas it fetches from
+	// gossip: the node joins the overlay (a replica: through the first
+	// node, and finds its source itself).
+	gossip bool
 	// listeners it announces: http, memcache, repl (and raft for an HA
 	// root member).
 	listeners int
@@ -53,6 +56,7 @@ func cmdDev(args []string) error {
 	every := fs.Duration("every", 2*time.Second, "how often to print the nodes' state")
 	ha := fs.Bool("ha", false, "run the root as a 3-member replicated (Raft) root: root1 (on the addresses above), root2, root3")
 	raftBase := fs.Int("raft-port", 7401, "with --ha: Raft ports of root1..root3 on 127.0.0.1 (this one and the next two)")
+	gossipN := fs.Int("replicas", 0, "instead of the fixed tree: a root and this many replicas that find their place through the gossip overlay (at most 4 children each)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,6 +94,15 @@ func cmdDev(args []string) error {
 			{name: "proxy1", upstream: []string{"mid1", "mid2", "root1"}, replicas: []string{"leaf1", "leaf2"}},
 		}
 	}
+	if *gossipN > 0 {
+		if *ha {
+			return errors.New("--replicas and --ha do not go together")
+		}
+		nodes = []*devNode{{name: "root", gossip: true}}
+		for i := range *gossipN {
+			nodes = append(nodes, &devNode{name: fmt.Sprintf("r%d", i+1), gossip: true})
+		}
+	}
 	byName := map[string]*devNode{}
 	defer func() {
 		for _, n := range nodes {
@@ -118,6 +131,13 @@ func cmdDev(args []string) error {
 				a = append(a, "--secondary", strings.Join(ups[1:], ","))
 			}
 		}
+		if n.gossip {
+			n.listeners = 4
+			a = append(a, "--gossip", "127.0.0.1:0", "--node-name", n.name, "--max-children", "4")
+			if n.name != "root" {
+				a = append(a, "--join", byName["root"].addr["gossip"])
+			}
+		}
 		if len(n.replicas) > 0 {
 			var rs []string
 			for _, r := range n.replicas {
@@ -143,7 +163,16 @@ func cmdDev(args []string) error {
 		rootName = "root1"
 	}
 	root := byName[rootName].addr["http"]
-	fmt.Printf(`
+	if *gossipN > 0 {
+		fmt.Printf(`
+The replicas find their sources through the gossip overlay. Write at the root, read anywhere:
+  qs put --addr %s greeting hello
+  qs members --addr %s
+Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
+
+`, root, root, *data, *data)
+	} else {
+		fmt.Printf(`
 Write at the root, read anywhere:
   qs put --addr %s greeting hello
   qs get --addr %s --min-index <index from put> greeting
@@ -152,6 +181,7 @@ Read through the proxy (it keeps recent and recently read values, fetches the re
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 
 `, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"], *data, *data)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -44,6 +44,10 @@ func cmdServe(args []string) error {
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
 		raftPeer = fs.String("raft-peers", "", "initial members of the replicated root: id=host:port,... (this member included, the same list on every member)")
 		raftJoin = fs.Bool("raft-join", false, "join an existing replicated root as a new member (add it first with qs raft add)")
+		gossip   = fs.String("gossip", "", "gossip overlay address (UDP and TCP), through which replicas find their sources; needs --cluster-key off loopback")
+		join     = fs.String("join", "", "gossip addresses of overlay members to join, comma-separated; without --upstream the first database becomes a replica that finds its sources itself (--role proxy: a proxy)")
+		dc       = fs.String("dc", "", "data centre of this node, shown in the overlay's member list")
+		maxKids  = fs.Int("max-children", 0, "with the overlay: replicas that may stream each database from this node at once; one more is refused \"full\" (default 16)")
 		clusterK = fs.String("cluster-key", "", "cluster key file (made by qs cert key): authenticates every replication and Raft connection, both ways")
 		insecure = fs.Bool("insecure", false, "let the replication and Raft listeners listen beyond loopback without a cluster key or mutual TLS (anyone who reaches them can read everything and, on Raft, write)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
@@ -91,6 +95,21 @@ func cmdServe(args []string) error {
 	}
 	if *prodFile != "" {
 		cfg.ProducersFile = *prodFile
+	}
+	if *gossip != "" {
+		cfg.Gossip = *gossip
+	}
+	if *join != "" {
+		cfg.Join = splitList(*join)
+		if d := &cfg.Databases[0]; !d.IsStatic() && !d.Raft.Enabled() && *upstream == "" && *second == "" {
+			d.Discover = true
+		}
+	}
+	if *dc != "" {
+		cfg.DC = *dc
+	}
+	if *maxKids != 0 {
+		cfg.MaxChildren = *maxKids
 	}
 	if *clusterK != "" {
 		cfg.ClusterKey = *clusterK

@@ -290,3 +290,16 @@ func TestParseKey(t *testing.T) {
 		t.Fatal("gossip and handshake keys are the same")
 	}
 }
+
+// Derive gives each use its own key, the same for the same key file.
+func TestKeyDerive(t *testing.T) {
+	k1, err := ParseKey(bytes.Repeat([]byte{1}, MinKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := ParseKey(bytes.Repeat([]byte{2}, MinKeyBytes))
+	g := k1.Derive("gossip")
+	if len(g) != 32 || bytes.Equal(g, k1.Derive("other")) || bytes.Equal(g, k2.Derive("gossip")) || !bytes.Equal(g, k1.Derive("gossip")) {
+		t.Fatal("derived keys are not one per use and per cluster key")
+	}
+}

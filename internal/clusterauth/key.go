@@ -53,6 +53,11 @@ func LoadKey(path string) (Key, error) {
 // IsZero reports whether k holds no key.
 func (k Key) IsZero() bool { return len(k.secret) == 0 }
 
+// Derive returns the 32-byte key of one use of the cluster key, for the
+// components outside this package that key themselves from it (the
+// gossip overlay: use "gossip").
+func (k Key) Derive(use string) []byte { return k.derive(use) }
+
 // derive returns the 32-byte key of one use.
 func (k Key) derive(use string) []byte {
 	b, err := hkdf.Key(sha256.New, k.secret, nil, "qs cluster key v1: "+use, 32)

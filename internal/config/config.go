@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,6 +63,19 @@ type Config struct {
 	// NodeName names this process in status pages, the tree its root
 	// shows and the cluster's member lists. Default: the host name.
 	NodeName string `toml:"node_name"`
+	// DC names this node's data centre in the gossip overlay's member
+	// list. Default none.
+	DC string `toml:"dc"`
+	// Gossip is the address of the gossip overlay (UDP and TCP on one
+	// port), through which replicas find their sources (docs/operations.md,
+	// "Self-organizing tree"). Default "": no overlay.
+	Gossip string `toml:"gossip"`
+	// Join lists gossip addresses of members to join the overlay through.
+	Join []string `toml:"join"`
+	// MaxChildren caps the replicas streaming one database from this node
+	// when the overlay is on; one more is refused "full" and looks
+	// elsewhere. Default 16. Without the overlay there is no cap.
+	MaxChildren int `toml:"max_children"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -194,6 +208,13 @@ type Database struct {
 	// the log. Default 10000 (proxies: -1); -1: only when the source lacks
 	// the log.
 	BootstrapMinEntries int64 `toml:"bootstrap_min_entries"`
+
+	// Discover makes the database a replica (or, with role = "proxy", a
+	// proxy) that finds its sources through the gossip overlay (gossip
+	// and join): the nearest member with room, never one of its own
+	// descendants. Configured upstream or secondary sources take
+	// precedence. Default false.
+	Discover bool `toml:"discover"`
 
 	// Heartbeat is how often the root writes a heartbeat entry when no
 	// other entry was written. Default 1s; negative disables.
@@ -353,6 +374,9 @@ func (c *Config) EnsureDefaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.MaxChildren == 0 {
+		c.MaxChildren = 16
+	}
 	if c.BootstrapRate == 0 {
 		c.BootstrapRate = 100 << 20
 	}
@@ -414,6 +438,7 @@ func (c *Config) Validate() error {
 		addrs[addr] = who
 	}
 	claim(c.HTTP, "http")
+	claim(c.Gossip, "gossip")
 	if c.Repl != "off" {
 		claim(c.Repl, "repl")
 	}
@@ -474,7 +499,7 @@ func (c *Config) Validate() error {
 			case r.Listen == "":
 				errs = append(errs, fmt.Errorf("%s: raft needs a listen address (--raft)", where))
 			case d.IsReplica():
-				errs = append(errs, fmt.Errorf("%s: a raft member is a root: it cannot have upstream or secondary sources", where))
+				errs = append(errs, fmt.Errorf("%s: a raft member is a root: it cannot have upstream or secondary sources, nor discover them", where))
 			case c.Repl == "off":
 				errs = append(errs, fmt.Errorf("%s: a raft member needs its replication listener (repl): members that fall behind fetch snapshots through it", where))
 			case !r.Join && peers[r.NodeID] == "":
@@ -483,6 +508,7 @@ func (c *Config) Validate() error {
 			claim(r.Listen, where+" raft")
 		}
 	}
+	errs = append(errs, c.validateGossip()...)
 	if t := c.ReplTLS; t.Enabled() && (t.Cert == "") != (t.Key == "") {
 		errs = append(errs, errors.New("repl_tls: cert and key go together"))
 	}
@@ -519,6 +545,33 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateGossip checks the overlay's settings.
+func (c *Config) validateGossip() []error {
+	var errs []error
+	if c.MaxChildren < 1 {
+		errs = append(errs, fmt.Errorf("max_children %d: want at least 1", c.MaxChildren))
+	}
+	for i, d := range c.Databases {
+		if d.Discover && (c.Gossip == "" || len(c.Join) == 0) && len(d.Upstream)+len(d.Secondary) == 0 {
+			errs = append(errs, fmt.Errorf("database[%d] %q: discover needs the gossip overlay: gossip (--gossip) and members to join (--join)", i, d.Name))
+		}
+	}
+	if c.Gossip == "" {
+		if len(c.Join) > 0 {
+			errs = append(errs, errors.New("join needs a gossip address (--gossip)"))
+		}
+		return errs
+	}
+	host, _, err := net.SplitHostPort(c.Gossip)
+	if err != nil {
+		return append(errs, fmt.Errorf("gossip %q: %v", c.Gossip, err))
+	}
+	if ip := net.ParseIP(host); c.ClusterKey == "" && !c.Insecure && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		errs = append(errs, fmt.Errorf("gossip %s is not a loopback address: the overlay needs cluster_key (--cluster-key), or insecure (--insecure) on a trusted network", c.Gossip))
+	}
+	return errs
+}
+
 // connsForOthers is how many of max_http_conns watch streams may not take.
 func (c *Config) connsForOthers() int { return min(1024, c.MaxHTTPConns/2) }
 
@@ -535,7 +588,11 @@ func isPortZero(addr string) bool {
 
 // IsReplica reports whether the database replicates from other nodes
 // (as a replica or a proxy).
-func (d Database) IsReplica() bool { return len(d.Upstream)+len(d.Secondary) > 0 }
+func (d Database) IsReplica() bool { return len(d.Upstream)+len(d.Secondary) > 0 || d.Discover }
+
+// IsStatic reports whether a replica has configured sources (which take
+// precedence over discovery).
+func (d Database) IsStatic() bool { return len(d.Upstream)+len(d.Secondary) > 0 }
 
 // IsProxy reports whether the database is a proxy.
 func (d Database) IsProxy() bool { return d.Role == "proxy" }

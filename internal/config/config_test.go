@@ -189,3 +189,41 @@ func TestWatchLimits(t *testing.T) {
 		t.Fatalf("watch limits %+v", l)
 	}
 }
+
+func TestGossipValidation(t *testing.T) {
+	base := func(edit func(*Config)) *Config {
+		c := &Config{Gossip: "127.0.0.1:7946", Join: []string{"127.0.0.1:7947"}, Databases: []Database{{Name: "db", Discover: true}}}
+		edit(c)
+		c.EnsureDefaults()
+		return c
+	}
+	for name, edit := range map[string]func(*Config){
+		"loopback":             func(c *Config) {},
+		"root without join":    func(c *Config) { c.Join = nil; c.Databases[0].Discover = false },
+		"keyed on any address": func(c *Config) { c.Gossip = "0.0.0.0:7946"; c.ClusterKey = "/etc/qs/cluster.key" },
+		"insecure":             func(c *Config) { c.Gossip = "10.0.0.1:7946"; c.Insecure = true },
+		"static wins":          func(c *Config) { c.Gossip, c.Join = "", nil; c.Databases[0].Upstream = []string{"a:1"} },
+	} {
+		if err := base(edit).Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if c := base(func(*Config) {}); c.MaxChildren != 16 || !c.Databases[0].IsReplica() || c.Databases[0].IsStatic() {
+		t.Errorf("defaults: max_children %d, replica %v, static %v", c.MaxChildren, c.Databases[0].IsReplica(), c.Databases[0].IsStatic())
+	}
+	for name, edit := range map[string]func(*Config){
+		"open without key":       func(c *Config) { c.Gossip = "0.0.0.0:7946" },
+		"bad gossip address":     func(c *Config) { c.Gossip = "7946" },
+		"join without gossip":    func(c *Config) { c.Gossip = ""; c.Databases[0].Discover = false },
+		"discover without join":  func(c *Config) { c.Join = nil },
+		"negative max_children":  func(c *Config) { c.MaxChildren = -1 },
+		"gossip on http address": func(c *Config) { c.HTTP = "127.0.0.1:7946" },
+		"raft member discovers": func(c *Config) {
+			c.Databases[0].Raft = Raft{NodeID: 1, Listen: "127.0.0.1:7400", Peers: []string{"1=127.0.0.1:7400"}}
+		},
+	} {
+		if err := base(edit).Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,8 +24,12 @@ type ReplicaConfig struct {
 	// Database is the name asked for in the Hello. Default: the store's name.
 	Database string
 	// Sources are the addresses to replicate from, in order of preference.
-	// After a failure the replica moves on to the next one. Required.
+	// After a failure the replica moves on to the next one. Required
+	// unless Finder is set.
 	Sources []string
+	// Finder, when set, replaces Sources: it is asked for the list before
+	// every attempt, and told of each source that failed.
+	Finder SourceFinder
 	// ProcessID identifies this process. Default DefaultProcessID.
 	ProcessID ProcessID
 	// IdleTimeout: a source from which nothing arrived for this long (no
@@ -98,7 +103,7 @@ func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
 // Validate reports the first invalid field.
 func (c *ReplicaConfig) Validate() error {
 	switch {
-	case len(c.Sources) == 0:
+	case len(c.Sources) == 0 && c.Finder == nil:
 		return errors.New("repl: no replication sources")
 	case len(c.Database) > MaxDatabaseName:
 		return fmt.Errorf("repl: database name of %d bytes over %d", len(c.Database), MaxDatabaseName)
@@ -112,6 +117,16 @@ func (c *ReplicaConfig) Validate() error {
 		return fmt.Errorf("repl: backoff %v..%v invalid", c.BackoffMin, c.BackoffMax)
 	}
 	return nil
+}
+
+// SourceFinder finds a replica's sources (through the gossip overlay).
+type SourceFinder interface {
+	// Sources returns the addresses to try, in order of preference;
+	// empty while none is known.
+	Sources() []string
+	// Failed reports that connecting to or streaming from addr failed,
+	// or that it refused (not for want of log: that is no fault).
+	Failed(addr string)
 }
 
 // Status is what a Replica is doing.
@@ -148,6 +163,7 @@ type ReplicaState struct {
 	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica)
 	ServerIndex  uint64        // the source's applied index, last reported
 	Sessions     int           // connection attempts so far
+	Bootstraps   int           // bootstraps begun since NewReplica
 	Bootstrap    BootstrapProgress
 }
 
@@ -164,6 +180,9 @@ type Replica struct {
 	mu struct {
 		sync.Mutex
 		state ReplicaState
+		// cancel ends the current attempt; moved says Reconnect did.
+		cancel context.CancelFunc
+		moved  bool
 	}
 }
 
@@ -250,69 +269,92 @@ func (r *Replica) Run(ctx context.Context) error {
 	}()
 
 	backoff := r.cfg.BackoffMin
-	// bootstrapping: the last session found the replica must bootstrap,
-	// from the same source (whose snapshot a broken download resumes).
-	bootstrapping := false
-	// truncatedAt: the attempt (a count like next) whose source first
-	// refused log_truncated since the replica last applied entries; -1 if
-	// none. The replica tries its other sources (a secondary keeps a long
-	// log for this) and bootstraps from that one only after a whole round
-	// in which none continued its log.
-	truncatedAt := -1
-	next := 0
+	plan := newAttemptPlan()
+	var sources []string
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
 			return nil
 		}
-		src := r.cfg.Sources[next%len(r.cfg.Sources)]
+		if r.cfg.Finder != nil {
+			found := r.cfg.Finder.Sources()
+			if !slices.Equal(found, sources) {
+				plan = plan.sourcesChanged()
+				sources = found
+			}
+		} else {
+			sources = r.cfg.Sources
+		}
+		if len(sources) == 0 {
+			// No member serves the database yet (sources found through
+			// the overlay): ask again after the backoff.
+			r.update(func(s *ReplicaState) { s.Status, s.LastError = StatusDisconnected, errNoSource })
+			if !r.pause(ctx, &backoff) {
+				return nil
+			}
+			continue
+		}
+		src := sources[plan.next%len(sources)]
 		if attempt > 0 {
 			mReconnects.WithLabelValues(db).Inc()
 		}
-		r.update(func(s *ReplicaState) { s.Status, s.Source, s.Sessions = StatusConnecting, src, s.Sessions+1 })
+		sctx, cancel := context.WithCancel(ctx)
+		r.update(func(s *ReplicaState) {
+			s.Status, s.Source, s.Sessions = StatusConnecting, src, s.Sessions+1
+			r.mu.cancel, r.mu.moved = cancel, false
+		})
 		var progressed bool
 		var err error
-		if bootstrapping {
-			progressed, err = r.bootstrap(ctx, src, 0)
+		if plan.bootstrapping {
+			progressed, err = r.bootstrap(sctx, src, 0)
 		} else {
-			progressed, err = r.session(ctx, src)
+			progressed, err = r.session(sctx, src)
 		}
+		var moved bool
+		r.update(func(s *ReplicaState) {
+			s.Status = StatusDisconnected
+			moved, r.mu.cancel = r.mu.moved, nil
+		})
+		cancel()
 		mStreaming.WithLabelValues(db).Set(0)
-		r.update(func(s *ReplicaState) { s.Status = StatusDisconnected })
 		if ctx.Err() != nil {
 			return nil
 		}
 		var refused *RefusedError
+		o := outcomeFailed
 		switch {
-		case bootstrapping && err == nil:
-			// Installed: stream the log from the snapshot on, at once.
-			bootstrapping = false
+		case moved:
+			o = outcomeMoved
+		case err == nil:
+			o = outcomeOK
+		case errors.Is(err, errNeedBootstrap):
+			o = outcomeNeedBootstrap
+		case errors.As(err, &refused) && refused.Code == RefuseLogTruncated:
+			o = outcomeLogTruncated
+		}
+		var step attemptStep
+		plan, step = plan.after(o, progressed, len(sources))
+		if step.resetBackoff {
 			backoff = r.cfg.BackoffMin
-			r.update(func(s *ReplicaState) { s.LastError = nil })
+		}
+		switch {
+		case o == outcomeMoved:
+			r.log.Info("reconnecting to another source", "source", src)
 			continue
-		case !bootstrapping && errors.As(err, &refused) && refused.Code == RefuseLogTruncated &&
-			(truncatedAt < 0 || next-truncatedAt < len(r.cfg.Sources)-1):
-			// Another source may still hold the log we need.
-			if truncatedAt < 0 {
-				truncatedAt = next
-			}
-			next++
-		case !bootstrapping && (errors.Is(err, errNeedBootstrap) || errors.As(err, &refused) && refused.Code == RefuseLogTruncated):
-			if truncatedAt >= 0 {
-				next, truncatedAt = truncatedAt, -1 // the preferred source that lacks the log
-				src = r.cfg.Sources[next%len(r.cfg.Sources)]
-			}
+		case step.beginBootstrap:
+			src = sources[plan.next%len(sources)]
 			r.log.Warn("replica must bootstrap from a snapshot", "source", src, "reason", err)
 			mErrors.WithLabelValues(db, kindBootstrap).Inc()
-			bootstrapping = true
-			r.update(func(s *ReplicaState) { s.LastError = err })
+			r.update(func(s *ReplicaState) { s.LastError, s.Bootstraps = err, s.Bootstraps+1 })
 			continue
-		case bootstrapping && progressed:
-			// Resume with the same source after the backoff.
-		default:
-			next++
+		case step.now:
+			r.update(func(s *ReplicaState) { s.LastError = nil })
+			continue
 		}
 		if err == nil {
 			err = fmt.Errorf("%w: source ended the stream", ErrMalformed)
+		}
+		if r.cfg.Finder != nil && o == outcomeFailed {
+			r.cfg.Finder.Failed(src)
 		}
 		kind := errorKind(err)
 		mErrors.WithLabelValues(db, kind).Inc()
@@ -328,20 +370,39 @@ func (r *Replica) Run(ctx context.Context) error {
 		default:
 			r.log.Warn("replication session ended; trying the next source", "source", src, "kind", kind, "err", err)
 		}
-		if progressed {
-			backoff = r.cfg.BackoffMin
-			truncatedAt = -1
-		}
-		// Full jitter in [backoff/2, backoff).
-		d := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, r.cfg.BackoffMax)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !r.pause(ctx, &backoff) {
 			return nil
 		}
+	}
+}
+
+// errNoSource: the overlay knows no member to replicate from yet.
+var errNoSource = errors.New("qs: no replication source found yet")
+
+// pause waits the jittered backoff, full jitter in [backoff/2, backoff),
+// and doubles it up to BackoffMax. It reports false if ctx ended.
+func (r *Replica) pause(ctx context.Context, backoff *time.Duration) bool {
+	d := *backoff/2 + rand.N(*backoff/2+1)
+	*backoff = min(2**backoff, r.cfg.BackoffMax)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Reconnect ends the current session or bootstrap attempt, if any; the
+// replica starts again at once from the first of its sources (asking its
+// SourceFinder again). The stores's own clients are not affected.
+func (r *Replica) Reconnect() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.cancel != nil {
+		r.mu.moved = true
+		r.mu.cancel()
 	}
 }
 

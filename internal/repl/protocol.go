@@ -137,6 +137,9 @@ const (
 	RefuseUnavailable     RefuseCode = 9  // the server cannot make a snapshot now
 	RefuseBadRequest      RefuseCode = 10 // a fetch connection sent a malformed or unexpected message
 	RefuseProxy           RefuseCode = 11 // the server is a proxy: it serves neither snapshots nor values
+	RefuseFull            RefuseCode = 16 // the server streams to as many replicas as it takes (max_children)
+	RefuseDetached        RefuseCode = 17 // the server is a replica between sources: it takes no new replica now
+	RefuseCycle           RefuseCode = 18 // the client is an ancestor of the server in the tree
 )
 
 var refuseNames = map[RefuseCode]string{
@@ -151,6 +154,9 @@ var refuseNames = map[RefuseCode]string{
 	RefuseUnavailable:     "unavailable",
 	RefuseBadRequest:      "bad_request",
 	RefuseProxy:           "proxy",
+	RefuseFull:            "full",
+	RefuseDetached:        "detached",
+	RefuseCycle:           "cycle",
 }
 
 func (c RefuseCode) String() string {

@@ -48,6 +48,17 @@ type ServerConfig struct {
 	// FetchIdleTimeout closes a fetch connection that sent no request
 	// for this long. Default 10m.
 	FetchIdleTimeout time.Duration
+	// AcceptChild, when set, is asked before the log stream of database
+	// db to the replica of process client is accepted; a RefusedError
+	// refuses it with its code (a replica that finds its sources through
+	// the overlay takes no new child while it has no source itself, nor
+	// one of its own ancestors). Default: accept.
+	AcceptChild func(db string, client ProcessID) *RefusedError
+	// MaxChildren caps the replicas streaming the log of one database
+	// from this server at once (its children in the tree); one more is
+	// refused "full". Connections that only watch the newest entries,
+	// stop at an index, fetch values or bootstrap do not count. 0: no cap.
+	MaxChildren int
 	// Reports takes the reports of stream clients (report.go). Nil: they
 	// are read and dropped.
 	Reports ReportSink
@@ -112,6 +123,8 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("repl: ChunkBytes %d out of range 1..%d", c.ChunkBytes, MaxPayload/2)
 	case c.FetchIdleTimeout < time.Millisecond:
 		return fmt.Errorf("repl: FetchIdleTimeout %v below 1ms", c.FetchIdleTimeout)
+	case c.MaxChildren < 0:
+		return fmt.Errorf("repl: MaxChildren %d is negative", c.MaxChildren)
 	}
 	return nil
 }
@@ -135,6 +148,7 @@ type Server struct {
 		closed    bool
 		listeners map[net.Listener]struct{}
 		conns     map[net.Conn]struct{}
+		children  map[string]int // log streams to replicas, by database
 	}
 }
 
@@ -169,7 +183,40 @@ func NewServer(cfg ServerConfig, lookup func(db string) (*store.Store, bool), lo
 	}()
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[net.Conn]struct{})
+	s.mu.children = make(map[string]int)
 	return s, nil
+}
+
+// Children is how many replicas stream database db from this server now.
+func (s *Server) Children(db string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.children[db]
+}
+
+// isChild reports whether a Hello opens a replica's log stream: the
+// connections that make a node a child of this one in the tree.
+func isChild(h *Hello) bool {
+	return !h.NewestOnly && !h.Fetch && !h.Bootstrap && h.StopIndex == 0
+}
+
+// takeChild reserves a child slot for db; false if the server is full.
+func (s *Server) takeChild(db string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.MaxChildren > 0 && s.mu.children[db] >= s.cfg.MaxChildren {
+		return false
+	}
+	s.mu.children[db]++
+	return true
+}
+
+func (s *Server) releaseChild(db string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.children[db]--; s.mu.children[db] <= 0 {
+		delete(s.mu.children, db)
+	}
 }
 
 // ProcessID is the server's process id.
@@ -294,6 +341,8 @@ type conn struct {
 	w   *bufio.Writer
 	log *slog.Logger
 	buf []byte
+	// child is the database whose child slot this stream holds; "" if none.
+	child string
 }
 
 // writePiece is how much of a message one write deadline covers.
@@ -340,6 +389,11 @@ func (s *Server) handle(c net.Conn) {
 	defer s.untrack(c)
 	defer c.Close()
 	cn := &conn{s: s, c: c, w: bufio.NewWriterSize(c, 64<<10), log: s.log.With("remote", c.RemoteAddr().String())}
+	defer func() {
+		if cn.child != "" {
+			s.releaseChild(cn.child)
+		}
+	}()
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 
@@ -433,6 +487,19 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	}
 	if h.Bootstrap {
 		return st, 0, true // bootstrap sends its own Welcome
+	}
+	if isChild(h) {
+		if s.cfg.AcceptChild != nil {
+			if r := s.cfg.AcceptChild(h.Database, h.ProcessID); r != nil {
+				cn.refuse(r.Code, "%s", r.Reason)
+				return nil, 0, false
+			}
+		}
+		if !s.takeChild(h.Database) {
+			cn.refuse(RefuseFull, "database %q already streams to %d replicas here (max_children): choose another source", h.Database, s.cfg.MaxChildren)
+			return nil, 0, false
+		}
+		cn.child = h.Database
 	}
 	lr, err := st.LogRange()
 	if err != nil {

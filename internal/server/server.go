@@ -17,6 +17,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/discovery"
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
@@ -53,9 +54,11 @@ type Server struct {
 	replAddr       net.Addr
 	stopBackground context.CancelFunc // ends replicas and watch hubs
 	auth           *clusterauth.Auth
-	insecure       []string         // internal addresses beyond loopback without authentication (--insecure)
-	gate           *gateway.Gateway // nil: open writes
-	reports        *reports         // the tree and read samples (reports.go)
+	insecure       []string                    // internal addresses beyond loopback without authentication (--insecure)
+	gate           *gateway.Gateway            // nil: open writes
+	reports        *reports                    // the tree and read samples (reports.go)
+	overlay        *discovery.Overlay          // nil: no gossip overlay
+	agents         map[string]*discovery.Agent // of replicated databases, with the overlay
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -83,9 +86,13 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	if err := s.openGateway(); err != nil {
 		return nil, err
 	}
+	if err := s.startOverlay(); err != nil {
+		return nil, err
+	}
 	for _, d := range cfg.Databases {
 		if err := s.openDatabase(d); err != nil {
 			s.closeStores()
+			s.leaveOverlay()
 			return nil, err
 		}
 	}
@@ -114,9 +121,13 @@ func (s *Server) openDatabase(d config.Database) error {
 	if d.IsReplica() && o.DBID.IsZero() {
 		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
 			// A new replica takes the root's database id from a source.
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.replDial())
-			cancel()
+			if d.IsStatic() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.replDial())
+				cancel()
+			} else {
+				o.DBID, err = s.learnDBIDFromOverlay(d.Name)
+			}
 			if err != nil {
 				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
 			}
@@ -144,13 +155,18 @@ func (s *Server) openDatabase(d config.Database) error {
 		if slot := s.raftNodes[d.Name]; slot != nil {
 			db.Status = slot.status
 		}
+		db.Status = s.withTreeStatus(d, db.Status)
 		s.log.Info("database open", "db", d.Name, "role", "root", "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 		return nil
 	}
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
-	r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
+	rcfg := repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
 		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d),
-		Report: s.reports.report(db)}, st, s.log.With("db", d.Name))
+		Report: s.reports.report(db)}
+	if agent := s.newAgent(d, st); agent != nil && !d.IsStatic() {
+		rcfg.Finder = agent // configured sources take precedence
+	}
+	r, err := repl.NewReplica(rcfg, st, s.log.With("db", d.Name))
 	if err != nil {
 		return err
 	}
@@ -186,6 +202,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		if rs.LastError != nil {
 			m["last_error"] = rs.LastError.Error()
 		}
+		m["bootstraps"] = rs.Bootstraps
 		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
@@ -194,6 +211,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		return m
 	}
+	db.Status = s.withTreeStatus(d, db.Status)
 	s.log.Info("database open", "db", d.Name, "role", d.RoleName(), "upstream", sources, "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
 	return nil
 }
@@ -335,7 +353,12 @@ func (s *Server) Start() error {
 		if rate < 0 {
 			rate = 0 // no limit
 		}
-		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive}, func(name string) (*store.Store, bool) {
+		maxChildren := 0 // without the overlay, sources are configured: no cap
+		if s.overlay != nil {
+			maxChildren = s.cfg.MaxChildren
+		}
+		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -371,9 +394,17 @@ func (s *Server) Start() error {
 			s.log.Warn("watch write budget runs at a fixed rate (watch_write_rate)", "err", err)
 		}
 	})
+	if s.overlay != nil {
+		s.announcef("gossip listening on %s\n", s.overlay.Addr())
+		s.goFunc(func() { s.advertise(replCtx) })
+		s.goFunc(func() { s.overlay.Rejoin(replCtx, s.cfg.Join) })
+	}
 	for _, name := range s.order {
 		if r, ok := s.replicas[name]; ok {
 			s.goFunc(func() { r.Run(replCtx) })
+			if a := s.agents[name]; a != nil {
+				s.goFunc(func() { a.Run(replCtx, replicaView{r}) })
+			}
 		}
 		hub := s.dbs[name].Watch
 		s.goFunc(func() { hub.Run(replCtx) })
@@ -453,6 +484,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.stopBackground != nil {
 		s.stopBackground()
 	}
+	// Leave the overlay first: the others stop choosing this node at once.
+	s.leaveOverlay()
 	if s.repl != nil {
 		if err := s.repl.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("repl shutdown: %w", err))
@@ -481,6 +514,27 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	errs = append(errs, s.stopRaft(), s.closeStores())
 	return errors.Join(errs...)
+}
+
+func (s *Server) leaveOverlay() {
+	if s.overlay == nil {
+		return
+	}
+	if err := s.overlay.Leave(time.Second); err != nil {
+		s.log.Warn("left the gossip overlay without telling every member", "err", err)
+	}
+}
+
+// withTreeStatus adds a database's place in the tree to its status:
+// "children" (replicas streaming from this node now) and "depth" (0 at a
+// root; null while a replica's position is unknown).
+func (s *Server) withTreeStatus(d config.Database, status func() map[string]any) func() map[string]any {
+	return func() map[string]any {
+		m := status()
+		m["children"] = s.children(d.Name)
+		m["depth"] = s.depth(d)
+		return m
+	}
 }
 
 func (s *Server) closePools() {

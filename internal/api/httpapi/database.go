@@ -74,6 +74,14 @@ type Catalog interface {
 	Database(name string) (*Database, bool)
 }
 
+// OverlayCatalog is a Catalog whose node may be a member of the gossip
+// overlay: Members returns the member list served at GET /v1/members
+// (any JSON value), false when the node is not a member.
+type OverlayCatalog interface {
+	Catalog
+	Members() (any, bool)
+}
+
 // Lister is a Catalog that can list its databases, in the order the
 // status page shows them. Without it, GET /v1/node lists none.
 type Lister interface {

@@ -65,6 +65,8 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 	m.Handle("/v1/{db}/digest", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /v1/{db}/watch", h.watchRoute)
 	m.Handle("/v1/{db}/watch", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("GET /v1/members", h.overlayMembers)
+	m.Handle("/v1/members", methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /metrics", metrics.Handler())
 	m.Handle("/metrics", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /healthz", healthz)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -80,4 +81,29 @@ func (h *handler) members(w http.ResponseWriter, d *Database) int {
 	w.Header()["Content-Type"] = jsonContentType
 	w.Write(append(body, '\n'))
 	return http.StatusOK
+}
+
+// overlayMembers serves GET /v1/members: the gossip overlay as this node
+// sees it, with estimated round trips (docs/operations.md, "Reading the
+// tree"). 404 when the node is not a member of an overlay.
+func (h *handler) overlayMembers(w http.ResponseWriter, r *http.Request) {
+	oc, ok := h.cat.(OverlayCatalog)
+	var list any
+	if ok {
+		list, ok = oc.Members()
+	}
+	if !ok {
+		status := writeError(w, codeNotFound, errors.New("qs: this node is not a member of a gossip overlay (start it with --gossip)"), nil)
+		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+		return
+	}
+	body, err := json.Marshal(list)
+	if err != nil {
+		status := writeError(w, codeInternal, err, nil)
+		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+		return
+	}
+	w.Header()["Content-Type"] = jsonContentType
+	w.Write(append(body, '\n'))
+	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(http.StatusOK)).Inc()
 }

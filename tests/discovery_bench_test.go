@@ -1,0 +1,291 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDiscoveryScaleBenchmark (QS_BENCH=1) runs one root and
+// QS_BENCH_REPLICAS (default 200) replica processes that find their place
+// through gossip (QS_BENCH_MAX_CHILDREN each, default 8: three tiers or
+// more), then 1,000 writes at 100/s, and reports: time from a write's ack
+// to visible on every replica (one watch stream per replica), root CPU,
+// memory per replica, gossip bytes per node, and the time the tree takes
+// to heal after 10% of the intermediates are killed at once. Figures
+// only: nothing is asserted on them (docs/benchmarks.md, "Discovery").
+func TestDiscoveryScaleBenchmark(t *testing.T) {
+	if os.Getenv("QS_BENCH") != "1" {
+		t.Skip("a benchmark: QS_BENCH=1")
+	}
+	n := envInt("QS_BENCH_REPLICAS", 200)
+	maxChildren := envInt("QS_BENCH_MAX_CHILDREN", 8)
+	writes := envInt("QS_BENCH_WRITES", 1000)
+
+	start := time.Now()
+	root := startSmallQS(t, "root", "", maxChildren)
+	nodes := map[string]*proc{}
+	for i := range n {
+		name := fmt.Sprintf("r%03d", i+1)
+		// Seeds: the root and two nodes started before, so that the
+		// joins do not all land on the root.
+		seeds := []string{root.Addr["gossip"]}
+		for _, other := range nodes {
+			if len(seeds) == 3 {
+				break
+			}
+			seeds = append(seeds, other.Addr["gossip"])
+		}
+		nodes[name] = startSmallQS(t, name, strings.Join(seeds, ","), maxChildren)
+	}
+	t.Logf("%d replicas started in %v", n, time.Since(start).Round(time.Second))
+	sts := waitTreeFor(t, root, nodes, maxChildren, "formation", 10*time.Minute)
+	depths := map[int]int{}
+	for _, st := range sts {
+		if st.Depth != nil {
+			depths[*st.Depth]++
+		}
+	}
+	t.Logf("converged %v after the start: nodes per depth %v", time.Since(start).Round(time.Second), depths)
+
+	// One watch stream per replica, then the writes.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make([][]time.Time, writes) // [write][replica]
+	for i := range seen {
+		seen[i] = make([]time.Time, n)
+	}
+	var seenMu sync.Mutex
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range nodes {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	var ready sync.WaitGroup
+	for j, name := range names {
+		ready.Add(1)
+		go watchKeys(ctx, nodes[name].Addr["http"], &ready, func(i int, at time.Time) {
+			if i < writes {
+				seenMu.Lock()
+				if seen[i][j].IsZero() {
+					seen[i][j] = at
+				}
+				seenMu.Unlock()
+			}
+		})
+	}
+	ready.Wait()
+	rc := root.client(t)
+	cpu0, _ := procCPU(root.cmd.Process.Pid)
+	gossip0 := gossipBytes(nodes, names)
+	acks := make([]time.Time, writes)
+	tick := time.NewTicker(10 * time.Millisecond)
+	t0 := time.Now()
+	var wwg sync.WaitGroup
+	for i := range writes {
+		<-tick.C
+		// Each write on its own: a slow answer does not hold back the
+		// next, so the rate stays 100/s.
+		wwg.Add(1)
+		go func() {
+			defer wwg.Done()
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer wcancel()
+			if _, err := rc.Put(wctx, fmt.Sprintf("bench/%04d", i), []byte("v"), nil); err != nil {
+				t.Errorf("write %d: %v", i, err)
+				return
+			}
+			seenMu.Lock()
+			acks[i] = time.Now()
+			seenMu.Unlock()
+		}()
+	}
+	wwg.Wait()
+	tick.Stop()
+	elapsed := time.Since(t0)
+	cpu1, _ := procCPU(root.cmd.Process.Pid)
+	gossip1 := gossipBytes(nodes, names)
+	// Wait (bounded) for the last write to arrive everywhere.
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		seenMu.Lock()
+		done := !slices.ContainsFunc(seen[writes-1], time.Time.IsZero)
+		seenMu.Unlock()
+		if done {
+			break
+		}
+	}
+	seenMu.Lock()
+	var all, each []time.Duration
+	missing := 0
+	for i := range writes {
+		var worst time.Duration
+		for j := range n {
+			if seen[i][j].IsZero() {
+				missing++
+				continue
+			}
+			d := seen[i][j].Sub(acks[i])
+			each = append(each, d)
+			worst = max(worst, d)
+		}
+		all = append(all, worst)
+	}
+	seenMu.Unlock()
+	slices.Sort(all)
+	slices.Sort(each)
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(100 * time.Microsecond)
+	}
+	t.Logf("%d writes in %v (%.0f/s): ack to visible on all %d replicas p50 %v p99 %v max %v; per replica p50 %v p99 %v; %d deliveries missing",
+		writes, elapsed.Round(time.Millisecond), float64(writes)/elapsed.Seconds(), n, pct(all, 0.5), pct(all, 0.99), all[len(all)-1].Round(100*time.Microsecond),
+		pct(each, 0.5), pct(each, 0.99), missing)
+	t.Logf("root CPU %.1f%% of one core during the writes; gossip %.0f bytes/s per node (in+out, mean over %d nodes)",
+		100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), (gossip1-gossip0)/elapsed.Seconds()/float64(min(len(names), 20)), min(len(names), 20))
+	var rss []float64
+	for _, name := range names {
+		_, r := procCPU(nodes[name].cmd.Process.Pid)
+		rss = append(rss, float64(r))
+	}
+	slices.Sort(rss)
+	t.Logf("replica RSS: median %.1f MiB, max %.1f MiB", rss[len(rss)/2]/(1<<20), rss[len(rss)-1]/(1<<20))
+	cancel()
+
+	// Kill 10% of the intermediates at once.
+	var mids []string
+	for _, name := range names {
+		if st := sts[name]; st.Children > 0 {
+			mids = append(mids, name)
+		}
+	}
+	kill := max(1, len(mids)/10)
+	for _, name := range mids[:kill] {
+		nodes[name].kill()
+		delete(nodes, name)
+	}
+	t1 := time.Now()
+	sts = waitTreeFor(t, root, nodes, maxChildren, "healing", 5*time.Minute)
+	heal := time.Since(t1)
+	boots := 0
+	for _, st := range sts {
+		boots += st.Bootstraps
+	}
+	t.Logf("killed %d of %d intermediates: tree whole again after %v, %d bootstraps", kill, len(mids), heal.Round(10*time.Millisecond), boots)
+}
+
+// startSmallQS starts a node with small caches and no memcached listener
+// (many of them share the machine); join "" makes the root.
+func startSmallQS(t *testing.T, name, join string, maxChildren int) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`data = %q
+http = "127.0.0.1:0"
+repl = "127.0.0.1:0"
+gossip = "127.0.0.1:0"
+node_name = %q
+max_children = %d
+log_level = "warn"
+max_http_conns = 2048
+watch_max_watchers = 64
+[[database]]
+name = "default"
+cache_bytes = 67108864
+read_cache_bytes = -1
+discover = %v
+`, filepath.Join(dir, "data"), name, maxChildren, join != "")
+	if join != "" {
+		cfg = strings.Replace(cfg, "log_level", fmt.Sprintf("join = [\"%s\"]\nlog_level", strings.ReplaceAll(join, ",", `", "`)), 1)
+	}
+	path := filepath.Join(dir, "qs.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(qsBin, "serve", "--config", path)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC=50")
+	return startCmdWithin(t, dir, cmd, 3, 120*time.Second)
+}
+
+// waitTreeFor is waitTree with its own deadline.
+func waitTreeFor(t *testing.T, root *proc, nodes map[string]*proc, maxChildren int, what string, limit time.Duration) map[string]treeStatus {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		sts, err := checkTree(root, nodes, maxChildren)
+		if err == nil {
+			return sts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no tree after %v: %v", what, limit, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// watchKeys follows GET /v1/default/watch?prefix=bench/ and calls seen
+// with the number of each bench key as it arrives.
+func watchKeys(ctx context.Context, addr string, ready *sync.WaitGroup, seen func(i int, at time.Time)) {
+	once := sync.OnceFunc(ready.Done)
+	defer once()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/default/watch?prefix=bench/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	once()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		at := time.Now()
+		var ev struct {
+			Key string `json:"key"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		if k, ok := strings.CutPrefix(ev.Key, "bench/"); ok {
+			if i, err := strconv.Atoi(k); err == nil {
+				seen(i, at)
+			}
+		}
+	}
+	io.Copy(io.Discard, resp.Body)
+}
+
+// gossipBytes sums qs_discovery_gossip_bytes_total (in and out) of the
+// first 20 nodes.
+func gossipBytes(nodes map[string]*proc, names []string) float64 {
+	total := 0.0
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for _, name := range names[:min(len(names), 20)] {
+		resp, err := hc.Get("http://" + nodes[name].Addr["http"] + "/metrics")
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if l := sc.Text(); strings.HasPrefix(l, "qs_discovery_gossip_bytes_total{") {
+				f := strings.Fields(l)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				total += v
+			}
+		}
+		resp.Body.Close()
+	}
+	return total
+}
