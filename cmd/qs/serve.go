@@ -160,10 +160,20 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(); err != nil {
+	// A new replica may wait for its sources during start; a signal then
+	// stops the wait.
+	startCtx, stopStart := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err = srv.StartContext(startCtx)
+	stopped := startCtx.Err() != nil
+	stopStart()
+	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
 		defer cancel()
 		srv.Shutdown(ctx)
+		if stopped {
+			log.Info("shutting down", "reason", err)
+			return nil
+		}
 		return err
 	}
 	sig := make(chan os.Signal, 2)

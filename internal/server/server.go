@@ -54,6 +54,11 @@ type Server struct {
 	tls            replTLS
 	gate           *gateway.Gateway // nil: open writes
 
+	// waiting are new replicas that learn their database id from a
+	// source during Start (see wait.go).
+	waiting    []config.Database
+	waitStates map[string]*waitState
+
 	quit chan struct{}
 	wg   sync.WaitGroup
 	mu   struct {
@@ -79,7 +84,18 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	if err := s.openGateway(); err != nil {
 		return nil, err
 	}
+	s.waitStates = map[string]*waitState{}
 	for _, d := range cfg.Databases {
+		wait, err := needsSource(cfg, d)
+		if err != nil {
+			s.closeStores()
+			return nil, err
+		}
+		if wait {
+			s.waiting = append(s.waiting, d)
+			s.waitStates[d.Name] = &waitState{}
+			continue
+		}
 		if err := s.openDatabase(d); err != nil {
 			s.closeStores()
 			return nil, err
@@ -104,17 +120,6 @@ func (s *Server) openDatabase(d config.Database) error {
 			}
 			if o.DBID, err = raftDBID(d, peers, s.tls.dial()); err != nil {
 				return fmt.Errorf("new raft member %s: %w (set db_id in the configuration to start without asking a peer)", d.Name, err)
-			}
-		}
-	}
-	if d.IsReplica() && o.DBID.IsZero() {
-		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
-			// A new replica takes the root's database id from a source.
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.tls.dial())
-			cancel()
-			if err != nil {
-				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
 			}
 		}
 	}
@@ -255,7 +260,13 @@ func (s *Server) Database(name string) (*httpapi.Database, bool) {
 
 // Start opens (or inherits) every listener, announces them and starts
 // serving. It returns once everything listens.
-func (s *Server) Start() error {
+func (s *Server) Start() error { return s.StartContext(context.Background()) }
+
+// StartContext is Start, but a new replica waiting for its sources (see
+// wait.go) gives up when ctx ends. Until every database is open, HTTP
+// answers /healthz with 503 and a waiting database's status with "state":
+// "waiting"; the other listeners open once every database is open.
+func (s *Server) StartContext(ctx context.Context) error {
 	inherited, err := inheritedListeners()
 	if err != nil {
 		return err
@@ -268,8 +279,14 @@ func (s *Server) Start() error {
 		if err != nil {
 			return err
 		}
+		front := &swapHandler{}
+		front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+		if len(s.waiting) > 0 {
+			front.set(s.waitingHandler())
+			defer front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+		}
 		s.http = &http.Server{
-			Handler:           httpapi.New(httpapi.DefaultConfig(), s, s.log),
+			Handler:           front,
 			ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout.Duration,
 			IdleTimeout:       s.cfg.HTTPIdleTimeout.Duration,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -282,6 +299,9 @@ func (s *Server) Start() error {
 			defer close(s.httpServed)
 			s.serveErr("http", s.http.Serve(s.httpLn))
 		})
+	}
+	if err := s.awaitSources(ctx); err != nil {
+		return err
 	}
 	for _, d := range s.cfg.Databases {
 		db := s.dbs[d.Name]
