@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,5 +300,37 @@ func TestClientSendsTokenWithWritesOnly(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "PUT Bearer s3cret" || got[1] != "GET " {
 		t.Fatalf("requests %q", got)
+	}
+}
+
+// TestWriteToReplicaAsksItOnce: a server that answers not_root is not
+// asked again in later rounds, and its error is reported once.
+func TestWriteToReplicaAsksItOnce(t *testing.T) {
+	st, err := store.Open(store.Options{Dir: t.TempDir(), MinFreeBytes: 1, BallastBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &httpapi.Database{Name: "default", Store: st, CanWrite: func() error {
+		return fmt.Errorf("%w: a replica", store.ErrNotRoot)
+	}}
+	var puts atomic.Int32
+	api := httpapi.New(httpapi.DefaultConfig(), catalog{"default": db}, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			puts.Add(1)
+		}
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.Close(); st.Close() })
+	c, err := client.New([]string{srv.URL}, client.Options{WriteAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Put(context.Background(), "k", []byte("v"), nil)
+	if err == nil {
+		t.Fatal("write to a replica succeeded")
+	}
+	if n := strings.Count(err.Error(), "a replica"); n != 1 || puts.Load() != 1 {
+		t.Fatalf("server asked %d times, error repeated %d times: %v", puts.Load(), n, err)
 	}
 }

@@ -163,7 +163,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		s.pools = append(s.pools, pool)
 	}
 	db.CanWrite = func() error {
-		return fmt.Errorf("%w: database %s replicates from %s; write to its root", store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","))
+		return fmt.Errorf("%w: database %s is a replica on this node; send writes to the HTTP address of its root "+
+			"(this node follows the replication address %s; GET /v1/%s/status on each node up the tree names its source)",
+			store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","), d.Name)
 	}
 	db.Status = func() map[string]any {
 		rs := r.State()
