@@ -53,7 +53,7 @@ func cmdDev(args []string) error {
 	every := fs.Duration("every", 2*time.Second, "how often to print the nodes' state")
 	ha := fs.Bool("ha", false, "run the root as a 3-member replicated (Raft) root: root1 (on the addresses above), root2, root3")
 	raftBase := fs.Int("raft-port", 7401, "with --ha: Raft ports of root1..root3 on 127.0.0.1 (this one and the next two)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	self, err := os.Executable()
