@@ -28,3 +28,23 @@ func TestVersionLine(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestIsServeUnder(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		cwd  string
+		want bool
+	}{
+		{[]string{"/bin/qs", "serve", "--data", "qs-dev/root"}, "/home/u", true},
+		{[]string{"/bin/qs", "serve", "--data", "/home/u/qs-dev/leaf1", "--http", "x"}, "/", true},
+		{[]string{"/bin/qs", "serve", "--data", "/home/u/qs-dev"}, "/", false},
+		{[]string{"/bin/qs", "serve", "--data", "/home/u/other"}, "/", false},
+		{[]string{"/bin/qs", "serve", "--data", "../qs-dev/root"}, "/home/u/x", true},
+		{[]string{"/bin/qs", "dev", "--data", "qs-dev/root"}, "/home/u", false},
+		{[]string{"/usr/bin/sleep", "100"}, "/home/u", false},
+	} {
+		if got := isServeUnder(c.args, c.cwd, "/home/u/qs-dev"); got != c.want {
+			t.Errorf("isServeUnder(%q, %q) = %v, want %v", c.args, c.cwd, got, c.want)
+		}
+	}
+}

@@ -60,6 +60,11 @@ func cmdDev(args []string) error {
 	if err != nil {
 		return err
 	}
+	if n, err := stopStaleTree(*data, 15*time.Second); err != nil {
+		return fmt.Errorf("stop the tree a previous qs dev left in %s: %w", *data, err)
+	} else if n > 0 {
+		fmt.Printf("stopped %d qs serve processes a previous qs dev left running in %s\n", n, *data)
+	}
 	nodes := []*devNode{
 		{name: "root"},
 		{name: "mid1", upstream: []string{"root"}},
@@ -97,10 +102,10 @@ func cmdDev(args []string) error {
 		}
 	}()
 	for _, n := range nodes {
-		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
+		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn", "--ballast-bytes", strconv.Itoa(devBallastBytes),
 			"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0"}
 		if n.name == "root" || n.name == "root1" {
-			a = []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
+			a = []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn", "--ballast-bytes", strconv.Itoa(devBallastBytes),
 				"--http", *httpAddr, "--memcache", *mcAddr, "--repl", *replAddr}
 		}
 		if id, ok := strings.CutPrefix(n.name, "root"); ok && *ha {
@@ -125,7 +130,11 @@ func cmdDev(args []string) error {
 			}
 			a = append(a, "--role", "proxy", "--replicas", strings.Join(rs, ","), "--cache-bytes", "16777216", "--window", "1000")
 		}
-		if err := n.start(self, a, filepath.Join(*data, n.name+".log")); err != nil {
+		err := n.start(self, a, filepath.Join(*data, n.name+".log"))
+		if rerr := recordDevPids(*data, nodes); rerr != nil && err == nil {
+			err = rerr
+		}
+		if err != nil {
 			return fmt.Errorf("start %s: %w", n.name, err)
 		}
 		byName[n.name] = n
@@ -150,10 +159,18 @@ Write at the root, read anywhere:
 Read through the proxy (it keeps recent and recently read values, fetches the rest):
   qs get --addr %s --min-index <index from put> greeting
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
-
 `, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"], *data, *data)
+	if used, err := diskUsage(*data); err == nil {
+		fmt.Printf("Disk: %.1f MiB in %s for %d nodes, about 25 MiB a node once written to (the storage engine's\n"+
+			"preallocated log, a %d MiB ballast); each line below ends with the total. rm -r %s when done.\n",
+			float64(used)/(1<<20), *data, len(nodes), devBallastBytes>>20, *data)
+	}
+	fmt.Println()
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// A closed terminal (SIGHUP) and a reader gone (SIGPIPE, as in
+	// qs dev | head) stop the tree like Ctrl-C; if qs dev is killed,
+	// each child gets SIGTERM from the kernel (Pdeathsig, see start).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 	hc := &http.Client{Timeout: time.Second}
 	t := time.NewTicker(*every)
@@ -168,6 +185,9 @@ Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 			default:
 			}
 			line = append(line, n.name+"="+devState(hc, n.addr["http"]))
+		}
+		if used, err := diskUsage(*data); err == nil {
+			line = append(line, fmt.Sprintf("disk=%.0fMiB", float64(used)/(1<<20)))
 		}
 		fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), strings.Join(line, "  "))
 		select {
@@ -226,7 +246,9 @@ func (n *devNode) start(bin string, args []string, logPath string) error {
 	}
 	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stderr = logf
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to us; we stop the children
+	// Ctrl-C goes to us and we stop the children; if we die without
+	// stopping them (SIGKILL), the kernel sends each SIGTERM.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()

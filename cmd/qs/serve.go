@@ -44,6 +44,7 @@ func cmdServe(args []string) error {
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
 		raftPeer = fs.String("raft-peers", "", "initial members of the replicated root: id=host:port,... (this member included, the same list on every member)")
 		raftJoin = fs.Bool("raft-join", false, "join an existing replicated root as a new member (add it first with qs raft add)")
+		ballast  = fs.Int64("ballast-bytes", 0, "size of the file each database keeps to free if the disk fills up (default 64 MiB; -1: none)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
 	if err := parseFlags(fs, args); err != nil {
@@ -89,6 +90,11 @@ func cmdServe(args []string) error {
 	}
 	if *prodFile != "" {
 		cfg.ProducersFile = *prodFile
+	}
+	if *ballast != 0 {
+		for i := range cfg.Databases {
+			cfg.Databases[i].BallastBytes = *ballast
+		}
 	}
 	if *role != "" {
 		cfg.Databases[0].Role = *role
