@@ -141,7 +141,7 @@ func startReplica(t *testing.T, st *store.Store, pid ProcessID, sources []string
 				if err != nil {
 					t.Errorf("replica Run: %v", err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(60 * time.Second):
 				t.Errorf("replica Run did not return")
 			}
 		})
