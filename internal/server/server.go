@@ -91,6 +91,11 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 			s.closeStores()
 			return nil, err
 		}
+		if d.IsReplica() {
+			// The series exist from the start, at 0 unless waiting.
+			mSourceWaiting.WithLabelValues(d.Name).Set(0)
+			mSourceWaitAttempts.WithLabelValues(d.Name)
+		}
 		if wait {
 			s.waiting = append(s.waiting, d)
 			s.waitStates[d.Name] = &waitState{}

@@ -128,6 +128,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s.db = db
 	s.m = newStoreMetrics(o.Name)
+	s.m.initErrorSeries()
 	s.cache = newReadCache(o.ReadCacheBytes, s.m)
 	if err := s.loadMeta(); err != nil {
 		db.Close()
