@@ -42,7 +42,7 @@ var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 // well-known ports, intermediates replicate from it, leaves from an
 // intermediate (the other intermediate and the root as fall-backs), and a
 // proxy follows an intermediate and fetches what it does not keep from
-// two leaves (R-OPS-1). Every node is a real `qs serve` process with its
+// two leaves. Every node is a real `qs serve` process with its
 // data under --data; Ctrl-C stops them all and keeps the data.
 func cmdDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
