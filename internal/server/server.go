@@ -281,16 +281,16 @@ func (s *Server) StartContext(ctx context.Context) error {
 	ls := &listenerSet{inherited: inherited}
 	defer ls.closeUnused()
 
+	var front *swapHandler
 	if s.cfg.HTTP != "" {
 		ln, err := ls.listen("http", "tcp", s.cfg.HTTP)
 		if err != nil {
 			return err
 		}
-		front := &swapHandler{}
+		front = &swapHandler{}
 		front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
 		if len(s.waiting) > 0 {
 			front.set(s.waitingHandler())
-			defer front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
 		}
 		s.http = &http.Server{
 			Handler:           front,
@@ -307,8 +307,15 @@ func (s *Server) StartContext(ctx context.Context) error {
 			s.serveErr("http", s.http.Serve(s.httpLn))
 		})
 	}
-	if err := s.awaitSources(ctx); err != nil {
-		return err
+	if len(s.waiting) > 0 {
+		if err := s.awaitSources(ctx); err != nil {
+			return err
+		}
+		// Every database is open: the API answers before the other
+		// listeners are announced.
+		if front != nil {
+			front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+		}
 	}
 	for _, d := range s.cfg.Databases {
 		db := s.dbs[d.Name]

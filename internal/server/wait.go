@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -97,6 +101,10 @@ func (s *Server) awaitSources(ctx context.Context) error {
 			if err == nil {
 				d.DBID = id.String()
 				break
+			}
+			if permanentLearnError(err) {
+				mSourceWaitAttempts.WithLabelValues(d.Name).Inc()
+				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
 			}
 			mSourceWaitAttempts.WithLabelValues(d.Name).Inc()
 			pause := sourceBackoff(n)
@@ -193,4 +201,45 @@ func writeWaitJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// permanentLearnError reports whether every source refused in a way that
+// waiting does not change: a refusal by the source (wrong database, this
+// node itself), a failed TLS handshake (a certificate refused either
+// way) or a hang-up before any answer (a TLS listener, say). A source that is not up yet (connection refused, timeout, reset)
+// is worth waiting for.
+func permanentLearnError(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, one := range j.Unwrap() {
+				if !permanentSourceError(one) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return permanentSourceError(err)
+}
+
+func permanentSourceError(err error) bool {
+	var refused *repl.RefusedError
+	var opErr *net.OpError
+	var verify *tls.CertificateVerificationError
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &refused), errors.As(err, &verify), errors.As(err, &unknownCA),
+		errors.As(err, &hostname), errors.As(err, &invalid):
+		return true
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		// A TLS alert from the source: it refused our certificate.
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// The source accepted and hung up without a word: it expects TLS
+		// (or another protocol) on that address.
+		return true
+	}
+	return false
 }

@@ -3,8 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -184,5 +187,28 @@ func TestWaitEndsWithContext(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("start still waiting 60s after its context ended")
+	}
+}
+
+func TestPermanentLearnError(t *testing.T) {
+	refused := &repl.RefusedError{Code: repl.RefuseUnknownDatabase, Reason: "no such database"}
+	connRefused := &net.OpError{Op: "dial", Err: errors.New("connect: connection refused")}
+	tlsAlert := &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}
+	wrap := func(errs ...error) error { return fmt.Errorf("learn database id: %w", errors.Join(errs...)) }
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{wrap(connRefused), false},
+		{wrap(refused), true},
+		{wrap(tlsAlert), true},
+		{wrap(refused, connRefused), false}, // one source may still come up
+		{wrap(refused, tlsAlert), true},
+		{wrap(fmt.Errorf("a: %w", x509.UnknownAuthorityError{})), true},
+		{wrap(fmt.Errorf("a: %w", io.EOF)), true},
+	} {
+		if got := permanentLearnError(c.err); got != c.want {
+			t.Errorf("permanentLearnError(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
