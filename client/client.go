@@ -447,8 +447,11 @@ func (c *Client) write(ctx context.Context, f func(base string, h http.Header) e
 		h["Authorization"] = []string{c.auth}
 	}
 	var errs []error
+	// A server that says it is not the root says so again: it is not
+	// asked twice, and the write ends once every server said so.
+	notRoot := map[int]bool{}
 	pause := c.backoff
-	for round := 0; round < c.retries; round++ {
+	for round := 0; round < c.retries && len(notRoot) < len(c.servers); round++ {
 		if round > 0 {
 			t := time.NewTimer(pause)
 			select {
@@ -460,6 +463,9 @@ func (c *Client) write(ctx context.Context, f func(base string, h http.Header) e
 			pause *= 2
 		}
 		for _, i := range c.order() {
+			if notRoot[i] {
+				continue
+			}
 			s := c.servers[i]
 			err := f(s, h)
 			c.note(ctx, i, err)
@@ -468,6 +474,7 @@ func (c *Client) write(ctx context.Context, f func(base string, h http.Header) e
 			case err == nil || ctx.Err() != nil:
 				return err
 			case errors.As(err, &e) && e.Code == "not_root":
+				notRoot[i] = true
 			case retryable(err):
 			default:
 				return err

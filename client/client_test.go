@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,34 +114,51 @@ func TestClientSidelinesSilentServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer silent.Close() // never accepts: connections wait in the backlog
-	const timeout = 300 * time.Millisecond
-	c, _ := client.New([]string{silent.Addr().String(), srv.URL}, client.Options{Timeout: timeout, Sideline: time.Second})
+	defer silent.Close()
+	// Accepts connections and never answers; counts them.
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			defer c.Close()
+		}
+	}()
+	const (
+		timeout  = time.Second
+		sideline = 3 * time.Second
+	)
+	c, _ := client.New([]string{"http://" + silent.Addr().String(), srv.URL}, client.Options{Timeout: timeout, Sideline: sideline})
 	ctx := context.Background()
-	timed := func(f func() error) time.Duration {
+	must := func(err error) {
 		t.Helper()
-		start := time.Now()
-		if err := f(); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
-		return time.Since(start)
 	}
 	put := func() error { _, err := c.Put(ctx, "k", []byte("v"), nil); return err }
 	get := func() error { _, err := c.Get(ctx, "k", client.ReadOptions{}); return err }
-	if d := timed(put); d < timeout {
-		t.Fatalf("first write took %v: did it not try the silent server first?", d)
+	must(put())
+	sidelined := time.Now()
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("first write: %d connections to the silent server, want 1 (tried first, then timed out)", n)
 	}
 	for i := 0; i < 5; i++ {
-		if d := timed(get); d >= timeout {
-			t.Fatalf("read %d took %v: the silent server was not sidelined", i, d)
-		}
-		if d := timed(put); d >= timeout {
-			t.Fatalf("write %d took %v: the silent server was not sidelined", i, d)
-		}
+		must(get())
+		must(put())
 	}
-	time.Sleep(time.Second) // the sideline ends: the first server is tried again
-	if d := timed(get); d < timeout {
-		t.Fatalf("read after the sideline took %v: the silent server was not tried again", d)
+	if n := conns.Load(); n != 1 && time.Since(sidelined) < sideline {
+		t.Fatalf("%d connections to the silent server during its sideline, want 1", n)
+	} else if n != 1 {
+		t.Logf("sideline over before the requests ended (a slow machine): not checked")
+	}
+	time.Sleep(sideline) // the sideline ends: the first server is tried again
+	must(get())
+	if n := conns.Load(); n < 2 {
+		t.Fatalf("read after the sideline: the silent server was not tried again (%d connections)", n)
 	}
 }
 
@@ -299,5 +317,37 @@ func TestClientSendsTokenWithWritesOnly(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "PUT Bearer s3cret" || got[1] != "GET " {
 		t.Fatalf("requests %q", got)
+	}
+}
+
+// TestWriteToReplicaAsksItOnce: a server that answers not_root is not
+// asked again in later rounds, and its error is reported once.
+func TestWriteToReplicaAsksItOnce(t *testing.T) {
+	st, err := store.Open(store.Options{Dir: t.TempDir(), MinFreeBytes: 1, BallastBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &httpapi.Database{Name: "default", Store: st, CanWrite: func() error {
+		return fmt.Errorf("%w: a replica", store.ErrNotRoot)
+	}}
+	var puts atomic.Int32
+	api := httpapi.New(httpapi.DefaultConfig(), catalog{"default": db}, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			puts.Add(1)
+		}
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.Close(); st.Close() })
+	c, err := client.New([]string{srv.URL}, client.Options{WriteAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Put(context.Background(), "k", []byte("v"), nil)
+	if err == nil {
+		t.Fatal("write to a replica succeeded")
+	}
+	if n := strings.Count(err.Error(), "a replica"); n != 1 || puts.Load() != 1 {
+		t.Fatalf("server asked %d times, error repeated %d times: %v", puts.Load(), n, err)
 	}
 }

@@ -208,7 +208,7 @@ func httpDo(t *testing.T, token, method, url, body string) httpAnswer {
 // most: the file poll runs every 2s).
 func waitStatus(t *testing.T, token, method, url string, status int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r := httpDo(t, token, method, url, "v")
 		if r.status == status {
@@ -224,7 +224,7 @@ func waitStatus(t *testing.T, token, method, url string, status int) {
 // waitLog waits up to 10s for a line of the process's output to contain s.
 func waitLog(t *testing.T, p *proc, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		sc := bufio.NewScanner(bytes.NewReader([]byte(p.out.String())))
 		for sc.Scan() {

@@ -104,7 +104,7 @@ func TestRaftPartitionedLeader(t *testing.T) {
 		}
 	}()
 	// The old leader steps down (CheckQuorum); the majority has a leader.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	var newLead uint64
 	for time.Now().Before(deadline) && newLead == 0 {
 		time.Sleep(100 * time.Millisecond)
@@ -174,7 +174,7 @@ func TestRaftRestartResumesApplyExactlyOnce(t *testing.T) {
 	}
 	select {
 	case <-f.p.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the failpoint never fired")
 	}
 	if !strings.Contains(f.p.out.String(), "failpoint raft-after-persist") {
@@ -456,7 +456,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	if err == nil {
 		t.Fatal("a stranger's TLS connection was served")
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for metricValue(t, lead.http, `qs_raft_message_errors_total{db="default",kind="auth"}`) != before+1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the refused TLS connection was not counted")

@@ -11,7 +11,7 @@ import (
 	"github.com/quicksilver-kv/qs/client"
 )
 
-// TestTreeKillIntermediateMidStream runs the tree of issue 3 as real
+// TestTreeKillIntermediateMidStream runs a three-level tree as real
 // processes: a root, two intermediates, four leaves (each leaf's primary is
 // one intermediate, its secondaries the other one and the root). One
 // client keeps writing a mix of sets, overwrites, deletes and batches at

@@ -76,7 +76,7 @@ func cmdBench(args []string) error {
 	var scenarios []string
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
+		if err := parseFlags(fs, rest); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/client"
+	"golang.org/x/term"
 )
 
 func init() {
@@ -62,7 +63,7 @@ func (f clientFlags) read() client.ReadOptions {
 }
 
 func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() != want {
@@ -94,8 +95,24 @@ func cmdGet(args []string) error {
 	if *verbose {
 		fmt.Fprintf(os.Stderr, "index=%d applied_index=%d\n", v.Index, v.AppliedIndex)
 	}
-	_, err = os.Stdout.Write(v.Value)
+	_, err = os.Stdout.Write(valueOutput(v.Value, isTerminal(os.Stdout)))
 	return err
+}
+
+// valueOutput is what qs get prints for value: the bytes as stored when
+// stdout is a file or a pipe (so qs get k > file copies the value
+// exactly), and a newline after a value that lacks one on a terminal (so
+// the shell prompt starts on a line of its own).
+func valueOutput(value []byte, terminal bool) []byte {
+	if terminal && len(value) > 0 && value[len(value)-1] != '\n' {
+		return append(value[:len(value):len(value)], '\n')
+	}
+	return value
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	return term.IsTerminal(int(f.Fd()))
 }
 
 func cmdPut(args []string) error {

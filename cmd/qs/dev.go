@@ -45,7 +45,7 @@ var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 // well-known ports, intermediates replicate from it, leaves from an
 // intermediate (the other intermediate and the root as fall-backs), and a
 // proxy follows an intermediate and fetches what it does not keep from
-// two leaves (R-OPS-1). Every node is a real `qs serve` process with its
+// two leaves. Every node is a real `qs serve` process with its
 // data under --data; Ctrl-C stops them all and keeps the data.
 func cmdDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
@@ -57,12 +57,17 @@ func cmdDev(args []string) error {
 	ha := fs.Bool("ha", false, "run the root as a 3-member replicated (Raft) root: root1 (on the addresses above), root2, root3")
 	raftBase := fs.Int("raft-port", 7401, "with --ha: Raft ports of root1..root3 on 127.0.0.1 (this one and the next two)")
 	gossipN := fs.Int("replicas", 0, "instead of the fixed tree: a root and this many replicas that find their place through the gossip overlay (at most 4 children each)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	if n, err := stopStaleTree(*data, 15*time.Second); err != nil {
+		return fmt.Errorf("stop the tree a previous qs dev left in %s: %w", *data, err)
+	} else if n > 0 {
+		fmt.Printf("stopped %d qs serve processes a previous qs dev left running in %s\n", n, *data)
 	}
 	nodes := []*devNode{
 		{name: "root"},
@@ -110,10 +115,10 @@ func cmdDev(args []string) error {
 		}
 	}()
 	for _, n := range nodes {
-		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
+		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn", "--ballast-bytes", strconv.Itoa(devBallastBytes),
 			"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0"}
 		if n.name == "root" || n.name == "root1" {
-			a = []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn",
+			a = []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn", "--ballast-bytes", strconv.Itoa(devBallastBytes),
 				"--http", *httpAddr, "--memcache", *mcAddr, "--repl", *replAddr}
 		}
 		if id, ok := strings.CutPrefix(n.name, "root"); ok && *ha {
@@ -145,7 +150,11 @@ func cmdDev(args []string) error {
 			}
 			a = append(a, "--role", "proxy", "--replicas", strings.Join(rs, ","), "--cache-bytes", "16777216", "--window", "1000")
 		}
-		if err := n.start(self, a, filepath.Join(*data, n.name+".log")); err != nil {
+		err := n.start(self, a, filepath.Join(*data, n.name+".log"))
+		if rerr := recordDevPids(*data, nodes); rerr != nil && err == nil {
+			err = rerr
+		}
+		if err != nil {
 			return fmt.Errorf("start %s: %w", n.name, err)
 		}
 		byName[n.name] = n
@@ -169,7 +178,6 @@ The replicas find their sources through the gossip overlay. Write at the root, r
   qs put --addr %s greeting hello
   qs members --addr %s
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
-
 `, root, root, *data, *data)
 	} else {
 		fmt.Printf(`
@@ -179,11 +187,19 @@ Write at the root, read anywhere:
 Read through the proxy (it keeps recent and recently read values, fetches the rest):
   qs get --addr %s --min-index <index from put> greeting
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
-
 `, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"], *data, *data)
 	}
+	if used, err := diskUsage(*data); err == nil {
+		fmt.Printf("Disk: %.1f MiB in %s for %d nodes, about 25 MiB a node once written to (the storage engine's\n"+
+			"preallocated log, a %d MiB ballast); each line below ends with the total. rm -r %s when done.\n",
+			float64(used)/(1<<20), *data, len(nodes), devBallastBytes>>20, *data)
+	}
+	fmt.Println()
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// A closed terminal (SIGHUP) and a reader gone (SIGPIPE, as in
+	// qs dev | head) stop the tree like Ctrl-C; if qs dev is killed,
+	// each child gets SIGTERM from the kernel (Pdeathsig, see start).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 	hc := &http.Client{Timeout: time.Second}
 	t := time.NewTicker(*every)
@@ -198,6 +214,9 @@ Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 			default:
 			}
 			line = append(line, n.name+"="+devState(hc, n.addr["http"]))
+		}
+		if used, err := diskUsage(*data); err == nil {
+			line = append(line, fmt.Sprintf("disk=%.0fMiB", float64(used)/(1<<20)))
 		}
 		fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), strings.Join(line, "  "))
 		select {
@@ -256,7 +275,9 @@ func (n *devNode) start(bin string, args []string, logPath string) error {
 	}
 	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stderr = logf
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to us; we stop the children
+	// Ctrl-C goes to us and we stop the children; if we die without
+	// stopping them (SIGKILL), the kernel sends each SIGTERM.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()

@@ -36,29 +36,63 @@ func usage() {
 }
 
 func main() {
-	if len(os.Args) < 2 {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run runs the command named by args[0] and returns the exit status: 0 on
+// success and for help asked for (-h, --help, help), 2 for a usage error
+// (an unknown command or flag: the flag package has printed it with the
+// command's flags), 1 or the command's own status for other errors,
+// printed once.
+func run(args []string) int {
+	if len(args) < 1 {
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	cmd, ok := commands[os.Args[1]]
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage()
+		return 0
+	}
+	cmd, ok := commands[args[0]]
 	if !ok {
-		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
-			fmt.Fprintf(os.Stderr, "qs: unknown command %q\n\n", os.Args[1])
-		}
+		fmt.Fprintf(os.Stderr, "qs: unknown command %q\n\n", args[0])
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	if err := cmd.run(os.Args[2:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintf(os.Stderr, "qs %s: %v\n", os.Args[1], err)
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
+	err := cmd.run(args[1:])
+	var fe flagError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &fe):
+		return 2
 	}
+	fmt.Fprintf(os.Stderr, "qs %s: %v\n", args[0], err)
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// flagError is a flag the flag package refused and has already printed,
+// with the command's flags.
+type flagError struct{ err error }
+
+func (e flagError) Error() string { return e.err.Error() }
+func (e flagError) Unwrap() error { return e.err }
+
+// parseFlags parses a command's flags. A refused flag comes back as a
+// flagError (printed already), -h as flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return flagError{err}
+	}
+	return err
 }
 
 // exitCoder lets a command choose its exit status (qs verify exits 3 on

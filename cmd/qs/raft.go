@@ -19,7 +19,7 @@ func cmdRaft(args []string) error {
 	usage := "usage: qs raft [--addr A] add ID RAFT_ADDR | remove ID | members"
 	fs := flag.NewFlagSet("raft", flag.ContinueOnError)
 	cf := newClientFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	rest := fs.Args()

@@ -50,9 +50,10 @@ func cmdServe(args []string) error {
 		maxKids  = fs.Int("max-children", 0, "with the overlay: replicas that may stream each database from this node at once; one more is refused \"full\" (default 16)")
 		clusterK = fs.String("cluster-key", "", "cluster key file (made by qs cert key): authenticates every replication and Raft connection, both ways")
 		insecure = fs.Bool("insecure", false, "let the replication and Raft listeners listen beyond loopback without a cluster key or mutual TLS (anyone who reaches them can read everything and, on Raft, write)")
+		ballast  = fs.Int64("ballast-bytes", 0, "size of the file each database keeps to free if the disk fills up (default 64 MiB; -1: none)")
 		prodFile = fs.String("producers", "", "producers file: bearer tokens, prefixes and quotas of the writers (reloaded on SIGHUP and when it changes); none: open writes, for development only")
 	)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -115,6 +116,11 @@ func cmdServe(args []string) error {
 		cfg.ClusterKey = *clusterK
 	}
 	cfg.Insecure = cfg.Insecure || *insecure
+	if *ballast != 0 {
+		for i := range cfg.Databases {
+			cfg.Databases[i].BallastBytes = *ballast
+		}
+	}
 	if *role != "" {
 		cfg.Databases[0].Role = *role
 	}
@@ -185,10 +191,20 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(); err != nil {
+	// A new replica may wait for its sources during start; a signal then
+	// stops the wait.
+	startCtx, stopStart := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err = srv.StartContext(startCtx)
+	stopped := startCtx.Err() != nil
+	stopStart()
+	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
 		defer cancel()
 		srv.Shutdown(ctx)
+		if stopped {
+			log.Info("shutting down", "reason", err)
+			return nil
+		}
 		return err
 	}
 	sig := make(chan os.Signal, 2)

@@ -49,7 +49,7 @@ Exit status: 0 clean, 3 problems found, 1 the check could not run.
 `)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		return err
 	}
 	if *data == "" || fl.NArg() != 0 {

@@ -146,8 +146,9 @@ func testReadLat(t *testing.T, reader string) {
 	}
 }
 
-// With a write rate, the writers together send about that many writes per
-// second, however fast the server stores them.
+// With a write rate, the writers together send at most that many writes
+// per second, however fast the server stores them (and, on a quiet
+// machine, QS_BENCH=1, about that many: a loaded one sends fewer).
 func TestReadLatWriteRate(t *testing.T) {
 	defer checkNoLeaks(t)
 	a := newFakeTarget(t, "a", false)
@@ -159,8 +160,11 @@ func TestReadLatWriteRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := checkOp(t, &res.Phases[0], "write")
-	if w.OpsPerSec < 150 || w.OpsPerSec > 210 {
+	if w.OpsPerSec <= 0 || w.OpsPerSec > 210 {
 		t.Errorf("%.0f writes/s with a cap of %d", w.OpsPerSec, cfg.ReadLatWriteRate)
+	}
+	if os.Getenv("QS_BENCH") != "" && w.OpsPerSec < 150 {
+		t.Errorf("%.0f writes/s with a cap of %d on a quiet machine", w.OpsPerSec, cfg.ReadLatWriteRate)
 	}
 }
 

@@ -23,7 +23,7 @@
 // (--readlat-reader thread, the default on Linux), so that its latencies
 // hold the server's delays and one kernel wake-up, not the Go scheduler's
 // wake-ups of this process: a goroutine parked in the network poller
-// (--readlat-reader poller, the only way before 2026-11-25) is woken by
+// (--readlat-reader poller) is woken by
 // the poller's thread, handed to a P, and may need another thread to run
 // it, and under load each step waits for a CPU. That tail is the client's
 // and is added to both sides of a comparison; it made memcached's p99.9

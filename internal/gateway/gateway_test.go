@@ -173,14 +173,14 @@ ops_burst = 2
 	// ~400ms.
 	rejected := rejectionsTotal.WithLabelValues("quota-ops", reasonQuotaOps)
 	r0 := testutil.ToFloat64(rejected)
-	start = time.Now()
-	err := p.Admit(ctx, 2, 10)
+	// With a context already done: a refusal that waited would end with
+	// the context's error instead.
+	done, cancelDone := context.WithCancel(ctx)
+	cancelDone()
+	err := p.Admit(done, 2, 10)
 	var qe *QuotaError
 	if !errors.As(err, &qe) || !errors.Is(err, ErrQuota) || qe.Quota != "ops" || qe.RetryAfter <= 0 || qe.RetryAfter > 400*time.Millisecond {
 		t.Fatalf("over quota: %v (%+v)", err, qe)
-	}
-	if el := time.Since(start); el > 50*time.Millisecond {
-		t.Errorf("refusal took %v; it must not wait", el)
 	}
 	if d := testutil.ToFloat64(rejected) - r0; d != 1 {
 		t.Errorf("quota_ops rejections counted %v, want 1", d)
@@ -219,12 +219,8 @@ bytes_per_second = 1000
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	if err := p.Admit(ctx, 1, 1000); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("wait ended by the context: %v", err)
-	}
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("wait not bounded by the context: %v", el)
 	}
 	// Unlimited ops: any count passes.
 	g2, _ := openGateway(t, fmt.Sprintf("max_wait = \"0s\"\n[[producer]]\nname = \"quota-bytes-2\"\ntokens = [%q]\nprefixes = [\"\"]\nbytes_per_second = 100\n", hashB))
@@ -314,10 +310,10 @@ func TestReload(t *testing.T) {
 // waitFor polls cond for up to 5 seconds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
+			t.Fatal("condition not reached in 60s")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

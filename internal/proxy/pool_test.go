@@ -268,12 +268,15 @@ func bigValue(k string, size int) []byte {
 // answers.
 func TestPoolWaitsForSlowHealthyMember(t *testing.T) {
 	const (
-		nkeys     = 48
+		// The batch takes longer than an attempt's timeout to cross the
+		// link; the timeout and the minimum rate leave room (1.5 s without
+		// a byte, 8× below the link's rate) for a loaded machine's stalls.
+		nkeys     = 64
 		size      = 64 << 10
-		attempt   = 300 * time.Millisecond
-		minRate   = 1 << 20
-		linkRate  = 4 << 20
-		batchTime = time.Duration(nkeys * size * int64(time.Second) / linkRate) // ~0.75s
+		attempt   = 1500 * time.Millisecond
+		minRate   = 256 << 10
+		linkRate  = 2 << 20
+		batchTime = time.Duration(nkeys * size * int64(time.Second) / linkRate) // ~2s
 	)
 	c := newCluster(t)
 	root := c.root()
@@ -343,7 +346,7 @@ func TestPoolWaitsForSlowHealthyMember(t *testing.T) {
 	}
 
 	// Stalled: no byte passes. The big batch is given up after about
-	// AttemptTimeout, not its deadline (AttemptTimeout + 3 MiB at 1 MiB/s).
+	// AttemptTimeout, not its deadline (AttemptTimeout + 4 MiB at 256 KiB/s).
 	slow.stall.Store(true)
 	d, err := readAll()
 	if err != nil {

@@ -147,7 +147,7 @@ func (m *member) stop() {
 // leader waits for a leader that every running member agrees on.
 func (c *cluster) leader() *member {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		var lead uint64
 		agree := true
@@ -187,7 +187,7 @@ func (c *cluster) follower() *member {
 // head, and returns it.
 func (c *cluster) waitConverged() store.Head {
 	c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var first *store.Head
 		same := true

@@ -133,7 +133,7 @@ func TestReplaceMember(t *testing.T) {
 	c.checkDigests()
 	// Status is updated after each batch of Raft work: it may trail the
 	// apply that answered the write by one.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		s := c.members[4].node.Status()
 		if len(s.Members) == 3 && s.Members[gone.id] == "" {
 			break

@@ -15,7 +15,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// TestBootstrapRate measures the bootstrap benchmark: MB/s of a
+// TestBootstrapRate is the bootstrap benchmark: MB/s of a
 // bootstrap of a database of QS_BENCH_BOOTSTRAP_MB (default 1024) MB over
 // loopback, against copying the same snapshot's files with cp (and with
 // cp followed by sync, since a bootstrap fsyncs every file), alternating

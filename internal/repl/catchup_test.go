@@ -13,7 +13,7 @@ import (
 )
 
 // TestCatchUpRate measures how fast a new replica applies a long log it
-// is far behind on (the "apply" benchmark: target ≥ 100,000
+// is far behind on (the "apply" benchmark: target ≥ 100,000
 // entries/s). Each entry is one set of a 100-byte value, as in a busy
 // configuration database. Gated: QS_BENCH=1 (QS_BENCH_ENTRIES, default
 // 200,000).

@@ -104,7 +104,7 @@ func startServer(t *testing.T, st *store.Store, pid ProcessID, tweak func(*Serve
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
@@ -141,7 +141,7 @@ func startReplica(t *testing.T, st *store.Store, pid ProcessID, sources []string
 				if err != nil {
 					t.Errorf("replica Run: %v", err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(60 * time.Second):
 				t.Errorf("replica Run did not return")
 			}
 		})
@@ -325,7 +325,7 @@ func rawSession(t *testing.T, addr string, h *Hello) (net.Conn, Message) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.SetDeadline(time.Now().Add(60 * time.Second))
 	if err := WriteMessage(c, h); err != nil {
 		t.Fatal(err)
 	}

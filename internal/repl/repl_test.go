@@ -71,7 +71,7 @@ func TestReplicate(t *testing.T) {
 // store publishes them.
 func entriesApplied(t *testing.T, name string, want float64) float64 {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for value(mEntriesApplied.WithLabelValues(name)) < want && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

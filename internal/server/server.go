@@ -60,6 +60,11 @@ type Server struct {
 	overlay        *discovery.Overlay          // nil: no gossip overlay
 	agents         map[string]*discovery.Agent // of replicated databases, with the overlay
 
+	// waiting are new replicas that learn their database id from a
+	// source during Start (see wait.go).
+	waiting    []config.Database
+	waitStates map[string]*waitState
+
 	quit chan struct{}
 	wg   sync.WaitGroup
 	mu   struct {
@@ -89,7 +94,23 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	if err := s.startOverlay(); err != nil {
 		return nil, err
 	}
+	s.waitStates = map[string]*waitState{}
 	for _, d := range cfg.Databases {
+		wait, err := needsSource(cfg, d)
+		if err != nil {
+			s.closeStores()
+			return nil, err
+		}
+		if d.IsReplica() {
+			// The series exist from the start, at 0 unless waiting.
+			mSourceWaiting.WithLabelValues(d.Name).Set(0)
+			mSourceWaitAttempts.WithLabelValues(d.Name)
+		}
+		if wait {
+			s.waiting = append(s.waiting, d)
+			s.waitStates[d.Name] = &waitState{}
+			continue
+		}
 		if err := s.openDatabase(d); err != nil {
 			s.closeStores()
 			s.leaveOverlay()
@@ -118,17 +139,12 @@ func (s *Server) openDatabase(d config.Database) error {
 			}
 		}
 	}
-	if d.IsReplica() && o.DBID.IsZero() {
+	if d.IsReplica() && !d.IsStatic() && o.DBID.IsZero() {
+		// A new replica that finds its sources through the overlay takes
+		// the root's database id from a member (one with configured
+		// sources learns it while it waits for them, see wait.go).
 		if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
-			// A new replica takes the root's database id from a source.
-			if d.IsStatic() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				o.DBID, err = repl.LearnDBID(ctx, append(append([]string{}, d.Upstream...), d.Secondary...), d.Name, repl.DefaultProcessID, s.replDial())
-				cancel()
-			} else {
-				o.DBID, err = s.learnDBIDFromOverlay(d.Name)
-			}
-			if err != nil {
+			if o.DBID, err = s.learnDBIDFromOverlay(d.Name); err != nil {
 				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
 			}
 		}
@@ -182,7 +198,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		s.pools = append(s.pools, pool)
 	}
 	db.CanWrite = func() error {
-		return fmt.Errorf("%w: database %s replicates from %s; write to its root", store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","))
+		return fmt.Errorf("%w: database %s is a replica on this node; send writes to the HTTP address of its root "+
+			"(this node follows the replication address %s; GET /v1/%s/status on each node up the tree names its source)",
+			store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","), d.Name)
 	}
 	db.Status = func() map[string]any {
 		rs := r.State()
@@ -285,7 +303,13 @@ func (s *Server) DatabaseNames() []string { return s.order }
 
 // Start opens (or inherits) every listener, announces them and starts
 // serving. It returns once everything listens.
-func (s *Server) Start() error {
+func (s *Server) Start() error { return s.StartContext(context.Background()) }
+
+// StartContext is Start, but a new replica waiting for its sources (see
+// wait.go) gives up when ctx ends. Until every database is open, HTTP
+// answers /healthz with 503 and a waiting database's status with "state":
+// "waiting"; the other listeners open once every database is open.
+func (s *Server) StartContext(ctx context.Context) error {
 	inherited, err := inheritedListeners()
 	if err != nil {
 		return err
@@ -293,14 +317,20 @@ func (s *Server) Start() error {
 	ls := &listenerSet{inherited: inherited}
 	defer ls.closeUnused()
 
+	var front *swapHandler
 	if s.cfg.HTTP != "" {
 		ln, err := ls.listen("http", "tcp", s.cfg.HTTP)
 		if err != nil {
 			return err
 		}
 		limit := &httpapi.ConnLimit{Max: s.cfg.MaxHTTPConns}
+		front = &swapHandler{}
+		front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+		if len(s.waiting) > 0 {
+			front.set(s.waitingHandler())
+		}
 		s.http = &http.Server{
-			Handler:           limit.Wrap(httpapi.New(httpapi.DefaultConfig(), s, s.log)),
+			Handler:           limit.Wrap(front),
 			ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout.Duration,
 			IdleTimeout:       s.cfg.HTTPIdleTimeout.Duration,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -316,6 +346,16 @@ func (s *Server) Start() error {
 			defer close(s.httpServed)
 			s.serveErr("http", s.http.Serve(s.httpLn))
 		})
+	}
+	if len(s.waiting) > 0 {
+		if err := s.awaitSources(ctx); err != nil {
+			return err
+		}
+		// Every database is open: the API answers before the other
+		// listeners are announced.
+		if front != nil {
+			front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+		}
 	}
 	for _, d := range s.cfg.Databases {
 		db := s.dbs[d.Name]

@@ -279,7 +279,7 @@ func diskFullChild(dir string) {
 	// Pebble writes its log in the background (the segment is the
 	// commit's durability point), so its ENOSPC comes after a batch or
 	// two was acknowledged, and ends the process.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for b := 0; time.Now().Before(deadline); b++ {
 		r, err := writeBatch(ctx, s, spillBatch(b)...)
 		if err != nil {

@@ -21,7 +21,7 @@ import (
 var (
 	engine = metrics.MustRegister(&engineCollector{stores: map[*Store]struct{}{}, descs: []*prometheus.Desc{
 		dWALFsync, dWALBytes, dFlushes, dFlushBytes, dCompactions, dCompactBytes, dDebt,
-		dL0Tables, dL0Sublevels, dTables, dBlobFiles, dMemtable}})
+		dL0Tables, dL0Sublevels, dTables, dBlobFiles, dMemtable, dDiskAvail, dDiskTotal, dDiskReserve}})
 
 	mWriteStalls = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "engine_write_stalls_total",
@@ -115,6 +115,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		m := s.db.Metrics()
 		s.engine.RUnlock()
 		collectEngine(ch, s.opts.Name, m)
+		collectDisk(ch, s)
 	}
 }
 

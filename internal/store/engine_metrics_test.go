@@ -133,3 +133,29 @@ func TestWriteStallMetrics(t *testing.T) {
 		t.Errorf("stall seconds +%g", v)
 	}
 }
+
+func TestDiskSpaceMetrics(t *testing.T) {
+	s, err := Open(Options{Name: "diskspace", Dir: t.TempDir(), MinFreeBytes: 12345, BallastBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := map[string]float64{}
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "db" && l.GetValue() == "diskspace" && m.GetGauge() != nil {
+					got[mf.GetName()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if got["qs_store_disk_reserve_bytes"] != 12345 || got["qs_store_disk_total_bytes"] <= 0 ||
+		got["qs_store_disk_avail_bytes"] <= 0 || got["qs_store_disk_avail_bytes"] > got["qs_store_disk_total_bytes"] {
+		t.Fatalf("disk metrics: %v", got)
+	}
+}

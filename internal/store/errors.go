@@ -27,6 +27,8 @@ var (
 	ErrCorrupt = errors.New("qs: integrity check failed")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("qs: store closed")
+	// ErrInUse: another process has the store's directory open.
+	ErrInUse = errors.New("qs: data directory in use")
 	// ErrLogTruncated: the requested log index is older than the retained log.
 	ErrLogTruncated = errors.New("qs: log entry no longer retained")
 	// ErrDBIDMismatch: the store belongs to another database.

@@ -148,7 +148,7 @@ func TestProxyWindowAndRemoteRecords(t *testing.T) {
 // waitFor polls cond for up to 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

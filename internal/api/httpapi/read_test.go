@@ -273,7 +273,7 @@ func TestMinIndexTimeout(t *testing.T) {
 		if r.header.Get("Qs-Applied-Index") != strconv.FormatUint(applied, 10) {
 			t.Fatalf("timeout Qs-Applied-Index %q, want %d", r.header.Get("Qs-Applied-Index"), applied)
 		}
-		if took < atLeast || took > 5*time.Second {
+		if took < atLeast || took > 60*time.Second {
 			t.Fatalf("timeout after %v, want about %v", took, atLeast)
 		}
 	}
