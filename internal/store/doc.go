@@ -65,6 +65,7 @@
 //	placement.go                        where a role keeps applied values
 //	keystate.go, groupblock.go          a group's view of keys, its block
 //	diskspace.go                        the free-space reserve
+//	damage.go                           damaged engine files: counted, not fatal
 //	read.go, cache.go, log.go           reads, the read cache, ReadLog
 //	segment.go, segfiles.go,            log segments: format, files,
 //	segstore.go, seguse.go              replay, collection, use counts
