@@ -76,6 +76,7 @@
 //	proxy.go, proxykeep.go, proxyread.go  the proxy role
 //	verify.go, verify_log.go,           the offline check (qs verify)
 //	verify_history.go
-//	metrics.go, engine_metrics.go       metrics
+//	metrics.go, engine_metrics.go,      metrics
+//	logclock.go
 //	usage.go                            usage per key prefix
 package store
