@@ -499,6 +499,9 @@ func (s *Server) serveErr(what string, err error) {
 func (s *Server) heartbeatLoop(db *httpapi.Database, every time.Duration) {
 	t := time.NewTicker(every / 2)
 	defer t.Stop()
+	// A full disk fails every attempt, twice an interval: say so once a
+	// minute.
+	failures := repeatLog{interval: time.Minute}
 	for {
 		select {
 		case <-s.quit:
@@ -509,8 +512,11 @@ func (s *Server) heartbeatLoop(db *httpapi.Database, every time.Duration) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		if _, err := db.Store.Heartbeat(ctx); err != nil && !errors.Is(err, store.ErrClosed) {
-			s.log.Warn("heartbeat not written", "db", db.Name, "err", err)
+		switch _, err := db.Store.Heartbeat(ctx); {
+		case err == nil:
+			failures.ok(s.log, "heartbeat written again", "db", db.Name)
+		case !errors.Is(err, store.ErrClosed):
+			failures.failed(s.log, time.Now(), "heartbeat not written", err, "db", db.Name)
 		}
 		cancel()
 	}

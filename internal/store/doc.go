@@ -65,6 +65,7 @@
 //	placement.go                        where a role keeps applied values
 //	keystate.go, groupblock.go          a group's view of keys, its block
 //	diskspace.go                        the free-space reserve
+//	damage.go                           damaged engine files: counted, not fatal
 //	read.go, cache.go, log.go           reads, the read cache, ReadLog
 //	segment.go, segfiles.go,            log segments: format, files,
 //	segstore.go, seguse.go              replay, collection, use counts
@@ -75,6 +76,7 @@
 //	proxy.go, proxykeep.go, proxyread.go  the proxy role
 //	verify.go, verify_log.go,           the offline check (qs verify)
 //	verify_history.go
-//	metrics.go, engine_metrics.go       metrics
+//	metrics.go, engine_metrics.go,      metrics
+//	logclock.go
 //	usage.go                            usage per key prefix
 package store

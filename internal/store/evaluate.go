@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -32,6 +33,31 @@ type command struct {
 	// entry gets the last entry's time if it is earlier, so the log's
 	// clock never goes back.
 	time int64
+	// proposed: time comes from another node's clock (a Raft proposal or
+	// heartbeat), which may be far ahead; the entry's time is then at
+	// most maxProposedClockStep past the last entry's (boundTime).
+	proposed bool
+}
+
+// maxProposedClockStep bounds how far one proposed entry moves the log's
+// clock. A proposal dated a day ahead would otherwise move it a day for
+// good: batch outcomes would expire at once (a retried write applied
+// twice), history would expire, and replica lag would read 0. Heartbeats
+// come every second, so an honest log moves far less per entry; after a
+// long outage the clock catches up at this rate, expiring things late,
+// never early. Part of the log's meaning: the same on every member.
+const maxProposedClockStep = int64(30 * time.Second)
+
+// boundTime is the time of the entry of cmd after last: never before
+// last's, and for a proposed command at most maxProposedClockStep after it
+// (a first entry takes the proposed time). clamped: the proposed time was
+// further ahead.
+func boundTime(cmd command, last int64) (t int64, clamped bool) {
+	t = max(cmd.time, last)
+	if cmd.proposed && last > 0 && t-last > maxProposedClockStep {
+		return last + maxProposedClockStep, true
+	}
+	return t, false
 }
 
 // keyView is what evaluation knows of a key.
@@ -79,6 +105,9 @@ type evaluation struct {
 	// time is the command's time on the log's clock: its entry's, and
 	// that of its batch outcome.
 	time int64
+	// clamped: the proposed time was further ahead than the log's clock
+	// may move in one entry (boundTime).
+	clamped bool
 }
 
 // evaluator evaluates commands. Its one setting is part of the log's
@@ -94,10 +123,10 @@ type evaluator struct {
 // damaged) or a storage failure; in both cases nothing was decided.
 func (ev evaluator) evaluate(st stateReader, cmd command) (evaluation, error) {
 	last := st.last()
-	t := max(cmd.time, last.time)
+	t, clamped := boundTime(cmd, last.time)
 	if cmd.heartbeat {
 		e := &wal.Entry{Index: last.index + 1, Time: t, Kind: wal.KindHeartbeat}
-		return evaluation{entry: e, res: WriteResult{Index: e.Index, Changed: true}, time: t}, nil
+		return evaluation{entry: e, res: WriteResult{Index: e.Index, Changed: true}, time: t, clamped: clamped}, nil
 	}
 	b := cmd.batch
 	if _, err := validateBatch(b, formatLimits); err != nil {
@@ -170,7 +199,7 @@ func (ev evaluator) evaluate(st stateReader, cmd command) (evaluation, error) {
 		return evaluation{res: WriteResult{Index: last.index}, noop: true, time: t}, nil
 	}
 	e := &wal.Entry{Index: last.index + 1, Time: t, Kind: wal.KindData, Ops: kept}
-	return evaluation{entry: e, res: WriteResult{Index: e.Index, Changed: true}, time: t}, nil
+	return evaluation{entry: e, res: WriteResult{Index: e.Index, Changed: true}, time: t, clamped: clamped}, nil
 }
 
 // isDamage reports whether an evaluation error is damage to the stored

@@ -256,6 +256,7 @@ func (c *committer) gcHistory() error {
 // history, for any at below the view's index) and ErrNotYetApplied above
 // the view's index. A version lost to corruption is an ErrCorrupt error.
 func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found bool, err error) {
+	defer func() { err = engineErr(err) }()
 	if at > v.index {
 		return nil, 0, false, fmt.Errorf("%w: asked as of %d, applied index is %d", ErrNotYetApplied, at, v.index)
 	}

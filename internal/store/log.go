@@ -57,6 +57,11 @@ func logRangeAt(snap *pebble.Snapshot) (LogRange, error) {
 // ErrLogTruncated if from is older than the retained log. It holds no
 // iterator after returning, so a slow reader pins nothing.
 func (s *Store) ReadLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, error) {
+	es, err := s.readLog(from, maxEntries, maxBytes)
+	return es, engineErr(err)
+}
+
+func (s *Store) readLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}

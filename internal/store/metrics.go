@@ -41,6 +41,9 @@ var (
 	mIntegrityErrors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "integrity_errors_total",
 		Help: "Integrity check failures (value CRC, chunk CRC, log block), never served."}, []string{"db", "kind"}))
+	mClockClamped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entry_time_clamped_total",
+		Help: "Proposed entries dated further ahead of the log's clock than one entry may move it; their time was bounded."}, []string{"db"}))
 	mDiskFull = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "disk_full",
 		Help: "1 while writes are refused for lack of disk space."}, []string{"db"}))
@@ -167,6 +170,7 @@ type storeMetrics struct {
 	checkpoints, snapshotsInstalled, duplicateWrites, batchIDsExpired        prometheus.Counter
 	cacheHits, cacheMisses, cacheRefused, cacheEvictions                     prometheus.Counter
 	writeErrors, integrityErrors                                             *prometheus.CounterVec
+	clockClamped                                                             prometheus.Counter
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      prometheus.Observer
 
 	historyBytes, historyVersions, historyHorizon   prometheus.Gauge
@@ -194,7 +198,8 @@ func newStoreMetrics(db string) *storeMetrics {
 		logTruncated: mLogTruncated.With(l), entries: mEntries.With(l), commits: mCommits.With(l),
 		noopWrites: mNoopWrites.With(l), materialized: mMaterialized.With(l), diskFullEvents: mDiskFullEvents.With(l),
 		writeErrors: mWriteErrors.MustCurryWith(l), integrityErrors: mIntegrityErrors.MustCurryWith(l),
-		groupSize: mGroupSize.With(l), commitSeconds: mCommitSeconds.With(l),
+		clockClamped: mClockClamped.With(l),
+		groupSize:    mGroupSize.With(l), commitSeconds: mCommitSeconds.With(l),
 		syncSeconds: mSyncSeconds.With(l), logBlockBytes: mLogBlockBytes.With(l),
 		lingerSeconds: mLingerSeconds.With(l),
 		checkpoints:   mCheckpoints.With(l), snapshotsInstalled: mSnapshotsInstalled.With(l),

@@ -156,7 +156,7 @@ func (c *committer) prepareRaft(r *request) error {
 		}
 		if cmd.Heartbeat || len(cmd.Batch.Ops) > 0 {
 			w := request{kind: reqWrite, batch: cmd.Batch}
-			if err := c.evalWrite(&w, command{heartbeat: cmd.Heartbeat, batch: cmd.Batch, time: cmd.Time}, memberRole{}); err != nil {
+			if err := c.evalWrite(&w, command{heartbeat: cmd.Heartbeat, batch: cmd.Batch, time: cmd.Time, proposed: true}, memberRole{}); err != nil {
 				return err
 			}
 			res.Res, res.Err = w.res, w.err

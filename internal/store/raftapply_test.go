@@ -225,3 +225,66 @@ func TestRaftMemberStopsOnLocalDamage(t *testing.T) {
 		})
 	}
 }
+
+// A proposal or heartbeat dated a day ahead (a member's clock gone wrong)
+// moves the log's clock by at most maxProposedClockStep: a retried write
+// seconds later is still recognised as applied, and does not overwrite the
+// newer value written in between.
+func TestFutureDatedProposalCannotBreakIdempotency(t *testing.T) {
+	const db = "future-dated"
+	ctx := t.Context()
+	s := openTest(t, Options{Name: db, IdempotencyWindow: 10 * time.Minute})
+	t0 := time.Now().UnixNano()
+	day := int64(24 * time.Hour)
+	write := Batch{Ops: []wal.Op{set("k", "old")}, ID: []byte("retried")}
+	clamped := counterValue(t, mClockClamped.WithLabelValues(db))
+	cmds := []RaftCommand{
+		{RaftIndex: 1, Time: t0, Batch: write},
+		{RaftIndex: 2, Time: t0 + day, Heartbeat: true},
+		{RaftIndex: 3, Time: t0 + day, Batch: Batch{Ops: []wal.Op{set("other", "x")}}},
+		{RaftIndex: 4, Time: t0 + int64(time.Second), Batch: Batch{Ops: []wal.Op{set("k", "new")}}},
+		{RaftIndex: 5, Time: t0 + 2*int64(time.Second), Batch: write},
+	}
+	res, err := s.ApplyRaft(ctx, cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("command %d: %v", i+1, r.Err)
+		}
+	}
+	if !res[4].Res.Duplicate || res[4].Res.Index != res[0].Res.Index {
+		t.Fatalf("retried write: %+v, want a duplicate of index %d", res[4].Res, res[0].Res.Index)
+	}
+	if v, _, _ := get(t, s, "k"); v != "new" {
+		t.Fatalf("k = %q after the retry, want the newer value", v)
+	}
+	if lag := s.AppliedTime().UnixNano() - t0; lag > 2*maxProposedClockStep {
+		t.Fatalf("log clock moved %v by two future-dated entries", time.Duration(lag))
+	}
+	if got := counterValue(t, mClockClamped.WithLabelValues(db)); got < clamped+2 {
+		t.Errorf("clamped entries counted %v -> %v", clamped, got)
+	}
+}
+
+func TestBoundTime(t *testing.T) {
+	step := maxProposedClockStep
+	for _, tc := range []struct {
+		name    string
+		cmd     command
+		last    int64
+		want    int64
+		clamped bool
+	}{
+		{"first entry takes the proposed time", command{time: 5 * step, proposed: true}, 0, 5 * step, false},
+		{"never back", command{time: 10, proposed: true}, 100, 100, false},
+		{"within the step", command{time: 100 + step, proposed: true}, 100, 100 + step, false},
+		{"ahead: bounded", command{time: 100 + 10*step, proposed: true}, 100, 100 + step, true},
+		{"a root's own clock is not bounded", command{time: 100 + 10*step}, 100, 100 + 10*step, false},
+	} {
+		if got, c := boundTime(tc.cmd, tc.last); got != tc.want || c != tc.clamped {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, got, c, tc.want, tc.clamped)
+		}
+	}
+}

@@ -74,7 +74,7 @@ func (s *Store) openView() (*View, error) {
 		it.Close()
 		s.gate.leave(e)
 		s.engine.RUnlock()
-		return nil, err
+		return nil, engineErr(err)
 	}
 	if !it.SeekPrefixGE(metaApplied) || !bytes.Equal(it.Key(), metaApplied) {
 		return fail(fmt.Errorf("%w: applied index missing", ErrCorrupt))
@@ -106,6 +106,7 @@ func (v *View) Close() error {
 // The value is valid until the next call on the view. A value that fails
 // its integrity check is never returned: the error wraps ErrCorrupt.
 func (v *View) Get(key []byte) (value []byte, index uint64, found bool, err error) {
+	defer func() { err = engineErr(err) }()
 	v.kbuf = dataKey(v.kbuf, key)
 	// SeekPrefixGE consults the bloom filters: absent keys cost no block read.
 	if !v.it.SeekPrefixGE(v.kbuf) || !bytes.Equal(v.it.Key(), v.kbuf) {
@@ -252,6 +253,7 @@ func readChunks(it *pebble.Iterator, key []byte, chunks, valueLen int, valueCRC 
 // key to continue from when it stopped at the limit, or nil at the end.
 // Values passed to fn are valid only during the call.
 func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) (next []byte, err error) {
+	defer func() { err = engineErr(err) }()
 	if v.s.px != nil {
 		return v.scanProxy(prefix, start, limit, fn)
 	}
@@ -355,6 +357,11 @@ func (s *Store) Digest() (Digest, error) {
 // is absent and is valid only during the call. An error from fn stops the
 // lookup and is returned.
 func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
+	at, err := s.lookup(keys, fn)
+	return at, engineErr(err)
+}
+
+func (s *Store) lookup(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}

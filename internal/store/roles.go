@@ -89,6 +89,9 @@ func (r repairingState) sameValue(key, v []byte) (bool, error) {
 // not settle alone); the command's own outcome is r.res or r.err.
 func (c *committer) evalWrite(r *request, cmd command, role writerRole) error {
 	ev, err := c.eval.evaluate(role.state(c), cmd)
+	if ev.clamped {
+		c.s.m.clockClamped.Inc()
+	}
 	if err != nil {
 		if isDamage(err) {
 			return role.damaged(r, err)

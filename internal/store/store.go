@@ -180,8 +180,9 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger.With("db", o.Name)},
 		MemTableSize:       memTableBytes,
-		EventListener:      stallListener(o.Name),
 	}
+	el := pebble.TeeEventListener(*stallListener(o.Name), *damageListener(o.Name, o.Logger))
+	popts.EventListener = &el
 	// Values of 1 KiB and more go to blob files: compactions move
 	// references instead of rewriting them, which keeps write
 	// amplification (and the CPU it steals from readers) low for large
@@ -208,10 +209,7 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 		popts.Levels[i].Compression = tableCompression
 	}
 	db, err := pebble.Open(dir, popts)
-	if err != nil && pebble.IsCorruptionError(err) {
-		err = fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	return db, err
+	return db, engineErr(err)
 }
 
 // loadMeta reads the metadata, creating it for a new database.
@@ -557,7 +555,7 @@ func (s *Store) Compact() error {
 	}
 	s.engine.RLock()
 	defer s.engine.RUnlock()
-	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true)
+	return engineErr(s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true))
 }
 
 // engineCompression is how Pebble compresses the blocks of its tables and

@@ -165,7 +165,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
-				v.r.add(Problem{Kind: ProblemEngine, Chunk: -1, Detail: err.Error()})
+				v.r.add(Problem{Kind: ProblemEngine, Chunk: -1, Detail: engineErr(err).Error()})
 				continue
 			}
 			return nil, fmt.Errorf("verify %s: %w", s.opts.Name, err)
