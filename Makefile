@@ -27,6 +27,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzReceiveAuthenticated -fuzztime=$(FUZZTIME) ./internal/raftroot/
 	$(GO) test -run '^$$' -fuzz=FuzzGetReply -fuzztime=$(FUZZTIME) ./internal/bench/
 	$(GO) test -run '^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/tree/
+	$(GO) test -run '^$$' -fuzz=FuzzDecodeRecord$$ -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run '^$$' -fuzz=FuzzDecodeMeta$$ -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run '^$$' -fuzz=FuzzDecodeSegmentMeta$$ -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run '^$$' -fuzz=FuzzDecodeIDs$$ -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run '^$$' -fuzz=FuzzDecodeSummary$$ -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run '^$$' -fuzz=FuzzHistTimeKey$$ -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run '^$$' -fuzz=FuzzSegmentFile$$ -fuzztime=$(FUZZTIME) ./internal/store/
 
 lint:
 	test -z "$$(gofmt -l .)"

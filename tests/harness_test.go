@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	qsBin = filepath.Join(dir, "qs")
-	build := exec.Command("go", "build", "-o", qsBin, "../cmd/qs")
+	build := exec.Command("go", "build", "-tags", qsBuildTags, "-o", qsBin, "../cmd/qs")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build qs:", err)

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
@@ -160,26 +158,4 @@ func (s *Server) stopRaft() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// failpointAfterPersist reads QS_FAILPOINT=raft-after-persist:N: the
-// process kills itself (SIGKILL) right after the N-th Raft persist that
-// has committed entries to apply, before applying them. For crash tests.
-func failpointAfterPersist(st *store.Store) func(uint64) {
-	v, ok := strings.CutPrefix(os.Getenv("QS_FAILPOINT"), "raft-after-persist:")
-	if !ok {
-		return nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return nil
-	}
-	var seen atomic.Int64
-	return func(committed uint64) {
-		if seen.Add(1) == int64(n) {
-			fmt.Fprintf(os.Stderr, "failpoint raft-after-persist: killing the process with raft entries committed up to %d, applied up to %d\n", committed, st.RaftApplied())
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		}
-	}
 }

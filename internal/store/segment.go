@@ -35,10 +35,11 @@ import (
 // covers it. A reference points at the block, after the frame header. A
 // block whose group recorded batch ID outcomes (idempotent writes) is
 // preceded by a frame of them (idsTag, then the outcomes; encodeIDs), so
-// that a replay restores them with the block (older segments have it
-// after the block, which a replay still reads). The first frame of a
-// segment is its header instead: segMagic, then where the previous segment's
-// blocks end (seq and offset, uvarints). Written and synced before any
+// that a replay restores them with the block (format 1 segments may have
+// it after the block, which a replay still reads). The first frame of a
+// segment is its header instead: segMagic and the format version (one
+// digit, segFormat), then where the previous segment's blocks end (seq
+// and offset, uvarints). Written and synced before any
 // block, it tells a replay to stop reading the previous segment there,
 // before frames whose write failed and that were abandoned.
 //
@@ -60,7 +61,12 @@ const (
 	// blockRefTag starts a block key's value that is a reference; a block
 	// stored in Pebble starts with its version byte, which is never 0.
 	blockRefTag = 0
-	segMagic    = "QSSEG1"
+	// segMagic and the format version start a segment's header. Format
+	// 1 segments may hold a block's batch ID frame before or after it
+	// (the order changed within format 1); format 2 segments have it
+	// before it only.
+	segMagic  = "QSSEG"
+	segFormat = 2
 )
 
 func segName(seq uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, seq, segSuffix) }
@@ -429,6 +435,7 @@ func (g *segments) nextCapacity() int64 {
 // segment prev, which end at end.
 func segHeader(prev uint64, end int64) []byte {
 	b := append(make([]byte, frameHeader), segMagic...)
+	b = append(b, '0'+segFormat)
 	b = binary.AppendUvarint(b, prev)
 	b = binary.AppendUvarint(b, uint64(end))
 	binary.LittleEndian.PutUint32(b[0:], uint32(len(b)-frameHeader))
@@ -444,14 +451,39 @@ func (g *segments) header(seq uint64) (prev segTail, start int64, ok bool, err e
 	if err != nil || !ok {
 		return segTail{}, 0, false, err
 	}
-	if !strings.HasPrefix(string(b), segMagic) {
-		return segTail{}, 0, false, fmt.Errorf("%w: log segment %d has no header", ErrCorrupt, seq)
-	}
-	t, err := decodeSegTail(b[len(segMagic):])
+	_, t, err := decodeSegHeader(b)
 	if err != nil {
 		return segTail{}, 0, false, fmt.Errorf("log segment %d header: %w", seq, err)
 	}
 	return t, int64(frameHeader + len(b)), true, nil
+}
+
+// decodeSegHeader decodes the body of a segment's header frame: its
+// format version and where the previous segment's blocks end.
+func decodeSegHeader(b []byte) (format int, prev segTail, err error) {
+	if len(b) < len(segMagic)+1 || !strings.HasPrefix(string(b), segMagic) {
+		return 0, segTail{}, fmt.Errorf("%w: no segment header", ErrCorrupt)
+	}
+	format = int(b[len(segMagic)]) - '0'
+	if format < 1 || format > segFormat {
+		return 0, segTail{}, fmt.Errorf("%w: segment format %q is not one this build reads (1 to %d)", ErrCorrupt, b[len(segMagic)], segFormat)
+	}
+	prev, err = decodeSegTail(b[len(segMagic)+1:])
+	return format, prev, err
+}
+
+// format returns the format version of segment seq: 1 when its header
+// is not whole (the format that reads every frame order).
+func (g *segments) format(seq uint64) (int, error) {
+	b, ok, err := g.frameAt(seq, 0)
+	if err != nil || !ok {
+		return 1, err
+	}
+	format, _, err := decodeSegHeader(b)
+	if err != nil {
+		return 1, nil // header reports it where it matters
+	}
+	return format, nil
 }
 
 // append writes one frame holding the block hdr+payload at the tail,

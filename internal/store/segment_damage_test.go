@@ -163,9 +163,9 @@ func TestSegmentDamagedBlockInLastSegment(t *testing.T) {
 	expectRefused(t, o, "a damaged block followed by later blocks")
 }
 
-// TestSegmentOldIDFrameOrder: segments written before the batch ID frame
-// went before its block have it after the block; a replay still restores
-// those outcomes.
+// TestSegmentOldIDFrameOrder: format 1 segments written before the batch
+// ID frame went before its block have it after the block; a replay still
+// restores those outcomes.
 func TestSegmentOldIDFrameOrder(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("seg-old-ids", mem)
@@ -174,6 +174,19 @@ func TestSegmentOldIDFrameOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := mustWrite(t, s, set("a", "1"))
+	// The segment's header rewritten as format 1's.
+	seq := s.segs.tailNow().seq
+	h, ok, err := s.segs.frameAt(seq, 0)
+	if err != nil || !ok || string(h[:len(segMagic)+1]) != segMagic+"2" {
+		t.Fatalf("segment header %q, %v, %v", h, ok, err)
+	}
+	h = append([]byte(nil), h...)
+	h[len(segMagic)] = '1'
+	old := binary.LittleEndian.AppendUint32(nil, uint32(len(h)))
+	old = binary.LittleEndian.AppendUint32(old, crc32.Checksum(h, castagnoli))
+	if _, err := s.segs.cur.WriteAt(append(old, h...), 0); err != nil {
+		t.Fatal(err)
+	}
 	// The next block and its outcomes, framed in the old order, appended
 	// and synced behind the committer's back (it is idle): as a power
 	// loss right after the old build's fdatasync would leave them.

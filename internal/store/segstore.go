@@ -99,6 +99,10 @@ type tailBlock struct {
 // after the last block.
 func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBlock) (bool, error)) (segTail, error) {
 	for {
+		format, err := g.format(pos.seq)
+		if err != nil {
+			return pos, err
+		}
 		// A next segment's header says where this one's blocks end.
 		limit, nextStart, hasNext := int64(1<<62), int64(0), false
 		if (*g.files.Load())[pos.seq+1] != nil {
@@ -169,15 +173,19 @@ func (g *segments) walkTail(pos segTail, next func() uint64, visit func(tailBloc
 					}
 					return pos, nil // what a recycled segment held before
 				}
-			} else if t, ok, err := g.frameAt(pos.seq, b.end); err != nil {
-				return pos, err
-			} else if ok && b.end < limit {
-				// Segments written before the outcomes went first have
-				// them after the block. Only the outcomes of this block:
-				// an ID frame left by an abandoned group with another
-				// block is not.
-				if b.ids = idsOf(t, blk, b.entries[0].Index); b.ids != nil {
-					b.end += frameHeader + int64(len(t))
+			} else if format == 1 {
+				// Format 1 segments written before the outcomes went
+				// first have them after the block (format 2 before it
+				// only). Only the outcomes of this block: an ID frame
+				// left by an abandoned group with another block is not.
+				t, ok, err := g.frameAt(pos.seq, b.end)
+				if err != nil {
+					return pos, err
+				}
+				if ok && b.end < limit {
+					if b.ids = idsOf(t, blk, b.entries[0].Index); b.ids != nil {
+						b.end += frameHeader + int64(len(t))
+					}
 				}
 			}
 			if more, err := visit(b); err != nil || !more {
@@ -299,8 +307,8 @@ func (s *Store) replaySegments() (segTail, error) {
 	return pos, nil
 }
 
-// idsTag starts the frame of batch ID outcomes that precedes a block (it
-// followed it in segments written before 2026-11-25), and
+// idsTag starts the frame of batch ID outcomes that precedes a block (in
+// format 1 segments, it may follow it instead), and
 // names the block (its first index, and its frame's CRC, which append
 // fills in), so that a replay takes only the outcomes of the block it
 // applies:

@@ -120,7 +120,7 @@ func decodeSummary(block uint64, b []byte) (blockSummary, error) {
 	copy(s.lastHash[:], b[8:])
 	b = b[8+len(s.lastHash):]
 	stored, ok := uv()
-	if !ok {
+	if !ok || stored > 1<<62 {
 		return bad("bad stored size")
 	}
 	s.storedBytes = int64(stored)
@@ -140,7 +140,7 @@ func decodeSummary(block uint64, b []byte) (blockSummary, error) {
 		key := b[:kl]
 		b = b[kl:]
 		vl, ok3 := uv()
-		if !ok3 {
+		if !ok3 || vl > wal.MaxValueLen {
 			return bad("bad value length")
 		}
 		s.values[i] = summaryValue{index: block + d, key: key, valueLen: int(vl)}

@@ -1,0 +1,33 @@
+//go:build qsfailpoints
+
+package server
+
+import "testing"
+
+func TestAfterPersistCount(t *testing.T) {
+	for _, c := range []struct {
+		v  string
+		n  int
+		ok bool
+	}{
+		{"raft-after-persist:20", 20, true},
+		{"raft-after-persist:1", 1, true},
+		{"raft-after-persist:0", 0, false},
+		{"raft-after-persist:-3", 0, false},
+		{"raft-after-persist:x", 0, false},
+		{"raft-after-persist:", 0, false},
+		{"", 0, false},
+		{"other:5", 0, false},
+	} {
+		if n, ok := afterPersistCount(c.v); n != c.n || ok != c.ok {
+			t.Errorf("afterPersistCount(%q) = %d, %v; want %d, %v", c.v, n, ok, c.n, c.ok)
+		}
+	}
+}
+
+func TestFailpointArmed(t *testing.T) {
+	t.Setenv("QS_FAILPOINT", "raft-after-persist:3")
+	if failpointAfterPersist(nil) == nil {
+		t.Fatal("a qsfailpoints build ignores QS_FAILPOINT")
+	}
+}
