@@ -94,6 +94,12 @@ func cmdBench(args []string) error {
 		return err
 	}
 
+	if *svgDir != "" { // fail now rather than after the run
+		if err := os.MkdirAll(*svgDir, 0o755); err != nil {
+			return fmt.Errorf("--svg: %w", err)
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := func(format string, args ...any) {
@@ -114,21 +120,21 @@ func cmdBench(args []string) error {
 		}
 		logf("wrote %s", *out)
 	}
-	if *svgDir != "" {
-		paths, err := rep.WriteSVGFiles(*svgDir)
-		for _, p := range paths {
-			logf("wrote %s", p)
-		}
-		if err != nil {
-			return err
-		}
-	}
 	write := rep.WriteText
 	if *markdown {
 		write = rep.WriteMarkdown
 	}
 	if err := write(os.Stdout); err != nil {
 		return err
+	}
+	if *svgDir != "" { // after the tables, which a plotting error must not lose
+		paths, err := rep.WriteSVGFiles(*svgDir)
+		for _, p := range paths {
+			logf("wrote %s", p)
+		}
+		if err != nil {
+			return fmt.Errorf("--svg: %w", err)
+		}
 	}
 	switch {
 	case rep.Interrupted:
