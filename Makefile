@@ -42,7 +42,7 @@ lint:
 
 # The benchmarks of docs/benchmarks.md (needs Debian's memcached for the baseline).
 bench: build
-	./qs bench --spawn readlat get write --markdown
+	./qs bench --spawn readlat get write --markdown --svg bench-out
 
 # The HA root's figures: 12 leader kills (failover times) and writes on a
 # 3-member root against a single root (docs/benchmarks.md).

@@ -25,7 +25,7 @@ Scenarios (see internal/bench/doc.go): readlat, get, write, or all.
 Against servers that already run:
   qs bench readlat get --target qs=127.0.0.1:11311,http=127.0.0.1:8080 --target mc=127.0.0.1:11211 --baseline mc
 Starting a qs server and a memcached baseline for this run only (the usual way):
-  qs bench all --spawn --markdown --out bench-out/run.json
+  qs bench all --spawn --markdown --out bench-out/run.json --svg bench-out
 
 Flags:
 `
@@ -71,6 +71,7 @@ func cmdBench(args []string) error {
 
 	out := fs.String("out", "", "write the full report as JSON to this file")
 	markdown := fs.Bool("markdown", false, "print the report as markdown (for docs/benchmarks.md) instead of text tables")
+	svgDir := fs.String("svg", "", "write a plot of each scenario (latency CDFs and throughput bars) to DIR/<scenario>.svg")
 
 	// Scenario names and flags may be interleaved.
 	var scenarios []string
@@ -91,6 +92,12 @@ func cmdBench(args []string) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+
+	if *svgDir != "" { // fail now rather than after the run
+		if err := os.MkdirAll(*svgDir, 0o755); err != nil {
+			return fmt.Errorf("--svg: %w", err)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -119,6 +126,15 @@ func cmdBench(args []string) error {
 	}
 	if err := write(os.Stdout); err != nil {
 		return err
+	}
+	if *svgDir != "" { // after the tables, which a plotting error must not lose
+		paths, err := rep.WriteSVGFiles(*svgDir)
+		for _, p := range paths {
+			logf("wrote %s", p)
+		}
+		if err != nil {
+			return fmt.Errorf("--svg: %w", err)
+		}
 	}
 	switch {
 	case rep.Interrupted:

@@ -98,6 +98,18 @@
 // decided by the two slowest, and max is a single sample. Prefer longer
 // phases (the default is 20s) before reading much into p99.9 and max.
 //
+// # Plots
+//
+// --svg DIR writes one self-contained SVG per scenario, DIR/<scenario>.svg
+// (ResultSVG), next to the tables. It has a row per kind of request: for
+// each phase the latency distribution of every target, from the
+// percentiles of its histogram (p50, p90, p99, p99.9 and max; latency on a
+// log scale across, the percentile up, with a step per "nine"), then the
+// throughput of every target in every phase as bars, with each target's
+// throughput ratio to the baseline under the phase's name. A target keeps
+// its colour in every plot. A scenario without a successful request has
+// no plot.
+//
 // # Measurement
 //
 // The client is closed-loop: each connection sends one request, waits for
