@@ -151,6 +151,13 @@ func (p *proc) stop() {
 	select {
 	case <-p.done:
 	case <-time.After(20 * time.Second):
+		// SIGQUIT makes the Go runtime print every goroutine's stack
+		// before it exits: where the shutdown hangs.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
 		p.kill()
 		p.t.Fatalf("qs did not stop within 20s:\n%s", p.out.String())
 	}

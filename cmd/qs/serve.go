@@ -191,8 +191,12 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	// A new replica may wait for its sources during start; a signal then
-	// stops the wait.
+	// sig is registered before Start, so a signal that arrives while it
+	// runs is not lost: Start then returns (a new replica may be waiting
+	// for its sources, which the signal stops) and the loop below sees it.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	startCtx, stopStart := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err = srv.StartContext(startCtx)
 	stopped := startCtx.Err() != nil
@@ -207,9 +211,6 @@ func cmdServe(args []string) error {
 		}
 		return err
 	}
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sig)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var runErr error
