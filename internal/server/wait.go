@@ -13,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -241,9 +242,10 @@ func permanentSourceError(err error) bool {
 	case errors.As(err, &opErr) && opErr.Op == "remote error":
 		// A TLS alert from the source: it refused our certificate.
 		return true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		// The source accepted and hung up without a word: it expects TLS
-		// (or another protocol) on that address.
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		// The source accepted and hung up without a word (or reset the
+		// connection with our hello unread): it expects TLS, a cluster
+		// key handshake or another protocol on that address.
 		return true
 	}
 	return false

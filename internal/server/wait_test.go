@@ -11,12 +11,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -206,6 +209,9 @@ func TestPermanentLearnError(t *testing.T) {
 		{wrap(refused, tlsAlert), true},
 		{wrap(fmt.Errorf("a: %w", x509.UnknownAuthorityError{})), true},
 		{wrap(fmt.Errorf("a: %w", io.EOF)), true},
+		{wrap(&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), true}, // a keyed source
+		{wrap(clusterauth.ErrBadKey), true},
+		{wrap(clusterauth.ErrBadKey, connRefused), false},
 	} {
 		if got := permanentLearnError(c.err); got != c.want {
 			t.Errorf("permanentLearnError(%v) = %v, want %v", c.err, got, c.want)
