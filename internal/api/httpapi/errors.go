@@ -12,7 +12,8 @@ import (
 )
 
 // errCode is a stable error code of the API, sent in error bodies and used
-// as the kind label of errors_total. doc.go lists them; keep it in step.
+// as the kind label of errors_total. docs/protocol.md ("Errors") lists
+// them; keep it in step.
 type errCode uint8
 
 const (

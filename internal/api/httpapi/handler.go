@@ -77,7 +77,8 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 
 // ServeHTTP refuses paths that ServeMux would redirect to their cleaned
 // form: "/v1/db/keys/a//b" would otherwise become a PUT of key "a/b".
-// Keys holding such sequences must escape them (see the package comment).
+// Keys holding such sequences must escape them (docs/protocol.md, "Keys and
+// values").
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(codeBadRequest.status())).Inc()
