@@ -13,7 +13,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// Wire format constants. See doc.go for the full description.
+// Wire format constants. docs/protocol.md has the full description.
 const (
 	// Magic opens every Hello.
 	Magic = "QSR1"

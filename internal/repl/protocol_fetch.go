@@ -11,7 +11,7 @@ import (
 // of an index, on a connection opened with a Hello carrying the Fetch
 // flag. After the Welcome the client sends Fetch messages, as many as it
 // likes without waiting (pipelining); the server answers each with one
-// Values message, in order, carrying the request's id. See doc.go.
+// Values message, in order, carrying the request's id. See docs/protocol.md.
 
 // MaxFetchKeys bounds the keys of one Fetch.
 const MaxFetchKeys = 10000
