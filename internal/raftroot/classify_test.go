@@ -23,6 +23,8 @@ func TestClassifyWriteOutcome(t *testing.T) {
 		want   outcome
 	}{
 		{"refused by the proposer's limits", evInvalid, 0, store.ErrTooLarge, outcomeRefused},
+		{"proposer's disk full, nothing proposed", evDiskFull, 0, store.ErrDiskFull, outcomeRefused},
+		{"proposer's disk full, a copy proposed", evDiskFull, 1, store.ErrDiskFull, outcomeUnknown},
 
 		{"no leader, nothing proposed", evNoLeader, 0, ErrNoLeader, outcomeUnavailable},
 		{"no leader after a leader change, a copy proposed", evNoLeader, 1, ErrNoLeader, outcomeUnknown},

@@ -23,6 +23,9 @@ const (
 	// evInvalid: the proposer's own checks refused the batch (too large,
 	// malformed); nothing was proposed.
 	evInvalid writeEvent = iota
+	// evDiskFull: this member's disk is below its free-space reserve, so
+	// its store could not apply the write; nothing was proposed.
+	evDiskFull
 	// evNoLeader: no leader was known within the proposal timeout, or the
 	// member stopped while waiting for one.
 	evNoLeader
@@ -91,6 +94,13 @@ func (o outcome) label() string {
 func classify(ev writeEvent, copies int, err error) outcome {
 	switch ev {
 	case evInvalid:
+		return outcomeRefused
+	case evDiskFull:
+		if copies > 0 {
+			return outcomeUnknown // an earlier copy may be in the log
+		}
+		// Refused at once (HTTP 507), not proposed to wait out the
+		// proposal timeout while this member retries the apply.
 		return outcomeRefused
 	case evNoLeader, evNotTaken, evDropped, evProposeFailed:
 		if copies > 0 {

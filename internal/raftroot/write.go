@@ -82,7 +82,8 @@ func (n *Node) updateStatusFromLoop(ctx context.Context) {
 // Write proposes b and returns its outcome once this member's store has
 // applied it: the write is then durable here and committed by a quorum.
 // A follower forwards the proposal to the leader. The error wraps
-// store.ErrUnavailable when no leader was found or the member stopped
+// store.ErrDiskFull when this member's disk is below its free-space
+// reserve (nothing proposed), store.ErrUnavailable when no leader was found or the member stopped
 // before proposing (nothing proposed), or context.DeadlineExceeded when the
 // outcome is unknown (the write may still commit: retry with the same
 // batch ID): the timeout passed, the member stopped after proposing, or a
@@ -93,6 +94,12 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 	// members apply a committed command whatever their own limits.
 	if err := n.st.ValidateBatch(b); err != nil {
 		return n.answer(classify(evInvalid, 0, err), store.WriteResult{}, err)
+	}
+	// A write this member's store could not apply for lack of disk space
+	// is refused before it is proposed: the answer is "disk full" at once,
+	// not a timeout after the member retried its apply until then.
+	if err := n.st.CheckSpace(); errors.Is(err, store.ErrDiskFull) {
+		return n.answer(classify(evDiskFull, 0, err), store.WriteResult{}, err)
 	}
 	ctx, cancel := withTimeout(ctx, n.clock, n.cfg.ProposalTimeout)
 	defer cancel()

@@ -331,3 +331,40 @@ func runtimeError() (err any) {
 	_ = s[len(s)]
 	return nil
 }
+
+// CheckSpace says, without writing, whether a write would be refused for
+// lack of space: below the reserve it reports ErrDiskFull, counts the
+// refusal and sets the disk_full gauge; with space back it lets writes
+// through, and the next write leaves disk-full mode.
+func TestCheckSpace(t *testing.T) {
+	fs := &freeFS{FS: vfs.NewMem()}
+	fs.free.Store(1 << 30)
+	name := dbName(t)
+	s := openTest(t, Options{Name: name, Dir: "/db", FS: fs, MinFreeBytes: 64 << 20, Logger: quietLogger()})
+	if err := s.CheckSpace(); err != nil {
+		t.Fatalf("with room: %v", err)
+	}
+	fs.free.Store(1 << 20)
+	before := writeErrors(t, name, "disk_full")
+	if err := s.CheckSpace(); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("below the reserve: %v, want %v", err, ErrDiskFull)
+	}
+	if got := writeErrors(t, name, "disk_full"); got != before+1 {
+		t.Fatalf("write_errors_total{kind=disk_full} %v → %v", before, got)
+	}
+	if !s.DiskFull() || gaugeValue(t, mDiskFull.WithLabelValues(name)) != 1 {
+		t.Fatalf("below the reserve: DiskFull %v, gauge %v", s.DiskFull(), gaugeValue(t, mDiskFull.WithLabelValues(name)))
+	}
+	fs.free.Store(1 << 30)
+	if err := s.CheckSpace(); err != nil {
+		t.Fatalf("space back: %v", err)
+	}
+	mustWrite(t, s, set("k", "v"))
+	if s.DiskFull() || gaugeValue(t, mDiskFull.WithLabelValues(name)) != 0 {
+		t.Fatalf("after a write with space back: DiskFull %v, gauge %v", s.DiskFull(), gaugeValue(t, mDiskFull.WithLabelValues(name)))
+	}
+	s.Close()
+	if err := s.CheckSpace(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed store: %v", err)
+	}
+}

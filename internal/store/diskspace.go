@@ -6,6 +6,17 @@ import (
 	"syscall"
 )
 
+// spaceNeeded is the free space writes need: the reserve, and while the
+// store refuses writes for lack of space, room for the ballast too (so
+// that it can be made again before writes resume).
+func spaceNeeded(minFree uint64, ballast int64, diskFull bool) uint64 {
+	need := minFree
+	if diskFull && ballast > 0 {
+		need += uint64(ballast)
+	}
+	return need
+}
+
 // checkSpace refuses writes while free space is below the reserve, and
 // leaves disk-full mode once the reserve and the ballast fit again.
 func (c *committer) checkSpace() error {
@@ -14,10 +25,7 @@ func (c *committer) checkSpace() error {
 	if err != nil {
 		return nil // cannot tell; let the write try
 	}
-	need := s.opts.MinFreeBytes
-	if s.diskFull.Load() && s.opts.BallastBytes > 0 {
-		need += uint64(s.opts.BallastBytes)
-	}
+	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load())
 	if du.AvailBytes < need {
 		if !s.diskFull.Swap(true) {
 			s.opts.Logger.Error("disk full: refusing writes", "db", s.opts.Name, "avail_bytes", du.AvailBytes, "reserve_bytes", need)
@@ -30,6 +38,35 @@ func (c *committer) checkSpace() error {
 		s.ensureBallast()
 	}
 	s.m.diskFull.Set(0)
+	return nil
+}
+
+// CheckSpace reports, without writing anything, whether a write would be
+// refused now for lack of disk space: an error wrapping ErrDiskFull if
+// free space is below the reserve (or the store already refuses writes
+// and the reserve and ballast do not fit yet); the store then counts the
+// refusal and reports itself full (DiskFull, the disk_full gauge). A replicated root's member
+// asks before it proposes a write its own store could not apply. A disk
+// whose free space cannot be read is not reported full (the write tries).
+func (s *Store) CheckSpace() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	du, err := s.opts.FS.GetDiskUsage(s.opts.Dir)
+	if err != nil {
+		return nil
+	}
+	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load())
+	if du.AvailBytes < need {
+		// Entering disk-full mode is safe from any goroutine; only the
+		// committer leaves it (it makes the ballast again first).
+		if !s.diskFull.Swap(true) {
+			s.opts.Logger.Error("disk full: refusing writes", "db", s.opts.Name, "avail_bytes", du.AvailBytes, "reserve_bytes", need)
+		}
+		s.m.diskFull.Set(1)
+		s.m.writeErrors.WithLabelValues(errorKind(ErrDiskFull)).Inc()
+		return fmt.Errorf("%w: %d bytes free, %d reserved", ErrDiskFull, du.AvailBytes, need)
+	}
 	return nil
 }
 
