@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -176,6 +177,7 @@ func (c *committer) commit(group []*request) {
 	clear(c.segDelta)
 
 	var groupErr error
+	segmentFull := false // a log segment got ENOSPC (see enterDiskFull)
 	for _, r := range group {
 		switch r.kind {
 		case reqWrite:
@@ -207,6 +209,7 @@ func (c *committer) commit(group []*request) {
 			var err error
 			if blkLen, uncompressed, err = c.setBlock(segmented); err != nil {
 				groupErr = classifyCommitError(err)
+				segmentFull = segmented && errors.Is(groupErr, ErrDiskFull)
 			}
 		}
 		if groupErr == nil && c.blk.Len() > 0 {
@@ -264,6 +267,9 @@ func (c *committer) commit(group []*request) {
 		}
 	}
 	if groupErr != nil {
+		if errors.Is(groupErr, ErrDiskFull) {
+			c.enterDiskFull(groupErr, segmentFull)
+		}
 		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
 		c.hist, c.pstats = baseHist, basePx
 		for _, r := range group {

@@ -368,3 +368,85 @@ func TestCheckSpace(t *testing.T) {
 		t.Fatalf("closed store: %v", err)
 	}
 }
+
+// A reserve smaller than a log segment's preallocation: free space is
+// above min_free_bytes, but the next segment does not fit. The write
+// fails with ErrDiskFull and the store enters disk-full mode (the gauge is
+// 1, not 0 while every write fails); later writes are refused before
+// touching the disk until the segment fits above the reserve; nothing
+// stored changes; then writes resume and the gauge is 0 again.
+func TestDiskFullSegmentLargerThanReserve(t *testing.T) {
+	const db = "diskfull-segment"
+	const reserve = 64 << 10
+	// A disk too small for spare segments (two above the reserve), so that
+	// the next segment is preallocated, not a spare overwritten.
+	fs := newQuotaFS(vfs.NewMem(), 100<<20)
+	fs.chargePrealloc = true
+	s := openTest(t, Options{Name: db, Dir: "/data/db", FS: fs, MinFreeBytes: reserve, BallastBytes: -1, Logger: quietLogger()})
+	mustWrite(t, s, set("a", "1"))
+	// Fill the current segment so that the next write needs a new one.
+	room := s.segs.rotationBytes()
+	for i := 0; s.segs.rotationBytes() == room; i++ {
+		if i > 10000 {
+			t.Fatal("no segment rotation after 10000 writes")
+		}
+		mustWrite(t, s, setb(fmt.Sprintf("fill%05d", i), pattern(i, 64<<10)))
+	}
+	room = s.segs.rotationBytes()
+	if room <= 4*reserve {
+		t.Fatalf("next segment of %d bytes: not larger than the reserve, the test makes no case", room)
+	}
+	before, _ := digest(t, s)
+	applied := s.AppliedIndex()
+	gauge := func() float64 { return gaugeValue(t, mDiskFull.WithLabelValues(db)) }
+
+	used, _ := fs.usage()
+	fs.setQuota(used + 4*reserve) // above the reserve, below a segment
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ { // until the current segment is full
+		_, err = writeBatch(context.Background(), s, setb(fmt.Sprintf("more%04d", i), pattern(i, 16<<10)))
+	}
+	if !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("write needing a new segment with %d bytes free: %v", 4*reserve, err)
+	}
+	_, enospc := fs.usage()
+	if enospc == 0 {
+		t.Fatal("the write failed before its segment got ENOSPC; the test makes no case")
+	}
+	if !s.DiskFull() || gauge() != 1 {
+		t.Fatalf("after a segment's ENOSPC: DiskFull %v, gauge %v, want true, 1", s.DiskFull(), gauge())
+	}
+	before, _ = digest(t, s)
+	applied = s.AppliedIndex()
+	refused := writeErrors(t, db, "disk_full")
+	for i := 0; i < 3; i++ {
+		if _, err := writeBatch(context.Background(), s, set("a", "2")); !errors.Is(err, ErrDiskFull) {
+			t.Fatalf("write %d in disk-full mode: %v", i, err)
+		}
+	}
+	if _, again := fs.usage(); again != enospc {
+		t.Fatalf("writes in disk-full mode reached the disk: %d more ENOSPC", again-enospc)
+	}
+	if writeErrors(t, db, "disk_full") != refused+3 || gauge() != 1 {
+		t.Fatalf("disk_full errors %v → %v, gauge %v", refused, writeErrors(t, db, "disk_full"), gauge())
+	}
+	if after, _ := digest(t, s); after != before || s.AppliedIndex() != applied {
+		t.Fatal("data changed while the disk was full")
+	}
+
+	// Room for the reserve but not the segment: still refused.
+	used, _ = fs.usage()
+	fs.setQuota(used + 2*reserve)
+	if _, err := writeBatch(context.Background(), s, set("a", "2")); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("with the reserve free but not the segment: %v", err)
+	}
+	// Room for both: writes resume and the gauge goes back to 0.
+	fs.setQuota(used + int64(reserve) + 2*room)
+	if r := mustWrite(t, s, set("a", "2")); r.Index != applied+1 {
+		t.Fatalf("write after space returned at %d, want %d", r.Index, applied+1)
+	}
+	if s.DiskFull() || gauge() != 0 {
+		t.Fatalf("space back: DiskFull %v, gauge %v", s.DiskFull(), gauge())
+	}
+	mustVerify(t, s)
+}

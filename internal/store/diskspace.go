@@ -8,13 +8,35 @@ import (
 
 // spaceNeeded is the free space writes need: the reserve, and while the
 // store refuses writes for lack of space, room for the ballast too (so
-// that it can be made again before writes resume).
-func spaceNeeded(minFree uint64, ballast int64, diskFull bool) uint64 {
+// that it can be made again before writes resume) and for the log segment
+// whose preallocation failed (segmentRoom, 0 if none did).
+func spaceNeeded(minFree uint64, ballast int64, diskFull bool, segmentRoom uint64) uint64 {
 	need := minFree
-	if diskFull && ballast > 0 {
-		need += uint64(ballast)
+	if diskFull {
+		if ballast > 0 {
+			need += uint64(ballast)
+		}
+		need += segmentRoom
 	}
 	return need
+}
+
+// enterDiskFull puts the store in disk-full mode after a commit failed
+// with ENOSPC although free space was above the reserve (checkSpace): a
+// reserve smaller than a log segment's preallocation, or another process
+// that took the space. The disk_full gauge says so, and writes are
+// refused until free space is back above the reserve, the ballast and,
+// if a new log segment failed (segmentFull), the space it takes: writes
+// would otherwise go on failing one by one with the gauge at 0.
+func (c *committer) enterDiskFull(err error, segmentFull bool) {
+	s := c.s
+	if segmentFull && s.segs != nil {
+		s.segmentRoom.Store(uint64(s.segs.rotationBytes()))
+	}
+	if !s.diskFull.Swap(true) {
+		s.opts.Logger.Error("disk full: refusing writes", "db", s.opts.Name, "err", err, "segment_bytes", s.segmentRoom.Load())
+	}
+	s.m.diskFull.Set(1)
 }
 
 // checkSpace refuses writes while free space is below the reserve, and
@@ -25,7 +47,7 @@ func (c *committer) checkSpace() error {
 	if err != nil {
 		return nil // cannot tell; let the write try
 	}
-	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load())
+	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load(), s.segmentRoom.Load())
 	if du.AvailBytes < need {
 		if !s.diskFull.Swap(true) {
 			s.opts.Logger.Error("disk full: refusing writes", "db", s.opts.Name, "avail_bytes", du.AvailBytes, "reserve_bytes", need)
@@ -33,6 +55,7 @@ func (c *committer) checkSpace() error {
 		s.m.diskFull.Set(1)
 		return fmt.Errorf("%w: %d bytes free, %d reserved", ErrDiskFull, du.AvailBytes, need)
 	}
+	s.segmentRoom.Store(0)
 	if s.diskFull.Swap(false) {
 		s.opts.Logger.Info("disk space back: accepting writes", "db", s.opts.Name, "avail_bytes", du.AvailBytes)
 		s.ensureBallast()
@@ -56,7 +79,7 @@ func (s *Store) CheckSpace() error {
 	if err != nil {
 		return nil
 	}
-	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load())
+	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load(), s.segmentRoom.Load())
 	if du.AvailBytes < need {
 		// Entering disk-full mode is safe from any goroutine; only the
 		// committer leaves it (it makes the ballast again first).

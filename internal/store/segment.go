@@ -421,6 +421,14 @@ func (g *segments) rotate(n int) (segTail, error) {
 	return segTail{seq: seq, off: at}, nil
 }
 
+// rotationBytes is the space the next segment is preallocated to (at
+// least: a larger first block makes it larger).
+func (g *segments) rotationBytes() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.nextCapacity()
+}
+
 // nextCapacity is the size of the next segment: a store's first is small,
 // and each next one twice the last, up to size, so that a database that
 // is written little takes little disk (4 MiB, not 64).

@@ -60,6 +60,9 @@ type Store struct {
 	appliedPos  atomic.Pointer[appliedRecord] // both, read together (AppliedPosition)
 	raftApplied atomic.Uint64                 // see raftapply.go
 	diskFull    atomic.Bool
+	// segmentRoom is the space a log segment failed to take (ENOSPC):
+	// disk-full mode lasts until it is free above the reserve too.
+	segmentRoom atomic.Uint64
 	// closed is set when Close begins. Readers check it so that a read
 	// racing a shutdown gets ErrClosed; callers must still stop reading
 	// before Close (Pebble refuses to close with iterators open).

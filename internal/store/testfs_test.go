@@ -19,6 +19,9 @@ type quotaFS struct {
 	vfs.FS
 	// exempt, if set, names files the quota does not apply to.
 	exempt func(name string) bool
+	// chargePrealloc makes Preallocate take the space it reserves, as a
+	// real disk does: all of it, or none and ENOSPC.
+	chargePrealloc bool
 
 	mu struct {
 		sync.Mutex
@@ -74,6 +77,26 @@ func (fs *quotaFS) reserve(name string, off int64, n int) int {
 		fs.mu.sizes[name] = end
 	}
 	return fits
+}
+
+// reserveAll charges the growth of name to end if all of it fits.
+func (fs *quotaFS) reserveAll(name string, end int64) bool {
+	if fs.exempt != nil && fs.exempt(name) {
+		return true
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	size := fs.mu.sizes[name]
+	if end <= size {
+		return true
+	}
+	if end-size > fs.mu.quota-fs.mu.used {
+		fs.mu.enospc++
+		return false
+	}
+	fs.mu.used += end - size
+	fs.mu.sizes[name] = end
+	return true
 }
 
 func (fs *quotaFS) forget(name string) {
@@ -183,4 +206,11 @@ func (f *quotaFile) WriteAt(p []byte, off int64) (int, error) {
 		err = errNoSpace("write", f.name)
 	}
 	return n, err
+}
+
+func (f *quotaFile) Preallocate(off, length int64) error {
+	if f.fs.chargePrealloc && !f.fs.reserveAll(f.name, off+length) {
+		return errNoSpace("fallocate", f.name)
+	}
+	return f.File.Preallocate(off, length)
 }
