@@ -32,6 +32,9 @@ var (
 	mIsLeader = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "is_leader",
 		Help: "1 when this member is the Raft leader."}, []string{"db"}))
+	mRemoved = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "removed",
+		Help: "1 when this member was removed from the membership: it takes no part in the cluster, its data stops following the root's, and /healthz answers 503."}, []string{"db"}))
 	mTerm = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "term",
 		Help: "Current Raft term."}, []string{"db"}))

@@ -72,6 +72,10 @@ type Status struct {
 	Commit  uint64            `json:"commit_index"`
 	Applied uint64            `json:"applied_index"`
 	Members map[uint64]string `json:"members"` // raft addresses
+	// Removed: the membership this member applied does not include it
+	// (it was removed): it takes no part in the cluster any more, and
+	// what its store holds stops following the root's writes.
+	Removed bool `json:"removed"`
 }
 
 // Start opens the Raft storage, listens on cfg.Listen and runs the member.
@@ -409,15 +413,26 @@ func (n *Node) updateStatus() {
 	if n.confState != nil {
 		voters = n.confState.GetVoters()
 	}
+	removed := isRemoved(n.confState, n.cfg.NodeID)
 	n.mu.Lock()
 	members := map[uint64]string{}
 	for _, id := range voters {
 		members[id] = n.mu.members[id]
 	}
+	was := n.mu.status.Removed
 	n.mu.status = Status{NodeID: n.cfg.NodeID, Leader: bs.Lead, State: bs.RaftState.String(),
-		Term: bs.HardState.GetTerm(), Commit: bs.HardState.GetCommit(), Applied: n.st.RaftApplied(), Members: members}
+		Term: bs.HardState.GetTerm(), Commit: bs.HardState.GetCommit(), Applied: n.st.RaftApplied(), Members: members,
+		Removed: removed}
 	n.mu.Unlock()
 	db := n.cfg.Database
+	if removed && !was {
+		n.log.Error("this member was removed from the raft membership: it no longer follows the cluster; stop it, or add it again with a new id and an empty data directory")
+	}
+	if removed {
+		mRemoved.WithLabelValues(db).Set(1)
+	} else {
+		mRemoved.WithLabelValues(db).Set(0)
+	}
 	mTerm.WithLabelValues(db).Set(float64(bs.HardState.GetTerm()))
 	mCommit.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()))
 	mApplied.WithLabelValues(db).Set(float64(n.st.RaftApplied()))
@@ -426,6 +441,24 @@ func (n *Node) updateStatus() {
 	last, _ := n.disk.mem.LastIndex()
 	mLogEntries.WithLabelValues(db).Set(float64(last + 1 - first))
 	mStorageBytes.WithLabelValues(db).Set(float64(n.disk.sizeBytes()))
+}
+
+// isRemoved reports whether a membership (cs) that has members leaves id
+// out: the member was removed. An empty one (a member joining, before it
+// got the cluster's state) removes no one.
+func isRemoved(cs *pb.ConfState, id uint64) bool {
+	if cs == nil || len(cs.GetVoters())+len(cs.GetLearners()) == 0 {
+		return false
+	}
+	return !slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) &&
+		!slices.Contains(cs.GetVotersOutgoing(), id) && !slices.Contains(cs.GetLearnersNext(), id)
+}
+
+// Removed reports whether this member was removed from the membership.
+func (n *Node) Removed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.status.Removed
 }
 
 // Status returns the member's view of the cluster.

@@ -159,3 +159,18 @@ func (s *Server) stopRaft() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Unhealthy implements httpapi.HealthReporter: a database whose Raft
+// member was removed from the membership no longer follows the root, so
+// the node answers /healthz 503 (and a load balancer sends it no reads).
+func (s *Server) Unhealthy() []string {
+	var why []string
+	for _, name := range s.order {
+		if slot := s.raftNodes[name]; slot != nil {
+			if n := slot.Load(); n != nil && n.Removed() {
+				why = append(why, fmt.Sprintf("database %s: this member was removed from the raft membership; its data no longer follows the root", name))
+			}
+		}
+	}
+	return why
+}

@@ -82,6 +82,16 @@ type OverlayCatalog interface {
 	Members() (any, bool)
 }
 
+// HealthReporter is a Catalog that can tell that the node must not be
+// sent traffic although it serves (a replicated root's member removed from
+// its membership, whose data no longer follows the root): Unhealthy says
+// why, one line per reason, nothing when healthy. GET /healthz answers 503
+// with those lines. Without it, /healthz answers 200 while the process
+// serves.
+type HealthReporter interface {
+	Unhealthy() []string
+}
+
 // Lister is a Catalog that can list its databases, in the order the
 // status page shows them. Without it, GET /v1/node lists none.
 type Lister interface {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/metrics"
@@ -69,7 +70,7 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 	m.Handle("/v1/members", methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /metrics", metrics.Handler())
 	m.Handle("/metrics", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("GET /healthz", healthz)
+	m.HandleFunc("GET /healthz", h.healthz)
 	m.Handle("/healthz", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("/", notFound)
 	return h
@@ -176,8 +177,17 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
 }
 
-func healthz(w http.ResponseWriter, _ *http.Request) {
+// healthz answers "ok", or 503 with the reasons the catalog gives (see
+// HealthReporter).
+func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if hr, ok := h.cat.(HealthReporter); ok {
+		if why := hr.Unhealthy(); len(why) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(strings.Join(why, "\n") + "\n"))
+			return
+		}
+	}
 	w.Write([]byte("ok"))
 }
 
