@@ -108,6 +108,21 @@ type download struct {
 	// minIndex: the snapshot must be at least at this index (0: at
 	// least at the store's applied index).
 	minIndex uint64
+	// left is the snapshot's bytes not on disk yet.
+	left uint64
+}
+
+// checkSpace refuses to go on with the download unless what is left of
+// the snapshot fits above the store's free-space reserve (min_free_bytes):
+// an error wrapping store.ErrDiskFull (counted as errors_total
+// kind="disk_full"), and the store reports itself full (the disk_full
+// gauge).
+func (d *download) checkSpace(snap *Snapshot) error {
+	err := d.r.st.CheckSpaceFor(d.left, fmt.Sprintf("snapshot %s from %s (%d bytes left to download)", snap.ID, d.src, d.left))
+	if err != nil {
+		return &streamError{kindDiskFull, fmt.Errorf("bootstrap refused: %w", err)}
+	}
+	return nil
 }
 
 func (d *download) run(ctx context.Context) (progressed bool, err error) {
@@ -182,6 +197,20 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	if snap.Index < r.st.AppliedIndex() {
 		return false, fmt.Errorf("%w: snapshot at index %d is behind our applied index %d", ErrMalformed, snap.Index, r.st.AppliedIndex())
 	}
+	var total uint64
+	for _, f := range snap.Files {
+		total += f.Size
+	}
+	if d.state == nil || snap.ID != resume.Snapshot {
+		onDisk = 0 // a new snapshot: the partial download is discarded
+	}
+	// The snapshot must fit above the free-space reserve, or the download
+	// fills the disk; checked again as it arrives (another process may
+	// take the space meanwhile).
+	d.left = total - min(onDisk, total)
+	if err := d.checkSpace(snap); err != nil {
+		return false, err
+	}
 	if d.state == nil || snap.ID != resume.Snapshot {
 		if d.state != nil {
 			r.log.Info("source offers a new snapshot; discarding the partial download", "had", d.state.Snapshot, "new", snap.ID.String())
@@ -190,10 +219,6 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 			return false, err
 		}
 		resume, onDisk = ResumePoint{Snapshot: snap.ID}, 0
-	}
-	var total uint64
-	for _, f := range snap.Files {
-		total += f.Size
 	}
 	if onDisk > 0 {
 		mBootstrapResumedBytes.WithLabelValues(r.cfg.Database).Add(float64(onDisk))
@@ -213,7 +238,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		if i == int(resume.File) {
 			off = resume.Offset
 		}
-		f, got, err := d.receiveFile(ctx, c, br, i, off)
+		f, got, err := d.receiveFile(ctx, c, br, snap, i, off)
 		progressed = progressed || got
 		if err != nil {
 			return progressed, errors.Join(err, sy.wait())
@@ -368,7 +393,7 @@ const writebackBytes = 4 << 20
 
 // receiveFile receives file i from offset off on and returns it, open,
 // once its size and CRC checked. got reports whether any byte arrived.
-func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline(time.Time) error }, br *bufio.Reader, i int, off uint64) (_ *os.File, got bool, err error) {
+func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline(time.Time) error }, br *bufio.Reader, snap *Snapshot, i int, off uint64) (_ *os.File, got bool, err error) {
 	r := d.r
 	sf := d.state.Files[i]
 	path := filepath.Join(d.staging, sf.Name)
@@ -389,6 +414,9 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 		return nil, false, err
 	}
 	db := r.cfg.Database
+	if err := d.checkSpace(snap); err != nil {
+		return nil, false, err
+	}
 	flushed := off // bytes handed to the kernel's writeback
 	for {
 		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
@@ -406,9 +434,13 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 			}
 			crc = crc32.Update(crc, crcTable, m.Data)
 			off += uint64(len(m.Data))
+			d.left -= min(uint64(len(m.Data)), d.left)
 			if off-flushed >= writebackBytes {
 				startWriteback(f, int64(flushed), int64(off-flushed))
 				flushed = off
+				if err := d.checkSpace(snap); err != nil {
+					return nil, true, err
+				}
 			}
 			got = got || len(m.Data) > 0
 			mBootstrapBytes.WithLabelValues(db).Add(float64(len(m.Data)))

@@ -19,6 +19,7 @@ const (
 	kindApply     = "apply"   // the store failed to apply a verified batch
 	kindProto     = "protocol"
 	kindBootstrap = "bootstrap_needed" // the source cannot serve the log we need
+	kindDiskFull  = "disk_full"        // a snapshot does not fit above the free-space reserve
 )
 
 var (

@@ -68,10 +68,26 @@ func (c *committer) checkSpace() error {
 // refused now for lack of disk space: an error wrapping ErrDiskFull if
 // free space is below the reserve (or the store already refuses writes
 // and the reserve and ballast do not fit yet); the store then counts the
-// refusal and reports itself full (DiskFull, the disk_full gauge). A replicated root's member
-// asks before it proposes a write its own store could not apply. A disk
-// whose free space cannot be read is not reported full (the write tries).
+// refusal and reports itself full (DiskFull, the disk_full gauge).
+// A replicated root's member asks before it proposes a write its own
+// store could not apply. A disk whose free space cannot be read is not
+// reported full (the write tries).
 func (s *Store) CheckSpace() error {
+	if err := s.checkSpaceFor(0, ""); err != nil {
+		s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
+		return err
+	}
+	return nil
+}
+
+// CheckSpaceFor is CheckSpace for bytes more about to be written into the
+// database's directory (a snapshot being downloaded, what is left of
+// it): they must fit above the reserve. what names them in the error.
+func (s *Store) CheckSpaceFor(bytes uint64, what string) error {
+	return s.checkSpaceFor(bytes, what)
+}
+
+func (s *Store) checkSpaceFor(bytes uint64, what string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -79,18 +95,20 @@ func (s *Store) CheckSpace() error {
 	if err != nil {
 		return nil
 	}
-	need := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load(), s.segmentRoom.Load())
-	if du.AvailBytes < need {
-		// Entering disk-full mode is safe from any goroutine; only the
-		// committer leaves it (it makes the ballast again first).
-		if !s.diskFull.Swap(true) {
-			s.opts.Logger.Error("disk full: refusing writes", "db", s.opts.Name, "avail_bytes", du.AvailBytes, "reserve_bytes", need)
-		}
-		s.m.diskFull.Set(1)
-		s.m.writeErrors.WithLabelValues(errorKind(ErrDiskFull)).Inc()
-		return fmt.Errorf("%w: %d bytes free, %d reserved", ErrDiskFull, du.AvailBytes, need)
+	reserve := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load(), s.segmentRoom.Load())
+	if du.AvailBytes >= reserve && du.AvailBytes-reserve >= bytes {
+		return nil
 	}
-	return nil
+	// Entering disk-full mode is safe from any goroutine; only the
+	// committer leaves it (it makes the ballast again first).
+	if !s.diskFull.Swap(true) {
+		s.opts.Logger.Error("disk full: refusing writes", "db", s.opts.Name, "avail_bytes", du.AvailBytes, "reserve_bytes", reserve, "more_bytes", bytes)
+	}
+	s.m.diskFull.Set(1)
+	if bytes > 0 {
+		return fmt.Errorf("%w: %s needs %d bytes above the %d reserved; %d bytes free", ErrDiskFull, what, bytes, reserve, du.AvailBytes)
+	}
+	return fmt.Errorf("%w: %d bytes free, %d reserved", ErrDiskFull, du.AvailBytes, reserve)
 }
 
 func classifyCommitError(err error) error {
