@@ -22,7 +22,8 @@ import (
 // into store.StagingDir, file by file, keeping a record of the completed
 // files there; a broken connection or a restart resumes from the last byte
 // on disk of the file in progress. Each file's CRC-32C is checked against
-// the source's before it is kept. Complete, the directory is synced,
+// the source's before it is kept, and recorded: a resumed download checks
+// the files it completed against it first. Complete, the directory is synced,
 // renamed to store.ReadyDir and swapped in by store.Replace; the replica
 // then streams the log from the snapshot's index on.
 
@@ -45,6 +46,9 @@ type bootstrapState struct {
 type snapshotFile struct {
 	Name string `json:"name"`
 	Size uint64 `json:"size"`
+	// CRC is the file's CRC-32C, recorded once received and checked;
+	// a resumed download checks the file on disk against it.
+	CRC *uint32 `json:"crc,omitempty"`
 }
 
 // BootstrapProgress describes the current (or last) bootstrap.
@@ -131,6 +135,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	resume := ResumePoint{}
 	var onDisk uint64
 	if s := d.state; s != nil {
+		d.verifyDone()
 		id, _ := hex.DecodeString(s.Snapshot)
 		copy(resume.Snapshot[:], id)
 		resume.File = uint32(s.Done)
@@ -238,12 +243,12 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		if i == int(resume.File) {
 			off = resume.Offset
 		}
-		f, got, err := d.receiveFile(ctx, c, br, snap, i, off)
+		f, crc, got, err := d.receiveFile(ctx, c, br, snap, i, off)
 		progressed = progressed || got
 		if err != nil {
 			return progressed, errors.Join(err, sy.wait())
 		}
-		sy.add(f, i)
+		sy.add(f, i, crc)
 	}
 	if err := sy.wait(); err != nil {
 		return progressed, err
@@ -290,6 +295,55 @@ func (d *download) load() *bootstrapState {
 	return nil
 }
 
+// verifyDone checks the files an earlier session recorded as complete,
+// as they are on disk now: each must have its size and the CRC-32C it
+// was received with. The download resumes from the first that does not
+// (damaged or changed since, or recorded without its CRC), which is
+// received again, counted as errors_total kind="crc".
+func (d *download) verifyDone() {
+	s := d.state
+	for i := 0; i < s.Done; i++ {
+		sf := s.Files[i]
+		path := filepath.Join(d.staging, sf.Name)
+		if err := checkReceived(path, sf); err != nil {
+			d.r.log.Warn("partial bootstrap: a file recorded complete fails its check; receiving it again", "file", sf.Name, "err", err)
+			mErrors.WithLabelValues(d.r.cfg.Database, kindCRC).Inc()
+			s.Done = i
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				d.r.log.Warn("cannot remove a damaged partial bootstrap file", "file", path, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// checkReceived checks the file at path against its record.
+func checkReceived(path string, sf snapshotFile) error {
+	if sf.CRC == nil {
+		return errors.New("recorded without its CRC")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if uint64(fi.Size()) != sf.Size {
+		return fmt.Errorf("%d bytes on disk, %d received", fi.Size(), sf.Size)
+	}
+	crc, err := crcPrefix(f, sf.Size)
+	if err != nil {
+		return err
+	}
+	if crc != *sf.CRC {
+		return fmt.Errorf("CRC %08x on disk, %08x received", crc, *sf.CRC)
+	}
+	return nil
+}
+
 // start empties the staging directory for snap and records it.
 func (d *download) start(snap *Snapshot) error {
 	if err := os.RemoveAll(d.staging); err != nil {
@@ -300,7 +354,7 @@ func (d *download) start(snap *Snapshot) error {
 	}
 	s := &bootstrapState{DBID: d.r.st.DBID().String(), Source: d.src, Snapshot: snap.ID.String(), Index: snap.Index}
 	for _, f := range snap.Files {
-		s.Files = append(s.Files, snapshotFile(f))
+		s.Files = append(s.Files, snapshotFile{Name: f.Name, Size: f.Size})
 	}
 	d.state = s
 	return d.save()
@@ -333,8 +387,9 @@ type syncer struct {
 }
 
 type syncJob struct {
-	f *os.File
-	i int
+	f   *os.File
+	i   int
+	crc uint32
 }
 
 func newSyncer(d *download) *syncer {
@@ -348,6 +403,8 @@ func newSyncer(d *download) *syncer {
 				if err == nil {
 					if err = j.f.Sync(); err == nil {
 						last = j.i
+						crc := j.crc
+						s.d.state.Files[j.i].CRC = &crc
 					}
 				}
 				if cerr := j.f.Close(); err == nil {
@@ -373,8 +430,8 @@ func newSyncer(d *download) *syncer {
 	return s
 }
 
-// add queues f (file i, complete and checked) for syncing.
-func (s *syncer) add(f *os.File, i int) { s.next <- syncJob{f, i} }
+// add queues f (file i, complete and checked: crc) for syncing.
+func (s *syncer) add(f *os.File, i int, crc uint32) { s.next <- syncJob{f, i, crc} }
 
 // wait syncs everything queued and returns the first error.
 func (s *syncer) wait() error {
@@ -392,14 +449,15 @@ func (s *syncer) wait() error {
 const writebackBytes = 4 << 20
 
 // receiveFile receives file i from offset off on and returns it, open,
-// once its size and CRC checked. got reports whether any byte arrived.
-func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline(time.Time) error }, br *bufio.Reader, snap *Snapshot, i int, off uint64) (_ *os.File, got bool, err error) {
+// once its size and CRC (returned) checked. got reports whether any byte
+// arrived.
+func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline(time.Time) error }, br *bufio.Reader, snap *Snapshot, i int, off uint64) (_ *os.File, _ uint32, got bool, err error) {
 	r := d.r
 	sf := d.state.Files[i]
 	path := filepath.Join(d.staging, sf.Name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	defer func() {
 		if err != nil {
@@ -407,30 +465,30 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 		}
 	}()
 	if err := f.Truncate(int64(off)); err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	crc, err := crcPrefix(f, off)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	db := r.cfg.Database
 	if err := d.checkSpace(snap); err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	flushed := off // bytes handed to the kernel's writeback
 	for {
 		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		m, err := d.fr.message(br)
 		if err != nil {
-			return nil, got, fmt.Errorf("bootstrap from %s: %w", d.src, err)
+			return nil, 0, got, fmt.Errorf("bootstrap from %s: %w", d.src, err)
 		}
 		switch m := m.(type) {
 		case *Chunk:
 			if int(m.File) != i || m.Offset != off || off+uint64(len(m.Data)) > sf.Size {
-				return nil, got, fmt.Errorf("%w: chunk of file %d at %d (+%d), expected file %d at %d of %d", ErrMalformed, m.File, m.Offset, len(m.Data), i, off, sf.Size)
+				return nil, 0, got, fmt.Errorf("%w: chunk of file %d at %d (+%d), expected file %d at %d of %d", ErrMalformed, m.File, m.Offset, len(m.Data), i, off, sf.Size)
 			}
 			if _, err := f.Write(m.Data); err != nil {
-				return nil, got, &streamError{kindApply, fmt.Errorf("write %s: %w", path, err)}
+				return nil, 0, got, &streamError{kindApply, fmt.Errorf("write %s: %w", path, err)}
 			}
 			crc = crc32.Update(crc, crcTable, m.Data)
 			off += uint64(len(m.Data))
@@ -439,7 +497,7 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 				startWriteback(f, int64(flushed), int64(off-flushed))
 				flushed = off
 				if err := d.checkSpace(snap); err != nil {
-					return nil, true, err
+					return nil, 0, true, err
 				}
 			}
 			got = got || len(m.Data) > 0
@@ -447,21 +505,21 @@ func (d *download) receiveFile(ctx context.Context, c interface{ SetReadDeadline
 			r.progress(func(p *BootstrapProgress) { p.BytesDone += uint64(len(m.Data)) })
 		case *FileEnd:
 			if int(m.File) != i || m.Size != sf.Size || off != sf.Size {
-				return nil, got, fmt.Errorf("%w: end of file %d (%d bytes) after %d of %d bytes of file %d", ErrMalformed, m.File, m.Size, off, sf.Size, i)
+				return nil, 0, got, fmt.Errorf("%w: end of file %d (%d bytes) after %d of %d bytes of file %d", ErrMalformed, m.File, m.Size, off, sf.Size, i)
 			}
 			if m.CRC != crc {
 				// Start this file over next time.
 				f.Truncate(0)
-				return nil, got, &streamError{kindCRC, fmt.Errorf("qs: snapshot file %s: CRC %08x, source says %08x", sf.Name, crc, m.CRC)}
+				return nil, 0, got, &streamError{kindCRC, fmt.Errorf("qs: snapshot file %s: CRC %08x, source says %08x", sf.Name, crc, m.CRC)}
 			}
-			return f, got, nil
+			return f, crc, got, nil
 		case *Refuse:
-			return nil, got, &RefusedError{Code: m.Code, Reason: m.Reason}
+			return nil, 0, got, &RefusedError{Code: m.Code, Reason: m.Reason}
 		default:
-			return nil, got, fmt.Errorf("%w: unexpected %s during bootstrap from %s", ErrMalformed, m.Type(), d.src)
+			return nil, 0, got, fmt.Errorf("%w: unexpected %s during bootstrap from %s", ErrMalformed, m.Type(), d.src)
 		}
 		if ctx.Err() != nil {
-			return nil, got, ctx.Err()
+			return nil, 0, got, ctx.Err()
 		}
 	}
 }
