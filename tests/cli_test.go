@@ -32,6 +32,8 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
 		{[]string{"get", "--bogus", "k"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"serve", "--http"}, 2, "flag needs an argument: -http"},
+		{[]string{"bridge", "postgres", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"bridge", "etcd", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"version"}, 0, "qs " + version.Version + " ("},
 	} {
 		out, code := runQS(t, c.args...)

@@ -89,6 +89,18 @@ func (f bridgeFlags) serveMetrics(ctx context.Context) error {
 	return nil
 }
 
+// parseOnlyFlags parses args with parseFlags (a bad flag is printed once,
+// as a usage error) and refuses positional arguments.
+func parseOnlyFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}
+
 func cmdBridgePostgres(args []string) error {
 	fs := flag.NewFlagSet("bridge postgres", flag.ContinueOnError)
 	bf := newBridgeFlags(fs)
@@ -103,11 +115,8 @@ func cmdBridgePostgres(args []string) error {
 		batch  = fs.Int("copy-batch", 5000, "rows per qs batch during the initial copy (at most the root's max_batch_ops)")
 		resync = fs.Bool("resync", false, "drop the slot if any, create it again and copy the whole table, deleting keys of rows gone: the recovery from a lost slot")
 	)
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *dsn == "" {
 		*dsn = os.Getenv("QS_PG_DSN")
@@ -146,11 +155,8 @@ func cmdBridgeEtcd(args []string) error {
 		batch     = fs.Int("copy-batch", 5000, "keys per qs batch during the copy (at most the root's max_batch_ops)")
 		resync    = fs.Bool("resync", false, "copy the prefix again whatever revision qs holds, deleting keys gone from etcd: the recovery after etcd compacted past it")
 	)
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	c, err := bf.client()
 	if err != nil {
