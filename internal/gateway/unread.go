@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 )
@@ -54,16 +55,9 @@ var ErrNoKeyUse = errors.New("qs: unread keys are known at the root of the tree,
 //
 // Cost: one pass over the records under each prefix, read from one view.
 func (g *Gateway) Unread(st *store.Store, db, producer string, read func(key []byte) bool, limit int) (UnreadReport, error) {
-	var ps []*Producer
-	if g != nil {
-		for _, p := range g.table.Load().producers {
-			if p.mayWrite(db) && (producer == "" || p.name == producer) {
-				ps = append(ps, p)
-			}
-		}
-	}
-	if producer != "" && len(ps) == 0 {
-		return UnreadReport{}, fmt.Errorf("%w: %q", ErrUnknownProducer, producer)
+	ps, err := g.producersOf(db, producer)
+	if err != nil {
+		return UnreadReport{}, err
 	}
 	v, err := st.View()
 	if err != nil {
@@ -85,11 +79,9 @@ func (g *Gateway) Unread(st *store.Store, db, producer string, read func(key []b
 				memo[pre] = u
 			}
 			pu.Prefixes = append(pu.Prefixes, u)
-			for _, c := range cover {
-				if c == pre {
-					pu.Keys += u.Keys
-					pu.Unread += u.Unread
-				}
+			if slices.Contains(cover, pre) {
+				pu.Keys += u.Keys
+				pu.Unread += u.Unread
 			}
 		}
 		r.Producers = append(r.Producers, pu)

@@ -67,16 +67,9 @@ type PrefixUsage struct {
 // prefix (store.View.PrefixUsage); nested prefixes of different producers
 // are read once each.
 func (g *Gateway) Usage(st *store.Store, db, producer string) (UsageReport, error) {
-	var ps []*Producer
-	if g != nil {
-		for _, p := range g.table.Load().producers {
-			if p.mayWrite(db) && (producer == "" || p.name == producer) {
-				ps = append(ps, p)
-			}
-		}
-	}
-	if producer != "" && len(ps) == 0 {
-		return UsageReport{}, fmt.Errorf("%w: %q", ErrUnknownProducer, producer)
+	ps, err := g.producersOf(db, producer)
+	if err != nil {
+		return UsageReport{}, err
 	}
 	v, err := st.View()
 	if err != nil {
@@ -129,6 +122,24 @@ func (g *Gateway) Usage(st *store.Store, db, producer string) (UsageReport, erro
 		r.Unowned = &Counts{Keys: tot.Keys - owned.Keys, KeyBytes: tot.KeyBytes - owned.KeyBytes, ValueBytes: tot.ValueBytes - owned.ValueBytes}
 	}
 	return r, nil
+}
+
+// producersOf returns the producers that may write db: all of them, or
+// the one named producer (ErrUnknownProducer if it may not). A nil
+// gateway has none.
+func (g *Gateway) producersOf(db, producer string) ([]*Producer, error) {
+	var ps []*Producer
+	if g != nil {
+		for _, p := range g.table.Load().producers {
+			if p.mayWrite(db) && (producer == "" || p.name == producer) {
+				ps = append(ps, p)
+			}
+		}
+	}
+	if producer != "" && len(ps) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownProducer, producer)
+	}
+	return ps, nil
 }
 
 // coverOf returns the prefixes of ps that no other prefix of ps covers,
