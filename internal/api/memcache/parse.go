@@ -332,8 +332,9 @@ func parseStorage(rest []byte, lim limits, req *request) *protoError {
 	return nil
 }
 
-// parseArith parses "<key> <delta> [noreply]" of incr and decr.
-func parseArith(rest []byte, req *request) *protoError {
+// parseKeyArg parses "<key> <arg> [noreply]" (incr, decr, touch): the
+// key and noreply into req; it returns arg.
+func parseKeyArg(rest []byte, req *request) ([]byte, *protoError) {
 	var toks [4][]byte
 	n := splitTokens(rest, toks[:])
 	if n == 3 && string(toks[2]) == "noreply" {
@@ -341,13 +342,22 @@ func parseArith(rest []byte, req *request) *protoError {
 		n = 2
 	}
 	if n != 2 {
-		return errFormat
+		return nil, errFormat
 	}
 	req.key = toks[0]
 	if e := checkKey(toks[0], 0); e != nil {
+		return nil, e
+	}
+	return toks[1], nil
+}
+
+// parseArith parses "<key> <delta> [noreply]" of incr and decr.
+func parseArith(rest []byte, req *request) *protoError {
+	arg, e := parseKeyArg(rest, req)
+	if e != nil {
 		return e
 	}
-	d, ok := parseUint(toks[1], 1<<64-1)
+	d, ok := parseUint(arg, 1<<64-1)
 	if !ok {
 		return errDelta
 	}
@@ -385,20 +395,11 @@ func parseFlushAll(rest []byte, req *request) *protoError {
 
 // parseTouch parses "<key> <exptime> [noreply]".
 func parseTouch(rest []byte, req *request) *protoError {
-	var toks [4][]byte
-	n := splitTokens(rest, toks[:])
-	if n == 3 && string(toks[2]) == "noreply" {
-		req.noreply = true
-		n = 2
-	}
-	if n != 2 {
-		return errFormat
-	}
-	req.key = toks[0]
-	if e := checkKey(toks[0], 0); e != nil {
+	arg, e := parseKeyArg(rest, req)
+	if e != nil {
 		return e
 	}
-	return checkExptime(toks[1])
+	return checkExptime(arg)
 }
 
 // parseDelete parses "<key> [0] [noreply]"; the 0 is a time argument old
