@@ -191,7 +191,7 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, err error) {
 		return false, fmt.Errorf("source %s would start at %d, the target needs %d", b.cfg.Source, w.NextIndex, h.Index+1)
 	}
 	b.log.Info("bridging", "source", b.cfg.Source, "target", b.cfg.Target, "from", h.Index+1, "source_applied", w.AppliedIndex)
-	b.setLag(w.AppliedIndex, h.Index, w.AppliedTime)
+	b.setLag(w.AppliedIndex, h.Index, 0)
 
 	s := stream{v: wal.Verifier{Index: h.Index, Hash: h.Hash}, head: h}
 	for {
@@ -209,10 +209,10 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, err error) {
 				return progressed, err
 			}
 			progressed = true
-			b.setLag(max(s.sourceIndex, s.v.Index), s.v.Index, 0)
+			b.setLag(max(s.sourceIndex, s.v.Index), s.v.Index, s.lastTime)
 		case *repl.Progress:
 			s.sourceIndex = m.AppliedIndex
-			b.setLag(m.AppliedIndex, s.v.Index, m.AppliedTime)
+			b.setLag(m.AppliedIndex, s.v.Index, s.lastTime)
 		case *repl.Refuse:
 			return progressed, refusal(m, s.head)
 		default:
@@ -242,7 +242,7 @@ func (b *Bridge) append(ctx context.Context, es []wal.Entry, s *stream) error {
 	if h.Index != last.Index || h.Hash != last.Hash {
 		return fmt.Errorf("target's head after appending is %d, want %d with the source's hash", h.Index, last.Index)
 	}
-	s.head = h
+	s.head, s.lastTime = h, last.Time
 	bridge.Transactions.WithLabelValues("applied").Add(float64(len(es)))
 	for i := range es {
 		bridge.ChangesApplied.Add(float64(len(es[i].Ops)))
@@ -252,18 +252,19 @@ func (b *Bridge) append(ctx context.Context, es []wal.Entry, s *stream) error {
 	return nil
 }
 
-// setLag exports how far the target is behind the source.
-func (b *Bridge) setLag(sourceIndex, targetIndex uint64, sourceTime int64) {
+// setLag exports how far the target is behind the source: entries, and
+// the age of the last entry appended (0: none yet) while behind.
+func (b *Bridge) setLag(sourceIndex, targetIndex uint64, lastTime int64) {
 	if sourceIndex > targetIndex {
 		bridge.LagEntries.Set(float64(sourceIndex - targetIndex))
 	} else {
 		bridge.LagEntries.Set(0)
 	}
-	if sourceIndex <= targetIndex || sourceTime == 0 {
+	if sourceIndex <= targetIndex || lastTime == 0 {
 		bridge.LagSeconds.Set(0)
 		return
 	}
-	bridge.LagSeconds.Set(max(time.Since(time.Unix(0, sourceTime)), 0).Seconds())
+	bridge.LagSeconds.Set(max(time.Since(time.Unix(0, lastTime)), 0).Seconds())
 }
 
 // refusal turns the source's Refuse into an error: permanent when
@@ -289,7 +290,8 @@ type stream struct {
 	v           wal.Verifier
 	head        head
 	sourceIndex uint64
-	checked     bool // the first entry after the target's head passed
+	lastTime    int64 // root time of the last entry appended
+	checked     bool  // the first entry after the target's head passed
 }
 
 // check verifies a whole batch. The first entry after the head that does

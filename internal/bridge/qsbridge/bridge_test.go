@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
@@ -109,6 +110,16 @@ func run(t *testing.T, src, dst string) (stop func() error, done <-chan struct{}
 	return stop, ch, &res
 }
 
+func waitGauge(t *testing.T, name string, g prometheus.Collector, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); testutil.ToFloat64(g) != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("qs_bridge_%s = %v, want %v", name, testutil.ToFloat64(g), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func waitHead(t *testing.T, dst, src *store.Store) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -148,6 +159,9 @@ func TestBridgeCopiesTheLogVerbatim(t *testing.T) {
 	stop, _, _ = run(t, srcAddr, dstURL)
 	write(t, src, "c/", 30)
 	waitHead(t, dst, src)
+	// The metrics say where the target is, and that it is caught up.
+	waitGauge(t, "position", bridge.Position, float64(dst.AppliedIndex()))
+	waitGauge(t, "lag_entries", bridge.LagEntries, 0)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
