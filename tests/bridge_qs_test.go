@@ -116,8 +116,8 @@ func sameLogs(t *testing.T, source, bridged []wal.Entry) {
 }
 
 // TestBridgeQS: a bridged root follows the source's log verbatim while the
-// source takes writes and the bridge is killed with SIGKILL twice
-// mid-stream; it refuses ordinary writes and writes no heartbeats; a leaf
+// source takes writes, the bridge is killed with SIGKILL twice mid-stream
+// and the bridged root once; it refuses ordinary writes and writes no heartbeats; a leaf
 // moves from the source root to the bridged root and back without a
 // bootstrap, serving the same data throughout.
 func TestBridgeQS(t *testing.T) {
@@ -136,7 +136,12 @@ func TestBridgeQS(t *testing.T) {
 		waitAcked(t, acked, int64(round*150+50)) // the source goes on while no bridge runs
 		b = startQSBridge(t, src.Addr["repl"], dst.Addr["http"])
 	}
-	waitAcked(t, acked, 400)
+	// The bridged root is killed too, and comes back on the same address:
+	// the bridge goes on from its durable head.
+	dst.kill()
+	waitAcked(t, acked, 450)
+	dst = startQS(t, filepath.Join(dir, "bridged"), "--bridged", id, "--http", dst.Addr["http"])
+	waitAcked(t, acked, 500)
 
 	// Ordinary writes are refused, with an error naming the bridge.
 	_, err := dst.client(t).Put(context.Background(), "k/own", []byte("x"), nil)
@@ -204,4 +209,41 @@ func noBootstrap(t *testing.T, p *proc) {
 			t.Fatalf("replica: %s = %v (%v)", sample, v, err)
 		}
 	}
+}
+
+// TestBridgeQSFromAReplica: a source that no longer holds its whole log
+// refuses an empty bridged root (the bridge stops, saying why); a full
+// replica's data directory started bridged is followed from its head.
+func TestBridgeQSFromAReplica(t *testing.T) {
+	dir := t.TempDir()
+	src := startQS(t, filepath.Join(dir, "source"), "--config", writeConfig(t, dir, "[[database]]\nname = \"default\"\nretain_entries = 5\n"))
+	id := dbIDOf(t, src)
+	repDir := filepath.Join(dir, "replica")
+	rep := startQS(t, repDir, "--upstream", src.Addr["repl"])
+	sc := src.client(t)
+	var last client.WriteResult
+	for i := range 100 {
+		var err error
+		if last, err = sc.Put(context.Background(), fmt.Sprintf("k/%03d", i), []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameDigest(t, last.Index, src, rep)
+
+	empty := startQS(t, filepath.Join(dir, "empty"), "--bridged", id)
+	out, code := runQSTimeout(t, 60*time.Second, "bridge", "qs", "--from", src.Addr["repl"], "--to", empty.Addr["http"], "--log-level", "warn")
+	if code <= 0 || !strings.Contains(out, "no longer holds its log") {
+		t.Fatalf("a bridge into an empty root while the source's log is truncated: exit %d\n%s", code, out)
+	}
+
+	rep.stop()
+	rep = startQS(t, repDir, "--bridged", id)
+	startQSBridge(t, src.Addr["repl"], rep.Addr["http"])
+	for i := range 100 {
+		var err error
+		if last, err = sc.Put(context.Background(), fmt.Sprintf("m/%03d", i), []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameDigest(t, last.Index, src, rep)
 }

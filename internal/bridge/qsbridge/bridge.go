@@ -276,7 +276,7 @@ func refusal(m *repl.Refuse, h head) error {
 		return fmt.Errorf("%w: the source refused the target's database (id %s): %w", ErrConfig, h.DBID, err)
 	case repl.RefuseLogTruncated:
 		return fmt.Errorf("%w: the source no longer holds its log after index %d, where the target stands: "+
-			"start the target from a copy of a replica's data directory, or from an empty directory while the source still holds its whole log: %w",
+			"start the bridged root from a full replica's data directory (stopped), or empty while the source still holds its whole log: %w",
 			ErrConfig, h.Index, err)
 	case repl.RefuseAhead:
 		return fmt.Errorf("the target (at %d) is ahead of this source: the source is behind, or the target diverged: %w", h.Index, err)
