@@ -29,9 +29,9 @@ var errBridged = fmt.Errorf("%w: the database is bridged", store.ErrNotRoot)
 
 // openBridged makes db a bridged root (config bridged = true): it takes
 // entries only from its bridge, verbatim, exactly as a replica applies a
-// stream, so its log stays the source's; it refuses every other write and,
-// refusing them, writes no heartbeats of its own (heartbeatLoop skips a
-// database that cannot write): the source's arrive through the bridge.
+// stream, so its log stays the source's; it refuses every other write and
+// writes no heartbeats of its own (StartContext runs no heartbeat loop for
+// it): the source's arrive through the bridge.
 func (s *Server) openBridged(d config.Database, db *httpapi.Database) {
 	st := db.Store
 	mBridgedEntries.WithLabelValues(d.Name)
