@@ -15,26 +15,29 @@ import (
 	"github.com/quicksilver-kv/qs/client"
 	"github.com/quicksilver-kv/qs/internal/bridge/etcdbridge"
 	"github.com/quicksilver-kv/qs/internal/bridge/pgbridge"
+	"github.com/quicksilver-kv/qs/internal/bridge/qsbridge"
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 )
 
 func init() {
-	register("bridge", "copy a system of record into a root and follow its changes: qs bridge postgres|etcd [flags]", cmdBridge)
+	register("bridge", "copy a system of record into a root and follow its changes: qs bridge postgres|etcd|qs [flags]", cmdBridge)
 }
 
 // bridgeSources are the sources qs bridge knows, by name.
 var bridgeSources = map[string]func(args []string) error{
 	"postgres": cmdBridgePostgres,
 	"etcd":     cmdBridgeEtcd,
+	"qs":       cmdBridgeQS,
 }
 
 func cmdBridge(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: qs bridge postgres|etcd [flags] (qs bridge SOURCE -h for the flags)")
+		return errors.New("usage: qs bridge postgres|etcd|qs [flags] (qs bridge SOURCE -h for the flags)")
 	}
 	run, ok := bridgeSources[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown bridge source %q (known: postgres, etcd)", args[0])
+		return fmt.Errorf("unknown bridge source %q (known: postgres, etcd, qs)", args[0])
 	}
 	return run(args[1:])
 }
@@ -172,6 +175,46 @@ func cmdBridgeEtcd(args []string) error {
 		}
 	})
 	b, err := etcdbridge.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := bf.serveMetrics(ctx); err != nil {
+		return err
+	}
+	return b.Run(ctx)
+}
+
+func cmdBridgeQS(args []string) error {
+	fs := flag.NewFlagSet("bridge qs", flag.ContinueOnError)
+	bf := newBridgeFlags(fs)
+	var (
+		from       = fs.String("from", "", "replication address of any node of the source database (its root, or a replica)")
+		clusterKey = fs.String("cluster-key", "", "cluster key file of the source's replication listener (qs cert key), if it has one")
+	)
+	if err := parseOnlyFlags(fs, args); err != nil {
+		return err
+	}
+	if *from == "" || *bf.to == "" {
+		return errors.New("--from (the source's replication address) and --to (the bridged root's HTTP address) are required")
+	}
+	if len(splitList(*bf.to)) != 1 {
+		return errors.New("--to takes one address: a bridged root is a single root")
+	}
+	token, err := readToken(*bf.tokenFile)
+	if err != nil {
+		return err
+	}
+	cfg := qsbridge.Config{Source: *from, Target: *bf.to, Database: *bf.db, Token: token, Timeout: *bf.timeout, Log: newLogger(*bf.logLevel)}
+	if *clusterKey != "" {
+		k, err := clusterauth.LoadKey(*clusterKey)
+		if err != nil {
+			return err
+		}
+		cfg.Dial = clusterauth.New(clusterauth.Options{Key: k}).Dialer("")
+	}
+	b, err := qsbridge.New(cfg)
 	if err != nil {
 		return err
 	}

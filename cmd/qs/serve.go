@@ -36,6 +36,7 @@ func cmdServe(args []string) error {
 		replAddr = fs.String("repl", "", "replication listener address, from which replicas follow this node (default 127.0.0.1:7390; off to disable)")
 		upstream = fs.String("upstream", "", "make the first database a replica of these replication addresses, comma-separated, tried in order")
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
+		bridged  = fs.String("bridged", "", "make the first database a bridged root with this database id (the source's): it takes entries only from qs bridge qs, and no other writes")
 		role     = fs.String("role", "", "role of the first database when it has an upstream: replica (the whole dataset, default) or proxy (keeps recent and recently read values, fetches the others from --replicas)")
 		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
 		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
@@ -120,6 +121,9 @@ func cmdServe(args []string) error {
 		for i := range cfg.Databases {
 			cfg.Databases[i].BallastBytes = *ballast
 		}
+	}
+	if *bridged != "" {
+		cfg.Databases[0].Bridged, cfg.Databases[0].DBID = true, *bridged
 	}
 	if *role != "" {
 		cfg.Databases[0].Role = *role

@@ -13,5 +13,7 @@
 // skips what it resends at or below it.
 //
 // The subpackages hold each source: pgbridge (logical replication with
-// pgoutput) and etcdbridge (a watch from a revision).
+// pgoutput) and etcdbridge (a watch from a revision). qsbridge is the
+// exception: it copies another root's log verbatim into a bridged root,
+// whose log is its position, and uses no state key.
 package bridge

@@ -32,6 +32,10 @@ var (
 		Namespace: metrics.Namespace, Subsystem: "bridge", Name: "lag_revisions",
 		Help: "etcd revisions beyond the revision stored in qs.",
 	}))
+	LagEntries = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: "bridge", Name: "lag_entries",
+		Help: "Log entries the source root holds beyond the bridged root (qs bridge qs).",
+	}))
 	LagSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: "bridge", Name: "lag_seconds",
 		Help: "Age of the oldest source change not yet in qs: 0 when caught up.",
@@ -43,11 +47,11 @@ var (
 	}))
 	Position = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: "bridge", Name: "position",
-		Help: "Source position stored in qs (LSN as a number, or etcd revision).",
+		Help: "Source position stored in qs (LSN as a number, etcd revision, or the bridged root's log index).",
 	}))
 	Errors = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: "bridge", Name: "errors_total",
-		Help: "Errors by kind: config (no primary key, wal_level, permission, bad flags), slot_lost, compacted, decode, source, write, conflict.",
+		Help: "Errors by kind: config (no primary key, wal_level, permission, bad flags, another database id), slot_lost, compacted, decode, source, write, conflict, diverged (a bridged root whose log is not the source's).",
 	}, []string{"kind"}))
 	Restarts = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: "bridge", Name: "restarts_total",

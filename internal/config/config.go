@@ -215,6 +215,13 @@ type Database struct {
 	// descendants. Configured upstream or secondary sources take
 	// precedence. Default false.
 	Discover bool `toml:"discover"`
+	// Bridged makes this root the bridged copy of another root's database
+	// (`qs bridge qs`): it appends only the entries the bridge brings,
+	// verbatim, so its log stays the source's (same entries at the same
+	// indexes, same hash chain), refuses ordinary writes and writes no
+	// heartbeats of its own. Needs db_id: the source's database id.
+	// Default false.
+	Bridged bool `toml:"bridged"`
 
 	// Heartbeat is how often the root writes a heartbeat entry when no
 	// other entry was written. Default 1s; negative disables.
@@ -489,6 +496,16 @@ func (c *Config) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("%s: role %q: want replica or proxy", where, d.Role))
 		}
+		if d.Bridged {
+			switch {
+			case d.IsReplica():
+				errs = append(errs, fmt.Errorf("%s: a bridged database is a root: it cannot have upstream or secondary sources, nor discover them", where))
+			case d.Raft.Enabled():
+				errs = append(errs, fmt.Errorf("%s: a bridged database cannot be a raft member: the bridge feeds one root", where))
+			case d.DBID == "":
+				errs = append(errs, fmt.Errorf("%s: bridged needs db_id, the database id of the source (\"db_id\" in GET /v1/DB/status of the source)", where))
+			}
+		}
 		if r := d.Raft; r.Enabled() || r.Listen != "" || len(r.Peers) > 0 {
 			peers, err := ParsePeers(r.Peers)
 			switch {
@@ -597,9 +614,12 @@ func (d Database) IsStatic() bool { return len(d.Upstream)+len(d.Secondary) > 0 
 // IsProxy reports whether the database is a proxy.
 func (d Database) IsProxy() bool { return d.Role == "proxy" }
 
-// RoleName is "root", "replica" or "proxy".
+// RoleName is "root", "bridged" (a root fed by qs bridge qs), "replica"
+// or "proxy".
 func (d Database) RoleName() string {
 	switch {
+	case d.Bridged && !d.IsReplica():
+		return "bridged"
 	case !d.IsReplica():
 		return "root"
 	case d.IsProxy():

@@ -176,6 +176,37 @@ func TestRaftValidation(t *testing.T) {
 	}
 }
 
+func TestBridgedValidation(t *testing.T) {
+	const id = "00112233445566778899aabbccddeeff"
+	bridged := func(edit func(d *Database)) error {
+		c := &Config{Databases: []Database{{Name: "db", Bridged: true, DBID: id}}}
+		c.EnsureDefaults()
+		if edit != nil {
+			edit(&c.Databases[0])
+		}
+		return c.Validate()
+	}
+	if err := bridged(nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(d *Database){
+		"no db_id":  func(d *Database) { d.DBID = "" },
+		"bad db_id": func(d *Database) { d.DBID = "xyz" },
+		"replica":   func(d *Database) { d.Upstream = []string{"127.0.0.1:1"} },
+		"discover":  func(d *Database) { d.Discover = true },
+		"raft": func(d *Database) {
+			d.Raft = Raft{NodeID: 1, Listen: "127.0.0.1:7400", Peers: []string{"1=127.0.0.1:7400"}}
+		},
+	} {
+		if err := bridged(edit); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if got := (Database{Bridged: true}).RoleName(); got != "bridged" {
+		t.Errorf("role %q, want bridged", got)
+	}
+}
+
 func TestWatchLimits(t *testing.T) {
 	c, err := Parse([]byte("watch_write_rate = 8000\nwatch_write_concurrency = 2\nwatch_wake_delay_target = \"2ms\""), "test")
 	if err != nil {

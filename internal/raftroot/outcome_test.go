@@ -170,12 +170,6 @@ func TestStopAfterProposalIsOutcomeUnknown(t *testing.T) {
 // condition true before the second copy, the second copy applies: the
 // proposer must not be told that its condition failed.
 func TestReproposedWriteNotReportedFailed(t *testing.T) {
-	if testing.Short() {
-		// Seen once under -race -short: the re-proposal after the leader
-		// change was never queued within 60 s. It runs in every full test
-		// run until that is understood.
-		t.Skip("re-proposal not queued once under -race; not in -short")
-	}
 	g, c, m := heldCluster(t, nil)
 	n := m.node
 	c.mustWrite(m, "k", "old")

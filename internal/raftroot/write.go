@@ -126,6 +126,13 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		if err != nil {
 			return n.answer(classify(evNoLeader, copies, err), store.WriteResult{}, err)
 		}
+		// The leader change to watch for is any after this point: a
+		// channel read after proposing would miss a change that happened
+		// while the proposal was on its way, and the write would wait for
+		// its timeout instead of being proposed again.
+		n.mu.Lock()
+		leaderCh := n.mu.leaderCh
+		n.mu.Unlock()
 		c.time = n.clock.Now().UnixNano()
 		data := c.encode()
 		var perr error
@@ -154,9 +161,6 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 			mForwarded.WithLabelValues(n.cfg.Database).Inc()
 		}
 		copies++
-		n.mu.Lock()
-		leaderCh := n.mu.leaderCh
-		n.mu.Unlock()
 		select {
 		case r := <-w:
 			return n.answer(classify(evResult, copies, r.Err), r.Res, r.Err)

@@ -165,6 +165,11 @@ func (s *Server) openDatabase(d config.Database) error {
 		s.raftNodes[d.Name] = slot
 		db.Propose, db.Members = slot.Write, slot
 	}
+	if d.Bridged {
+		s.openBridged(d, db)
+		s.log.Info("database open", "db", d.Name, "role", d.RoleName(), "db_id", st.DBID().String(), "applied_index", st.AppliedIndex(), "dir", o.Dir)
+		return nil
+	}
 	if !d.IsReplica() {
 		db.CanWrite = func() error { return nil }
 		db.Status = func() map[string]any { return map[string]any{"role": "root", "history": historyStatus(st)} }
@@ -454,7 +459,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 	}
 	s.goFunc(func() { s.reports.run(replCtx, s.order) })
 	for _, d := range s.cfg.Databases {
-		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() && !d.Raft.Enabled() {
+		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() && !d.Raft.Enabled() && !d.Bridged {
 			db := s.dbs[d.Name]
 			s.goFunc(func() { s.heartbeatLoop(db, hb) })
 		}

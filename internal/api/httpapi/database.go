@@ -8,6 +8,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/tree"
+	"github.com/quicksilver-kv/qs/internal/wal"
 	"github.com/quicksilver-kv/qs/internal/watch"
 )
 
@@ -35,6 +36,10 @@ type Database struct {
 	// member of a replicated root (internal/raftroot), which answers once
 	// the write is committed by a quorum and applied here.
 	Propose func(ctx context.Context, b store.Batch) (store.WriteResult, error)
+	// Bridge, set on a bridged root only, appends entries of the source's
+	// log verbatim (store.Apply): POST /v1/{db}/bridge. Nil: that endpoint
+	// answers 400 bad_request.
+	Bridge func(ctx context.Context, entries []wal.Entry) error
 	// Members changes the membership of a replicated root
 	// (POST/DELETE /v1/{db}/raft/members). Nil: the endpoints answer
 	// 400 bad_request.

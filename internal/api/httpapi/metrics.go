@@ -26,6 +26,7 @@ const (
 	routeMembers
 	routeDigest
 	routeTree
+	routeBridge
 	routeOther // unknown paths and methods
 	numRoutes
 )
@@ -42,6 +43,7 @@ var routeNames = [numRoutes]string{
 	routeDigest:  "digest",
 	routeMembers: "members",
 	routeTree:    "tree",
+	routeBridge:  "bridge",
 	routeOther:   "other",
 }
 
