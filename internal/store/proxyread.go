@@ -166,10 +166,10 @@ func (s *Store) countProxy(key []byte, found, fetched bool) {
 	case !found:
 		s.m.pxNegative.Inc()
 	case fetched: // counted by fetch
-		s.px.touch(key)
+		s.px.clock.Touch(key)
 	default:
 		s.m.pxHits.Inc()
-		s.px.touch(key)
+		s.px.clock.Touch(key)
 	}
 }
 
@@ -254,10 +254,10 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			it := &page[i]
 			if it.fetch >= 0 {
 				it.value = items[it.fetch].Value
-				v.s.px.touch(it.key)
+				v.s.px.clock.Touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
-				v.s.px.touch(it.key)
+				v.s.px.clock.Touch(it.key)
 			}
 			if err := fn(it.key, it.value, it.index); err != nil {
 				return nil, err
