@@ -39,6 +39,7 @@ func cmdServe(args []string) error {
 		role     = fs.String("role", "", "role of the first database when it has an upstream: replica (the whole dataset, default) or proxy (keeps recent and recently read values, fetches the others from --replicas)")
 		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
 		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
+		transB   = fs.Int64("transient-bytes", 0, "proxy: in-memory tier in bytes in front of the cache: fetched values are written to the cache only when read again while held there (default 0: none)")
 		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
 		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
@@ -132,6 +133,9 @@ func cmdServe(args []string) error {
 	}
 	if *window != 0 {
 		cfg.Databases[0].ProxyWindow = *window
+	}
+	if *transB != 0 {
+		cfg.Databases[0].ProxyTransientBytes = *transB
 	}
 	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
 		if *nodeID != 0 {

@@ -167,6 +167,11 @@ type Database struct {
 	// ProxyCacheBytes (proxy only, flag --cache-bytes) is the budget of
 	// stored values, the window's included. Default 1 GiB.
 	ProxyCacheBytes int64 `toml:"proxy_cache_bytes"`
+	// ProxyTransientBytes (proxy only, flag --transient-bytes) is the
+	// in-memory tier in front of the cache: fetched values are held there
+	// and written to the cache only when read again while held. Default
+	// 0: none (every fetched value is written).
+	ProxyTransientBytes int64 `toml:"proxy_transient_bytes"`
 	// ProxyWindow (proxy only, flag --window) is the sliding window in log
 	// entries: values written by the last ProxyWindow entries are never
 	// evicted, so replicas lagging less than that behind the proxy can
@@ -641,7 +646,8 @@ func (c *Config) StoreOptions(d Database) (store.Options, error) {
 	}
 	if d.IsProxy() {
 		o.Proxy = &store.ProxyOptions{Window: d.ProxyWindow, CacheBytes: d.ProxyCacheBytes,
-			SoftFreeBytes: d.ProxySoftFreeBytes, HardFreeBytes: d.ProxyHardFreeBytes, FetchTimeout: d.ProxyFetchTimeout.Duration}
+			SoftFreeBytes: d.ProxySoftFreeBytes, HardFreeBytes: d.ProxyHardFreeBytes, FetchTimeout: d.ProxyFetchTimeout.Duration,
+			TransientBytes: d.ProxyTransientBytes}
 		if o.Retention.MaxEntries == 0 {
 			o.Retention.MaxEntries = max(d.ProxyWindow, 10000)
 		}

@@ -120,6 +120,7 @@ func TestParseErrors(t *testing.T) {
 		"root proxy":                     {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
 		"replicas unused":                {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
 		"proxy window":                   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
+		"proxy transient tier":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_transient_bytes = -1", "transient tier"},
 		"proxy attempt timeout":          {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_attempt_timeout = \"-1s\"", "proxy_attempt_timeout"},
 		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},
 		"memcache threads":               {"memcache_threads = -2", "memcache_threads -2"},

@@ -67,6 +67,11 @@ type ProxyOptions struct {
 	// EvictInterval is how often the cache is checked against its limits.
 	// Default 100ms.
 	EvictInterval time.Duration
+	// TransientBytes is the in-memory tier in front of the cache: fetched
+	// values are held there and stored only when read again while held
+	// (internal/cache, Transient). Default 0: none, every fetched value
+	// is stored.
+	TransientBytes int64
 }
 
 func (p *ProxyOptions) ensureDefaults() {
@@ -105,6 +110,8 @@ func (p *ProxyOptions) validate() error {
 		return fmt.Errorf("store: proxy fetch timeout %v below 1ms", p.FetchTimeout)
 	case p.EvictInterval < time.Millisecond:
 		return fmt.Errorf("store: proxy evict interval %v below 1ms", p.EvictInterval)
+	case p.TransientBytes < 0:
+		return fmt.Errorf("store: proxy transient tier of %d bytes below 0", p.TransientBytes)
 	}
 	return nil
 }
@@ -151,6 +158,8 @@ type ProxyStats struct {
 	Window       int64 // the sliding window, in entries
 	SoftLimited  bool  // free disk below the soft limit: evicting
 	HardLimited  bool  // free disk below the hard limit: not admitting
+	// The transient tier: values held in memory, their bytes, the budget.
+	TransientValues, TransientBytes, TransientBudget int64
 }
 
 // ProxyStats returns the cache counters (zero for a full node).
@@ -159,9 +168,11 @@ func (s *Store) ProxyStats() ProxyStats {
 	if p == nil {
 		return ProxyStats{}
 	}
+	ts := p.transient.Stats()
 	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
 		CacheBytes: p.budget(), Window: p.opts.Window,
-		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load()}
+		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load(),
+		TransientValues: ts.Values, TransientBytes: ts.Bytes, TransientBudget: p.opts.TransientBytes}
 }
 
 // proxyRecord (mproxy) counts the values a proxy stores. Its presence
@@ -190,9 +201,10 @@ type proxyState struct {
 	opts    ProxyOptions
 	fetcher atomic.Pointer[Fetcher]
 
-	limits cache.Limits
-	clock  *cache.Clock
-	admits *cache.Queue[admission]
+	limits    cache.Limits
+	clock     *cache.Clock
+	admits    *cache.Queue[admission]
+	transient *cache.Transient
 
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
@@ -227,7 +239,8 @@ const admitQueue = 1024
 func newProxyState(o ProxyOptions) *proxyState {
 	return &proxyState{opts: o,
 		limits: cache.Limits{Budget: o.CacheBytes, SoftFree: o.SoftFreeBytes, HardFree: o.HardFreeBytes},
-		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue)}
+		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue),
+		transient: cache.NewTransient(o.TransientBytes)}
 }
 
 // budget is the value bytes the cache may hold.
