@@ -38,6 +38,8 @@ func cmdServe(args []string) error {
 		second   = fs.String("secondary", "", "replication addresses to fall back to when no upstream can serve, comma-separated")
 		role     = fs.String("role", "", "role of the first database when it has an upstream: replica (the whole dataset, default) or proxy (keeps recent and recently read values, fetches the others from --replicas)")
 		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
+		relay    = fs.Bool("relay", false, "proxy: be a relay of this data centre: answer the fetches of the proxies that name this node in --relays (needs --replicas)")
+		relays   = fs.String("relays", "", "proxy: replication addresses of the relays of this data centre, comma-separated: misses are fetched through them, from --replicas only when no relay answers")
 		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
 		transB   = fs.Int64("transient-bytes", 0, "proxy: in-memory tier in bytes in front of the cache: fetched values are written to the cache only when read again while held there (default 0: none)")
 		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
@@ -127,6 +129,12 @@ func cmdServe(args []string) error {
 	}
 	if *replicas != "" {
 		cfg.Databases[0].Replicas = splitList(*replicas)
+	}
+	if *relay {
+		cfg.Databases[0].Relay = true
+	}
+	if *relays != "" {
+		cfg.Databases[0].Relays = splitList(*relays)
 	}
 	if *cacheB != 0 {
 		cfg.Databases[0].ProxyCacheBytes = *cacheB

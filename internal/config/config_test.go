@@ -120,6 +120,8 @@ func TestParseErrors(t *testing.T) {
 		"root proxy":                     {"[[database]]\nname = \"a\"\nrole = \"proxy\"", "needs an upstream"},
 		"replicas unused":                {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nreplicas = [\"h:2\"]", "replicas are for"},
 		"proxy window":                   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_window = -5", "window"},
+		"relay of a replica":             {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nrelay = true", "relay and relays are for"},
+		"relay without replicas":         {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nrelay = true", "a relay needs replicas"},
 		"proxy transient tier":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_transient_bytes = -1", "transient tier"},
 		"proxy attempt timeout":          {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_attempt_timeout = \"-1s\"", "proxy_attempt_timeout"},
 		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},

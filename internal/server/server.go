@@ -189,7 +189,13 @@ func (s *Server) openDatabase(d config.Database) error {
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
 	if d.IsProxy() {
-		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.replDial(),
+		// A proxy with relays fetches through them; its replicas and
+		// sources are asked only when no relay answers.
+		members, fallback := d.Replicas, sources
+		if len(d.Relays) > 0 {
+			members, fallback = d.Relays, append(append([]string(nil), d.Replicas...), sources...)
+		}
+		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: members, Fallback: fallback, Dial: s.replDial(),
 			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate}, s.log)
 		if err != nil {
 			return err
@@ -398,7 +404,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -643,4 +649,15 @@ func (t *connTracker) waitQuiet(ctx context.Context) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// isRelay reports whether database db is a proxy configured as the relay
+// of its data centre (it answers the fetches of the proxies that name it).
+func (s *Server) isRelay(db string) bool {
+	for _, d := range s.cfg.Databases {
+		if d.Name == db {
+			return d.IsProxy() && d.Relay
+		}
+	}
+	return false
 }
