@@ -230,6 +230,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
+			m["cache"] = cacheStatus(st, d)
 		} else {
 			m["history"] = historyStatus(st)
 		}
@@ -269,6 +270,15 @@ func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[strin
 	}
 	return map[string]any{"cached_values": ps.CachedValues, "cached_bytes": ps.CachedBytes, "cache_budget_bytes": ps.CacheBytes,
 		"window_entries": ps.Window, "disk_soft_limited": ps.SoftLimited, "disk_hard_limited": ps.HardLimited, "replicas": members}
+}
+
+// cacheStatus is the "cache" object of a proxy's status: its tiers, and
+// what they served since the process started.
+func cacheStatus(st *store.Store, d config.Database) map[string]any {
+	ps := st.ProxyStats()
+	return map[string]any{"l1_hits": ps.Hits, "remote_fetches": ps.Fetched, "disk_admissions": ps.Admitted,
+		"transient_values": ps.TransientValues, "transient_bytes": ps.TransientBytes, "transient_budget_bytes": ps.TransientBudget,
+		"relay": d.Relay, "relays": d.Relays}
 }
 
 // bootstrapStatus is the "bootstrap" object of a replica's status: null

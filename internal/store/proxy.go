@@ -160,6 +160,9 @@ type ProxyStats struct {
 	HardLimited  bool  // free disk below the hard limit: not admitting
 	// The transient tier: values held in memory, their bytes, the budget.
 	TransientValues, TransientBytes, TransientBudget int64
+	// Since the store opened: values read here (hits), fetched from
+	// elsewhere, and written to the cache after a fetch (admissions).
+	Hits, Fetched, Admitted int64
 }
 
 // ProxyStats returns the cache counters (zero for a full node).
@@ -172,7 +175,8 @@ func (s *Store) ProxyStats() ProxyStats {
 	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
 		CacheBytes: p.budget(), Window: p.opts.Window,
 		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load(),
-		TransientValues: ts.Values, TransientBytes: ts.Bytes, TransientBudget: p.opts.TransientBytes}
+		TransientValues: ts.Values, TransientBytes: ts.Bytes, TransientBudget: p.opts.TransientBytes,
+		Hits: p.hits.Load(), Fetched: p.fetched.Load(), Admitted: p.admitted.Load()}
 }
 
 // proxyRecord (mproxy) counts the values a proxy stores. Its presence
@@ -208,6 +212,9 @@ type proxyState struct {
 
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
+	// Since open: values served from here, values fetched, values
+	// written to the cache by admissions.
+	hits, fetched, admitted atomic.Int64
 	// logDropped counts the log bytes retention dropped since the keeper
 	// last compacted the log's keyspace.
 	logDropped atomic.Int64

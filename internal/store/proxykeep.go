@@ -133,6 +133,7 @@ func (s *Store) submitCache(ch *cacheChange) {
 	}
 	if len(ch.admit) > 0 {
 		s.m.pxAdmissions.WithLabelValues("admitted").Add(float64(ch.admitted))
+		s.px.admitted.Add(int64(ch.admitted))
 		s.m.pxAdmissions.WithLabelValues("stale").Add(float64(len(ch.admit) - ch.admitted))
 	}
 	s.m.pxEvictions.Add(float64(ch.evicted))

@@ -48,6 +48,7 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 		s.offerFetched(admission{key: kv[:len(it.Key):len(it.Key)], index: it.Index, value: kv[len(it.Key):]})
 	}
 	s.m.pxMisses.Add(float64(len(items)))
+	p.fetched.Add(int64(len(items)))
 	return nil
 }
 
@@ -180,6 +181,7 @@ func (s *Store) countProxy(key []byte, index uint64, found, fetched bool) {
 		s.px.clock.Touch(key)
 	default:
 		s.m.pxHits.Inc()
+		s.px.hits.Add(1)
 		s.px.clock.Touch(key)
 		s.promoteTransient(key, index)
 	}
@@ -273,6 +275,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 				v.s.px.clock.Touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
+				v.s.px.hits.Add(1)
 				v.s.px.clock.Touch(it.key)
 			}
 			if err := fn(it.key, it.value, it.index); err != nil {
