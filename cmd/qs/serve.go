@@ -39,7 +39,10 @@ func cmdServe(args []string) error {
 		bridged  = fs.String("bridged", "", "make the first database a bridged root with this database id (the source's): it takes entries only from qs bridge qs, and no other writes")
 		role     = fs.String("role", "", "role of the first database when it has an upstream: replica (the whole dataset, default) or proxy (keeps recent and recently read values, fetches the others from --replicas)")
 		replicas = fs.String("replicas", "", "proxy: replication addresses of full replicas to fetch missing values from, comma-separated")
+		relay    = fs.Bool("relay", false, "proxy: be a relay of this data centre: answer the fetches of the proxies that name this node in --relays (needs --replicas)")
+		relays   = fs.String("relays", "", "proxy: replication addresses of the relays of this data centre, comma-separated: misses are fetched through them, from --replicas only when no relay answers")
 		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
+		transB   = fs.Int64("transient-bytes", 0, "proxy: in-memory tier in bytes in front of the cache: fetched values are written to the cache only when read again while held there (default 0: none)")
 		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
 		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
@@ -131,11 +134,20 @@ func cmdServe(args []string) error {
 	if *replicas != "" {
 		cfg.Databases[0].Replicas = splitList(*replicas)
 	}
+	if *relay {
+		cfg.Databases[0].Relay = true
+	}
+	if *relays != "" {
+		cfg.Databases[0].Relays = splitList(*relays)
+	}
 	if *cacheB != 0 {
 		cfg.Databases[0].ProxyCacheBytes = *cacheB
 	}
 	if *window != 0 {
 		cfg.Databases[0].ProxyWindow = *window
+	}
+	if *transB != 0 {
+		cfg.Databases[0].ProxyTransientBytes = *transB
 	}
 	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
 		if *nodeID != 0 {

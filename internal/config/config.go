@@ -164,9 +164,23 @@ type Database struct {
 	// replicas to fetch missing values from; the upstream and secondary
 	// sources are asked when none can answer.
 	Replicas []string `toml:"replicas"`
+	// Relay (proxy only, flag --relay) makes this proxy a relay of its
+	// data centre: it answers the fetches of the proxies that name it in
+	// their Relays, from its cache or by fetching from its Replicas.
+	Relay bool `toml:"relay"`
+	// Relays (proxy only, flag --relays) are the replication addresses of
+	// the relays of this proxy's data centre: misses are fetched through
+	// them, and from Replicas (then the upstream sources) only when no
+	// relay answers.
+	Relays []string `toml:"relays"`
 	// ProxyCacheBytes (proxy only, flag --cache-bytes) is the budget of
 	// stored values, the window's included. Default 1 GiB.
 	ProxyCacheBytes int64 `toml:"proxy_cache_bytes"`
+	// ProxyTransientBytes (proxy only, flag --transient-bytes) is the
+	// in-memory tier in front of the cache: fetched values are held there
+	// and written to the cache only when read again while held. Default
+	// 0: none (every fetched value is written).
+	ProxyTransientBytes int64 `toml:"proxy_transient_bytes"`
 	// ProxyWindow (proxy only, flag --window) is the sliding window in log
 	// entries: values written by the last ProxyWindow entries are never
 	// evicted, so replicas lagging less than that behind the proxy can
@@ -483,9 +497,15 @@ func (c *Config) Validate() error {
 			if len(d.Replicas) > 0 {
 				errs = append(errs, fmt.Errorf("%s: replicas are for role = \"proxy\"", where))
 			}
+			if d.Relay || len(d.Relays) > 0 {
+				errs = append(errs, fmt.Errorf("%s: relay and relays are for role = \"proxy\"", where))
+			}
 		case "proxy":
 			if !d.IsReplica() {
 				errs = append(errs, fmt.Errorf("%s: a proxy needs an upstream to replicate the log from", where))
+			}
+			if d.Relay && len(d.Replicas) == 0 {
+				errs = append(errs, fmt.Errorf("%s: a relay needs replicas to fetch from", where))
 			}
 			if t := d.ProxyAttemptTimeout.Duration; t != 0 && t < time.Millisecond {
 				errs = append(errs, fmt.Errorf("%s: proxy_attempt_timeout %v below 1ms", where, t))
@@ -661,7 +681,8 @@ func (c *Config) StoreOptions(d Database) (store.Options, error) {
 	}
 	if d.IsProxy() {
 		o.Proxy = &store.ProxyOptions{Window: d.ProxyWindow, CacheBytes: d.ProxyCacheBytes,
-			SoftFreeBytes: d.ProxySoftFreeBytes, HardFreeBytes: d.ProxyHardFreeBytes, FetchTimeout: d.ProxyFetchTimeout.Duration}
+			SoftFreeBytes: d.ProxySoftFreeBytes, HardFreeBytes: d.ProxyHardFreeBytes, FetchTimeout: d.ProxyFetchTimeout.Duration,
+			TransientBytes: d.ProxyTransientBytes}
 		if o.Retention.MaxEntries == 0 {
 			o.Retention.MaxEntries = max(d.ProxyWindow, 10000)
 		}

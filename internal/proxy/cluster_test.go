@@ -73,6 +73,8 @@ type node struct {
 	pid  repl.ProcessID
 	rep  *repl.Replica
 	pool *Pool
+	// relay: the node answers fetches of its proxy database (a relay).
+	relay bool
 }
 
 type cluster struct {
@@ -106,7 +108,8 @@ func (c *cluster) open(o store.Options) *store.Store {
 // serve starts a replication server for st.
 func (c *cluster) serve(n *node) {
 	c.t.Helper()
-	srv, err := repl.NewServer(repl.ServerConfig{ProcessID: n.pid, ProgressInterval: 50 * time.Millisecond}, func(db string) (*store.Store, bool) {
+	srv, err := repl.NewServer(repl.ServerConfig{ProcessID: n.pid, ProgressInterval: 50 * time.Millisecond,
+		Relay: func(string) bool { return n.relay }}, func(db string) (*store.Store, bool) {
 		return n.st, db == n.st.Name()
 	}, quiet)
 	if err != nil {
@@ -165,6 +168,17 @@ func (c *cluster) proxy(dbid store.DBID, po store.ProxyOptions, pc Config, upstr
 	n.pool = p
 	n.st.SetFetcher(p)
 	c.follow(n, upstream...)
+	return n
+}
+
+// relayProxy opens a proxy that is the relay of its data centre: it
+// fetches from the pool's members and answers the fetches of other
+// proxies on its replication listener.
+func (c *cluster) relayProxy(dbid store.DBID, po store.ProxyOptions, pc Config, upstream ...string) *node {
+	c.t.Helper()
+	n := c.proxy(dbid, po, pc, upstream...)
+	n.relay = true
+	c.serve(n)
 	return n
 }
 

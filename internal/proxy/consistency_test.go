@@ -37,6 +37,10 @@ type consistencyOpts struct {
 	window    int64
 	naive     bool
 	fetchWait time.Duration // proxy FetchTimeout
+	// relay: a relay (following the fastest replica) resolves the misses
+	// of four proxies, which fall back to the replicas and the root; its
+	// fetch connections are cut at random too.
+	relay bool
 }
 
 type consistencyResult struct {
@@ -45,6 +49,7 @@ type consistencyResult struct {
 	misses, evictions    float64
 	retries, replicaErrs float64
 	historyReads         float64
+	relayOK, fallback    float64 // requests the relay answered ok; sent to fallback members
 	entries              uint64
 	elapsed              time.Duration
 }
@@ -77,9 +82,24 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 	// The first proxy lags behind the replicas (their answers then come
 	// from their history); the second follows the fastest replica.
 	lp := newLink(t, root.addr, 50*time.Millisecond)
-	p1 := c.proxy(dbid, po, pc, lp.Addr())
-	p2 := c.proxy(dbid, po, pc, r1.addr)
-	proxies := []*node{p1, p2}
+	cuts := []*link{f1, f2, f3}
+	var proxies []*node
+	if o.relay {
+		relay := c.relayProxy(dbid, po, pc, r1.addr)
+		rl := newLink(t, relay.addr, 0)
+		cuts = append(cuts, rl)
+		ppc := pc
+		ppc.Replicas, ppc.Fallback = []string{rl.Addr()}, append(append([]string(nil), members...), root.addr)
+		// A relay's answer may wait for its own fetch from a replica.
+		ppc.AttemptTimeout = 3 * pc.AttemptTimeout
+		// Proxies behind the relay (answered "gone" for versions it
+		// overwrote since), beside it, and ahead of it ("behind").
+		for _, up := range []string{lp.Addr(), r1.addr, lp.Addr(), root.addr} {
+			proxies = append(proxies, c.proxy(dbid, po, ppc, up))
+		}
+	} else {
+		proxies = []*node{c.proxy(dbid, po, pc, lp.Addr()), c.proxy(dbid, po, pc, r1.addr)}
+	}
 
 	// Seed every key so cold keys exist from the start.
 	ctx := context.Background()
@@ -140,7 +160,7 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 	go func() {
 		defer bg.Done()
 		rng := rand.New(rand.NewPCG(3, 3))
-		fl := []*link{f1, f2, f3}
+		fl := cuts
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -149,7 +169,7 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 				return
 			case <-time.After(time.Duration(20+rng.IntN(60)) * time.Millisecond):
 			}
-			fl[rng.IntN(3)].cut()
+			fl[rng.IntN(len(fl))].cut()
 			l3.stall.Store(i%10 >= 7)
 			lp.stall.Store(i%10 == 3)
 		}
@@ -166,7 +186,7 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
-			px := proxies[cl%2].st
+			px := proxies[cl%len(proxies)].st
 			rng := rand.New(rand.NewPCG(uint64(cl), 99))
 			for now := time.Now(); (total.Load() < int64(o.reads) || now.Before(minEnd)) && now.Before(deadline); now = time.Now() {
 				time.Sleep(pace)
@@ -219,6 +239,10 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 	res.historyReads = metricValue(t, "qs_store_history_reads_total", map[string]string{"db": c.name})
 	for _, a := range members {
 		res.replicaErrs += counter(t, mReplicaRequests.WithLabelValues(c.name, a, "error"))
+	}
+	if o.relay {
+		res.relayOK = counter(t, mReplicaRequests.WithLabelValues(c.name, cuts[3].Addr(), "ok"))
+		res.fallback = counter(t, mFetches.WithLabelValues(c.name, "fallback"))
 	}
 	return res
 }
@@ -325,6 +349,34 @@ func TestProxyConsistency(t *testing.T) {
 // design the reference started from — no sliding window (one entry), ask
 // a replica for its current value, believe any answer — must produce
 // violations: the checker can fail.
+// TestRelayConsistency is the consistency test of a data centre: a relay
+// and four proxies that fetch through it, with the relay's and the
+// replicas' fetch connections cut at random: every answer must still be
+// the version of its index.
+func TestRelayConsistency(t *testing.T) {
+	o := consistencyOpts{reads: 8000, minTime: 5 * time.Second, maxTime: 40 * time.Second, window: 200, fetchWait: 5 * time.Second, relay: true}
+	if os.Getenv("QS_BENCH") == "1" {
+		o.reads, o.minTime, o.maxTime = 120000, time.Minute, 10*time.Minute
+	} else if testing.Short() {
+		o.reads, o.minTime, o.maxTime = 1000, 3*time.Second, 45*time.Second
+	}
+	r := runConsistency(t, o)
+	logResult(t, "relay consistency", r)
+	t.Logf("relay: %v requests answered ok; %v requests to fallback members", r.relayOK, r.fallback)
+	if r.report.Count != 0 {
+		t.Fatalf("%d violations", r.report.Count)
+	}
+	// What this run checks is correctness: a read that could not get its
+	// values in time (a loaded machine, every path cut or stalled) fails
+	// cleanly with 503, and a few are allowed.
+	if allowed := r.reads / 50; r.errors > allowed {
+		t.Fatalf("%d reads failed (%d allowed)", r.errors, allowed)
+	}
+	if r.reads < min(o.reads, 1000) || r.misses == 0 || r.relayOK == 0 {
+		t.Fatalf("the run did not exercise the relay enough: %+v", r)
+	}
+}
+
 func TestConsistencyCheckerCatchesNaiveProxy(t *testing.T) {
 	r := runConsistency(t, consistencyOpts{reads: 3000, minTime: 2 * time.Second, maxTime: 20 * time.Second, window: 1, naive: true, fetchWait: 5 * time.Second})
 	logResult(t, "naive proxy", r)

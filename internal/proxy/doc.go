@@ -1,7 +1,9 @@
 // Package proxy is the replica pool of a proxy database: it implements
 // store.Fetcher by asking full replicas (and, as a fall-back, the proxy's
 // upstream sources) for the values the proxy store does not hold, over
-// fetch connections of the replication protocol (internal/repl).
+// fetch connections of the replication protocol (internal/repl). A proxy
+// with relays asks them first, with its replicas and sources as the
+// fall-back; each request to a fall-back member is counted.
 //
 // # Invariants
 //
@@ -32,7 +34,8 @@
 //   - Every goroutine belongs to a connection and ends with Close.
 //
 // Metrics (subsystem "proxy"): fetch_seconds (one read's remote values,
-// end to end), fetches_total{result} (ok, failed, retried, too_large),
+// end to end), fetches_total{result} (ok, failed, retried, too_large,
+// fallback),
 // replica_requests_total{replica, result} (ok, partial, error, timeout,
 // bad_answer, aborted), replica_up{replica}, replica_latency_seconds{replica},
 // replica_applied_index{replica}.

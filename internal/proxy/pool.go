@@ -119,8 +119,8 @@ type Pool struct {
 	log     *slog.Logger
 	members []*member
 
-	fetchSeconds                        prometheus.Observer
-	fetchOK, fetchFail, retry, tooLarge prometheus.Counter
+	fetchSeconds                                  prometheus.Observer
+	fetchOK, fetchFail, retry, tooLarge, fallback prometheus.Counter
 
 	mu struct {
 		sync.Mutex
@@ -141,7 +141,7 @@ func New(cfg Config, log *slog.Logger) (*Pool, error) {
 	p := &Pool{cfg: cfg, log: log.With("component", "proxy-pool", "db", db),
 		fetchSeconds: mFetchSeconds.WithLabelValues(db), fetchOK: mFetches.WithLabelValues(db, "ok"),
 		fetchFail: mFetches.WithLabelValues(db, "failed"), retry: mFetches.WithLabelValues(db, "retried"),
-		tooLarge: mFetches.WithLabelValues(db, "too_large")}
+		tooLarge: mFetches.WithLabelValues(db, "too_large"), fallback: mFetches.WithLabelValues(db, "fallback")}
 	seen := map[string]bool{}
 	add := func(addr string, fallback bool) {
 		if seen[addr] {
@@ -229,6 +229,9 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 		tried[m] = true
 		if attempts > 0 {
 			p.retry.Inc()
+		}
+		if m.fallback {
+			p.fallback.Inc()
 		}
 		attempts++
 		n := min(len(pending), p.cfg.MaxKeysPerRequest)

@@ -35,6 +35,7 @@
 //	server_bootstrap.go, snapshots.go
 //	                      serving bootstraps from shared store checkpoints
 //	server_fetch.go       answering a proxy's Fetch from one view of the store
+//	server_relay.go       a relay (a proxy) answering the Fetch of its data centre's proxies
 //	client.go             Replica: following an ordered list of sources
 //	policy.go             the source policy of Replica.Run, free of I/O
 //	bootstrap.go          downloading, resuming and installing a snapshot

@@ -54,6 +54,11 @@ type ServerConfig struct {
 	// the overlay takes no new child while it has no source itself, nor
 	// one of its own ancestors). Default: accept.
 	AcceptChild func(db string, client ProcessID) *RefusedError
+	// Relay, when set, names the proxy databases this server is the
+	// relay of: it answers their fetch connections (for the proxies of its
+	// data centre) from its own cache, fetching the rest from its
+	// replicas. Other proxy databases refuse fetches. Default: none.
+	Relay func(db string) bool
 	// MaxChildren caps the replicas streaming the log of one database
 	// from this server at once (its children in the tree); one more is
 	// refused "full". Connections that only watch the newest entries,
@@ -477,7 +482,7 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 		cn.refuse(RefuseWrongDBID, "database %q has id %s, client expects %s", h.Database, st.DBID(), h.DBID)
 		return nil, 0, false
 	}
-	if (h.Fetch || h.Bootstrap) && st.IsProxy() {
+	if st.IsProxy() && (h.Bootstrap || (h.Fetch && (s.cfg.Relay == nil || !s.cfg.Relay(h.Database)))) {
 		cn.refuse(RefuseProxy, "database %q is a proxy here: it holds only part of the values; ask a full replica", h.Database)
 		return nil, 0, false
 	}

@@ -49,7 +49,12 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			return
 		}
 		start := time.Now()
-		ans := answerFetch(st, m)
+		var ans *Values
+		if st.IsProxy() {
+			ans = answerRelayFetch(st, m)
+		} else {
+			ans = answerFetch(st, m)
+		}
 		mFetchSeconds.Observe(time.Since(start).Seconds())
 		mFetchRequests.Inc()
 		if out, err = AppendFrame(out[:0], ans); err != nil {

@@ -194,7 +194,13 @@ func (s *Server) openDatabase(d config.Database) error {
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
 	if d.IsProxy() {
-		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: d.Replicas, Fallback: sources, Dial: s.replDial(),
+		// A proxy with relays fetches through them; its replicas and
+		// sources are asked only when no relay answers.
+		members, fallback := d.Replicas, sources
+		if len(d.Relays) > 0 {
+			members, fallback = d.Relays, append(append([]string(nil), d.Replicas...), sources...)
+		}
+		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: members, Fallback: fallback, Dial: s.replDial(),
 			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate}, s.log)
 		if err != nil {
 			return err
@@ -229,6 +235,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
+			m["cache"] = cacheStatus(st, d)
 		} else {
 			m["history"] = historyStatus(st)
 		}
@@ -268,6 +275,15 @@ func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[strin
 	}
 	return map[string]any{"cached_values": ps.CachedValues, "cached_bytes": ps.CachedBytes, "cache_budget_bytes": ps.CacheBytes,
 		"window_entries": ps.Window, "disk_soft_limited": ps.SoftLimited, "disk_hard_limited": ps.HardLimited, "replicas": members}
+}
+
+// cacheStatus is the "cache" object of a proxy's status: its tiers, and
+// what they served since the process started.
+func cacheStatus(st *store.Store, d config.Database) map[string]any {
+	ps := st.ProxyStats()
+	return map[string]any{"l1_hits": ps.Hits, "remote_fetches": ps.Fetched, "disk_admissions": ps.Admitted,
+		"transient_values": ps.TransientValues, "transient_bytes": ps.TransientBytes, "transient_budget_bytes": ps.TransientBudget,
+		"relay": d.Relay, "relays": d.Relays}
 }
 
 // bootstrapStatus is the "bootstrap" object of a replica's status: null
@@ -403,7 +419,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -648,4 +664,15 @@ func (t *connTracker) waitQuiet(ctx context.Context) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// isRelay reports whether database db is a proxy configured as the relay
+// of its data centre (it answers the fetches of the proxies that name it).
+func (s *Server) isRelay(db string) bool {
+	for _, d := range s.cfg.Databases {
+		if d.Name == db {
+			return d.IsProxy() && d.Relay
+		}
+	}
+	return false
 }

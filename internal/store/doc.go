@@ -15,7 +15,8 @@
 //     other path;
 //   - proxy (Options.Proxy): applies the whole log like a replica but
 //     keeps values only in a sliding window and a cache, and fetches the
-//     others (proxy.go, proxykeep.go, proxyread.go).
+//     others (proxy.go, proxykeep.go, proxyread.go); what it keeps is
+//     decided by the cache policy of internal/cache.
 //
 // # How a write goes
 //

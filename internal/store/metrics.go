@@ -107,6 +107,15 @@ var (
 	mPxAdmissions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_admissions_total",
 		Help: "Fetched values offered to a proxy's cache, by result: admitted, stale (the key changed meanwhile), refused_hard_limit (free disk below the hard limit), dropped (queue full)."}, []string{"db", "result"}))
+	mPxTransient = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_total",
+		Help: "Fetched values through a proxy's transient tier, by result: held (in memory, not stored), stored (its key was read twice recently: queued for the cache at once), too_large (larger than the tier), read_again (held and read again: queued for the cache), evicted (left the tier unread: no disk write)."}, []string{"db", "result"}))
+	mPxTransientValues = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_values",
+		Help: "Values a proxy's transient tier holds in memory."}, []string{"db"}))
+	mPxTransientBytes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_bytes",
+		Help: "Bytes a proxy's transient tier holds in memory (keys, values and overhead)."}, []string{"db"}))
 	mPxEvictions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_evictions_total",
 		Help: "Values evicted from a proxy's cache (their record kept, the value fetched again when read)."}, []string{"db"}))
@@ -177,7 +186,8 @@ type storeMetrics struct {
 	historyRecorded, historyCollected, historyReads prometheus.Counter
 
 	pxHits, pxMisses, pxNegative, pxEvictions, pxEvictedBytes, pxReadErrors prometheus.Counter
-	pxAdmissions                                                            *prometheus.CounterVec
+	pxAdmissions, pxTransient                                               *prometheus.CounterVec
+	pxTransientValues, pxTransientBytes                                     prometheus.Gauge
 	pxCachedValues, pxCachedBytes, pxBudget, pxWindowEntries                prometheus.Gauge
 	pxSoftLimited, pxHardLimited                                            prometheus.Gauge
 	pxCompactions                                                           prometheus.Counter
@@ -218,6 +228,7 @@ func newStoreMetrics(db string) *storeMetrics {
 		pxCachedBytes: mPxCachedBytes.With(l), pxBudget: mPxBudget.With(l), pxWindowEntries: mPxWindow.With(l),
 		pxSoftLimited: mPxDiskLimit.WithLabelValues(db, "soft"), pxHardLimited: mPxDiskLimit.WithLabelValues(db, "hard"),
 		pxCompactions: mPxCompactions.With(l), pxCompactSeconds: mPxCompactSeconds.With(l),
+		pxTransient: mPxTransient.MustCurryWith(l), pxTransientValues: mPxTransientValues.With(l), pxTransientBytes: mPxTransientBytes.With(l),
 
 		segments:          mSegments.With(l),
 		segmentsCreated:   mSegmentEvents.WithLabelValues(db, "created"),

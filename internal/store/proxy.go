@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -67,6 +67,11 @@ type ProxyOptions struct {
 	// EvictInterval is how often the cache is checked against its limits.
 	// Default 100ms.
 	EvictInterval time.Duration
+	// TransientBytes is the in-memory tier in front of the cache: fetched
+	// values are held there and stored only when read again while held
+	// (internal/cache, Transient). Default 0: none, every fetched value
+	// is stored.
+	TransientBytes int64
 }
 
 func (p *ProxyOptions) ensureDefaults() {
@@ -105,6 +110,8 @@ func (p *ProxyOptions) validate() error {
 		return fmt.Errorf("store: proxy fetch timeout %v below 1ms", p.FetchTimeout)
 	case p.EvictInterval < time.Millisecond:
 		return fmt.Errorf("store: proxy evict interval %v below 1ms", p.EvictInterval)
+	case p.TransientBytes < 0:
+		return fmt.Errorf("store: proxy transient tier of %d bytes below 0", p.TransientBytes)
 	}
 	return nil
 }
@@ -151,6 +158,11 @@ type ProxyStats struct {
 	Window       int64 // the sliding window, in entries
 	SoftLimited  bool  // free disk below the soft limit: evicting
 	HardLimited  bool  // free disk below the hard limit: not admitting
+	// The transient tier: values held in memory, their bytes, the budget.
+	TransientValues, TransientBytes, TransientBudget int64
+	// Since the store opened: values read here (hits), fetched from
+	// elsewhere, and written to the cache after a fetch (admissions).
+	Hits, Fetched, Admitted int64
 }
 
 // ProxyStats returns the cache counters (zero for a full node).
@@ -159,9 +171,12 @@ func (s *Store) ProxyStats() ProxyStats {
 	if p == nil {
 		return ProxyStats{}
 	}
+	ts := p.transient.Stats()
 	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
 		CacheBytes: p.budget(), Window: p.opts.Window,
-		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load()}
+		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load(),
+		TransientValues: ts.Values, TransientBytes: ts.Bytes, TransientBudget: p.opts.TransientBytes,
+		Hits: p.hits.Load(), Fetched: p.fetched.Load(), Admitted: p.admitted.Load()}
 }
 
 // proxyRecord (mproxy) counts the values a proxy stores. Its presence
@@ -183,27 +198,26 @@ func decodeProxyRecord(b []byte) (proxyRecord, error) {
 	return proxyRecord{values: int64(binary.BigEndian.Uint64(b)), bytes: int64(binary.BigEndian.Uint64(b[8:]))}, nil
 }
 
-// refWords sizes the CLOCK reference bits: 2^22 bits (512 KiB), shared by
-// key hash. A collision only keeps a value longer.
-const refWords = 1 << 16
-
 // proxyState is what the readers, the committer and the cache keeper of a
-// proxy store share.
+// proxy store share. The cache's policy (reference bits, limits, the
+// admission queue) is internal/cache's; the records it acts on are here.
 type proxyState struct {
 	opts    ProxyOptions
 	fetcher atomic.Pointer[Fetcher]
 
-	seed maphash.Seed
-	ref  []atomic.Uint64
+	limits    cache.Limits
+	clock     *cache.Clock
+	admits    *cache.Queue[admission]
+	transient *cache.Transient
 
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
+	// Since open: values served from here, values fetched, values
+	// written to the cache by admissions.
+	hits, fetched, admitted atomic.Int64
 	// logDropped counts the log bytes retention dropped since the keeper
 	// last compacted the log's keyspace.
 	logDropped atomic.Int64
-
-	admitQ chan admission
-	kick   chan struct{}
 }
 
 type admission struct {
@@ -226,13 +240,18 @@ type cacheChange struct {
 	evictedBytes             int64
 }
 
+// admitQueue bounds the fetched values waiting for the keeper.
+const admitQueue = 1024
+
 func newProxyState(o ProxyOptions) *proxyState {
-	return &proxyState{opts: o, seed: maphash.MakeSeed(), ref: make([]atomic.Uint64, refWords),
-		admitQ: make(chan admission, 1024), kick: make(chan struct{}, 1)}
+	return &proxyState{opts: o,
+		limits: cache.Limits{Budget: o.CacheBytes, SoftFree: o.SoftFreeBytes, HardFree: o.HardFreeBytes},
+		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue),
+		transient: cache.NewTransient(o.TransientBytes)}
 }
 
 // budget is the value bytes the cache may hold.
-func (p *proxyState) budget() int64 { return max(p.opts.CacheBytes, 0) }
+func (p *proxyState) budget() int64 { return p.limits.Bytes() }
 
 // floor is the highest index outside the window when last is applied:
 // values written at or below it may be remote.
@@ -243,34 +262,9 @@ func (p *proxyState) floor(last uint64) uint64 {
 	return last - uint64(p.opts.Window)
 }
 
-func (p *proxyState) refBit(key []byte) (*atomic.Uint64, uint64) {
-	h := maphash.Bytes(p.seed, key)
-	return &p.ref[(h>>6)%refWords], 1 << (h & 63)
-}
-
-// touch marks key as recently used.
-func (p *proxyState) touch(key []byte) {
-	w, bit := p.refBit(key)
-	if w.Load()&bit == 0 {
-		w.Or(bit)
-	}
-}
-
-// secondChance clears key's reference bit and reports whether it was set.
-func (p *proxyState) secondChance(key []byte) bool {
-	w, bit := p.refBit(key)
-	return w.And(^bit)&bit != 0
-}
-
 // admit queues a fetched value for the cache; it never blocks a reader.
 func (p *proxyState) admit(m *storeMetrics, a admission) {
-	select {
-	case p.admitQ <- a:
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
-	default:
+	if !p.admits.Offer(a) {
 		m.pxAdmissions.WithLabelValues("dropped").Inc()
 	}
 }
@@ -489,9 +483,6 @@ func (c *committer) publishProxy() {
 	m.pxCachedBytes.Set(float64(c.pstats.bytes))
 	m.pxWindowEntries.Set(float64(min(c.last.index, uint64(c.px.opts.Window))))
 	if c.pstats.bytes > c.px.budget() {
-		select {
-		case c.px.kick <- struct{}{}:
-		default:
-		}
+		c.px.admits.Kick()
 	}
 }

@@ -245,17 +245,25 @@ func TestProxyCacheChangesCheckTheRecord(t *testing.T) {
 // was read at, with a reader's indexes never going back.
 func TestProxyLookupConsistentUnderApply(t *testing.T) {
 	for _, readCache := range []int64{64 << 20, -1} {
-		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache) })
+		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache, 0) })
 	}
 }
 
-func proxyConsistency(t *testing.T, readCache int64) {
+// TestProxyLookupConsistentWithTransientTier is the same with a transient
+// tier small enough that values come and go from it all the time.
+func TestProxyLookupConsistentWithTransientTier(t *testing.T) {
+	for _, readCache := range []int64{64 << 20, -1} {
+		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache, 8000) })
+	}
+}
+
+func proxyConsistency(t *testing.T, readCache, transient int64) {
 	const nkeys = 1000
 	rng := rand.New(rand.NewPCG(5, 5))
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	randomOps(t, root, rng, 600, nkeys)
 	replica := openTest(t, Options{DBID: root.DBID(), ChunkBytes: 4096, Logger: quietLogger()})
-	po := ProxyOptions{Window: 20, CacheBytes: 4000, EvictInterval: time.Millisecond}
+	po := ProxyOptions{Window: 20, CacheBytes: 4000, EvictInterval: time.Millisecond, TransientBytes: transient}
 	px := openTest(t, Options{Name: dbName(t), DBID: root.DBID(), ChunkBytes: 4096, Proxy: &po, ReadCacheBytes: readCache, Logger: quietLogger()})
 	px.SetFetcher(&storeFetcher{src: replica})
 	m := readModel(t, root)
@@ -360,6 +368,12 @@ func proxyConsistency(t *testing.T, readCache int64) {
 	}
 	if total < 100 || counterValue(t, px.m.pxEvictions) == 0 || counterValue(t, px.m.pxMisses) == 0 {
 		t.Fatalf("%d reads, %v evictions, %v misses: the test did not exercise the cache", total, counterValue(t, px.m.pxEvictions), counterValue(t, px.m.pxMisses))
+	}
+	if transient > 0 {
+		again, evicted := counterValue(t, px.m.pxTransient.WithLabelValues("read_again")), counterValue(t, px.m.pxTransient.WithLabelValues("evicted"))
+		if again == 0 || evicted == 0 {
+			t.Fatalf("%v values read again, %v evicted from the transient tier: the test did not exercise it", again, evicted)
+		}
 	}
 	t.Logf("%d reads checked; %v misses, %v evictions, %v admissions", total, counterValue(t, px.m.pxMisses), counterValue(t, px.m.pxEvictions), counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")))
 	mustVerify(t, px)

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/quicksilver-kv/qs/internal/cache"
 )
 
 // The cache keeper of a proxy store: one goroutine, owned by the store,
@@ -32,13 +34,8 @@ func (s *Store) keepProxyCache() {
 	t := time.NewTicker(p.opts.EvictInterval)
 	defer t.Stop()
 	var hand []byte // the CLOCK hand: the key to sweep from
-	var lastSoft, idleUntil time.Time
-	// idle grows while whole turns of the hand find nothing to evict
-	// (everything over the budget is in the window, or was just used), so
-	// a cache that cannot shrink costs a turn a second, not a turn a tick.
-	var idle time.Duration
-	var idleAt uint64 // the applied index when the idling began
-	found := false    // the hand found something since its turn began
+	var lastSoft time.Time
+	pace := cache.NewPacer(p.opts.EvictInterval)
 	// The evicted bytes and key range since the last compaction.
 	var evicted int64
 	var lo, hi []byte
@@ -48,29 +45,13 @@ func (s *Store) keepProxyCache() {
 			return
 		case <-t.C:
 			s.checkProxyDisk()
-		case <-p.kick:
+		case <-p.admits.Woken():
 		}
-		var admits []admission
-	drain:
-		for len(admits) < maxAdmitBatch {
-			select {
-			case a := <-p.admitQ:
-				admits = append(admits, a)
-			default:
-				break drain
-			}
-		}
-		if len(admits) > 0 {
+		if admits := p.admits.Drain(nil, maxAdmitBatch); len(admits) > 0 {
 			if p.hardLimited.Load() {
 				s.m.pxAdmissions.WithLabelValues("refused_hard_limit").Add(float64(len(admits)))
 			} else {
 				s.submitCache(&cacheChange{admit: admits})
-			}
-			if len(p.admitQ) > 0 {
-				select {
-				case p.kick <- struct{}{}:
-				default:
-				}
 			}
 		}
 		if p.logDropped.Load() >= compactAfter {
@@ -80,29 +61,19 @@ func (s *Store) keepProxyCache() {
 			s.compactRange([]byte{prefixLog}, []byte{prefixLog + 1})
 		}
 		now := time.Now()
-		need := p.cachedBytes.Load() - p.budget()
-		if p.softLimited.Load() && now.Sub(lastSoft) >= time.Second {
-			// Disk space comes back only as compactions run: evict a
-			// tenth of the cache per second while below the soft limit.
+		need, step := p.limits.Need(p.cachedBytes.Load(), p.softLimited.Load(), now.Sub(lastSoft))
+		if step {
 			lastSoft = now
-			need = max(need, p.cachedBytes.Load()/10+1)
 		}
-		// Idle only while the window stands still: when it moves, values
-		// may have left it.
-		if need <= 0 || (now.Before(idleUntil) && s.applied.Load() == idleAt) {
+		if need <= 0 || pace.Idle(now, s.applied.Load()) {
 			continue
 		}
-		rounds := maxRounds
-		if idle > 0 {
-			// The last turn found nothing: look at a slice a tick, not a
-			// whole turn, until something turns up again.
-			rounds = 1
-		}
+		rounds := pace.Rounds(maxRounds)
 		for round := 0; round < rounds && need > 0; round++ {
 			victims, next, cycled := s.sweep(hand, need)
 			hand = next
 			if len(victims) > 0 {
-				found, idle = true, 0
+				pace.Found()
 				ch := &cacheChange{evict: victims}
 				s.submitCache(ch)
 				need -= ch.evictedBytes
@@ -121,11 +92,7 @@ func (s *Store) keepProxyCache() {
 				}
 			}
 			if cycled {
-				if !found {
-					idle = min(max(2*idle, p.opts.EvictInterval), time.Second)
-					idleUntil, idleAt = now.Add(idle), s.applied.Load()
-				}
-				found = false
+				pace.Cycled(now, s.applied.Load())
 				break
 			}
 		}
@@ -166,6 +133,7 @@ func (s *Store) submitCache(ch *cacheChange) {
 	}
 	if len(ch.admit) > 0 {
 		s.m.pxAdmissions.WithLabelValues("admitted").Add(float64(ch.admitted))
+		s.px.admitted.Add(int64(ch.admitted))
 		s.m.pxAdmissions.WithLabelValues("stale").Add(float64(len(ch.admit) - ch.admitted))
 	}
 	s.m.pxEvictions.Add(float64(ch.evicted))
@@ -179,7 +147,7 @@ func (s *Store) checkProxyDisk() {
 	if err != nil {
 		return
 	}
-	soft, hard := du.AvailBytes < p.opts.SoftFreeBytes, du.AvailBytes < p.opts.HardFreeBytes
+	soft, hard := p.limits.Disk(du.AvailBytes)
 	if p.softLimited.Swap(soft) != soft {
 		s.opts.Logger.Warn("proxy free disk crossed the soft limit", "db", s.opts.Name, "below", soft, "avail_bytes", du.AvailBytes, "soft_bytes", p.opts.SoftFreeBytes)
 	}
@@ -237,7 +205,7 @@ func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte,
 			return victims, nil, false
 		}
 		rec, err := decodeRecord(raw)
-		if err == nil && rec.kind != recRemote && rec.index <= floor && !p.secondChance(k[1:]) {
+		if err == nil && rec.kind != recRemote && rec.index <= floor && !p.clock.SecondChance(k[1:]) {
 			victims = append(victims, eviction{key: append([]byte(nil), k[1:]...), index: rec.index})
 			freed += int64(rec.valueLen)
 		}

@@ -45,15 +45,20 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 		kv := make([]byte, len(it.Key)+len(it.Value))
 		copy(kv, it.Key)
 		copy(kv[len(it.Key):], it.Value)
-		p.admit(s.m, admission{key: kv[:len(it.Key):len(it.Key)], index: it.Index, value: kv[len(it.Key):]})
+		s.offerFetched(admission{key: kv[:len(it.Key):len(it.Key)], index: it.Index, value: kv[len(it.Key):]})
 	}
 	s.m.pxMisses.Add(float64(len(items)))
+	p.fetched.Add(int64(len(items)))
 	return nil
 }
 
 // fetchOne gets one remote value for a view (View.Get, View.Scan of a
 // single key); the view stays open meanwhile.
 func (v *View) fetchOne(key []byte, rec record) ([]byte, uint64, error) {
+	if val, ok := v.s.takeTransient(key, rec); ok {
+		v.vbuf = append(v.vbuf[:0], val...)
+		return v.vbuf, rec.index, nil
+	}
 	items := []FetchItem{{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC}}
 	if err := v.s.fetch(v.index, items); err != nil {
 		return nil, 0, err
@@ -78,7 +83,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 	a := s.applied.Load()
 	var hits [8]cacheHit
 	_, done, err := s.lookupCached(keys, a, hits[:0], func(at uint64, i int, value []byte, index uint64, found bool) error {
-		s.countProxy(keys[i], found, false)
+		s.countProxy(keys[i], index, found, false)
 		return fn(at, i, value, index, found)
 	})
 	if done || err != nil {
@@ -122,6 +127,11 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 			return at, fmt.Errorf("key %q: %w", k, err)
 		}
 		if rec.kind == recRemote {
+			if val, ok := s.takeTransient(k, rec); ok {
+				s.cache.put(k, val, rec.index, true, at)
+				ans = append(ans, proxyAnswer{value: val, index: rec.index, found: true, fetch: -1})
+				continue
+			}
 			items = append(items, FetchItem{Key: k, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
 			ans = append(ans, proxyAnswer{index: rec.index, found: true, fetch: len(items) - 1})
 			continue
@@ -152,7 +162,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 		if h.fetch >= 0 {
 			h.value = items[h.fetch].Value
 		}
-		s.countProxy(keys[i], h.found, h.fetch >= 0)
+		s.countProxy(keys[i], h.index, h.found, h.fetch >= 0)
 		if err := fn(at, i, h.value, h.index, h.found); err != nil {
 			return at, err
 		}
@@ -160,16 +170,20 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 	return at, nil
 }
 
-// countProxy counts one key of a proxy read and marks it used.
-func (s *Store) countProxy(key []byte, found, fetched bool) {
+// countProxy counts one key of a proxy read and marks it used. A hit on
+// a value the transient tier holds (served from the read cache) is that
+// value's second read: it is stored.
+func (s *Store) countProxy(key []byte, index uint64, found, fetched bool) {
 	switch {
 	case !found:
 		s.m.pxNegative.Inc()
 	case fetched: // counted by fetch
-		s.px.touch(key)
+		s.px.clock.Touch(key)
 	default:
 		s.m.pxHits.Inc()
-		s.px.touch(key)
+		s.px.hits.Add(1)
+		s.px.clock.Touch(key)
+		s.promoteTransient(key, index)
 	}
 }
 
@@ -231,6 +245,10 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			}
 			bytesIn += rec.valueLen
 			if rec.kind == recRemote {
+				if val, ok := v.s.takeTransient(key, rec); ok {
+					page = append(page, scanItem{key: key, value: val, index: rec.index, fetch: -1})
+					continue
+				}
 				items = append(items, FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
 				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
 				continue
@@ -254,10 +272,11 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			it := &page[i]
 			if it.fetch >= 0 {
 				it.value = items[it.fetch].Value
-				v.s.px.touch(it.key)
+				v.s.px.clock.Touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
-				v.s.px.touch(it.key)
+				v.s.px.hits.Add(1)
+				v.s.px.clock.Touch(it.key)
 			}
 			if err := fn(it.key, it.value, it.index); err != nil {
 				return nil, err

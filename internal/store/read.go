@@ -40,6 +40,13 @@ func (s *Store) View() (*View, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.WaitApplied(ctx, v.index)
 		cancel()
+		if v.index > s.applied.Load() {
+			// The wait ran out (a slow fsync): until v.index is
+			// published, reads skip the published-index fast path, which
+			// would answer below this view.
+			for old := s.viewAhead.Load(); old < v.index && !s.viewAhead.CompareAndSwap(old, v.index); old = s.viewAhead.Load() {
+			}
+		}
 	}
 	return v, nil
 }
@@ -442,6 +449,9 @@ const maxPooledHits = 1024
 // fn for each, and reports done. Otherwise it calls fn for none. It
 // returns hits, grown, for reuse.
 func (s *Store) lookupCached(keys [][]byte, a uint64, hits []cacheHit, fn func(at uint64, i int, value []byte, index uint64, found bool) error) ([]cacheHit, bool, error) {
+	if a < s.viewAhead.Load() {
+		return hits, false, nil // a view answered above a: read from a view too
+	}
 	for _, k := range keys {
 		v, idx, found, ok := s.cache.get(k, a)
 		if !ok {

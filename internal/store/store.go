@@ -59,7 +59,10 @@ type Store struct {
 	appliedTime atomic.Int64
 	appliedPos  atomic.Pointer[appliedRecord] // both, read together (AppliedPosition)
 	raftApplied atomic.Uint64                 // see raftapply.go
-	diskFull    atomic.Bool
+	// viewAhead is the highest index a View was opened at while not yet
+	// published (View's wait for it ran out); see View.
+	viewAhead atomic.Uint64
+	diskFull  atomic.Bool
 	// segmentRoom is the space a log segment failed to take (ENOSPC):
 	// disk-full mode lasts until it is free above the reserve too.
 	segmentRoom atomic.Uint64

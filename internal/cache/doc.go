@@ -1,0 +1,31 @@
+// Package cache is the policy of a proxy's value cache: which values a
+// proxy keeps, which it gives up, and how much it may hold. It does no
+// I/O: the store (internal/store) owns the records of every key (which
+// version exists, its length and CRC) and the values on disk, and asks
+// this package what to do with them.
+//
+//   - Clock: the reference bits of the CLOCK eviction of stored values.
+//     Reads set a key's bit; the store's sweeping hand clears it, and
+//     evicts a value whose bit was already clear.
+//   - Limits: the budget of stored values and the free-space limits of
+//     the disk; Limits.Need says how many bytes to evict now.
+//   - Pacer: how often the keeper sweeps while a sweep finds nothing to
+//     evict (everything over the budget is in the window, or in use).
+//   - Queue: the bounded queue of values waiting to be stored; a reader
+//     never waits on it.
+//   - Transient: the in-memory tier in front of the disk cache. A value
+//     a proxy fetched enters memory first and is written to disk only
+//     when it is read again while there (S3-FIFO's small queue and ghost
+//     list), so a value read once costs no disk write.
+//
+// # Invariants
+//
+//   - Nothing here decides which version a reader sees. Every value this
+//     package hands back is keyed by its version (the index of the write
+//     that set it); the store serves it only for a record of that index,
+//     after checking its length and CRC, and stores it only if the
+//     key's record still names that version when the write commits.
+//   - Every structure is bounded: the queue by its capacity, the tier by
+//     its byte budget, the ghost list by its entry count, the reference
+//     bits by a fixed table.
+package cache

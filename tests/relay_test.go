@@ -1,0 +1,68 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/client"
+)
+
+// TestRelayOverRealProcesses: a data centre of real processes — a root, a
+// full replica, a relay (qs serve --role proxy --relay) and a proxy that
+// names it (--relays) — serves every value right; the relay fetched the
+// proxy's misses, and both report their cache tiers in their status.
+func TestRelayOverRealProcesses(t *testing.T) {
+	root := startQS(t, t.TempDir())
+	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	relay := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relay",
+		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
+	px := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relays", relay.Addr["repl"],
+		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
+	ctx := context.Background()
+	rc, pc := root.client(t), px.client(t)
+	want := map[string]string{}
+	var last uint64
+	for i := 0; i < 40; i++ {
+		k := fmt.Sprintf("app/k%02d", i)
+		v := strings.Repeat(fmt.Sprint(i), 30+i*20)
+		r, err := rc.Put(ctx, k, []byte(v), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k], last = v, r.Index
+	}
+	for k, v := range want {
+		got, err := pc.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Value) != v {
+			t.Fatalf("%s: %d bytes, want %d", k, len(got.Value), len(v))
+		}
+	}
+	cacheOf := func(p *proc) map[string]any {
+		st, err := p.client(t).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := st["cache"].(map[string]any)
+		if !ok {
+			t.Fatalf("status without a cache object: %v", st)
+		}
+		return c
+	}
+	pcache, rcache := cacheOf(px), cacheOf(relay)
+	if pcache["remote_fetches"].(float64) == 0 || pcache["relay"] != false || len(pcache["relays"].([]any)) != 1 {
+		t.Fatalf("proxy cache status %v", pcache)
+	}
+	// The relay read nothing for itself: its fetches were the proxy's.
+	if rcache["remote_fetches"].(float64) == 0 || rcache["relay"] != true || rcache["transient_budget_bytes"] != float64(1<<20) {
+		t.Fatalf("relay cache status %v", rcache)
+	}
+	if pcache["transient_values"].(float64) == 0 {
+		t.Fatalf("the proxy's transient tier holds nothing after one read of each key: %v", pcache)
+	}
+}
