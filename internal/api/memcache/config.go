@@ -146,6 +146,12 @@ func (c *Config) Validate() error {
 
 // Fixed sizes of the implementation, gathered here rather than scattered.
 const (
+	// handoffLinger is how long a connection of an event loop that was
+	// handed to a goroutine (for a write, say) waits there for its next
+	// request before it parks in its loop again: a client that writes
+	// usually writes again at once, and each hand-off costs a goroutine
+	// and two changes of the epoll set.
+	handoffLinger = 2 * time.Millisecond
 	// maxEventLoops bounds Config.EventLoops (memcached's -t allows 64
 	// worker threads).
 	maxEventLoops = 64

@@ -135,8 +135,18 @@ func (c *conn) serveUntilParked() bool {
 				c.buf = make([]byte, initialBufBytes)
 			}
 			if c.loop != nil {
-				// Wait in the loop, not on this goroutine.
-				return c.flush() == nil && c.loop.lp.park(c)
+				// Wait in the loop, not on this goroutine, unless the
+				// next request comes soon (see handoffLinger).
+				if c.flush() != nil {
+					return false
+				}
+				switch err := c.lingerRead(); {
+				case errors.Is(err, os.ErrDeadlineExceeded):
+					return c.loop.lp.park(c)
+				case err != nil:
+					c.readFailed(err)
+					return false
+				}
 			}
 		}
 		for c.r == c.w {
@@ -516,6 +526,33 @@ func (c *conn) fill() error {
 	default:
 		return err
 	}
+}
+
+// lingerRead waits up to handoffLinger for the next request of a
+// connection of an event loop that is served on a goroutine, and reads it
+// into buf. It returns os.ErrDeadlineExceeded if none came (the caller
+// parks the connection), errShutdown if the server is closing or the
+// connection was evicted meanwhile.
+func (c *conn) lingerRead() error {
+	if !c.setIdle(true) {
+		return errShutdown // or evicted
+	}
+	n, err := c.sock.read(c.buf[c.w:], time.Now().Add(handoffLinger))
+	c.setIdle(false)
+	c.mu.Lock()
+	gone := c.mu.evicted
+	c.mu.Unlock()
+	switch {
+	case n > 0:
+		c.w += n
+		c.beginRequest(time.Now())
+		return nil
+	case c.s.closing.Load() || gone:
+		return errShutdown
+	case err == nil:
+		return os.ErrDeadlineExceeded
+	}
+	return err
 }
 
 // setIdle records whether the connection waits for a new request. Going
