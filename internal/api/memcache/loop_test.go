@@ -3,6 +3,7 @@ package memcache
 import (
 	"fmt"
 	"io"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -31,6 +32,16 @@ func parkedConns(ts *testServer) int {
 	return n
 }
 
+// dialParked connects to ts and waits until the connection is parked in
+// its loop (a new connection is first served on a goroutine), with n
+// connections parked in all.
+func dialParked(t *testing.T, ts *testServer, n int) *client {
+	t.Helper()
+	c := dial(t, "tcp", ts.addr)
+	waitParked(t, ts, n)
+	return c
+}
+
 func waitParked(t *testing.T, ts *testServer, n int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d connections parked in their loops", n), func() bool { return parkedConns(ts) == n })
@@ -45,7 +56,7 @@ func TestLoopServesPipelinedGets(t *testing.T) {
 	b.put("a", "1")
 	b.put("b", "22")
 	ts := startServer(t, Config{EventLoops: 2}, b)
-	c := dial(t, "tcp", ts.addr)
+	c := dialParked(t, ts, 1)
 	c.send("get a\r\nget b a\r\ngets nope\r\n")
 	c.expect("VALUE a 0 1\r\n1\r\nEND\r\nVALUE b 0 2\r\n22\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n")
 	waitParked(t, ts, 1)
@@ -73,7 +84,7 @@ func TestLoopPartialRequests(t *testing.T) {
 	b := newFakeBackend()
 	b.put("key1", "v1")
 	ts := startServer(t, Config{EventLoops: 1}, b)
-	c := dial(t, "tcp", ts.addr)
+	c := dialParked(t, ts, 1)
 	in := "get key1\r\nset key2 0 0 5\r\nhello\r\nget key1 key2\r\n"
 	for i := 0; i < len(in); i += 3 {
 		c.send(in[i:min(i+3, len(in))])
@@ -93,12 +104,22 @@ func TestLoopLargeReplies(t *testing.T) {
 	b.put("big", big)
 	b.put("small", "s")
 	ts := startServer(t, Config{EventLoops: 1}, b)
-	c := dial(t, "tcp", ts.addr)
+	c := dialParked(t, ts, 1)
 	c.nc.SetDeadline(time.Now().Add(60 * time.Second))
-	c.send("get big big big\r\nget small\r\n")
+	// 18 MB: more than the socket buffers hold, so that the loop's write
+	// stops short and a goroutine finishes it.
+	c.send("get" + strings.Repeat(" big", 20) + "\r\nget small\r\n")
 	time.Sleep(20 * time.Millisecond) // let the socket buffers fill
-	want := strings.Repeat("VALUE big 0 921600\r\n"+big+"\r\n", 3) + "END\r\nVALUE small 0 1\r\ns\r\nEND\r\n"
-	c.expect(want)
+	want := strings.Repeat("VALUE big 0 921600\r\n"+big+"\r\n", 20) + "END\r\nVALUE small 0 1\r\ns\r\nEND\r\n"
+	got := make([]byte, len(want))
+	n, err := io.ReadFull(c.r, got)
+	if err != nil || string(got) != want {
+		i := 0
+		for i < n && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("read %d of %d bytes (%v); the first %d are right", n, len(want), err, i)
+	}
 	waitParked(t, ts, 1)
 	c.send("get small\r\n")
 	c.expect("VALUE small 0 1\r\ns\r\nEND\r\n")
@@ -114,13 +135,13 @@ func TestLoopClosedConnections(t *testing.T) {
 	ts := startServer(t, Config{EventLoops: 1}, b)
 	before := gaugeValue(t, loopConnections)
 
-	parked := dial(t, "tcp", ts.addr)
+	parked := dialParked(t, ts, 1)
 	parked.send("get k\r\n")
 	parked.expect("VALUE k 0 1\r\nv\r\nEND\r\n")
 	waitParked(t, ts, 1)
-	midway := dial(t, "tcp", ts.addr)
+	midway := dialParked(t, ts, 2)
 	midway.send("set k 0 0 10\r\nabc") // handed off, waits for the rest
-	unread := dial(t, "tcp", ts.addr)
+	unread := dialParked(t, ts, 2)
 	unread.send(strings.Repeat("get k\r\n", 1000)) // replies never read
 	waitFor(t, "three connections", func() bool { return ts.stats.currConns.Load() == 3 })
 
@@ -185,7 +206,7 @@ func TestLoopRefusals(t *testing.T) {
 	b := newFakeBackend()
 	b.put("k", "v")
 	ts := startServer(t, Config{EventLoops: 1, MaxLineBytes: 1024}, b)
-	c := dial(t, "tcp", ts.addr)
+	c := dialParked(t, ts, 1)
 	badKey := counterValue(errorsByKind[kindBadKey])
 	c.send("get " + strings.Repeat("x", 300) + "\r\nget k\r\n")
 	c.expect("CLIENT_ERROR bad key: key 1 is longer than 250 bytes\r\nVALUE k 0 1\r\nv\r\nEND\r\n")
@@ -196,4 +217,62 @@ func TestLoopRefusals(t *testing.T) {
 	c.send("get " + strings.Repeat("k ", 600) + "\r\n")
 	c.expect("CLIENT_ERROR line too long\r\n")
 	c.expectClosed(30 * time.Second)
+}
+
+// TestLoopAnswersLikePoller: byte streams of every kind (bare line feeds,
+// empty lines, bad and unknown commands, gets without keys, meta and
+// binary requests, noreply) get the same replies from a server with event
+// loops as from one serving every connection through the poller, sent
+// whole or a byte at a time.
+func TestLoopAnswersLikePoller(t *testing.T) {
+	skipUnlessLoops(t)
+	streams := []string{
+		"get a\nget b\n",
+		"\r\n\r\nget a\r\n",
+		"get\r\nget a\r\n",
+		"gets a b c\r\nget a a\r\n",
+		"bogus\r\nget a\r\n",
+		"GET a\r\nget a\r\n",
+		"get  a   b \r\n",
+		"get a\r\nset c 0 0 1 noreply\r\nz\r\nget c\r\n",
+		"mg a v\r\nget a\r\nmn\r\n",
+		binReq(opGet, "a", "", "", 0, 1) + "get b\r\n",
+		"get a\r\nversion\r\nget b\r\n",
+		"get a\r\nquit\r\nget b\r\n",
+		"get a\x00b\r\nget a\r\n",
+	}
+	serve := func(cfg Config, in string, trickle bool) string {
+		b := newFakeBackend()
+		b.put("a", "1")
+		b.put("b", "22")
+		ts := startServer(t, cfg, b)
+		c := dial(t, "tcp", ts.addr)
+		if cfg.EventLoops > 0 {
+			waitParked(t, ts, 1)
+		}
+		if trickle {
+			for i := range len(in) {
+				c.send(in[i : i+1])
+			}
+		} else {
+			c.send(in)
+		}
+		// The last request of each stream is answered last; quit closes.
+		c.send("version\r\n")
+		c.nc.(*net.TCPConn).CloseWrite()
+		c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		out, err := io.ReadAll(c.r)
+		if err != nil && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("%q: reading the replies: %v", in, err)
+		}
+		return string(out)
+	}
+	for _, in := range streams {
+		want := serve(Config{EventLoops: -1, Threads: -1}, in, false)
+		for _, trickle := range []bool{false, true} {
+			if got := serve(Config{EventLoops: 1}, in, trickle); got != want {
+				t.Errorf("%q (a byte at a time: %v):\nloops  %q\npoller %q", in, trickle, got, want)
+			}
+		}
+	}
 }
