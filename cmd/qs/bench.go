@@ -65,6 +65,7 @@ func cmdBench(args []string) error {
 	fs.IntVar(&cfg.ValueSize, "value-size", cfg.ValueSize, "get and write: value size in bytes")
 	fs.IntVar(&cfg.MultiKeys, "multi-keys", cfg.MultiKeys, "get: keys per multi-get")
 	fs.IntVar(&cfg.MultiPct, "multi-pct", cfg.MultiPct, "get: percentage of requests that are multi-gets (the rest are single gets)")
+	fs.StringVar(&cfg.GetVia, "get-via", cfg.GetVia, "get: what single gets go through: memcache, or http (GET /v1/{db}/keys/{key}) for targets with an HTTP address, the others still through memcache")
 	fs.StringVar(&cfg.LoadVia, "load-via", cfg.LoadVia, "get: load keys via auto (http if the target has it), memcache or http")
 	fs.Var((*bench.IntList)(&cfg.BatchSizes), "batch-sizes", "write: operations per batch of each phase, comma-separated")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "write, and readlat with --readlat-via http: database of the HTTP API")

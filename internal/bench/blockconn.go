@@ -13,7 +13,7 @@ import (
 // reader: its latencies then hold the server's delays and one kernel
 // wake-up of this thread, not the Go scheduler's wake-ups of this process,
 // which under load add a tail of their own (docs/benchmarks.md,
-// "Dedicated read threads").
+// "Event loops and dedicated read threads").
 //
 // Deadlines are kept as set; one in the past aborts the calls under way,
 // after which the connection fails every call (the session closes it).

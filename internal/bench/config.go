@@ -122,6 +122,14 @@ type Config struct {
 	// Default ReadViaMemcache.
 	ReadLatVia string `json:"readlat_via"`
 
+	// GetVia is what the get scenario's single gets go through:
+	// ReadViaMemcache, or ReadViaHTTP (GET /v1/{DB}/keys/{key} on
+	// keep-alive connections) for targets with an HTTP address, the others
+	// (a memcached baseline) still through memcache, so that the ratio
+	// compares qs's HTTP API with memcached. Multi-gets always use
+	// memcache. Default ReadViaMemcache.
+	GetVia string `json:"get_via"`
+
 	// Keys is the number of keys ("k%06d") the get scenario loads and
 	// reads. Default 100000.
 	Keys int `json:"keys"`
@@ -161,6 +169,7 @@ func DefaultConfig() Config {
 		ReadLatValueSize: 40 << 10,
 		ReadLatReader:    ReaderThread,
 		ReadLatVia:       ReadViaMemcache,
+		GetVia:           ReadViaMemcache,
 		Keys:             100_000,
 		ValueSize:        100,
 		MultiKeys:        100,
@@ -237,6 +246,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("readlat reader %q: want %s or %s", c.ReadLatReader, ReaderThread, ReaderPoller)
 	case c.ReadLatVia != ReadViaMemcache && c.ReadLatVia != ReadViaHTTP:
 		return fmt.Errorf("readlat via %q: want %s or %s", c.ReadLatVia, ReadViaMemcache, ReadViaHTTP)
+	case c.GetVia != ReadViaMemcache && c.GetVia != ReadViaHTTP:
+		return fmt.Errorf("get via %q: want %s or %s", c.GetVia, ReadViaMemcache, ReadViaHTTP)
 	case c.Keys < 1 || c.Keys > 1_000_000:
 		return fmt.Errorf("keys %d out of range 1..1000000 (keys are k%%06d)", c.Keys)
 	case c.ValueSize < 1 || c.ValueSize > maxValueSize:

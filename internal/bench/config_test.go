@@ -77,6 +77,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.ReadLatReader = "spin" }, "readlat reader"},
 		{func(c *Config) { c.ReadLatWriteRate = -1 }, "readlat write rate"},
 		{func(c *Config) { c.ReadLatVia = "udp" }, "readlat via"},
+		{func(c *Config) { c.GetVia = "udp" }, "get via"},
 		{func(c *Config) { c.ValueSize = 2 << 20 }, "value size"},
 		{func(c *Config) { c.Keys = 10; c.MultiKeys = 11 }, "multi-get keys"},
 		{func(c *Config) { c.MultiPct = 101 }, "percentage"},

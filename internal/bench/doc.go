@@ -45,8 +45,10 @@
 // acknowledgement, so the slow fsyncs set their rate.
 //
 // get: loads 100k keys ("k%06d", 100-byte values; via HTTP batches when the
-// target has an HTTP address, else pipelined memcache sets), then 16
-// connections do random single gets and 100-key multi-gets (50% each, by
+// target has an HTTP address, else pipelined memcache sets), reads each
+// key once (100-key multi-gets, not measured: the phases measure a server
+// in its steady state, with a read cache filled by earlier reads, not its
+// first read of each key), then 16 connections do random single gets and 100-key multi-gets (50% each, by
 // requests), reported separately as "get" and "mget". This is the read
 // path of the edge: throughput (ops/s and keys/s) and latency under
 // concurrency. Every returned value is checked against the loaded one.

@@ -16,8 +16,12 @@ const loadChunk = 100
 // Get measures random single gets and multi-gets over many connections
 // against a loaded key space (see the package documentation).
 func Get(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Result, error) {
-	desc := fmt.Sprintf("%d connections each doing random gets over %d keys of %d bytes: %d%% of requests are %d-key multi-gets (mget), the rest single gets (get); %s",
-		cfg.Conns, cfg.Keys, cfg.ValueSize, cfg.MultiPct, cfg.MultiKeys, cfg.Duration)
+	via := ""
+	if cfg.GetVia == ReadViaHTTP {
+		via = fmt.Sprintf(", through the HTTP API (GET /v1/%s/keys/{key}, keep-alive) on targets with an HTTP address", cfg.DB)
+	}
+	desc := fmt.Sprintf("%d connections each doing random gets over %d keys of %d bytes: %d%% of requests are %d-key multi-gets (mget), the rest single gets (get%s); %s",
+		cfg.Conns, cfg.Keys, cfg.ValueSize, cfg.MultiPct, cfg.MultiKeys, via, cfg.Duration)
 	s := newScenarioRun(&cfg, ScenarioGet, desc, targets, logf)
 	ks := newKeySpace(&cfg)
 	for _, t := range targets {
@@ -48,6 +52,12 @@ func Get(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Result
 		}
 		d := time.Since(start)
 		s.note("%s: loaded %d keys via %s in %.1fs (%.0f keys/s)", t.Name, cfg.Keys, via, d.Seconds(), float64(cfg.Keys)/d.Seconds())
+		start = time.Now()
+		ks.warm(ctx, &cfg, t)
+		if ctx.Err() != nil {
+			return s.finish(ctx.Err())
+		}
+		s.note("%s: read every key once before measuring, in %.1fs", t.Name, time.Since(start).Seconds())
 	}
 	name := plural(cfg.Conns, "conn")
 	err := s.phases(ctx, []string{name}, func(t *Target, _, slice int, d time.Duration) *phaseRun {
@@ -139,6 +149,41 @@ func (ks *keySpace) load(ctx context.Context, cfg *Config, t *Target, via string
 	return context.Cause(ctx)
 }
 
+// warm reads every key once, loadChunk keys per multi-get over cfg.Conns
+// connections, so that the phases measure a server in its steady state (a
+// read cache filled by earlier reads) rather than its first read of each
+// key; a server without a read cache does the same work and keeps nothing.
+// Its answers are not checked and its errors are ignored: the phases
+// check, and count, both.
+func (ks *keySpace) warm(ctx context.Context, cfg *Config, t *Target) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range cfg.Conns {
+		wg.Go(func() {
+			keys := make([]string, 0, loadChunk)
+			withConn(ctx, t.Memcache, cfg.Timeout, func(c *mcConn) error {
+				for {
+					lo := int(next.Add(loadChunk)) - loadChunk
+					if lo >= len(ks.keys) || ctx.Err() != nil {
+						return nil
+					}
+					keys = keys[:0]
+					for i := lo; i < min(lo+loadChunk, len(ks.keys)); i++ {
+						keys = append(keys, ks.keys[i])
+					}
+					if err := c.conn.SetDeadline(time.Now().Add(cfg.Timeout)); err != nil {
+						return err
+					}
+					if _, err := c.get(keys, func(int, []byte) {}); err != nil && c.broken {
+						return err
+					}
+				}
+			})
+		})
+	}
+	wg.Wait()
+}
+
 func getPhase(ctx context.Context, cfg *Config, t *Target, ks *keySpace, slice int, d time.Duration) *phaseRun {
 	env := newPhaseEnv(ctx, cfg)
 	n := cfg.Conns
@@ -146,14 +191,29 @@ func getPhase(ctx context.Context, cfg *Config, t *Target, ks *keySpace, slice i
 	single := make([]*opCounter, n)
 	multi := make([]*opCounter, n)
 	errs := make([]errCounter, n)
+	var httpSessions []*mcSession
+	var httpReqs [][]byte
+	if cfg.GetVia == ReadViaHTTP && t.HTTP != "" {
+		httpSessions = make([]*mcSession, n)
+		httpReqs = ks.httpRequests(t.HTTP, cfg.DB)
+	}
 	for i := range sessions {
 		sessions[i] = &mcSession{addr: t.Memcache, env: env}
 		defer sessions[i].close()
 		_ = sessions[i].dial() // a failure is retried, and counted, by the worker
+		if httpSessions != nil {
+			httpSessions[i] = &mcSession{addr: t.HTTP, env: env}
+			defer httpSessions[i].close()
+			_ = httpSessions[i].dial()
+		}
 		single[i], multi[i] = newOpCounter(), newOpCounter()
 	}
 	elapsed := env.work(d, n, func(i int) {
-		getLoop(env, cfg, i+n*slice, sessions[i], ks, single[i], multi[i], &errs[i])
+		var hs *mcSession
+		if httpSessions != nil {
+			hs = httpSessions[i]
+		}
+		getLoop(env, cfg, i+n*slice, sessions[i], hs, httpReqs, ks, single[i], multi[i], &errs[i])
 	})
 
 	g, m := newOpCounter(), newOpCounter()
@@ -172,7 +232,18 @@ func getPhase(ctx context.Context, cfg *Config, t *Target, ks *keySpace, slice i
 	return r
 }
 
-func getLoop(env *phaseEnv, cfg *Config, w int, s *mcSession, ks *keySpace, single, multi *opCounter, ec *errCounter) {
+// httpRequests returns the HTTP request of each key.
+func (ks *keySpace) httpRequests(host, db string) [][]byte {
+	reqs := make([][]byte, len(ks.keys))
+	for i, k := range ks.keys {
+		reqs[i] = httpGetRequest(host, db, k)
+	}
+	return reqs
+}
+
+// getLoop runs one connection's gets; hs and httpReqs, if not nil, are
+// what single gets go through instead of s.
+func getLoop(env *phaseEnv, cfg *Config, w int, s, hs *mcSession, httpReqs [][]byte, ks *keySpace, single, multi *opCounter, ec *errCounter) {
 	rng := newRand(cfg.Seed, 1000+w)
 	nk := len(ks.keys)
 	mkeys := make([]string, cfg.MultiKeys)
@@ -229,8 +300,21 @@ func getLoop(env *phaseEnv, cfg *Config, w int, s *mcSession, ks *keySpace, sing
 			continue
 		}
 		k := rng.IntN(nk)
+		var v []byte
+		var found bool
 		start := time.Now()
-		v, found, err := c.getOne(ks.keys[k])
+		if hs != nil {
+			hc, herr := hs.conn()
+			if herr != nil {
+				if !hs.failed(herr, ec) {
+					return
+				}
+				continue
+			}
+			v, found, err = hc.httpGetOne(httpReqs[k])
+		} else {
+			v, found, err = c.getOne(ks.keys[k])
+		}
 		d := time.Since(start)
 		switch {
 		case err != nil:
@@ -240,7 +324,11 @@ func getLoop(env *phaseEnv, cfg *Config, w int, s *mcSession, ks *keySpace, sing
 			err = errBadValue
 		}
 		if err != nil {
-			if !s.failed(fmt.Errorf("get %s: %w", ks.keys[k], err), ec) {
+			fs := s
+			if hs != nil {
+				fs = hs
+			}
+			if !fs.failed(fmt.Errorf("get %s: %w", ks.keys[k], err), ec) {
 				return
 			}
 			continue

@@ -138,3 +138,43 @@ func FuzzHTTPGetReply(f *testing.F) {
 		}
 	})
 }
+
+// TestGetViaHTTP: with GetVia http, a target with an HTTP address answers
+// its single gets through it and its multi-gets through memcache; one
+// without (the baseline) answers both through memcache, so the ratio
+// compares the two.
+func TestGetViaHTTP(t *testing.T) {
+	defer checkNoLeaks(t)
+	a := newFakeTarget(t, "a", true)
+	b := newFakeTarget(t, "b", false)
+	b.t.Baseline = true
+	cfg := testConfig()
+	cfg.GetVia = ReadViaHTTP
+	res, err := Get(context.Background(), cfg, []*Target{a.t, b.t}, testLogf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Phases) != 2 {
+		t.Fatalf("got %d phases: %+v", len(res.Phases), res.Phases)
+	}
+	for _, ph := range res.Phases {
+		if ph.Errors != 0 {
+			t.Errorf("%s: %d errors: %v (%s)", ph.Target, ph.Errors, ph.ErrorKinds, ph.FirstError)
+		}
+		checkOp(t, &ph, "get")
+		checkOp(t, &ph, "mget")
+	}
+	g := checkOp(t, &res.Phases[0], "get")
+	if n := a.st.httpGets.Load(); n < g.Ops {
+		t.Errorf("a answered %d HTTP gets for %d single gets", n, g.Ops)
+	}
+	if n := b.st.httpGets.Load(); n != 0 {
+		t.Errorf("b, without an HTTP address, answered %d HTTP gets", n)
+	}
+	if len(res.Ratios) != 2 {
+		t.Errorf("got ratios %+v, want get and mget", res.Ratios)
+	}
+	if !strings.Contains(res.Description, "through the HTTP API") {
+		t.Errorf("description %q", res.Description)
+	}
+}

@@ -9,7 +9,7 @@
 // kernel itself, once, and carries on. The memcached front door serves
 // connections this way (internal/api/memcache), and `qs bench readlat`
 // measures read latency this way, so that the client's own wake-ups do not
-// hide the server's (docs/benchmarks.md, "Dedicated read threads").
+// hide the server's (docs/benchmarks.md, "Event loops and dedicated read threads").
 //
 // A goroutine blocked in a Sock call keeps its thread, not its P: Go runs
 // other goroutines meanwhile. Callers that want the same thread for every

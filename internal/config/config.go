@@ -116,6 +116,12 @@ type Config struct {
 	// writes keep the CPUs busy; later connections use the poller.
 	// Default 256; -1: none.
 	MemcacheThreads int `toml:"memcache_threads"`
+	// MemcacheEventLoops: per database, how many threads serve memcached
+	// connections from an epoll loop each, as memcached's worker threads
+	// do; they answer gets themselves and hand anything that waits to a
+	// goroutine of the connection. When loops serve connections,
+	// memcache_threads is not used. Default 2; -1: none.
+	MemcacheEventLoops int `toml:"memcache_event_loops"`
 	// MemcacheReadNice, below 0, is the nice value of those threads while
 	// they serve gets (-20 to 19, lower runs first): reads are then picked
 	// up first and get a larger share of the CPUs, at the expense of
@@ -419,6 +425,9 @@ func (c *Config) EnsureDefaults() {
 	if c.MemcacheThreads == 0 {
 		c.MemcacheThreads = memcache.DefaultConfig().Threads
 	}
+	if c.MemcacheEventLoops == 0 {
+		c.MemcacheEventLoops = memcache.DefaultConfig().EventLoops
+	}
 	if c.HTTPReadHeaderTimeout.Duration == 0 {
 		c.HTTPReadHeaderTimeout.Duration = 5 * time.Second
 	}
@@ -570,6 +579,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MemcacheThreads < -1 {
 		errs = append(errs, fmt.Errorf("memcache_threads %d: want -1 (none) or more", c.MemcacheThreads))
+	}
+	if n := c.MemcacheEventLoops; n < -1 || n > 64 {
+		errs = append(errs, fmt.Errorf("memcache_event_loops %d: want -1 (none) or up to 64", n))
 	}
 	if n := c.MemcacheReadNice; n < -20 || n > 19 {
 		errs = append(errs, fmt.Errorf("memcache_read_nice %d: want -20 to 19", n))

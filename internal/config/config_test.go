@@ -127,6 +127,8 @@ func TestParseErrors(t *testing.T) {
 		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},
 		"memcache threads":               {"memcache_threads = -2", "memcache_threads -2"},
 		"memcache read nice":             {"memcache_read_nice = -21", "memcache_read_nice -21"},
+		"memcache event loops":           {"memcache_event_loops = 65", "memcache_event_loops 65"},
+		"negative memcache event loops":  {"memcache_event_loops = -2", "memcache_event_loops -2"},
 		"hard below min":                 {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_hard_free_bytes = 1000\nproxy_soft_free_bytes = 2000", "below min_free_bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -385,6 +385,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 		}
 		mcfg := memcache.DefaultConfig()
 		mcfg.Threads = s.cfg.MemcacheThreads
+		mcfg.EventLoops = s.cfg.MemcacheEventLoops
 		mcfg.ReadNice = s.cfg.MemcacheReadNice
 		mc := memcache.New(mcfg, memcacheBackend{db: db, flushAll: d.MemcacheFlushAll}, s.log.With("db", d.Name))
 		s.mc = append(s.mc, mc)

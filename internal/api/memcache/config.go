@@ -56,6 +56,14 @@ type Config struct {
 	// (sock.go); later connections go through the poller. Each costs a
 	// thread while it is open. Default 256; -1: none.
 	Threads int
+	// EventLoops is how many OS threads serve connections from an epoll
+	// loop each (Linux), as memcached's worker threads do: a loop reads
+	// requests on all its connections as they arrive and answers get and
+	// gets itself, and hands anything that waits (a write, a request not
+	// yet whole) to a goroutine of the connection until it is idle again.
+	// Under load one wake-up then serves many requests. When loops serve
+	// connections, Threads is not used. Default 2; -1: none.
+	EventLoops int
 	// ReadNice, if not 0 and below the process's nice value, is the nice
 	// value (-20 to 19, lower runs first) of a dedicated thread while its connection
 	// serves gets: reads are then picked up before writes and background
@@ -80,6 +88,7 @@ func DefaultConfig() Config {
 		RequestTimeout:  10 * time.Second,
 		WriteTimeout:    10 * time.Second,
 		Threads:         256,
+		EventLoops:      2,
 	}
 }
 
@@ -106,6 +115,7 @@ func (c *Config) EnsureDefaults() {
 	setDur(&c.RequestTimeout, d.RequestTimeout)
 	setDur(&c.WriteTimeout, d.WriteTimeout)
 	setInt(&c.Threads, d.Threads)
+	setInt(&c.EventLoops, d.EventLoops)
 }
 
 // Validate reports the first field that a server cannot work with. It
@@ -129,12 +139,22 @@ func (c *Config) Validate() error {
 	check(c.RequestTimeout > 0, "RequestTimeout %v must be positive", c.RequestTimeout)
 	check(c.WriteTimeout > 0, "WriteTimeout %v must be positive", c.WriteTimeout)
 	check(c.Threads >= -1, "Threads %d must be -1 (none) or more", c.Threads)
+	check(c.EventLoops >= -1 && c.EventLoops <= maxEventLoops, "EventLoops %d must be -1 (none) or in [1, %d]", c.EventLoops, maxEventLoops)
 	check(c.ReadNice >= -20 && c.ReadNice <= 19, "ReadNice %d must be in [-20, 19]", c.ReadNice)
 	return errors.Join(errs...)
 }
 
 // Fixed sizes of the implementation, gathered here rather than scattered.
 const (
+	// handoffLinger is how long a connection of an event loop that was
+	// handed to a goroutine (for a write, say) waits there for its next
+	// request before it parks in its loop again: a client that writes
+	// usually writes again at once, and each hand-off costs a goroutine
+	// and two changes of the epoll set.
+	handoffLinger = 2 * time.Millisecond
+	// maxEventLoops bounds Config.EventLoops (memcached's -t allows 64
+	// worker threads).
+	maxEventLoops = 64
 	// maxKeyLen is memcached's key length limit.
 	maxKeyLen = 250
 	// minLineBytes leaves room for the longest valid set line.

@@ -20,6 +20,8 @@ type conn struct {
 	s    *Server
 	nc   net.Conn
 	sock sock // how nc is read and written
+	// loop is sock when the connection belongs to an event loop (loop.go).
+	loop *loopSock
 	// Nice values of a dedicated thread: the one it started with and the
 	// one in force (see prioritize).
 	baseNice, nice int
@@ -66,6 +68,7 @@ type conn struct {
 		idle      bool      // blocked waiting for the first byte of a request
 		idleSince time.Time // when it began waiting
 		evicted   bool      // closed to make room for a new connection
+		parked    bool      // waiting in its event loop, which owns it
 	}
 }
 
@@ -98,12 +101,22 @@ func newConn(s *Server, nc net.Conn, sk sock) *conn {
 	return c
 }
 
-// serve reads and answers requests until the connection ends.
+// serve reads and answers requests until the connection ends, or, for a
+// connection of an event loop, until it has nothing buffered and is parked
+// in its loop again.
 func (c *conn) serve() {
 	if c.sock.dedicated() {
 		c.takeThread()
 	}
-	defer c.finish()
+	if !c.serveUntilParked() {
+		c.finish()
+	}
+}
+
+// serveUntilParked is serve's loop; it reports true if the connection was
+// parked in its event loop (which then owns it), false if it must be
+// finished.
+func (c *conn) serveUntilParked() bool {
 	for {
 		if c.s.closing.Load() {
 			// Between requests: pipelined ones not yet started are
@@ -111,7 +124,7 @@ func (c *conn) serve() {
 			// shutdown (its context is canceled only once closing is
 			// set): the store may still read that value from c.buf, so
 			// nothing more may be read into it or moved within it.
-			return
+			return false
 		}
 		c.inRequest = false
 		if c.r < c.w {
@@ -121,29 +134,43 @@ func (c *conn) serve() {
 			if len(c.buf) > retainBufBytes {
 				c.buf = make([]byte, initialBufBytes)
 			}
+			if c.loop != nil {
+				// Wait in the loop, not on this goroutine, unless the
+				// next request comes soon (see handoffLinger).
+				if c.flush() != nil {
+					return false
+				}
+				switch err := c.lingerRead(); {
+				case errors.Is(err, os.ErrDeadlineExceeded):
+					return c.loop.lp.park(c)
+				case err != nil:
+					c.readFailed(err)
+					return false
+				}
+			}
 		}
 		for c.r == c.w {
 			if err := c.fill(); err != nil {
 				c.readFailed(err)
-				return
+				return false
 			}
 		}
 		if c.buf[c.r] == binReqMagic {
 			if !c.binary() {
-				return
+				return false
 			}
 		} else {
 			line, err := c.readLine()
 			if err != nil {
 				c.readFailed(err)
-				return
+				return false
 			}
 			if !c.handle(line) {
-				return
+				return false
 			}
 		}
 		if len(c.out) >= flushBytes && c.flush() != nil {
-			return
+			return false
 		}
 	}
 }
@@ -184,8 +211,13 @@ func (c *conn) beginRequest(now time.Time) {
 // handle serves one request line; it reports whether to keep the
 // connection open.
 func (c *conn) handle(line []byte) bool {
+	return c.dispatch(parseRequest(line, c.s.lim, &c.req))
+}
+
+// dispatch serves the request parsed into c.req (perr: why it was
+// refused); it reports whether to keep the connection open.
+func (c *conn) dispatch(perr *protoError) bool {
 	req := &c.req
-	perr := parseRequest(line, c.s.lim, req)
 	if c.s.cfg.ReadNice != 0 && c.sock.dedicated() {
 		c.prioritize(req.cmd, perr == nil)
 	}
@@ -494,6 +526,33 @@ func (c *conn) fill() error {
 	default:
 		return err
 	}
+}
+
+// lingerRead waits up to handoffLinger for the next request of a
+// connection of an event loop that is served on a goroutine, and reads it
+// into buf. It returns os.ErrDeadlineExceeded if none came (the caller
+// parks the connection), errShutdown if the server is closing or the
+// connection was evicted meanwhile.
+func (c *conn) lingerRead() error {
+	if !c.setIdle(true) {
+		return errShutdown // or evicted
+	}
+	n, err := c.sock.read(c.buf[c.w:], time.Now().Add(handoffLinger))
+	c.setIdle(false)
+	c.mu.Lock()
+	gone := c.mu.evicted
+	c.mu.Unlock()
+	switch {
+	case n > 0:
+		c.w += n
+		c.beginRequest(time.Now())
+		return nil
+	case c.s.closing.Load() || gone:
+		return errShutdown
+	case err == nil:
+		return os.ErrDeadlineExceeded
+	}
+	return err
 }
 
 // setIdle records whether the connection waits for a new request. Going

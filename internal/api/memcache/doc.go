@@ -11,6 +11,7 @@
 //
 //	server.go             listeners, the connection limit, shutdown
 //	sock*.go              reading and writing a socket (poller or blocking thread)
+//	loop.go               event loops: gets served from epoll, the rest handed off
 //	conn.go               a connection's loop: read, dispatch, buffered replies
 //	parse.go, meta.go     pure parsers of text and meta request lines
 //	binary.go             pure parser of binary request headers
@@ -49,7 +50,11 @@
 //   - Every request is counted in qs_memcache_requests_total and every
 //     refusal or failure in qs_memcache_errors_total by kind.
 //   - Every goroutine the server starts is tracked and waited for by
-//     Shutdown.
+//     Shutdown; the event loops end once every connection they own is
+//     closed.
+//   - A connection of an event loop is served by one party at a time: its
+//     loop while it is parked (conn.mu.parked), its goroutine otherwise.
+//     Only the party that owns it reads, writes or closes its socket.
 //
 // Backend errors are the sentinels of package internal/store (backend.go
 // says which are the client's fault).

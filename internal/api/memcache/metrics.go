@@ -39,6 +39,10 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_connections",
 		Help: "Connections served on a dedicated thread with blocking socket calls (memcache_threads); the others go through Go's network poller.",
 	}))
+	loopConnections = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_connections",
+		Help: "Connections served by the event loops (memcache_event_loops), parked or handed to a goroutine for a request that waits.",
+	}))
 	readNice = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
 		Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",

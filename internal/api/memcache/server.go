@@ -45,6 +45,11 @@ type Server struct {
 		evicting  int // connections in conns closed for room, not yet gone
 	}
 
+	// The event loops (Config.EventLoops), started with the first
+	// connection; under mu.
+	loops       []*eventLoop
+	loopsFailed bool // the system refused them: serve without
+
 	// niceRefused is set once the system refused a read thread's nice
 	// value; niceOnce logs the outcome, refused or in force, once.
 	niceRefused atomic.Bool
@@ -186,7 +191,8 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 		return nil, errTooManyConns
 	}
 	var sk sock
-	if s.mu.threads < s.cfg.Threads {
+	loops := s.cfg.EventLoops > 0
+	if !loops && s.mu.threads < s.cfg.Threads {
 		if ts, ok := newThreadSock(nc); ok {
 			sk = ts
 			s.mu.threads++
@@ -194,6 +200,9 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 		}
 	}
 	c := newConn(s, nc, sk)
+	if loops && s.attachLoopLocked(c) {
+		loopConnections.Inc()
+	}
 	s.mu.conns[c] = struct{}{}
 	s.stats.currConns.Add(1)
 	s.stats.totalConns.Add(1)
@@ -240,6 +249,10 @@ func (s *Server) unregister(c *conn) {
 		threadConnections.Dec()
 	}
 	s.mu.Unlock()
+	if c.loop != nil {
+		c.loop.lp.release(c)
+		loopConnections.Dec()
+	}
 	s.stats.currConns.Add(-1)
 	connectionsOpen.Dec()
 }
@@ -261,6 +274,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for c := range s.mu.conns {
 		c.wakeIfIdle()
+	}
+	for _, l := range s.loops {
+		l.set.Wake() // closes its parked connections; ends once it has none
 	}
 	s.mu.Unlock()
 

@@ -305,8 +305,10 @@ func testIdleTimeout(t *testing.T, threads int) {
 	}
 }
 
-func TestTooManyConnections(t *testing.T) {
-	ts := startServer(t, Config{MaxConns: 2}, newFakeBackend())
+func TestTooManyConnections(t *testing.T) { forIOModes(t, testTooManyConnections) }
+
+func testTooManyConnections(t *testing.T, threads int) {
+	ts := startServer(t, withThreads(Config{MaxConns: 2}, threads), newFakeBackend())
 	before := counterValue(errorsByKind[kindTooManyConns])
 	evictedBefore := counterValue(idleEvictionsTotal)
 	allIdle := func() bool {
@@ -638,18 +640,31 @@ func testShutdownGracefulIsQuick(t *testing.T, threads int) {
 	}
 }
 
-// forIOModes runs test once with connections on dedicated threads and once
-// through the network poller (Config.Threads -1).
+// forIOModes runs test once with connections on dedicated threads, once
+// through the network poller (Config.Threads -1) and once in event loops
+// (modeLoops, on Linux).
 func forIOModes(t *testing.T, test func(t *testing.T, threads int)) {
 	for _, m := range []struct {
 		name    string
 		threads int
-	}{{"thread", 0}, {"poller", -1}} {
+	}{{"thread", 0}, {"poller", -1}, {"loop", modeLoops}} {
+		if m.threads == modeLoops && runtime.GOOS != "linux" {
+			continue
+		}
 		t.Run(m.name, func(t *testing.T) { test(t, m.threads) })
 	}
 }
 
+// modeLoops, passed as threads to withThreads, serves connections in two
+// event loops; the other values are Config.Threads with the loops off.
+const modeLoops = -100
+
 func withThreads(cfg Config, threads int) Config {
+	if threads == modeLoops {
+		cfg.EventLoops = 2
+		return cfg
+	}
 	cfg.Threads = threads
+	cfg.EventLoops = -1
 	return cfg
 }

@@ -16,7 +16,7 @@ import (
 // wake-ups, each of which waits for a CPU when writes (hashing, Pebble's
 // flushes and compactions, fsyncs) keep the CPUs busy. A thread blocked in
 // read(2) is woken by the kernel itself, once, and carries on with the
-// request. See docs/benchmarks.md, "Dedicated read threads".
+// request. See docs/benchmarks.md, "Event loops and dedicated read threads".
 type sock interface {
 	// read reads into p, waiting until deadline at the latest
 	// (os.ErrDeadlineExceeded). It returns io.EOF when the peer closed.

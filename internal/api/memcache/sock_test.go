@@ -30,7 +30,7 @@ func TestThreadLimit(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("dedicated threads are Linux only")
 	}
-	ts := startServer(t, Config{Threads: 1}, newFakeBackend())
+	ts := startServer(t, Config{Threads: 1, EventLoops: -1}, newFakeBackend())
 	before := gaugeValue(t, threadConnections)
 	c1, c2 := dial(t, "tcp", ts.addr), dial(t, "tcp", ts.addr)
 	for _, c := range []*client{c1, c2} {
@@ -71,7 +71,7 @@ func TestShutdownAbortsBlockedCalls(t *testing.T) {
 	forIOModes(t, func(t *testing.T, threads int) {
 		b := newFakeBackend()
 		b.put("big", strings.Repeat("z", 1<<20))
-		ts := startServer(t, Config{Threads: threads, RequestTimeout: time.Minute, WriteTimeout: time.Minute}, b)
+		ts := startServer(t, withThreads(Config{RequestTimeout: time.Minute, WriteTimeout: time.Minute}, threads), b)
 		reader := dial(t, "tcp", ts.addr)
 		reader.send("set k 0 0 10\r\n01234") // blocks in the data block's read
 		writer := dial(t, "tcp", ts.addr)
@@ -183,7 +183,7 @@ func kernelKeepsSlices() bool {
 // others need: a busy connection and the server's other goroutines keep
 // being served promptly.
 func TestIdleThreadsDoNotStallOthers(t *testing.T) {
-	ts := startServer(t, Config{}, newFakeBackend())
+	ts := startServer(t, Config{EventLoops: -1}, newFakeBackend())
 	idle := make([]*client, 4*runtime.GOMAXPROCS(0)+8)
 	for i := range idle {
 		idle[i] = dial(t, "tcp", ts.addr)

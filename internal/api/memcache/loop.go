@@ -1,0 +1,403 @@
+package memcache
+
+import (
+	"bytes"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/epoll"
+)
+
+// An eventLoop serves connections from one OS thread waiting in epoll
+// (Config.EventLoops), as memcached's worker threads do: under load one
+// wake-up finds requests on many connections, where a thread per
+// connection, or a goroutine woken through Go's network poller, pays a
+// wake-up (and a context switch) for every request.
+//
+// A connection of a loop is in one of two places:
+//
+//   - parked: waiting in the loop's epoll set. The loop reads what arrived
+//     and serves it on its own thread when it is nothing but whole get and
+//     gets requests, which never wait; it writes the replies without
+//     blocking and the connection stays parked.
+//   - handed off: anything else (a write, a request not yet whole, a
+//     binary or meta request, replies the socket has no room for) is
+//     served by conn.serve on a goroutine of its own, through Go's network
+//     poller, exactly as a connection without a loop; once it has nothing
+//     buffered and nothing to wait for, it parks again.
+//
+// conn.mu.parked says which; it changes under conn.mu together with the
+// socket's membership of the epoll set, so that wake (shutdown, eviction)
+// and the loop agree on who closes a connection.
+type eventLoop struct {
+	s   *Server
+	set *epoll.Set
+
+	mu struct {
+		sync.Mutex
+		conns  map[uint64]*conn // every connection of the loop, parked or not
+		nextID uint64
+		woken  []*conn // connections to close if they are parked
+	}
+}
+
+// loopBatch is the most connections one epoll_wait reports.
+const loopBatch = 256
+
+// loopSweepEvery bounds how long a parked connection outlives its idle
+// timeout.
+const loopSweepEvery = time.Second
+
+func newEventLoop(s *Server) (*eventLoop, error) {
+	set, err := epoll.New(loopBatch)
+	if err != nil {
+		return nil, err
+	}
+	l := &eventLoop{s: s, set: set}
+	l.mu.conns = make(map[uint64]*conn)
+	return l, nil
+}
+
+// loopSock is the socket of a connection of an event loop: a pollSock while
+// the connection is handed off, and its descriptor for the loop's reads and
+// writes while it is parked.
+type loopSock struct {
+	pollSock
+	fd int
+	lp *eventLoop
+	c  *conn
+	id uint64
+}
+
+// wake interrupts a handed-off connection's read, and has the loop close
+// the connection if it is parked.
+func (ls *loopSock) wake() {
+	ls.pollSock.wake()
+	ls.lp.closeIfParked(ls.c)
+}
+
+// attachLoopLocked makes c a connection of the loop with the fewest
+// connections, starting the loops on first use; it reports false if c
+// cannot be served by one (not a socket, or no epoll here). s.mu is held.
+func (s *Server) attachLoopLocked(c *conn) bool {
+	fd, ok := epoll.FD(c.nc)
+	if !ok || !s.startLoopsLocked() {
+		return false
+	}
+	l := s.loops[0]
+	for _, x := range s.loops[1:] {
+		if x.count() < l.count() {
+			l = x
+		}
+	}
+	ls := &loopSock{pollSock: pollSock{nc: c.nc}, fd: fd, lp: l, c: c}
+	l.mu.Lock()
+	l.mu.nextID++
+	ls.id = l.mu.nextID
+	l.mu.conns[ls.id] = c
+	l.mu.Unlock()
+	c.sock, c.loop = ls, ls
+	return true
+}
+
+// startLoopsLocked starts Config.EventLoops loops unless they run, and
+// reports whether they do. If the system refuses, connections are served
+// without loops (logged once). s.mu is held and the server is not closing.
+func (s *Server) startLoopsLocked() bool {
+	if s.loops != nil || s.loopsFailed {
+		return s.loops != nil
+	}
+	loops := make([]*eventLoop, 0, s.cfg.EventLoops)
+	for range s.cfg.EventLoops {
+		l, err := newEventLoop(s)
+		if err != nil {
+			for _, l := range loops {
+				l.set.Close()
+			}
+			s.loopsFailed = true
+			s.log.Info("memcache: connections are served without event loops", "err", err)
+			return false
+		}
+		loops = append(loops, l)
+	}
+	s.loops = loops
+	for _, l := range loops {
+		s.goLocked(l.run)
+	}
+	return true
+}
+
+func (l *eventLoop) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.conns)
+}
+
+// release forgets c, which has been closed.
+func (l *eventLoop) release(c *conn) {
+	l.mu.Lock()
+	delete(l.mu.conns, c.loop.id)
+	last := len(l.mu.conns) == 0
+	l.mu.Unlock()
+	if last && l.s.closing.Load() {
+		l.set.Wake() // the loop may end
+	}
+}
+
+// closeIfParked has the loop close c if it is parked (shutdown or
+// eviction); c.mu is held.
+func (l *eventLoop) closeIfParked(c *conn) {
+	l.mu.Lock()
+	l.mu.woken = append(l.mu.woken, c)
+	l.mu.Unlock()
+	l.set.Wake()
+}
+
+// run is the loop's thread. It ends once the server is closing and every
+// connection of the loop is gone.
+func (l *eventLoop) run() {
+	runtime.LockOSThread() // for good: the thread ends with the loop
+	if err := setThreadSlice(readSlice); err != nil {
+		l.s.refuseSlice(err)
+	} else {
+		l.s.sliceSet()
+	}
+	defer l.set.Close()
+	ids := make([]uint64, 0, loopBatch)
+	lastSweep := time.Now()
+	for {
+		var woken bool
+		var err error
+		ids, woken, err = l.set.Wait(ids[:0], loopSweepEvery)
+		if err != nil {
+			// Not expected of a valid epoll set; keep serving, slowly.
+			l.s.log.Error("memcache: event loop wait failed", "err", err)
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, id := range ids {
+			l.mu.Lock()
+			c := l.mu.conns[id]
+			l.mu.Unlock()
+			if c != nil {
+				l.ready(c)
+			}
+		}
+		closing := l.s.closing.Load()
+		if woken || closing {
+			l.closeWoken(closing)
+		}
+		if now := time.Now(); now.Sub(lastSweep) >= loopSweepEvery {
+			lastSweep = now
+			l.closeIdle(now)
+		}
+		if closing && l.count() == 0 {
+			return
+		}
+	}
+}
+
+// ready serves c, which has input (or was closed by its peer).
+func (l *eventLoop) ready(c *conn) {
+	c.mu.Lock()
+	if !c.mu.parked { // an event from before it was handed off
+		c.mu.Unlock()
+		return
+	}
+	if c.mu.evicted || l.s.closing.Load() {
+		c.mu.Unlock()
+		l.closeParked(c)
+		return
+	}
+	c.mu.idle = false
+	c.mu.Unlock()
+
+	switch c.serveParked() {
+	case stayParked:
+		c.mu.Lock()
+		gone := c.mu.evicted || l.s.closing.Load()
+		if !gone {
+			c.mu.idle = true
+			c.mu.idleSince = time.Now()
+		}
+		c.mu.Unlock()
+		if gone {
+			l.closeParked(c)
+		}
+	case handOff:
+		c.mu.Lock()
+		c.mu.parked = false
+		l.set.Remove(c.loop.fd)
+		c.mu.Unlock()
+		// The loop's own goroutine is counted in s.wg, so this Add cannot
+		// race with Shutdown's Wait seeing zero.
+		l.s.wg.Add(1)
+		go func() {
+			defer l.s.wg.Done()
+			c.serve()
+		}()
+	case closeConn:
+		l.closeParked(c)
+	}
+}
+
+// closeParked closes c, which the loop owns.
+func (l *eventLoop) closeParked(c *conn) {
+	c.mu.Lock()
+	c.mu.parked, c.mu.idle = false, false
+	l.set.Remove(c.loop.fd)
+	c.mu.Unlock()
+	c.finish()
+}
+
+// closeWoken closes the parked connections that Shutdown or an eviction
+// woke, or, when the server is closing, every parked one.
+func (l *eventLoop) closeWoken(all bool) {
+	l.mu.Lock()
+	var cs []*conn
+	if all {
+		for _, c := range l.mu.conns {
+			cs = append(cs, c)
+		}
+	} else {
+		cs = l.mu.woken
+	}
+	l.mu.woken = nil
+	l.mu.Unlock()
+	for _, c := range cs {
+		c.mu.Lock()
+		take := c.mu.parked && (c.mu.evicted || l.s.closing.Load())
+		c.mu.Unlock()
+		if take {
+			l.closeParked(c)
+		}
+	}
+}
+
+// closeIdle closes the parked connections that waited longer than
+// Config.IdleTimeout for a request.
+func (l *eventLoop) closeIdle(now time.Time) {
+	l.mu.Lock()
+	var cs []*conn
+	for _, c := range l.mu.conns {
+		cs = append(cs, c)
+	}
+	l.mu.Unlock()
+	for _, c := range cs {
+		c.mu.Lock()
+		take := c.mu.parked && c.mu.idle && now.Sub(c.mu.idleSince) >= l.s.cfg.IdleTimeout
+		c.mu.Unlock()
+		if take {
+			c.debug("memcache: connection closed", "reason", errIdle.Error())
+			l.closeParked(c)
+		}
+	}
+}
+
+// park puts c, which has nothing buffered, back in its loop. It reports
+// false if c must be closed instead (the server is closing, c was evicted,
+// or the socket cannot be watched).
+func (l *eventLoop) park(c *conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.evicted || l.s.closing.Load() {
+		return false
+	}
+	if err := l.set.Add(c.loop.fd, c.loop.id); err != nil {
+		c.debug("memcache: connection closed", "reason", err.Error())
+		return false
+	}
+	c.mu.parked, c.mu.idle, c.mu.idleSince = true, true, time.Now()
+	return true
+}
+
+// What the loop does with a connection after serving what it read.
+type parkedNext int
+
+const (
+	stayParked parkedNext = iota
+	handOff
+	closeConn
+)
+
+// serveParked reads what arrived for a parked connection and serves the
+// whole get and gets requests at its front on the loop's thread; see
+// eventLoop.
+func (c *conn) serveParked() parkedNext {
+	c.r, c.w = 0, 0
+	if len(c.buf) > retainBufBytes {
+		c.buf = make([]byte, initialBufBytes)
+	}
+	n, err := epoll.Read(c.loop.fd, c.buf)
+	switch {
+	case err == epoll.ErrWouldBlock:
+		return stayParked
+	case err != nil:
+		c.debug("memcache: connection closed", "reason", err.Error())
+		return closeConn
+	case n == 0: // the client closed
+		return closeConn
+	}
+	c.w = n
+	for c.r < c.w {
+		c.beginRequest(time.Now())
+		if c.buf[c.r] == binReqMagic {
+			return handOff
+		}
+		i := bytes.IndexByte(c.buf[c.r:c.w], '\n')
+		if i < 0 || i+1 > c.s.cfg.MaxLineBytes {
+			return handOff // not whole yet, or too long: conn.serve says so
+		}
+		line := c.buf[c.r : c.r+i]
+		if k := len(line); k > 0 && line[k-1] == '\r' {
+			line = line[:k-1]
+		}
+		if !isGetLine(line) {
+			return handOff
+		}
+		perr := parseRequest(line, c.s.lim, &c.req)
+		if perr != nil || (c.req.cmd != cmdGet && c.req.cmd != cmdGets) {
+			return handOff
+		}
+		c.r += i + 1
+		c.dispatch(nil)
+		if len(c.out) >= flushBytes && !c.flushNow() {
+			return handOff
+		}
+	}
+	c.inRequest = false
+	if !c.flushNow() {
+		return handOff
+	}
+	if c.writeErr != nil {
+		return closeConn
+	}
+	return stayParked
+}
+
+// isGetLine reports whether line starts with get or gets and a space.
+func isGetLine(line []byte) bool {
+	return bytes.HasPrefix(line, []byte("get ")) || bytes.HasPrefix(line, []byte("gets "))
+}
+
+// flushNow writes what the socket takes of the pending replies without
+// waiting. It reports false if some are left (they are written by
+// conn.serve) or the write failed (c.writeErr).
+func (c *conn) flushNow() bool {
+	if c.writeErr != nil || len(c.out) == 0 {
+		return true
+	}
+	n, err := epoll.Write(c.loop.fd, c.out)
+	c.out = c.out[:copy(c.out, c.out[n:])]
+	if err == epoll.ErrWouldBlock {
+		return false
+	}
+	if err != nil {
+		c.writeErr = err
+		return true
+	}
+	if cap(c.out) > retainBufBytes {
+		c.out = make([]byte, 0, initialBufBytes)
+	}
+	return true
+}

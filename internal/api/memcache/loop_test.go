@@ -1,0 +1,278 @@
+package memcache
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func skipUnlessLoops(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux only")
+	}
+}
+
+// parkedConns counts the connections of ts waiting in an event loop.
+func parkedConns(ts *testServer) int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	n := 0
+	for c := range ts.mu.conns {
+		c.mu.Lock()
+		if c.mu.parked && c.mu.idle {
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// dialParked connects to ts and waits until the connection is parked in
+// its loop (a new connection is first served on a goroutine), with n
+// connections parked in all.
+func dialParked(t *testing.T, ts *testServer, n int) *client {
+	t.Helper()
+	c := dial(t, "tcp", ts.addr)
+	waitParked(t, ts, n)
+	return c
+}
+
+func waitParked(t *testing.T, ts *testServer, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d connections parked in their loops", n), func() bool { return parkedConns(ts) == n })
+}
+
+// TestLoopServesPipelinedGets: gets pipelined in one write are answered in
+// order from the loop, with writes, meta and binary requests among them
+// handed to a goroutine and the connection parked again afterwards.
+func TestLoopServesPipelinedGets(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	b.put("a", "1")
+	b.put("b", "22")
+	ts := startServer(t, Config{EventLoops: 2}, b)
+	c := dialParked(t, ts, 1)
+	c.send("get a\r\nget b a\r\ngets nope\r\n")
+	c.expect("VALUE a 0 1\r\n1\r\nEND\r\nVALUE b 0 2\r\n22\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n")
+	waitParked(t, ts, 1)
+
+	c.send("get a\r\nset k 0 0 3\r\nxyz\r\nget k\r\nmg k v\r\n" + binReq(opGet, "b", "", "", 0, 7) + "get a\r\n")
+	c.expect("VALUE a 0 1\r\n1\r\nEND\r\nSTORED\r\nVALUE k 0 3\r\nxyz\r\nEND\r\nVA 3\r\nxyz\r\n")
+	hdr := make([]byte, 24+4+2)
+	if _, err := io.ReadFull(c.r, hdr); err != nil {
+		t.Fatal(err)
+	}
+	if hdr[0] != 0x81 || string(hdr[28:]) != "22" {
+		t.Fatalf("binary get reply % x", hdr)
+	}
+	c.expect("VALUE a 0 1\r\n1\r\nEND\r\n")
+	waitParked(t, ts, 1)
+	if g := gaugeValue(t, loopConnections); g < 1 {
+		t.Errorf("loop_connections %v, want at least 1", g)
+	}
+}
+
+// TestLoopPartialRequests: a get, a set and a get's keys that arrive a few
+// bytes at a time are served whole.
+func TestLoopPartialRequests(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	b.put("key1", "v1")
+	ts := startServer(t, Config{EventLoops: 1}, b)
+	c := dialParked(t, ts, 1)
+	in := "get key1\r\nset key2 0 0 5\r\nhello\r\nget key1 key2\r\n"
+	for i := 0; i < len(in); i += 3 {
+		c.send(in[i:min(i+3, len(in))])
+		time.Sleep(time.Millisecond) // separate segments, most of the time
+	}
+	c.expect("VALUE key1 0 2\r\nv1\r\nEND\r\nSTORED\r\nVALUE key1 0 2\r\nv1\r\nVALUE key2 0 5\r\nhello\r\nEND\r\n")
+	waitParked(t, ts, 1)
+}
+
+// TestLoopLargeReplies: replies larger than the socket takes at once are
+// finished by a goroutine (the client reads them slowly), and the
+// connection goes back to its loop for the next get.
+func TestLoopLargeReplies(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	big := strings.Repeat("x", 900<<10)
+	b.put("big", big)
+	b.put("small", "s")
+	ts := startServer(t, Config{EventLoops: 1}, b)
+	c := dialParked(t, ts, 1)
+	c.nc.SetDeadline(time.Now().Add(60 * time.Second))
+	// 18 MB: more than the socket buffers hold, so that the loop's write
+	// stops short and a goroutine finishes it.
+	c.send("get" + strings.Repeat(" big", 20) + "\r\nget small\r\n")
+	time.Sleep(20 * time.Millisecond) // let the socket buffers fill
+	want := strings.Repeat("VALUE big 0 921600\r\n"+big+"\r\n", 20) + "END\r\nVALUE small 0 1\r\ns\r\nEND\r\n"
+	got := make([]byte, len(want))
+	n, err := io.ReadFull(c.r, got)
+	if err != nil || string(got) != want {
+		i := 0
+		for i < n && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("read %d of %d bytes (%v); the first %d are right", n, len(want), err, i)
+	}
+	waitParked(t, ts, 1)
+	c.send("get small\r\n")
+	c.expect("VALUE small 0 1\r\ns\r\nEND\r\n")
+}
+
+// TestLoopClosedConnections: connections that close while parked, in the
+// middle of a request, or right after sending gets are all forgotten, and
+// the loop serves new ones.
+func TestLoopClosedConnections(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	b.put("k", "v")
+	ts := startServer(t, Config{EventLoops: 1}, b)
+	before := gaugeValue(t, loopConnections)
+
+	parked := dialParked(t, ts, 1)
+	parked.send("get k\r\n")
+	parked.expect("VALUE k 0 1\r\nv\r\nEND\r\n")
+	waitParked(t, ts, 1)
+	midway := dialParked(t, ts, 2)
+	midway.send("set k 0 0 10\r\nabc") // handed off, waits for the rest
+	unread := dialParked(t, ts, 2)
+	unread.send(strings.Repeat("get k\r\n", 1000)) // replies never read
+	waitFor(t, "three connections", func() bool { return ts.stats.currConns.Load() == 3 })
+
+	parked.nc.Close()
+	midway.nc.Close()
+	unread.nc.Close()
+	waitFor(t, "the closed connections to go", func() bool {
+		return ts.stats.currConns.Load() == 0 && gaugeValue(t, loopConnections) == before
+	})
+	ts.mu.Lock()
+	for _, l := range ts.loops {
+		if n := l.count(); n != 0 {
+			t.Errorf("a loop still holds %d connections", n)
+		}
+	}
+	ts.mu.Unlock()
+	b.mu.Lock()
+	got := string(b.data["k"].value)
+	b.mu.Unlock()
+	if got != "v" {
+		t.Errorf("k = %q after an unfinished set, want v", got)
+	}
+
+	c := dial(t, "tcp", ts.addr)
+	c.send("get k\r\n")
+	c.expect("VALUE k 0 1\r\nv\r\nEND\r\n")
+}
+
+// TestLoopsShareConnections: connections go to the loop with the fewest,
+// and the loops start with the first connection.
+func TestLoopsShareConnections(t *testing.T) {
+	skipUnlessLoops(t)
+	ts := startServer(t, Config{EventLoops: 3}, newFakeBackend())
+	ts.mu.Lock()
+	started := len(ts.loops)
+	ts.mu.Unlock()
+	if started != 0 {
+		t.Fatalf("%d loops before any connection", started)
+	}
+	for range 6 {
+		c := dial(t, "tcp", ts.addr)
+		c.send("version\r\n")
+		c.expect(versionReply)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if len(ts.loops) != 3 {
+		t.Fatalf("%d loops, want 3", len(ts.loops))
+	}
+	for i, l := range ts.loops {
+		if n := l.count(); n != 2 {
+			t.Errorf("loop %d serves %d connections, want 2", i, n)
+		}
+	}
+}
+
+// TestLoopRefusals: a bad get line on a parked connection is answered
+// like anywhere else (by the goroutine it is handed to), counted, and the
+// connection keeps working; a line too long closes it.
+func TestLoopRefusals(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	b.put("k", "v")
+	ts := startServer(t, Config{EventLoops: 1, MaxLineBytes: 1024}, b)
+	c := dialParked(t, ts, 1)
+	badKey := counterValue(errorsByKind[kindBadKey])
+	c.send("get " + strings.Repeat("x", 300) + "\r\nget k\r\n")
+	c.expect("CLIENT_ERROR bad key: key 1 is longer than 250 bytes\r\nVALUE k 0 1\r\nv\r\nEND\r\n")
+	if got := counterValue(errorsByKind[kindBadKey]) - badKey; got != 1 {
+		t.Errorf("errors_total{kind=bad_key} rose by %v, want 1", got)
+	}
+	waitParked(t, ts, 1)
+	c.send("get " + strings.Repeat("k ", 600) + "\r\n")
+	c.expect("CLIENT_ERROR line too long\r\n")
+	c.expectClosed(30 * time.Second)
+}
+
+// TestLoopAnswersLikePoller: byte streams of every kind (bare line feeds,
+// empty lines, bad and unknown commands, gets without keys, meta and
+// binary requests, noreply) get the same replies from a server with event
+// loops as from one serving every connection through the poller, sent
+// whole or a byte at a time.
+func TestLoopAnswersLikePoller(t *testing.T) {
+	skipUnlessLoops(t)
+	streams := []string{
+		"get a\nget b\n",
+		"\r\n\r\nget a\r\n",
+		"get\r\nget a\r\n",
+		"gets a b c\r\nget a a\r\n",
+		"bogus\r\nget a\r\n",
+		"GET a\r\nget a\r\n",
+		"get  a   b \r\n",
+		"get a\r\nset c 0 0 1 noreply\r\nz\r\nget c\r\n",
+		"mg a v\r\nget a\r\nmn\r\n",
+		binReq(opGet, "a", "", "", 0, 1) + "get b\r\n",
+		"get a\r\nversion\r\nget b\r\n",
+		"get a\r\nquit\r\nget b\r\n",
+		"get a\x00b\r\nget a\r\n",
+	}
+	serve := func(cfg Config, in string, trickle bool) string {
+		b := newFakeBackend()
+		b.put("a", "1")
+		b.put("b", "22")
+		ts := startServer(t, cfg, b)
+		c := dial(t, "tcp", ts.addr)
+		if cfg.EventLoops > 0 {
+			waitParked(t, ts, 1)
+		}
+		if trickle {
+			for i := range len(in) {
+				c.send(in[i : i+1])
+			}
+		} else {
+			c.send(in)
+		}
+		// The last request of each stream is answered last; quit closes.
+		c.send("version\r\n")
+		c.nc.(*net.TCPConn).CloseWrite()
+		c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		out, err := io.ReadAll(c.r)
+		if err != nil && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("%q: reading the replies: %v", in, err)
+		}
+		return string(out)
+	}
+	for _, in := range streams {
+		want := serve(Config{EventLoops: -1, Threads: -1}, in, false)
+		for _, trickle := range []bool{false, true} {
+			if got := serve(Config{EventLoops: 1}, in, trickle); got != want {
+				t.Errorf("%q (a byte at a time: %v):\nloops  %q\npoller %q", in, trickle, got, want)
+			}
+		}
+	}
+}
