@@ -29,7 +29,9 @@ import (
 // (default 10 s).
 //
 // QS_CHURN_DURATION (default 4m) sets the run's length; QS_CHURN_RATE
-// caps the writes per second of all writers together (default: no cap).
+// caps the writes per second of all writers together (default: no cap);
+// QS_CHURN_CAP_BYTES sets both the log's and the history's byte caps
+// (default 1 GiB each), so that a shorter or slower run reaches them.
 func TestChurnDisk(t *testing.T) {
 	if os.Getenv("QS_BENCH") != "1" {
 		t.Skip("a benchmark: set QS_BENCH=1")
@@ -44,12 +46,21 @@ func TestChurnDisk(t *testing.T) {
 		}
 		rate = n
 	}
+	o := Options{Name: "churn", Logger: quietLogger()}
+	if v := os.Getenv("QS_CHURN_CAP_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			t.Fatalf("QS_CHURN_CAP_BYTES=%q: want a positive integer", v)
+		}
+		o.Retention.MaxBytes, o.History.MaxBytes = n, n
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go gcfloor.Run(ctx)
 
 	dir := t.TempDir()
-	s, err := Open(Options{Dir: dir, Name: "churn", Logger: quietLogger()})
+	o.Dir = dir
+	s, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +121,7 @@ func TestChurnDisk(t *testing.T) {
 	total := 0
 	writes.Range(func(_, v any) bool { total += v.(int); return true })
 	t.Logf("%d writes in %s (%.0f/s)", total, elapsed.Round(time.Second), float64(total)/elapsed.Seconds())
+	t.Logf("caps: log %d bytes, history %d bytes", s.opts.Retention.MaxBytes, s.opts.History.MaxBytes)
 	reportChurnDisk(t, s, dir)
 	reportMemory(t, samples)
 }
@@ -128,7 +140,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 
 // churnDisk is the disk of a store by part.
 type churnDisk struct {
-	segments, sst, blob, other, ballast int64
+	segments, spare, sst, blob, wal, other, ballast int64
 }
 
 func measureDisk(t *testing.T, dir string) churnDisk {
@@ -139,8 +151,12 @@ func measureDisk(t *testing.T, dir string) churnDisk {
 		}
 		name := fi.Name()
 		switch {
+		case name == spareName:
+			d.spare += fi.Size()
 		case strings.HasPrefix(name, "qslog-"):
 			d.segments += fi.Size()
+		case strings.HasSuffix(name, ".log"):
+			d.wal += fi.Size()
 		case strings.HasSuffix(name, ".sst"):
 			d.sst += fi.Size()
 		case strings.HasSuffix(name, ".blob"):
@@ -184,17 +200,27 @@ func reportChurnDisk(t *testing.T, s *Store, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	uses, err := segUses(s.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	for _, u := range uses {
+		used += u.bytes
+	}
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
-	all := d.segments + d.sst + d.blob + d.other + d.ballast
+	all := d.segments + d.spare + d.sst + d.blob + d.wal + d.other + d.ballast
 	t.Logf("live: %d keys, %s of values", st.keys, mb(st.valueBytes))
 	t.Logf("log retained: %s from entry %d to %d; retired blocks: %d, %s", mb(lr.bytes), lr.first, s.AppliedIndex(), rt.blocks, mb(rt.bytes))
 	t.Logf("history: %d versions, %s logical", h.Entries, mb(h.Bytes))
-	t.Logf("disk: log segments %s, pebble tables %s, blob files %s, other %s, ballast %s; total %s",
-		mb(d.segments), mb(d.sst), mb(d.blob), mb(d.other), mb(d.ballast), mb(all))
+	t.Logf("disk: log segments %s (blocks in them %s, free or dead space %s), spare segment %s, pebble tables %s, blob files %s, WAL %s, other %s, ballast %s; total %s",
+		mb(d.segments), mb(used), mb(d.segments-used), mb(d.spare), mb(d.sst), mb(d.blob), mb(d.wal), mb(d.other), mb(d.ballast), mb(all))
 	if st.valueBytes > 0 {
 		t.Logf("disk per live byte: %.1f (without the ballast %.1f; beyond log retention and ballast %.2f)",
 			float64(all)/float64(st.valueBytes), float64(all-d.ballast)/float64(st.valueBytes),
 			float64(all-d.ballast-lr.bytes)/float64(st.valueBytes))
+		bound := lr.bytes + 3*st.valueBytes/2 + d.ballast
+		t.Logf("log retention + 1.5 × live + ballast = %s: disk is %.2f of it", mb(bound), float64(all)/float64(bound))
 	}
 }
 
