@@ -19,9 +19,12 @@ import (
 //	hv<uvarint len(key)><key><BE64 until> → the version: an inline value
 //	    record (its index is the write that made it), an in-log record
 //	    (the value is in a log block, retire.go) or a lost record
-//	ht<BE64 until><key>                   → time(8 BE) size(uvarint): the
-//	    same entry in GC order; time is the log time of entry until, size
-//	    what the version counts for (historySize)
+//	ht<BE64 until><key>                   → time(8 BE) size(uvarint)
+//	    [block(uvarint) index(uvarint)]: the same entry in GC order; time
+//	    is the log time of entry until, size what the version counts for
+//	    (historySize); block and index, for a version recorded as an
+//	    in-log record, say where it points, so that GC counts the block
+//	    down without reading the version
 //
 // A version record under until U was current for the indexes
 // [record index, U-1]. Versions of a key do not overlap, so the version
@@ -154,6 +157,10 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 	c.tkey = histTimeKey(c.tkey, until, key)
 	c.tval = binary.BigEndian.AppendUint64(c.tval[:0], uint64(c.entryTime))
 	c.tval = binary.AppendUvarint(c.tval, uint64(size))
+	if historyRefers(ks) {
+		c.tval = binary.AppendUvarint(c.tval, ks.logRec.block)
+		c.tval = binary.AppendUvarint(c.tval, ks.logRec.index)
+	}
 	c.batch.Set(c.tkey, c.tval, nil)
 	c.hist.bytes += int64(size + len(c.tkey) + len(c.tval))
 	c.hist.entries++
@@ -245,15 +252,7 @@ func (c *committer) gcHistory() error {
 			return err
 		}
 		until, key, kok := parseHistTimeKey(k)
-		var t int64
-		var size uint64
-		vok := len(v) > 8
-		if vok {
-			t = int64(binary.BigEndian.Uint64(v))
-			var m int
-			size, m = binary.Uvarint(v[8:])
-			vok = m > 0 && 8+m == len(v)
-		}
+		g, vok := parseHistGC(v)
 		if !kok || !vok {
 			// Unusable GC entry: drop it; its version (if any) stays
 			// until the key's next versions, which is harmless.
@@ -261,12 +260,18 @@ func (c *committer) gcHistory() error {
 			c.batch.Delete(k, nil)
 			continue
 		}
+		t, size := g.time, g.size
 		if t >= cutoff && !over() {
 			break
 		}
 		c.hkey = histVersionKey(c.hkey, key, until)
-		if err := c.forgetVersion(key, c.hkey); err != nil {
-			return err
+		if g.inLog {
+			// Its block loses a reference (if the block was dropped
+			// since, the version was copied out and there is no count).
+			c.noteHistGone(key, g.index)
+			if err := c.countDown(g.block, int64(size)-int64(len(c.hkey)+recHeader)); err != nil {
+				return err
+			}
 		}
 		c.batch.Delete(c.hkey, nil)
 		c.batch.Delete(k, nil)
@@ -280,25 +285,40 @@ func (c *committer) gcHistory() error {
 	return it.Error()
 }
 
-// forgetVersion notes that the version under hkey (of key) is removed by
-// the group: if it points into a log block, the block loses a reference.
-func (c *committer) forgetVersion(key, hkey []byte) error {
-	raw, found, err := c.lookup(hkey)
-	if err != nil || !found {
-		return err
+// histGC is a decoded GC entry (ht value).
+type histGC struct {
+	time  int64
+	size  uint64
+	inLog bool // recorded as an in-log record into block, written at index
+	block uint64
+	index uint64
+}
+
+// parseHistGC decodes a GC entry.
+func parseHistGC(v []byte) (histGC, bool) {
+	var g histGC
+	if len(v) <= 8 {
+		return g, false
 	}
-	rec, err := decodeRecord(raw)
-	if err != nil {
-		// Unreadable: its block (if any) keeps a count too high, which
-		// only keeps it longer; the count is checked before a block goes.
-		c.s.m.integrityErrors.WithLabelValues("history_crc").Inc()
-		return nil
+	g.time = int64(binary.BigEndian.Uint64(v))
+	rest := v[8:]
+	var m int
+	if g.size, m = binary.Uvarint(rest); m <= 0 {
+		return g, false
 	}
-	if rec.kind != recInLog {
-		return nil
+	rest = rest[m:]
+	if len(rest) == 0 {
+		return g, true
 	}
-	c.noteHistGone(key, rec.index)
-	return c.countDown(rec.block, int64(rec.valueLen))
+	if g.block, m = binary.Uvarint(rest); m <= 0 {
+		return g, false
+	}
+	rest = rest[m:]
+	if g.index, m = binary.Uvarint(rest); m <= 0 || m != len(rest) {
+		return g, false
+	}
+	g.inLog = true
+	return g, true
 }
 
 // GetAt returns the version of key that was current at index at, which

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -397,5 +398,31 @@ func TestHistoryRefsConcurrentWriters(t *testing.T) {
 				t.Fatalf("k%d as of %d: %v", i, p, err)
 			}
 		}
+	}
+}
+
+// The GC entry of a version in a log block names the block, so that GC
+// counts it down without reading the version; Verify checks it.
+func TestHistoryGCEntryNamesTheBlock(t *testing.T) {
+	s := openTest(t, Options{Name: "hist-gc-entry", Logger: quietLogger()})
+	w := mustWrite(t, s, setb("a", pattern(3, 4000))).Index
+	u := mustWrite(t, s, set("a", "x")).Index
+	tk := histTimeKey(nil, u, []byte("a"))
+	g, ok := parseHistGC(rawGet(t, s, tk))
+	if !ok || !g.inLog || g.block != w || g.index != w {
+		t.Fatalf("GC entry %+v (ok %v), want block and index %d", g, ok, w)
+	}
+	mustVerify(t, s)
+	tv := binary.BigEndian.AppendUint64(nil, uint64(g.time))
+	tv = binary.AppendUvarint(tv, g.size)
+	tv = binary.AppendUvarint(tv, w+1) // another block
+	tv = binary.AppendUvarint(tv, w)
+	rawSet(t, s, tk, tv)
+	r, err := s.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if findProblem(r, ProblemHistory, []byte("a")) == nil {
+		t.Fatalf("verify missed a GC entry naming the wrong block:\n%s", problemList(r))
 	}
 }

@@ -83,10 +83,17 @@ func (v *verifier) history() error {
 			continue
 		}
 		size += int64(len(tk) + len(tv))
-		if len(tv) <= 8 {
-			v.problem(ProblemHistory, key, until, -1, "GC entry of %d bytes", len(tv))
-		} else if sz, m := binary.Uvarint(tv[8:]); m <= 0 || 8+m != len(tv) || sz != uint64(vsize) {
-			v.problem(ProblemHistory, key, until, -1, "GC entry states %d bytes for a version of %d", sz, vsize)
+		g, ok := parseHistGC(tv)
+		switch {
+		case !ok:
+			v.problem(ProblemHistory, key, until, -1, "GC entry of %d bytes is malformed", len(tv))
+		case g.size != uint64(vsize):
+			v.problem(ProblemHistory, key, until, -1, "GC entry states %d bytes for a version of %d", g.size, vsize)
+		case err == nil && rec.kind == recInLog && (!g.inLog || g.block != rec.block || g.index != rec.index):
+			v.problem(ProblemHistory, key, until, -1, "GC entry of a version in log block %d at %d says block %d at %d (in-log %v)", rec.block, rec.index, g.block, g.index, g.inLog)
+		case err == nil && rec.kind == recInline && g.inLog && g.index != rec.index:
+			// A version copied out of its block keeps the GC entry it had.
+			v.problem(ProblemHistory, key, until, -1, "GC entry names the version written at %d, the version was written at %d", g.index, rec.index)
 		}
 	}
 	if err := it.Error(); err != nil {
