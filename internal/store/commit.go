@@ -45,6 +45,8 @@ type committer struct {
 	retiredDirty bool
 	touched      map[uint64]*retiredState
 	rm           *retiredMetrics
+	hrefs        map[histRefKey]histRefState // history versions into log blocks the group changed
+	lkey         []byte                      // a key buffer of retire.go
 
 	// eval turns commands into entries (evaluate.go); place keeps the
 	// values of applied sets as the node's role does (placement.go).
@@ -151,6 +153,7 @@ func (c *committer) commit(group []*request) {
 		maps.Copy(c.ids, c.replayIDs)
 	}
 	clear(c.touched)
+	clear(c.hrefs)
 	c.retiredDirty = false
 	c.blk.Reset()
 	c.entries = 0
@@ -218,6 +221,9 @@ func (c *committer) commit(group []*request) {
 			c.writeInLogRecords(uncompressed)
 			c.log.bytes += int64(blkLen + 9)
 			s.m.logBlockBytes.Observe(float64(blkLen))
+			if err := c.gcHistory(); err != nil {
+				s.opts.Logger.Warn("history GC skipped", "db", s.opts.Name, "err", err)
+			}
 			if err := c.settleRetired(); err != nil {
 				s.opts.Logger.Warn("retired log blocks not settled", "db", s.opts.Name, "err", err)
 			}
@@ -226,9 +232,6 @@ func (c *committer) commit(group []*request) {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
 			}
 			c.logDropped = logBytes - c.log.bytes
-			if err := c.gcHistory(); err != nil {
-				s.opts.Logger.Warn("history GC skipped", "db", s.opts.Name, "err", err)
-			}
 			c.batch.Set(metaApplied, c.last.encode(), nil)
 			c.batch.Set(metaLog, c.log.encode(), nil)
 			c.batch.Set(metaStats, c.stats.encode(), nil)

@@ -56,7 +56,9 @@
 // A value record (record.go, recordKind) is inline (holds the value),
 // chunked (the value in c chunks), in-log (the value in a log block),
 // remote (a proxy's: the value is elsewhere) or lost (history of a value
-// that was unreadable when it was overwritten).
+// that was unreadable when it was overwritten). History versions are
+// inline, in-log (pointing at the block the value record pointed to) or
+// lost records.
 //
 // # Files
 //

@@ -11,11 +11,15 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	if err != nil {
 		return err
 	}
-	if err := c.release(ks); err != nil {
-		return err
+	keep := c.hist.enabled && ks.exists && ks.index != index
+	if !keep || !historyRefers(ks) {
+		// Else the history's version takes over the reference.
+		if err := c.release(ks); err != nil {
+			return err
+		}
 	}
 	delete(c.inLog, string(op.Key))
-	if c.hist.enabled && ks.exists && ks.index != index {
+	if keep {
 		// The version this op replaces; one made by the same entry was
 		// never visible at any index.
 		if err := c.recordHistory(op.Key, ks, index); err != nil {

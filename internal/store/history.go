@@ -17,10 +17,14 @@ import (
 // "History"):
 //
 //	hv<uvarint len(key)><key><BE64 until> → the version: an inline value
-//	    record (its index is the write that made it) or a lost record
-//	ht<BE64 until><key>                   → time(8 BE) size(uvarint): the
-//	    same entry in GC order; time is the log time of entry until, size
-//	    the bytes of the hv pair
+//	    record (its index is the write that made it), an in-log record
+//	    (the value is in a log block, retire.go) or a lost record
+//	ht<BE64 until><key>                   → time(8 BE) size(uvarint)
+//	    [block(uvarint) index(uvarint)]: the same entry in GC order; time
+//	    is the log time of entry until, size what the version counts for
+//	    (historySize); block and index, for a version recorded as an
+//	    in-log record, say where it points, so that GC counts the block
+//	    down without reading the version
 //
 // A version record under until U was current for the indexes
 // [record index, U-1]. Versions of a key do not overlap, so the version
@@ -124,29 +128,59 @@ func (s *Store) History() (History, error) {
 }
 
 // recordHistory keeps the version of key that the op at index until
-// replaces (ks, before the op).
+// replaces (ks, before the op). A value in a log block is not copied: the
+// version is an in-log record pointing at the same bytes (see
+// historyRefers), and the block is kept while a version points into it.
 func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error {
-	old, lost, err := c.oldValue(key, ks)
-	if err != nil {
-		return err
-	}
-	if lost {
-		c.hbuf = encodeLost(c.hbuf, ks.index)
-	} else {
-		c.hbuf = encodeInline(c.hbuf, ks.index, old)
-	}
 	c.hkey = histVersionKey(c.hkey, key, until)
+	var valueLen int
+	if historyRefers(ks) {
+		r := ks.logRec
+		c.hbuf = encodeInLog(c.hbuf, r.index, r.block, r.offset, r.valueLen, r.valueCRC)
+		valueLen = r.valueLen
+		c.noteHistRef(key, *r, until)
+		c.rm.historyRefs.Inc()
+	} else {
+		old, lost, err := c.oldValue(key, ks)
+		if err != nil {
+			return err
+		}
+		if lost {
+			c.hbuf = encodeLost(c.hbuf, ks.index)
+		} else {
+			c.hbuf = encodeInline(c.hbuf, ks.index, old)
+			valueLen = len(old)
+		}
+	}
 	c.batch.Set(c.hkey, c.hbuf, nil)
-	size := len(c.hkey) + len(c.hbuf)
+	size := historySize(len(c.hkey), valueLen)
 	c.tkey = histTimeKey(c.tkey, until, key)
 	c.tval = binary.BigEndian.AppendUint64(c.tval[:0], uint64(c.entryTime))
 	c.tval = binary.AppendUvarint(c.tval, uint64(size))
+	if historyRefers(ks) {
+		c.tval = binary.AppendUvarint(c.tval, ks.logRec.block)
+		c.tval = binary.AppendUvarint(c.tval, ks.logRec.index)
+	}
 	c.batch.Set(c.tkey, c.tval, nil)
 	c.hist.bytes += int64(size + len(c.tkey) + len(c.tval))
 	c.hist.entries++
 	c.histDirty = true
 	c.s.m.historyRecorded.Inc()
 	return nil
+}
+
+// historySize is what a version counts for in the history's size: its
+// key and the inline record of its value, wherever the value is stored.
+// So the size cap keeps the same versions whether they are inline or in
+// a log block, and a version whose block is dropped (and whose value is
+// then copied inline) keeps its size.
+func historySize(keyLen, valueLen int) int { return keyLen + recHeader + valueLen }
+
+// historyRefers reports whether the version ks describes is kept as a
+// reference to its log block rather than as a copy: its record is an
+// in-log record, readable as far as the committer knows.
+func historyRefers(ks *keyState) bool {
+	return ks.logRec != nil && !ks.corrupt && !ks.remote
 }
 
 // oldValue returns the value of the version ks describes, reading it from
@@ -189,7 +223,9 @@ func (c *committer) oldValue(key []byte, ks *keyState) (value []byte, lost bool,
 // they are older than the retention (by the log's clock) or the history
 // exceeds its size cap, and raises the horizon past them. It runs at most
 // once a second unless over the cap, and removes a bounded number per
-// run so a commit never stalls on it.
+// run so a commit never stalls on it. A version removed from a retired
+// log block counts the block down; it runs before the group settles its
+// retired blocks and drops log blocks, so both see what it removed.
 func (c *committer) gcHistory() error {
 	o := c.s.opts.History
 	if !c.hist.enabled {
@@ -216,15 +252,7 @@ func (c *committer) gcHistory() error {
 			return err
 		}
 		until, key, kok := parseHistTimeKey(k)
-		var t int64
-		var size uint64
-		vok := len(v) > 8
-		if vok {
-			t = int64(binary.BigEndian.Uint64(v))
-			var m int
-			size, m = binary.Uvarint(v[8:])
-			vok = m > 0 && 8+m == len(v)
-		}
+		g, vok := parseHistGC(v)
 		if !kok || !vok {
 			// Unusable GC entry: drop it; its version (if any) stays
 			// until the key's next versions, which is harmless.
@@ -232,10 +260,19 @@ func (c *committer) gcHistory() error {
 			c.batch.Delete(k, nil)
 			continue
 		}
+		t, size := g.time, g.size
 		if t >= cutoff && !over() {
 			break
 		}
 		c.hkey = histVersionKey(c.hkey, key, until)
+		if g.inLog {
+			// Its block loses a reference (if the block was dropped
+			// since, the version was copied out and there is no count).
+			c.noteHistGone(key, g.index)
+			if err := c.countDown(g.block, int64(size)-int64(len(c.hkey)+recHeader)); err != nil {
+				return err
+			}
+		}
 		c.batch.Delete(c.hkey, nil)
 		c.batch.Delete(k, nil)
 		c.hist.bytes -= int64(size) + int64(len(k)+len(v))
@@ -246,6 +283,42 @@ func (c *committer) gcHistory() error {
 	}
 	c.s.m.historyCollected.Add(float64(n))
 	return it.Error()
+}
+
+// histGC is a decoded GC entry (ht value).
+type histGC struct {
+	time  int64
+	size  uint64
+	inLog bool // recorded as an in-log record into block, written at index
+	block uint64
+	index uint64
+}
+
+// parseHistGC decodes a GC entry.
+func parseHistGC(v []byte) (histGC, bool) {
+	var g histGC
+	if len(v) <= 8 {
+		return g, false
+	}
+	g.time = int64(binary.BigEndian.Uint64(v))
+	rest := v[8:]
+	var m int
+	if g.size, m = binary.Uvarint(rest); m <= 0 {
+		return g, false
+	}
+	rest = rest[m:]
+	if len(rest) == 0 {
+		return g, true
+	}
+	if g.block, m = binary.Uvarint(rest); m <= 0 {
+		return g, false
+	}
+	rest = rest[m:]
+	if g.index, m = binary.Uvarint(rest); m <= 0 || m != len(rest) {
+		return g, false
+	}
+	g.inLog = true
+	return g, true
 }
 
 // GetAt returns the version of key that was current at index at, which
@@ -291,7 +364,7 @@ func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found b
 		return nil, 0, false, err
 	}
 	rec, err := decodeRecord(raw)
-	if err == nil && (rec.kind == recChunked || rec.kind == recInLog || rec.kind == recRemote) {
+	if err == nil && (rec.kind == recChunked || rec.kind == recRemote) {
 		err = fmt.Errorf("%w: history record of an unexpected kind", ErrCorrupt)
 	}
 	if err != nil {
@@ -303,6 +376,15 @@ func (v *View) GetAt(key []byte, at uint64) (value []byte, index uint64, found b
 	}
 	if rec.index > at {
 		return nil, 0, false, nil // a gap: the key did not exist at at
+	}
+	if rec.kind == recInLog {
+		if v.vbuf, err = v.s.readInLog(v.it, rec, v.vbuf[:0]); err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				v.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
+			}
+			return nil, 0, false, fmt.Errorf("key %q as of %d: %w", key, at, err)
+		}
+		return v.vbuf, rec.index, true, nil
 	}
 	v.vbuf = append(v.vbuf[:0], rec.inline...)
 	return v.vbuf, rec.index, true, nil

@@ -34,8 +34,19 @@ var (
 	metaSegUse = []byte("msu")
 )
 
-// formatVersion is the storage layout version written at creation.
-const formatVersion = 1
+// formatVersion is the storage layout version written at creation. 2:
+// history versions may be in-log records (history.go). A database of
+// version 1 (whose history holds copies only) is read as it is and marked
+// 2 when opened for writing; a binary that knows only 1 refuses it then.
+const (
+	formatVersion    = 2
+	oldFormatVersion = 1
+)
+
+// knownFormat reports whether f is a storage format record this code reads.
+func knownFormat(f []byte) bool {
+	return len(f) == 1 && (f[0] == formatVersion || f[0] == oldFormatVersion)
+}
 
 func dataKey(dst, key []byte) []byte {
 	dst = append(dst[:0], prefixData)

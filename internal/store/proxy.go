@@ -460,6 +460,7 @@ func (s *Store) reconcileRole(applied uint64) error {
 	if hr == nil || h.enabled != want {
 		if !want {
 			b.DeleteRange([]byte{prefixHistory}, []byte{prefixHistory + 1}, nil)
+			b.Set(metaRetiredRecount, nil, nil) // the versions counted in retired blocks are gone
 		}
 		b.Set(metaHistory, historyRecord{enabled: want, horizon: applied}.encode(), nil)
 		if hr != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +31,14 @@ import (
 // at most as much garbage as live data, and a value is copied out at most
 // once, when most of its block is gone.
 //
+// History versions (history.go) point into log blocks too: an overwritten
+// or deleted value in a log block stays there, and its version is an
+// in-log record. A block's live values are the value records and the
+// history versions pointing into it; overwriting a value moves its
+// reference from the one to the other (the count does not change), and
+// history GC removing a version counts its block down. A block dropped
+// with references left has its values copied out for both.
+//
 // Records: mrb<BE64 block> → retiredRecord; mretired → retiredTotals.
 // A count is only ever trusted to keep a block: before a block is deleted,
 // the records pointing into it are looked up again.
@@ -47,6 +56,9 @@ var (
 	mRetiredFreed = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "retired_log_blocks_freed_total",
 		Help: "Retired log blocks deleted once less than half of them was live (the rest copied out)."}, []string{"db"}))
+	mHistoryRefs = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_log_references_total",
+		Help: "Overwritten or deleted values kept in the history as references to their log block instead of copies."}, []string{"db"}))
 	mRetiredRecounts = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "retired_log_block_recounts_total",
 		Help: "Retired block live counts found wrong when checked against the records (and corrected); above 0 is a bug."}, []string{"db"}))
@@ -56,6 +68,7 @@ var (
 type retiredMetrics struct {
 	blocks, bytes            prometheus.Gauge
 	retired, freed, recounts prometheus.Counter
+	historyRefs              prometheus.Counter
 }
 
 func newRetiredMetrics(db string) *retiredMetrics {
@@ -63,6 +76,7 @@ func newRetiredMetrics(db string) *retiredMetrics {
 	return &retiredMetrics{
 		blocks: mRetiredBlocks.With(l), bytes: mRetiredBytes.With(l),
 		retired: mBlocksRetired.With(l), freed: mRetiredFreed.With(l), recounts: mRetiredRecounts.With(l),
+		historyRefs: mHistoryRefs.With(l),
 	}
 }
 
@@ -147,10 +161,18 @@ type retiredState struct {
 	ok  bool // the record exists
 }
 
+// liveRef is a reference into a log block: a value record, or a history
+// version (hist, ending at until).
+type liveRef struct {
+	rec   record
+	hist  bool
+	until uint64
+}
+
 // forEachLiveValue calls fn for every value of the log block blockFirst
-// (its stored bytes blk) that a record will still point to once the group
-// commits. Compressed blocks hold none.
-func (c *committer) forEachLiveValue(blockFirst uint64, blk []byte, fn func(dataKey []byte, rec record, value []byte)) error {
+// (its stored bytes blk) that a value record or a history version will
+// still point to once the group commits. Compressed blocks hold none.
+func (c *committer) forEachLiveValue(blockFirst uint64, blk []byte, fn func(key []byte, ref liveRef, value []byte)) error {
 	if len(blk) < 2 || wal.Compression(blk[1]) != wal.CompressNone {
 		return nil // only uncompressed blocks hold values records point to
 	}
@@ -158,7 +180,6 @@ func (c *committer) forEachLiveValue(blockFirst uint64, blk []byte, fn func(data
 	if err != nil {
 		return fmt.Errorf("%w: log block %d: %v", ErrCorrupt, blockFirst, err)
 	}
-	var k []byte
 	var later map[string]bool
 	for _, e := range entries {
 		// Of several ops of an entry on one key, only the last can have
@@ -178,57 +199,129 @@ func (c *committer) forEachLiveValue(blockFirst uint64, blk []byte, fn func(data
 			if op.Type != wal.OpSet || len(op.Value) < minInLogBytes {
 				continue
 			}
-			var rec record
-			var live bool
-			k, rec, live, err = c.liveAt(k, op.Key, blockFirst, e.Index)
+			ref, live, err := c.liveAt(op.Key, blockFirst, e.Index)
 			if err != nil {
 				return err
 			}
 			if live {
-				fn(k, rec, op.Value)
+				fn(op.Key, ref, op.Value)
 			}
 		}
 	}
 	return nil
 }
 
-// liveAt reports whether key's record will still point, once the group
-// commits, at the value written at index into the log block blockFirst,
-// and returns that record. k is a buffer for the key's data key, returned
-// (grown) with it.
-func (c *committer) liveAt(k, key []byte, blockFirst, index uint64) ([]byte, record, bool, error) {
-	if !c.pointsInto(key, blockFirst) {
-		return k, record{}, false, nil
+// liveAt reports whether key's record or one of its history versions will
+// still point, once the group commits, at the value written at index into
+// the log block blockFirst, and returns that reference.
+func (c *committer) liveAt(key []byte, blockFirst, index uint64) (liveRef, bool, error) {
+	if c.pointsInto(key, blockFirst) {
+		c.lkey = dataKey(c.lkey, key)
+		v, found, err := c.lookup(c.lkey)
+		if err != nil {
+			return liveRef{}, false, err
+		}
+		if found {
+			rec, err := decodeRecord(v)
+			if err == nil && rec.kind == recInLog && rec.block == blockFirst && rec.index == index {
+				return liveRef{rec: rec}, true, nil
+			}
+		}
 	}
-	k = dataKey(k, key)
-	v, found, err := c.lookup(k)
-	if err != nil || !found {
-		return k, record{}, false, err
+	return c.historyAt(key, blockFirst, index)
+}
+
+// historyAt reports whether the history version of key written at index
+// will still point into the log block blockFirst once the group commits.
+func (c *committer) historyAt(key []byte, blockFirst, index uint64) (liveRef, bool, error) {
+	if !c.hist.enabled {
+		return liveRef{}, false, nil
+	}
+	if st, ok := c.hrefs[histRefKey{string(key), index}]; ok {
+		live := !st.gone && st.rec.block == blockFirst
+		return liveRef{rec: st.rec, hist: true, until: st.until}, live, nil
+	}
+	// The first version ending after index is the one written at index,
+	// if any is.
+	c.lkey = histVersionKey(c.lkey, key, index+1)
+	it, err := c.iter()
+	if err != nil {
+		return liveRef{}, false, err
+	}
+	if !it.SeekGE(c.lkey) {
+		return liveRef{}, false, it.Error()
+	}
+	k := it.Key()
+	if len(k) != len(c.lkey) || !bytes.Equal(k[:len(k)-8], c.lkey[:len(c.lkey)-8]) {
+		return liveRef{}, false, nil
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return liveRef{}, false, err
 	}
 	rec, err := decodeRecord(v)
 	if err != nil || rec.kind != recInLog || rec.block != blockFirst || rec.index != index {
-		return k, record{}, false, nil
+		return liveRef{}, false, nil
 	}
-	return k, rec, true, nil
+	return liveRef{rec: rec, hist: true, until: binary.BigEndian.Uint64(k[len(k)-8:])}, true, nil
+}
+
+// histRefKey names the version of a key written at an index.
+type histRefKey struct {
+	key   string
+	index uint64
+}
+
+// histRefState is what the group did to a version pointing into a log
+// block: recorded it (rec, ending at until) or removed it (gone).
+type histRefState struct {
+	rec   record
+	until uint64
+	gone  bool
+}
+
+// noteHistRef notes a version the group records as a reference (rec).
+func (c *committer) noteHistRef(key []byte, rec record, until uint64) {
+	if c.hrefs == nil {
+		c.hrefs = map[histRefKey]histRefState{}
+	}
+	c.hrefs[histRefKey{string(key), rec.index}] = histRefState{rec: rec, until: until}
+}
+
+// noteHistGone notes that the group removes (or copies out) the version
+// of key written at index.
+func (c *committer) noteHistGone(key []byte, index uint64) {
+	if c.hrefs == nil {
+		c.hrefs = map[histRefKey]histRefState{}
+	}
+	c.hrefs[histRefKey{string(key), index}] = histRefState{gone: true}
 }
 
 // liveRecord counts the live values of a block.
 func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, error) {
 	r := retiredRecord{blockBytes: int64(len(blk))}
-	err := c.forEachLiveValue(blockFirst, blk, func(_ []byte, rec record, _ []byte) {
+	err := c.forEachLiveValue(blockFirst, blk, func(_ []byte, ref liveRef, _ []byte) {
 		r.live++
-		r.liveBytes += int64(rec.valueLen)
+		r.liveBytes += int64(ref.rec.valueLen)
 	})
 	return r, err
 }
 
-// materialize rewrites, as inline records, the value records that still
-// point into a log block about to be deleted. Keys the group itself
-// rewrites are left alone: their new record is already in the batch.
+// materialize rewrites, as inline records, the value records and history
+// versions that still point into a log block about to be deleted. Keys
+// the group itself rewrites are left alone: their new record is already
+// in the batch. A version keeps its size in the history's count
+// (historySize).
 func (c *committer) materialize(blockFirst uint64, blk []byte) error {
-	return c.forEachLiveValue(blockFirst, blk, func(k []byte, rec record, value []byte) {
-		c.buf = encodeInline(c.buf, rec.index, value)
-		c.batch.Set(k, c.buf, nil)
+	return c.forEachLiveValue(blockFirst, blk, func(key []byte, ref liveRef, value []byte) {
+		c.buf = encodeInline(c.buf, ref.rec.index, value)
+		if ref.hist {
+			c.lkey = histVersionKey(c.lkey, key, ref.until)
+			c.noteHistGone(key, ref.rec.index)
+		} else {
+			c.lkey = dataKey(c.lkey, key)
+		}
+		c.batch.Set(c.lkey, c.buf, nil)
 		c.s.m.materialized.Inc()
 	})
 }
@@ -286,10 +379,31 @@ func (c *committer) retire(blockFirst uint64, r retiredRecord) {
 // replaces (ks is the key's stored state). Keys whose value is not in a
 // retired block are ignored.
 func (c *committer) release(ks *keyState) error {
-	if ks.logRec == nil || ks.logRec.block >= c.log.first {
+	if ks.logRec == nil {
 		return nil
 	}
-	b := ks.logRec.block
+	return c.countDown(ks.logRec.block, int64(ks.valueLen))
+}
+
+// countDown counts one value of n bytes out of block b, if b is retired.
+func (c *committer) countDown(b uint64, n int64) error {
+	if b >= c.log.first {
+		return nil
+	}
+	st, err := c.touch(b)
+	if err != nil {
+		return err
+	}
+	if st.ok {
+		st.rec.live--
+		st.rec.liveBytes -= n
+	}
+	return nil
+}
+
+// touch returns the group's state of retired block b, loading its record
+// the first time; settleRetired writes or frees the blocks touched.
+func (c *committer) touch(b uint64) (*retiredState, error) {
 	st := c.touched[b]
 	if st == nil {
 		st = &retiredState{}
@@ -299,10 +413,10 @@ func (c *committer) release(ks *keyState) error {
 			// No record (written by a version that copied values out
 			// instead): nothing to count.
 		case err != nil:
-			return fmt.Errorf("%w: read retired block record %d: %v", ErrWriteFailed, b, err)
+			return nil, fmt.Errorf("%w: read retired block record %d: %v", ErrWriteFailed, b, err)
 		default:
 			if st.rec, err = decodeRetired(v); err != nil {
-				return err
+				return nil, err
 			}
 			st.ok = true
 		}
@@ -311,11 +425,7 @@ func (c *committer) release(ks *keyState) error {
 		}
 		c.touched[b] = st
 	}
-	if st.ok {
-		st.rec.live--
-		st.rec.liveBytes -= int64(ks.valueLen)
-	}
-	return nil
+	return st, nil
 }
 
 // settleRetired writes the counts of the retired blocks the group's ops
@@ -324,6 +434,13 @@ func (c *committer) release(ks *keyState) error {
 // that cannot be settled keeps its lowered count and the others are still
 // settled; the errors are returned together.
 func (c *committer) settleRetired() error {
+	for _, b := range c.s.sparseRetired {
+		// Left sparse by a recount at open: freed like a block counted down.
+		if _, err := c.touch(b); err != nil {
+			return err
+		}
+	}
+	c.s.sparseRetired = nil
 	var errs []error
 	for b, st := range c.touched {
 		if !st.ok {
@@ -380,5 +497,77 @@ func (c *committer) dropRetired(b uint64, rec retiredRecord, blk []byte) error {
 	c.retired.bytes -= rec.blockBytes
 	c.retiredDirty = true
 	c.rm.freed.Inc()
+	return nil
+}
+
+// metaRetiredRecount, present, asks the next open for writing to recount
+// every retired block (recountRetired): it is written in the batch that
+// drops the history, whose versions the counts include.
+var metaRetiredRecount = []byte("mrecount")
+
+// recountRetired sets, if asked (metaRetiredRecount), every retired
+// block's count to the value records and history versions pointing into
+// it now, in one batch that removes the request; blocks left sparse are
+// freed by the next commit (settleRetired). It runs at open, once the
+// segments are open, before the committer starts.
+func (s *Store) recountRetired() error {
+	if _, err := s.getMeta(metaRetiredRecount); errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	c := &committer{s: s}
+	hb, err := s.getMeta(metaHistory)
+	if err == nil {
+		c.hist, err = decodeHistoryRecord(hb)
+	}
+	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	defer func() {
+		if c.it != nil {
+			c.it.Close()
+		}
+	}()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	b := s.db.NewBatch()
+	defer b.Close()
+	var sparse []uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		block, valid := retiredKeyBlock(it.Key())
+		if !valid {
+			continue
+		}
+		stored, err := decodeRetired(it.Value())
+		if err != nil {
+			return err
+		}
+		blk, err := c.readBlock(block)
+		if err != nil {
+			return err
+		}
+		actual, err := c.liveRecord(block, blk)
+		if err != nil {
+			return err
+		}
+		if actual != stored {
+			b.Set(retiredKey(block), actual.encode(), nil)
+		}
+		if actual.live == 0 || actual.sparse() {
+			sparse = append(sparse, block)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	b.Delete(metaRetiredRecount, nil)
+	if err := s.engineWrite(func() error { return b.Commit(pebble.Sync) }); err != nil {
+		return err
+	}
+	s.sparseRetired = sparse
 	return nil
 }

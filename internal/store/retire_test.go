@@ -54,10 +54,10 @@ func blockExists(t *testing.T, s *Store, b uint64) bool {
 // out; overwrites and deletes count them down; a block is deleted once
 // less than half of it is live, its last live values copied out then.
 func TestRetiredBlocks(t *testing.T) {
-	s := openTest(t, Options{Name: "retired", Compression: wal.CompressZstd, Retention: Retention{MaxEntries: 4}})
+	s := openTest(t, Options{Name: "retired", Compression: wal.CompressZstd, Retention: Retention{MaxEntries: 4}, History: noHistory})
 	// A replica follows entry by entry: it retires and frees blocks the
 	// same way and ends with the same data.
-	rp := openTest(t, Options{Name: "retired-replica", DBID: s.DBID(), Retention: Retention{MaxEntries: 4}})
+	rp := openTest(t, Options{Name: "retired-replica", DBID: s.DBID(), Retention: Retention{MaxEntries: 4}, History: noHistory})
 	mustWrite := func(t *testing.T, s *Store, ops ...wal.Op) WriteResult {
 		t.Helper()
 		r := mustWrite(t, s, ops...)
@@ -151,7 +151,7 @@ func TestRetiredBlocks(t *testing.T) {
 // A retired block's count that is too low is caught before the block is
 // deleted: the records are counted again and the block kept.
 func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
-	s := openTest(t, Options{Name: "retired-recount", Retention: Retention{MaxEntries: 2}})
+	s := openTest(t, Options{Name: "retired-recount", Retention: Retention{MaxEntries: 2}, History: noHistory})
 	mustWrite(t, s, setb("a", pattern(1, 1500)), setb("b", pattern(2, 4000)))
 	for i := range 3 {
 		mustWrite(t, s, set(fmt.Sprint("f", i), "x"))
@@ -361,7 +361,7 @@ func TestRetiredBlockKeyTwiceInAnEntry(t *testing.T) {
 // freed (here: gone from the database) does not keep the other blocks
 // the same group counted down from being settled.
 func TestRetiredSettleGoesPastABadBlock(t *testing.T) {
-	s := openTest(t, Options{Name: "retired-bad", Retention: Retention{MaxEntries: 2}, Logger: quietLogger()})
+	s := openTest(t, Options{Name: "retired-bad", Retention: Retention{MaxEntries: 2}, History: noHistory, Logger: quietLogger()})
 	mustWrite(t, s, setb("a", pattern(1, 3000)), setb("b", pattern(2, 3000))) // block 1
 	mustWrite(t, s, setb("c", pattern(3, 3000)), setb("d", pattern(4, 3000))) // block 2
 	mustWrite(t, s, setb("e", pattern(5, 3000)), setb("f", pattern(6, 3000))) // block 3

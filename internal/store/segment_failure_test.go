@@ -262,7 +262,7 @@ func TestSegmentFaultFailedWriteIDsFrameAdopted(t *testing.T) {
 // which every append takes: writes stall behind it (logged).
 func TestSegmentFaultCollectionAfterSlowReader(t *testing.T) {
 	o := Options{Name: "review-slowreader", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
-		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond}
+		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
 	v, err := s.View()
 	if err != nil {

@@ -87,7 +87,7 @@ func TestReadGate(t *testing.T) {
 func TestSegmentRotationAndCollection(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Name: "seg-rotate", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger(),
-		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond}
+		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
 	created := counterValue(t, s.m.segmentsCreated)
 	// A value never rewritten keeps its block, retired, and its segment.
@@ -576,7 +576,7 @@ func TestCheckpointHoldsSegments(t *testing.T) {
 // lives.
 func TestSegmentCompaction(t *testing.T) {
 	o := Options{Name: "seg-compact", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
-		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 2 * time.Millisecond}
+		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 2 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
 	// Past the first, small segments: the pinned value shares a full one
 	// with values that die.

@@ -40,6 +40,9 @@ func (s *Store) openSegments() error {
 	if err == nil {
 		err = g.resume(tail)
 	}
+	if err == nil {
+		err = s.recountRetired()
+	}
 	if err != nil {
 		g.close()
 		s.segs = nil

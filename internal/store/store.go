@@ -94,6 +94,9 @@ type Store struct {
 	stopped chan struct{}
 
 	ballast string
+	// sparseRetired: retired blocks a recount at open left sparse, for
+	// the committer to free (retire.go).
+	sparseRetired []uint64
 
 	// segs holds the log blocks of durable commits (segment.go); nil for
 	// a proxy. Guarded by engine like db. gate lets the segment collector
@@ -236,8 +239,14 @@ func (s *Store) loadMeta() error {
 	if !s.opts.DBID.IsZero() && s.opts.DBID != s.dbid {
 		return fmt.Errorf("%w: store has %s, expected %s", ErrDBIDMismatch, s.dbid, s.opts.DBID)
 	}
-	if f, err := s.getMeta(metaFormat); err != nil || len(f) != 1 || f[0] != formatVersion {
+	f, err := s.getMeta(metaFormat)
+	if err != nil || !knownFormat(f) {
 		return fmt.Errorf("%w: unsupported storage format %v (want %d)", ErrCorrupt, f, formatVersion)
+	}
+	if f[0] != formatVersion && !s.opts.ReadOnly {
+		if err := s.engineWrite(func() error { return s.db.Set(metaFormat, []byte{formatVersion}, pebble.Sync) }); err != nil {
+			return fmt.Errorf("upgrade the storage format: %w", err)
+		}
 	}
 	a, err := s.readApplied()
 	if err != nil {

@@ -173,12 +173,8 @@ func (c *committer) summary(block uint64) (s blockSummary, usable, present bool,
 // values whose records will still point into it once the group commits.
 func (c *committer) liveFromSummary(block uint64, s *blockSummary) (retiredRecord, error) {
 	r := retiredRecord{blockBytes: s.storedBytes}
-	var k []byte
 	for _, v := range s.values {
-		var rec record
-		var live bool
-		var err error
-		k, rec, live, err = c.liveAt(k, v.key, block, v.index)
+		ref, live, err := c.liveAt(v.key, block, v.index)
 		if err != nil {
 			return r, err
 		}
@@ -186,7 +182,7 @@ func (c *committer) liveFromSummary(block uint64, s *blockSummary) (retiredRecor
 			continue
 		}
 		r.live++
-		r.liveBytes += int64(rec.valueLen)
+		r.liveBytes += int64(ref.rec.valueLen)
 	}
 	return r, nil
 }

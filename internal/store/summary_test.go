@@ -82,7 +82,7 @@ func TestBlockSummary(t *testing.T) {
 func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 	for _, mode := range []string{"summary", "missing", "damaged"} {
 		t.Run(mode, func(t *testing.T) {
-			s := openTest(t, Options{Name: "summary-" + mode, Retention: Retention{MaxEntries: 3}})
+			s := openTest(t, Options{Name: "summary-" + mode, Retention: Retention{MaxEntries: 3}, History: noHistory})
 			val := func(k string) []byte { return pattern(len(k)*31+int(k[0])+int(k[1]), 2000) }
 			// Block 1: a0 a1; block 2: b0 b1; block 3 replaces a0, so
 			// block 1 is half live (copied out when it leaves the log),

@@ -144,7 +144,8 @@ func Verify(o Options) (*VerifyReport, error) {
 //     the log record's byte count matches the blocks;
 //   - the stats record against a recount of keys, key bytes, value bytes;
 //   - retired log blocks: each has a record whose live count and bytes
-//     match the in-log records pointing into it, and the totals match;
+//     match the in-log records and history versions pointing into it,
+//     and the totals match;
 //   - the segment tail a crash left (segmentTail): the blocks the next
 //     open replays, counted, and damage where a replay must not stop;
 //   - the outcomes of idempotent batches: each decodes and has its time
@@ -161,7 +162,7 @@ func (s *Store) Verify() (*VerifyReport, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	v := &verifier{s: s, snap: snap, r: &VerifyReport{Dir: s.opts.Dir, Name: s.opts.Name, DBID: s.dbid}}
-	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.segmentTail, v.stats, v.retiredBlocks, v.history, v.proxy, v.batchIDs}
+	steps := []func() error{v.meta, v.keyspaces, v.data, v.orphans, v.log, v.segmentTail, v.stats, v.history, v.retiredBlocks, v.proxy, v.batchIDs}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			if pebble.IsCorruptionError(err) {
@@ -231,7 +232,7 @@ func (v *verifier) meta() error {
 	}
 	if f, err := v.get(metaFormat); err != nil {
 		return err
-	} else if len(f) != 1 || f[0] != formatVersion {
+	} else if !knownFormat(f) {
 		v.problem(ProblemMeta, nil, 0, -1, "storage format record is %x, want %02x", f, formatVersion)
 	}
 	decode := func(key []byte, what string, dec func([]byte) error) (bool, error) {

@@ -32,6 +32,11 @@ func (v *verifier) history() error {
 		return err
 	}
 	defer it.Close()
+	lit, err := v.snap.NewIter(nil) // reads the log blocks versions point into
+	if err != nil {
+		return err
+	}
+	defer lit.Close()
 	var count, size int64
 	var tk []byte
 	for ok := it.First(); ok; ok = it.Next() {
@@ -48,19 +53,23 @@ func (v *verifier) history() error {
 			return err
 		}
 		count++
-		size += int64(len(k) + len(val))
 		if !h.enabled {
 			v.problem(ProblemHistory, key, until, -1, "history entry while the history is disabled")
 		}
 		rec, err := decodeRecord(val)
+		vsize := len(k) + len(val) // what it counts for (historySize)
 		switch {
 		case err != nil:
 			v.problem(ProblemHistory, key, until, -1, "version ending at %d: %v", until, err)
-		case rec.kind == recChunked || rec.kind == recInLog || rec.kind == recRemote:
-			v.problem(ProblemHistory, key, until, -1, "version ending at %d is not an inline or lost record", until)
+		case rec.kind == recChunked || rec.kind == recRemote:
+			v.problem(ProblemHistory, key, until, -1, "version ending at %d is not an inline, in-log or lost record", until)
 		case rec.kind != recLost && rec.index >= until:
 			v.problem(ProblemHistory, key, until, -1, "version written at %d ends at %d", rec.index, until)
+		case rec.kind == recInLog:
+			vsize = historySize(len(k), rec.valueLen)
+			v.historyRef(lit, key, until, rec)
 		}
+		size += int64(vsize)
 		if v.appliedOK && until > v.applied.index {
 			v.problem(ProblemHistory, key, until, -1, "version ends at %d, beyond the applied index %d", until, v.applied.index)
 		}
@@ -74,10 +83,17 @@ func (v *verifier) history() error {
 			continue
 		}
 		size += int64(len(tk) + len(tv))
-		if len(tv) <= 8 {
-			v.problem(ProblemHistory, key, until, -1, "GC entry of %d bytes", len(tv))
-		} else if sz, m := binary.Uvarint(tv[8:]); m <= 0 || 8+m != len(tv) || sz != uint64(len(k)+len(val)) {
-			v.problem(ProblemHistory, key, until, -1, "GC entry states %d bytes for a version of %d", sz, len(k)+len(val))
+		g, ok := parseHistGC(tv)
+		switch {
+		case !ok:
+			v.problem(ProblemHistory, key, until, -1, "GC entry of %d bytes is malformed", len(tv))
+		case g.size != uint64(vsize):
+			v.problem(ProblemHistory, key, until, -1, "GC entry states %d bytes for a version of %d", g.size, vsize)
+		case err == nil && rec.kind == recInLog && (!g.inLog || g.block != rec.block || g.index != rec.index):
+			v.problem(ProblemHistory, key, until, -1, "GC entry of a version in log block %d at %d says block %d at %d (in-log %v)", rec.block, rec.index, g.block, g.index, g.inLog)
+		case err == nil && rec.kind == recInline && g.inLog && g.index != rec.index:
+			// A version copied out of its block keeps the GC entry it had.
+			v.problem(ProblemHistory, key, until, -1, "GC entry names the version written at %d, the version was written at %d", g.index, rec.index)
 		}
 	}
 	if err := it.Error(); err != nil {
@@ -113,6 +129,20 @@ func (v *verifier) history() error {
 		v.problem(ProblemHistory, nil, 0, -1, "history record counts %d versions in %d bytes, found %d in %d", h.entries, h.bytes, count, size)
 	}
 	return nil
+}
+
+// historyRef checks a version kept in a log block: the value is there,
+// with its CRC; a block before the log start counts it as live.
+func (v *verifier) historyRef(lit *pebble.Iterator, key []byte, until uint64, rec record) {
+	if v.logOK && rec.block < v.logRec.first {
+		r := v.refs[rec.block]
+		r.live++
+		r.liveBytes += int64(rec.valueLen)
+		v.refs[rec.block] = r
+	}
+	if _, err := v.s.readInLog(lit, rec, nil); err != nil {
+		v.problem(ProblemHistory, key, until, -1, "version ending at %d, stored in log block %d: %v", until, rec.block, err)
+	}
 }
 
 // proxy checks a proxy's cache counters against the stored values.
