@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -59,6 +60,15 @@ type ReplicaConfig struct {
 	Report func() []byte
 	// ReportInterval is how often Report is sent. Default 1s.
 	ReportInterval time.Duration
+	// Verifier, when set, holds the cluster's public key: entries are
+	// applied only once a head signed by the root vouches for them, and
+	// a stream that does not verify is refused (heads.go). Nil: entries
+	// are applied once their hash chain checks.
+	Verifier *headsig.Verifier
+	// MaxUnsignedBytes is the most entry bytes held back waiting for a
+	// signed head; a source that sends more without one is dropped.
+	// Default 256 MiB.
+	MaxUnsignedBytes int
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -97,6 +107,9 @@ func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
 	if c.ReportInterval == 0 {
 		c.ReportInterval = time.Second
 	}
+	if c.MaxUnsignedBytes == 0 {
+		c.MaxUnsignedBytes = 256 << 20
+	}
 	return c
 }
 
@@ -115,6 +128,8 @@ func (c *ReplicaConfig) Validate() error {
 		return fmt.Errorf("repl: HandshakeTimeout %v below 1ms", c.HandshakeTimeout)
 	case c.BackoffMin < time.Millisecond || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("repl: backoff %v..%v invalid", c.BackoffMin, c.BackoffMax)
+	case c.MaxUnsignedBytes < 1:
+		return fmt.Errorf("repl: MaxUnsignedBytes %d below 1", c.MaxUnsignedBytes)
 	}
 	return nil
 }
@@ -165,6 +180,9 @@ type ReplicaState struct {
 	Sessions     int           // connection attempts so far
 	Bootstraps   int           // bootstraps begun since NewReplica
 	Bootstrap    BootstrapProgress
+	// SignedIndex is the index of the newest signed head verified (0:
+	// none yet, or no Verifier).
+	SignedIndex uint64
 }
 
 // Replica keeps one store replicating from an ordered list of sources.
@@ -176,6 +194,7 @@ type Replica struct {
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
 	legacy  sync.Map   // sources that refused ReportVersion: address → when
+	book    headsig.Book
 
 	mu struct {
 		sync.Mutex
@@ -200,6 +219,10 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	}
 	return &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}, nil
 }
+
+// Book holds the signed heads this replica verified, for a server to
+// forward (HeadSource.Book).
+func (r *Replica) Book() *headsig.Book { return &r.book }
 
 // State returns the replica's current state.
 func (r *Replica) State() ReplicaState {
@@ -525,7 +548,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	var w *Welcome
 	switch m := m.(type) {
 	case *Refuse:
-		if m.Code == RefuseVersion && hello.Version == ReportVersion {
+		if m.Code == RefuseVersion && hello.Version >= ReportVersion {
 			// A source older than reports: speak version 1 to it.
 			r.legacy.Store(src, time.Now())
 			c.Close()
@@ -557,7 +580,36 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	}
 
 	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
+	var gate *headGate
+	if r.cfg.Verifier != nil {
+		gate = &headGate{v: r.cfg.Verifier, db: r.st.DBID(), limit: r.cfg.MaxUnsignedBytes, applied: applied, appliedHash: hash}
+	}
 	db := r.cfg.Database
+	apply := func(batch []wal.Entry, vouch *headsig.Head) error {
+		if vouch != nil {
+			// Before the apply: a server of this node that sees the new
+			// entries finds the head that covers them.
+			r.book.Add(*vouch)
+			r.update(func(s *ReplicaState) { s.SignedIndex = max(s.SignedIndex, vouch.Index) })
+			mSignedIndex.WithLabelValues(db).Set(float64(vouch.Index))
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		t0 := time.Now()
+		if err := r.st.Apply(ctx, batch); err != nil {
+			return &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)}
+		}
+		mApplySeconds.Observe(time.Since(t0).Seconds())
+		mBatchSize.Observe(float64(len(batch)))
+		mEntriesApplied.WithLabelValues(db).Add(float64(len(batch)))
+		if !progressed {
+			r.dropPartialBootstrap()
+		}
+		progressed = true
+		r.export()
+		return nil
+	}
 	ir.idle = r.cfg.IdleTimeout
 	for {
 		m, err := ReadMessage(br)
@@ -569,18 +621,26 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			if err := rc.check(m.Entries); err != nil {
 				return progressed, fmt.Errorf("stream from %s: %w", src, err)
 			}
-			t0 := time.Now()
-			if err := r.st.Apply(ctx, m.Entries); err != nil {
-				return progressed, &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", m.Entries[0].Index, rc.v.Index, err)}
+			batch, vouch := m.Entries, (*headsig.Head)(nil)
+			if gate != nil {
+				if batch, vouch, err = gate.entries(m.Entries); err != nil {
+					return progressed, fmt.Errorf("stream from %s: %w", src, err)
+				}
 			}
-			mApplySeconds.Observe(time.Since(t0).Seconds())
-			mBatchSize.Observe(float64(len(m.Entries)))
-			mEntriesApplied.WithLabelValues(db).Add(float64(len(m.Entries)))
-			if !progressed {
-				r.dropPartialBootstrap()
+			if err := apply(batch, vouch); err != nil {
+				return progressed, err
 			}
-			progressed = true
-			r.export()
+		case *Head:
+			if gate == nil {
+				continue // without the public key, heads are not checked
+			}
+			batch, vouch, err := gate.head(m.Head)
+			if err != nil {
+				return progressed, fmt.Errorf("stream from %s: %w", src, err)
+			}
+			if err := apply(batch, vouch); err != nil {
+				return progressed, err
+			}
 		case *Progress:
 			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
 		case *Refuse:

@@ -20,6 +20,8 @@ const (
 	kindProto     = "protocol"
 	kindBootstrap = "bootstrap_needed" // the source cannot serve the log we need
 	kindDiskFull  = "disk_full"        // a snapshot does not fit above the free-space reserve
+	kindSignature = "signature"        // a signed head did not verify, or the entries did not match it
+	kindUnsigned  = "unsigned"         // too many entries arrived without a signed head
 )
 
 var (
@@ -54,6 +56,9 @@ var (
 	mLag = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "lag_seconds",
 		Help: "Now minus the root time of the last applied entry (before the first: the time since the replica started)."}, []string{"db"}))
+	mSignedIndex = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "signed_index",
+		Help: "Index of the newest head signed by the root that this replica verified (0: none, or no root_public_key)."}, []string{"db"}))
 	mAppliedIndex = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "applied_index",
 		Help: "Applied index of the replica."}, []string{"db"}))
