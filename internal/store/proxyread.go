@@ -37,7 +37,7 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 		if !it.Check(it.Value) {
 			// The fetcher checks too; this is the last line.
 			s.m.integrityErrors.WithLabelValues("remote_value").Inc()
-			return fmt.Errorf("%w: key %q: fetched value does not match its record (length %d, want %d)", ErrCorrupt, it.Key, len(it.Value), it.Len)
+			return fmt.Errorf("%w: key %q: fetched value does not match its record (length %d, want %d; or another CRC or digest)", ErrCorrupt, it.Key, len(it.Value), it.Len)
 		}
 		// The admission outlives the request: its own copy of the key (the
 		// caller's may be a reused request buffer) and of the value (a slice
@@ -54,7 +54,7 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 // fetchOne gets one remote value for a view (View.Get, View.Scan of a
 // single key); the view stays open meanwhile.
 func (v *View) fetchOne(key []byte, rec record) ([]byte, uint64, error) {
-	items := []FetchItem{{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC}}
+	items := []FetchItem{fetchItem(key, rec)}
 	if err := v.s.fetch(v.index, items); err != nil {
 		return nil, 0, err
 	}
@@ -122,7 +122,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 			return at, fmt.Errorf("key %q: %w", k, err)
 		}
 		if rec.kind == recRemote {
-			items = append(items, FetchItem{Key: k, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
+			items = append(items, fetchItem(k, rec))
 			ans = append(ans, proxyAnswer{index: rec.index, found: true, fetch: len(items) - 1})
 			continue
 		}
@@ -231,7 +231,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			}
 			bytesIn += rec.valueLen
 			if rec.kind == recRemote {
-				items = append(items, FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
+				items = append(items, fetchItem(key, rec))
 				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
 				continue
 			}
