@@ -49,6 +49,12 @@ type Config struct {
 	// with it vouches for, and forward the heads to their own replicas.
 	// Default none: entries are applied once their hash chain checks.
 	RootPublicKey string `toml:"root_public_key"`
+	// UnhealthyWhenForked makes GET /healthz answer 503 while a replica
+	// database of this node is forked (its log differs from its
+	// source's; it applies nothing until qs repair), so load balancers
+	// send it no reads. Default false: /healthz stays 200 and the status
+	// and qs_repl_forked say it.
+	UnhealthyWhenForked bool `toml:"unhealthy_when_forked"`
 	// Insecure lets the replication and Raft listeners listen beyond
 	// loopback without a cluster key or mutual TLS: anyone who reaches
 	// them can then write through Raft and read the whole dataset. The

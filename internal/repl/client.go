@@ -153,6 +153,11 @@ const (
 	StatusStreaming
 	StatusCatchingUp // streaming, behind the source's last reported index
 	StatusBootstrapping
+	// StatusForked: the replica's log forked from its source's (the
+	// entry after its applied index does not chain from its applied
+	// hash, or the root signed another hash for its applied index). It
+	// applies nothing more; qs repair re-bootstraps it.
+	StatusForked
 )
 
 func (s Status) String() string {
@@ -165,6 +170,8 @@ func (s Status) String() string {
 		return "catching_up"
 	case StatusBootstrapping:
 		return "bootstrapping"
+	case StatusForked:
+		return "forked"
 	}
 	return "disconnected"
 }
@@ -266,6 +273,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	defer r.running.Unlock()
 	db := r.cfg.Database
+	mForked.WithLabelValues(db).Set(0)
 	// Lag grows while no entry arrives: export it on a clock, not only on
 	// applies. The goroutine is owned by Run and waited for below.
 	var wg sync.WaitGroup
@@ -293,6 +301,7 @@ func (r *Replica) Run(ctx context.Context) error {
 
 	backoff := r.cfg.BackoffMin
 	plan := newAttemptPlan()
+	mismatches := 0 // sessions in a row whose first entry did not chain from our head
 	var sources []string
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
@@ -340,6 +349,18 @@ func (r *Replica) Run(ctx context.Context) error {
 		cancel()
 		mStreaming.WithLabelValues(db).Set(0)
 		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errResumeMismatch) {
+			mismatches++
+			if mismatches >= forkConfirmations {
+				err = fmt.Errorf("%w (%d sessions in a row): %v", ErrForked, mismatches, err)
+			}
+		} else if progressed {
+			mismatches = 0
+		}
+		if errors.Is(err, ErrForked) {
+			r.forked(ctx, src, err)
 			return nil
 		}
 		var refused *RefusedError
@@ -397,6 +418,55 @@ func (r *Replica) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// ErrForked: the replica's log and its source's differ at or before the
+// replica's applied index: they forked.
+var ErrForked = errors.New("qs: replica log forked from its source")
+
+// forked records that the replica's log forked, and waits for ctx: a
+// forked replica applies nothing more (any entry would continue another
+// log) until it is repaired (qs repair re-bootstraps it). It keeps
+// serving what it has unless the node answers /healthz 503 for it.
+func (r *Replica) forked(ctx context.Context, src string, err error) {
+	db := r.cfg.Database
+	mErrors.WithLabelValues(db, kindForked).Inc()
+	mForked.WithLabelValues(db).Set(1)
+	r.update(func(s *ReplicaState) { s.Status, s.LastError = StatusForked, err })
+	r.log.Error("replica log forked from its source: applying nothing more; run qs repair to bootstrap it again (the data is kept aside)",
+		"source", src, "applied_index", r.st.AppliedIndex(), "err", err)
+	<-ctx.Done()
+}
+
+// errResumeMismatch: a session's first entry did not chain from the
+// replica's applied head. Damage in transit or a lying source can do that
+// once; forkConfirmations sessions in a row, with nothing applied between
+// them, mean the logs forked.
+var errResumeMismatch = errors.New("qs: source's log does not continue ours")
+
+// forkConfirmations is how many sessions in a row must meet
+// errResumeMismatch before the replica says it forked.
+const forkConfirmations = 2
+
+// atResumePoint reports whether the chain of entries breaks at its first
+// entry, the one after the applied head (index, hash), and the rest of
+// the batch chains from that entry: the source's log goes on, from
+// another entry than ours.
+func atResumePoint(index uint64, hash wal.Hash, entries []wal.Entry) bool {
+	if len(entries) == 0 || entries[0].Index != index+1 {
+		return false
+	}
+	v := wal.Verifier{Index: index, Hash: hash}
+	if v.Check(&entries[0]) == nil {
+		return false
+	}
+	v = wal.Verifier{Index: entries[0].Index, Hash: entries[0].Hash}
+	for i := 1; i < len(entries); i++ {
+		if v.Check(&entries[i]) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // errNoSource: the overlay knows no member to replicate from yet.
@@ -619,6 +689,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 		switch m := m.(type) {
 		case *Entries:
 			if err := rc.check(m.Entries); err != nil {
+				if rc.v.Index == applied && atResumePoint(applied, hash, m.Entries) {
+					return progressed, &streamError{kindHash, fmt.Errorf("%w: %s's entry %d does not chain from our entry %d: %v", errResumeMismatch, src, applied+1, applied, err)}
+				}
 				return progressed, fmt.Errorf("stream from %s: %w", src, err)
 			}
 			batch, vouch := m.Entries, (*headsig.Head)(nil)

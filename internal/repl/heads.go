@@ -111,7 +111,7 @@ func (g *headGate) head(h headsig.Head) ([]wal.Entry, *headsig.Head, error) {
 		return nil, nil, nil // vouches for entries already applied
 	case h.Index == g.applied:
 		if h.Hash != g.appliedHash {
-			return nil, nil, errSignature("applied entry %d has another hash than the signed one: this log forked from the root's", h.Index)
+			return nil, nil, fmt.Errorf("%w: the root signed another hash for our applied entry %d", ErrForked, h.Index)
 		}
 		return nil, &h, nil // vouches for the applied head
 	}

@@ -282,7 +282,7 @@ func TestHeadGate(t *testing.T) {
 	if _, h, err := g.head(signer.Sign(db, 4, es[3].Hash)); err != nil || h == nil {
 		t.Fatalf("applied head: %v %v", h, err)
 	}
-	if _, _, err := g.head(signer.Sign(db, 4, es[2].Hash)); errorKind(err) != kindSignature {
+	if _, _, err := g.head(signer.Sign(db, 4, es[2].Hash)); !errors.Is(err, ErrForked) {
 		t.Fatalf("forked applied head: %v", err)
 	}
 	// A signed hash that is not the pending entry's.

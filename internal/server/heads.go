@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/headsig"
@@ -58,4 +59,19 @@ func (s *Server) heads(db string) repl.HeadSource {
 		}
 	}
 	return repl.HeadSource{}
+}
+
+// forkedReasons are the /healthz reasons of replica databases whose log
+// forked from their source's, when unhealthy_when_forked is set.
+func (s *Server) forkedReasons() []string {
+	if !s.cfg.UnhealthyWhenForked {
+		return nil
+	}
+	var why []string
+	for _, name := range s.order {
+		if r, ok := s.replicas[name]; ok && r.State().Status == repl.StatusForked {
+			why = append(why, fmt.Sprintf("database %s: its log forked from its source's; it applies nothing more (qs repair bootstraps it again)", name))
+		}
+	}
+	return why
 }
