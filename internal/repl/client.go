@@ -182,7 +182,7 @@ type ReplicaState struct {
 	Source       string        // current (or last) source address
 	LastError    error         // last session error, nil if none yet
 	AppliedIndex uint64        // the store's applied index
-	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica)
+	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica); below 0, unknown: that entry is dated in this node's future
 	ServerIndex  uint64        // the source's applied index, last reported
 	Sessions     int           // connection attempts so far
 	Bootstraps   int           // bootstraps begun since NewReplica
@@ -251,7 +251,7 @@ func (r *Replica) lag() time.Duration {
 		// as stale as it has been waiting for it, not fresh.
 		return time.Since(r.started)
 	}
-	return max(time.Since(t), 0)
+	return time.Since(t)
 }
 
 func (r *Replica) update(fn func(s *ReplicaState)) {

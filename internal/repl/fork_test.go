@@ -67,3 +67,28 @@ func TestForkedReplicaBySignedHead(t *testing.T) {
 	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) { c.Verifier = verifier })
 	waitForked(t, r, rep, 1)
 }
+
+// A replica of a root whose clock runs an hour ahead reports a negative
+// lag (unknown: the log is dated in its future), never 0, in its state
+// and in qs_repl_lag_seconds.
+func TestLagOfALogDatedInTheFuture(t *testing.T) {
+	name := dbName(t)
+	st, err := store.Open(store.Options{Name: name, Dir: t.TempDir(), MinFreeBytes: 1, BallastBytes: -1, Logger: quiet,
+		Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	write(t, st, "k", "v")
+	addr := startServer(t, st, NewProcessID(), nil)
+	rep := openStore(t, "", name, st.DBID(), store.Retention{})
+	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
+	waitCaughtUp(t, rep, st)
+	if lag := r.State().Lag; lag > -30*time.Minute {
+		t.Fatalf("lag %v, want about -1h", lag)
+	}
+	r.export()
+	if v := value(mLag.WithLabelValues(name)); v > -1800 {
+		t.Fatalf("qs_repl_lag_seconds %v, want about -3600", v)
+	}
+}

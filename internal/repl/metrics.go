@@ -56,7 +56,7 @@ var (
 		Help: "Connection attempts after the first."}, []string{"db"}))
 	mLag = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "lag_seconds",
-		Help: "Now minus the root time of the last applied entry (before the first: the time since the replica started)."}, []string{"db"}))
+		Help: "Now minus the root time of the last applied entry (before the first: the time since the replica started). Below 0: that entry is dated in this node's future (a clock is wrong), and the lag is unknown."}, []string{"db"}))
 	mForked = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "forked",
 		Help: "1 while the replica's log forked from its source's: it applies nothing more until qs repair."}, []string{"db"}))
