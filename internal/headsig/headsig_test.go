@@ -124,3 +124,27 @@ func TestBook(t *testing.T) {
 		t.Fatal("reset book has heads")
 	}
 }
+
+func BenchmarkSign(b *testing.B) {
+	priv, _, _ := NewKeyPair()
+	k, _ := ParsePrivateKey(priv)
+	s, _ := NewSigner(k)
+	db := store.DBID{1}
+	for i := 0; b.Loop(); i++ {
+		s.Sign(db, uint64(i)+1, wal.Hash{byte(i)})
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	priv, _, _ := NewKeyPair()
+	k, _ := ParsePrivateKey(priv)
+	s, _ := NewSigner(k)
+	v, _ := NewVerifier(s.Public())
+	db := store.DBID{1}
+	h := s.Sign(db, 7, wal.Hash{7})
+	for b.Loop() {
+		if err := v.Verify(db, h); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
