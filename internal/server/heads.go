@@ -75,3 +75,18 @@ func (s *Server) forkedReasons() []string {
 	}
 	return why
 }
+
+// warnUnsignedRoots says at start that a root database will not sign its
+// log although the node has the public key: replicas that verify heads
+// apply nothing from it (an HA root's members must all hold the signing
+// key).
+func (s *Server) warnUnsignedRoots() {
+	if s.keys.verifier == nil || s.keys.signer != nil {
+		return
+	}
+	for _, d := range s.cfg.Databases {
+		if !d.IsReplica() {
+			s.log.Warn("root database without root_signing_key: replicas with root_public_key apply nothing from it", "db", d.Name)
+		}
+	}
+}

@@ -92,6 +92,7 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	if s.keys, err = loadLogKeys(cfg); err != nil {
 		return nil, err
 	}
+	s.warnUnsignedRoots()
 	if err := s.openGateway(); err != nil {
 		return nil, err
 	}
