@@ -13,15 +13,17 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
+	"github.com/quicksilver-kv/qs/internal/headsig"
 )
 
 func init() {
-	register("cert", "make the cluster's credentials: qs cert ca (a CA), qs cert node (a node certificate), qs cert key (a cluster key)", cmdCert)
+	register("cert", "make the cluster's credentials: qs cert ca (a CA), qs cert node (a node certificate), qs cert key (a cluster key), qs cert sign-key (the root's log signing key pair)", cmdCert)
 }
 
 const certUsage = `qs cert ca   --out DIR [--name NAME] [--days N]
 qs cert node --ca DIR --name NODE --host HOST[,HOST...] [--raft-id ID[,ID...]] [--out DIR] [--days N]
-qs cert key  --out FILE`
+qs cert key  --out FILE
+qs cert sign-key --out DIR`
 
 func cmdCert(args []string) error {
 	if len(args) == 0 {
@@ -34,6 +36,8 @@ func cmdCert(args []string) error {
 		return certNode(args[1:])
 	case "key":
 		return certKey(args[1:])
+	case "sign-key":
+		return certSignKey(args[1:])
 	}
 	return fmt.Errorf("qs cert %s: unknown; usage:\n%s", args[0], certUsage)
 }
@@ -145,5 +149,33 @@ func certKey(args []string) error {
 		return err
 	}
 	fmt.Printf("wrote %s: give it to every node of the cluster (--cluster-key %s, or cluster_key in the configuration)\n", *out, *out)
+	return nil
+}
+
+func certSignKey(args []string) error {
+	fs := flag.NewFlagSet("cert sign-key", flag.ContinueOnError)
+	out := fs.String("out", "", "directory to write root-signing.key and root-public.pem to (created)")
+	if _, err := parseArgs(fs, args, 0, certUsage); err != nil {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("usage:\n%s", certUsage)
+	}
+	priv, pub, err := headsig.NewKeyPair()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*out, 0o700); err != nil {
+		return err
+	}
+	privPath, pubPath := filepath.Join(*out, "root-signing.key"), filepath.Join(*out, "root-public.pem")
+	if err := writeNew(privPath, priv, 0o600); err != nil {
+		return err
+	}
+	if err := writeNew(pubPath, pub, 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s (only on roots and HA root members: root_signing_key = %q)\nand %s (on every node: root_public_key = %q)\n",
+		privPath, privPath, pubPath, pubPath)
 	return nil
 }

@@ -39,6 +39,22 @@ type Config struct {
 	// holds the same key (docs/operations.md, "Security model"). Used
 	// with repl_tls, both apply. Default none.
 	ClusterKey string `toml:"cluster_key"`
+	// RootSigningKey is the root's Ed25519 private key file (made by qs
+	// cert sign-key): the root of each database, and every member of an
+	// HA root, signs the head of its log with it, so replicas can tell
+	// the root's log from a forged one. Only roots hold it. Default none.
+	RootSigningKey string `toml:"root_signing_key"`
+	// RootPublicKey is the public half of RootSigningKey, given to every
+	// node: replicas and proxies then apply only entries a head signed
+	// with it vouches for, and forward the heads to their own replicas.
+	// Default none: entries are applied once their hash chain checks.
+	RootPublicKey string `toml:"root_public_key"`
+	// UnhealthyWhenForked makes GET /healthz answer 503 while a replica
+	// database of this node is forked (its log differs from its
+	// source's; it applies nothing until qs repair), so load balancers
+	// send it no reads. Default false: /healthz stays 200 and the status
+	// and qs_repl_forked say it.
+	UnhealthyWhenForked bool `toml:"unhealthy_when_forked"`
 	// Insecure lets the replication and Raft listeners listen beyond
 	// loopback without a cluster key or mutual TLS: anyone who reaches
 	// them can then write through Raft and read the whole dataset. The

@@ -16,7 +16,7 @@ var (
 		Help: "Remote fetches of proxy reads, by result (ok, failed; too_large: a value larger than a fetch answer can carry, refused at once), attempts beyond the first (retried), and requests sent to a fallback member because no preferred member could answer (fallback: the upstream sources, or a proxy's replicas when its relays do not answer)."}, []string{"db", "result"}))
 	mReplicaRequests = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_requests_total",
-		Help: "Fetch requests sent to each replica, by result: ok, partial (some keys behind or gone), error (connection, refusal), timeout (no byte for the attempt timeout, or slower than the minimum fetch rate), bad_answer (wrong version or CRC), aborted (its connection closed by the proxy after another request on it timed out; not held against the replica)."}, []string{"db", "replica", "result"}))
+		Help: "Fetch requests sent to each replica, by result: ok, partial (some keys behind or gone), error (connection, refusal), timeout (no byte for the attempt timeout, or slower than the minimum fetch rate), bad_answer (wrong version, length, CRC or digest), aborted (its connection closed by the proxy after another request on it timed out; not held against the replica)."}, []string{"db", "replica", "result"}))
 	mReplicaUp = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_up",
 		Help: "1 while a replica is in service, 0 while it is sidelined after errors."}, []string{"db", "replica"}))

@@ -479,7 +479,7 @@ func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, 
 		it := &items[idx[j]]
 		switch {
 		case cfg.naive && r.Status == repl.FetchOK:
-			it.Value, it.Len, it.CRC = r.Value, len(r.Value), crc32.Checksum(r.Value, castagnoli)
+			it.Value, it.Len, it.CRC, it.HasDigest = r.Value, len(r.Value), crc32.Checksum(r.Value, castagnoli), false
 		case r.Status == repl.FetchOK && r.Index == it.Index && it.Check(r.Value):
 			it.Value = r.Value
 		case r.Status == repl.FetchOK, r.Status == repl.FetchMismatch, r.Status == repl.FetchAbsent, r.Status == repl.FetchError:

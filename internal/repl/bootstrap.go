@@ -546,6 +546,7 @@ func (d *download) install(ctx context.Context, snap *Snapshot) error {
 	t0 := time.Now()
 	// Not cancellable: once submitted the install happens, and a shutdown
 	// racing it must not report an installed snapshot as failed.
+	r.book.Reset() // heads of the replaced log no longer describe the store
 	if err := r.st.Replace(context.WithoutCancel(ctx)); err != nil {
 		return &streamError{kindApply, fmt.Errorf("install snapshot %s: %w", snap.ID, err)}
 	}

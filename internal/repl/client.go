@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -59,6 +60,15 @@ type ReplicaConfig struct {
 	Report func() []byte
 	// ReportInterval is how often Report is sent. Default 1s.
 	ReportInterval time.Duration
+	// Verifier, when set, holds the cluster's public key: entries are
+	// applied only once a head signed by the root vouches for them, and
+	// a stream that does not verify is refused (heads.go). Nil: entries
+	// are applied once their hash chain checks.
+	Verifier *headsig.Verifier
+	// MaxUnsignedBytes is the most entry bytes held back waiting for a
+	// signed head; a source that sends more without one is dropped.
+	// Default 256 MiB.
+	MaxUnsignedBytes int
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -97,6 +107,9 @@ func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
 	if c.ReportInterval == 0 {
 		c.ReportInterval = time.Second
 	}
+	if c.MaxUnsignedBytes == 0 {
+		c.MaxUnsignedBytes = 256 << 20
+	}
 	return c
 }
 
@@ -115,6 +128,8 @@ func (c *ReplicaConfig) Validate() error {
 		return fmt.Errorf("repl: HandshakeTimeout %v below 1ms", c.HandshakeTimeout)
 	case c.BackoffMin < time.Millisecond || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("repl: backoff %v..%v invalid", c.BackoffMin, c.BackoffMax)
+	case c.MaxUnsignedBytes < 1:
+		return fmt.Errorf("repl: MaxUnsignedBytes %d below 1", c.MaxUnsignedBytes)
 	}
 	return nil
 }
@@ -138,6 +153,11 @@ const (
 	StatusStreaming
 	StatusCatchingUp // streaming, behind the source's last reported index
 	StatusBootstrapping
+	// StatusForked: the replica's log forked from its source's (the
+	// entry after its applied index does not chain from its applied
+	// hash, or the root signed another hash for its applied index). It
+	// applies nothing more; qs repair re-bootstraps it.
+	StatusForked
 )
 
 func (s Status) String() string {
@@ -150,6 +170,8 @@ func (s Status) String() string {
 		return "catching_up"
 	case StatusBootstrapping:
 		return "bootstrapping"
+	case StatusForked:
+		return "forked"
 	}
 	return "disconnected"
 }
@@ -160,11 +182,14 @@ type ReplicaState struct {
 	Source       string        // current (or last) source address
 	LastError    error         // last session error, nil if none yet
 	AppliedIndex uint64        // the store's applied index
-	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica)
+	Lag          time.Duration // now − root time of the last applied entry (without one: since NewReplica); below 0, unknown: that entry is dated in this node's future
 	ServerIndex  uint64        // the source's applied index, last reported
 	Sessions     int           // connection attempts so far
 	Bootstraps   int           // bootstraps begun since NewReplica
 	Bootstrap    BootstrapProgress
+	// SignedIndex is the index of the newest signed head verified (0:
+	// none yet, or no Verifier).
+	SignedIndex uint64
 }
 
 // Replica keeps one store replicating from an ordered list of sources.
@@ -176,6 +201,7 @@ type Replica struct {
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
 	legacy  sync.Map   // sources that refused ReportVersion: address → when
+	book    headsig.Book
 
 	mu struct {
 		sync.Mutex
@@ -201,6 +227,10 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	return &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}, nil
 }
 
+// Book holds the signed heads this replica verified, for a server to
+// forward (HeadSource.Book).
+func (r *Replica) Book() *headsig.Book { return &r.book }
+
 // State returns the replica's current state.
 func (r *Replica) State() ReplicaState {
 	r.mu.Lock()
@@ -221,7 +251,7 @@ func (r *Replica) lag() time.Duration {
 		// as stale as it has been waiting for it, not fresh.
 		return time.Since(r.started)
 	}
-	return max(time.Since(t), 0)
+	return time.Since(t)
 }
 
 func (r *Replica) update(fn func(s *ReplicaState)) {
@@ -243,6 +273,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	defer r.running.Unlock()
 	db := r.cfg.Database
+	mForked.WithLabelValues(db).Set(0)
 	// Lag grows while no entry arrives: export it on a clock, not only on
 	// applies. The goroutine is owned by Run and waited for below.
 	var wg sync.WaitGroup
@@ -270,6 +301,7 @@ func (r *Replica) Run(ctx context.Context) error {
 
 	backoff := r.cfg.BackoffMin
 	plan := newAttemptPlan()
+	mismatches := 0 // sessions in a row whose first entry did not chain from our head
 	var sources []string
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
@@ -317,6 +349,18 @@ func (r *Replica) Run(ctx context.Context) error {
 		cancel()
 		mStreaming.WithLabelValues(db).Set(0)
 		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errResumeMismatch) {
+			mismatches++
+			if mismatches >= forkConfirmations {
+				err = fmt.Errorf("%w (%d sessions in a row): %v", ErrForked, mismatches, err)
+			}
+		} else if progressed {
+			mismatches = 0
+		}
+		if errors.Is(err, ErrForked) {
+			r.forked(ctx, src, err)
 			return nil
 		}
 		var refused *RefusedError
@@ -374,6 +418,55 @@ func (r *Replica) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// ErrForked: the replica's log and its source's differ at or before the
+// replica's applied index: they forked.
+var ErrForked = errors.New("qs: replica log forked from its source")
+
+// forked records that the replica's log forked, and waits for ctx: a
+// forked replica applies nothing more (any entry would continue another
+// log) until it is repaired (qs repair re-bootstraps it). It keeps
+// serving what it has unless the node answers /healthz 503 for it.
+func (r *Replica) forked(ctx context.Context, src string, err error) {
+	db := r.cfg.Database
+	mErrors.WithLabelValues(db, kindForked).Inc()
+	mForked.WithLabelValues(db).Set(1)
+	r.update(func(s *ReplicaState) { s.Status, s.LastError = StatusForked, err })
+	r.log.Error("replica log forked from its source: applying nothing more; run qs repair to bootstrap it again (the data is kept aside)",
+		"source", src, "applied_index", r.st.AppliedIndex(), "err", err)
+	<-ctx.Done()
+}
+
+// errResumeMismatch: a session's first entry did not chain from the
+// replica's applied head. Damage in transit or a lying source can do that
+// once; forkConfirmations sessions in a row, with nothing applied between
+// them, mean the logs forked.
+var errResumeMismatch = errors.New("qs: source's log does not continue ours")
+
+// forkConfirmations is how many sessions in a row must meet
+// errResumeMismatch before the replica says it forked.
+const forkConfirmations = 2
+
+// atResumePoint reports whether the chain of entries breaks at its first
+// entry, the one after the applied head (index, hash), and the rest of
+// the batch chains from that entry: the source's log goes on, from
+// another entry than ours.
+func atResumePoint(index uint64, hash wal.Hash, entries []wal.Entry) bool {
+	if len(entries) == 0 || entries[0].Index != index+1 {
+		return false
+	}
+	v := wal.Verifier{Index: index, Hash: hash}
+	if v.Check(&entries[0]) == nil {
+		return false
+	}
+	v = wal.Verifier{Index: entries[0].Index, Hash: entries[0].Hash}
+	for i := 1; i < len(entries); i++ {
+		if v.Check(&entries[i]) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // errNoSource: the overlay knows no member to replicate from yet.
@@ -525,7 +618,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	var w *Welcome
 	switch m := m.(type) {
 	case *Refuse:
-		if m.Code == RefuseVersion && hello.Version == ReportVersion {
+		if m.Code == RefuseVersion && hello.Version >= ReportVersion {
 			// A source older than reports: speak version 1 to it.
 			r.legacy.Store(src, time.Now())
 			c.Close()
@@ -557,7 +650,36 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	}
 
 	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
+	var gate *headGate
+	if r.cfg.Verifier != nil {
+		gate = &headGate{v: r.cfg.Verifier, db: r.st.DBID(), limit: r.cfg.MaxUnsignedBytes, applied: applied, appliedHash: hash}
+	}
 	db := r.cfg.Database
+	apply := func(batch []wal.Entry, vouch *headsig.Head) error {
+		if vouch != nil {
+			// Before the apply: a server of this node that sees the new
+			// entries finds the head that covers them.
+			r.book.Add(*vouch)
+			r.update(func(s *ReplicaState) { s.SignedIndex = max(s.SignedIndex, vouch.Index) })
+			mSignedIndex.WithLabelValues(db).Set(float64(vouch.Index))
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		t0 := time.Now()
+		if err := r.st.Apply(ctx, batch); err != nil {
+			return &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)}
+		}
+		mApplySeconds.Observe(time.Since(t0).Seconds())
+		mBatchSize.Observe(float64(len(batch)))
+		mEntriesApplied.WithLabelValues(db).Add(float64(len(batch)))
+		if !progressed {
+			r.dropPartialBootstrap()
+		}
+		progressed = true
+		r.export()
+		return nil
+	}
 	ir.idle = r.cfg.IdleTimeout
 	for {
 		m, err := ReadMessage(br)
@@ -567,20 +689,31 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 		switch m := m.(type) {
 		case *Entries:
 			if err := rc.check(m.Entries); err != nil {
+				if rc.v.Index == applied && atResumePoint(applied, hash, m.Entries) {
+					return progressed, &streamError{kindHash, fmt.Errorf("%w: %s's entry %d does not chain from our entry %d: %v", errResumeMismatch, src, applied+1, applied, err)}
+				}
 				return progressed, fmt.Errorf("stream from %s: %w", src, err)
 			}
-			t0 := time.Now()
-			if err := r.st.Apply(ctx, m.Entries); err != nil {
-				return progressed, &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", m.Entries[0].Index, rc.v.Index, err)}
+			batch, vouch := m.Entries, (*headsig.Head)(nil)
+			if gate != nil {
+				if batch, vouch, err = gate.entries(m.Entries); err != nil {
+					return progressed, fmt.Errorf("stream from %s: %w", src, err)
+				}
 			}
-			mApplySeconds.Observe(time.Since(t0).Seconds())
-			mBatchSize.Observe(float64(len(m.Entries)))
-			mEntriesApplied.WithLabelValues(db).Add(float64(len(m.Entries)))
-			if !progressed {
-				r.dropPartialBootstrap()
+			if err := apply(batch, vouch); err != nil {
+				return progressed, err
 			}
-			progressed = true
-			r.export()
+		case *Head:
+			if gate == nil {
+				continue // without the public key, heads are not checked
+			}
+			batch, vouch, err := gate.head(m.Head)
+			if err != nil {
+				return progressed, fmt.Errorf("stream from %s: %w", src, err)
+			}
+			if err := apply(batch, vouch); err != nil {
+				return progressed, err
+			}
 		case *Progress:
 			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
 		case *Refuse:

@@ -11,7 +11,9 @@
 //     body), starting from the store's applied index and hash. A batch with
 //     a gap or a broken chain is dropped whole: the connection is closed,
 //     the error counted, and the next source tried. (store.Apply checks the
-//     chain again before committing.)
+//     chain again before committing.) With the cluster's public key, a
+//     verified chain is also held back until a head signed by the root
+//     vouches for it (heads.go).
 //   - One durable commit per received batch: each Entries message is
 //     applied with one store.Apply.
 //   - Every log is a prefix of the root's. A server only sends entries it
@@ -38,6 +40,8 @@
 //	server_relay.go       a relay (a proxy) answering the Fetch of its data centre's proxies
 //	client.go             Replica: following an ordered list of sources
 //	policy.go             the source policy of Replica.Run, free of I/O
+//	heads.go              signed heads: the Head message, the sources a
+//	                      server sends them from, the client's gate (pure)
 //	bootstrap.go          downloading, resuming and installing a snapshot
 //	fetch_client.go       a proxy's fetch connection
 //	learn.go              learning a database id from the sources

@@ -20,6 +20,9 @@ const (
 	kindProto     = "protocol"
 	kindBootstrap = "bootstrap_needed" // the source cannot serve the log we need
 	kindDiskFull  = "disk_full"        // a snapshot does not fit above the free-space reserve
+	kindSignature = "signature"        // a signed head did not verify, or the entries did not match it
+	kindUnsigned  = "unsigned"         // too many entries arrived without a signed head
+	kindForked    = "forked"           // the replica's log forked from its source's
 )
 
 var (
@@ -53,7 +56,13 @@ var (
 		Help: "Connection attempts after the first."}, []string{"db"}))
 	mLag = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "lag_seconds",
-		Help: "Now minus the root time of the last applied entry (before the first: the time since the replica started)."}, []string{"db"}))
+		Help: "Now minus the root time of the last applied entry (before the first: the time since the replica started). Below 0: that entry is dated in this node's future (a clock is wrong), and the lag is unknown."}, []string{"db"}))
+	mForked = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "forked",
+		Help: "1 while the replica's log forked from its source's: it applies nothing more until qs repair."}, []string{"db"}))
+	mSignedIndex = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "signed_index",
+		Help: "Index of the newest head signed by the root that this replica verified (0: none, or no root_public_key)."}, []string{"db"}))
 	mAppliedIndex = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "applied_index",
 		Help: "Applied index of the replica."}, []string{"db"}))

@@ -19,7 +19,7 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 3
+	ProtocolVersion    uint16 = 4
 	MinProtocolVersion uint16 = 1
 	// streamVersion is the version bootstrap clients send, and stream
 	// clients to a source that refused ReportVersion: they need nothing
@@ -96,6 +96,8 @@ func (t MsgType) String() string {
 		return "values"
 	case MsgReport:
 		return "report"
+	case MsgHead:
+		return "head"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -642,6 +644,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeValues(p)
 	case MsgReport:
 		return decodeReport(p)
+	case MsgHead:
+		return decodeHead(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

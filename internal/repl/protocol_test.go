@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -45,6 +46,7 @@ func sampleMessages() []Message {
 		&Snapshot{ID: SnapshotID{1, 2}, Index: 1000, Time: 99, Hash: wal.Hash{5}, Files: []SnapshotFile{{"MANIFEST-000001", 39}, {"000005.sst", 1 << 30}}},
 		&Chunk{File: 1, Offset: 1 << 20, Data: []byte("table bytes")},
 		&FileEnd{File: 1, Size: 1 << 30, CRC: 0xdeadbeef},
+		&Head{headsig.Head{Index: 42, Hash: wal.Hash{1, 2, 3}, Sig: [headsig.SigSize]byte{9, 8, 7}}},
 	}
 }
 

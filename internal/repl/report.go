@@ -174,13 +174,13 @@ func readBoundedFrame(r io.Reader, limit int) (MsgType, []byte, error) {
 const legacyRetry = 10 * time.Minute
 
 // helloVersion is the version of the Hello a stream session sends to src:
-// ReportVersion, or version 1 to a source that refused ReportVersion in
+// ProtocolVersion, or version 1 to a source that refused ReportVersion in
 // the last legacyRetry.
 func (r *Replica) helloVersion(src string) uint16 {
 	if at, ok := r.legacy.Load(src); ok && time.Since(at.(time.Time)) < legacyRetry {
 		return streamVersion
 	}
-	return ReportVersion
+	return ProtocolVersion
 }
 
 // startReports sends the replica's report on c every ReportInterval until

@@ -133,7 +133,7 @@ func fakeV2Source(t *testing.T, id store.DBID) (addr string, versions func() []u
 		}
 }
 
-// A source older than reports refuses the Hello of version 3: the replica
+// A source older than reports refuses the Hello of the current version: the replica
 // speaks version 1 to it at once, in the same session, streams, and sends
 // it no report.
 func TestReportsToAnOlderSource(t *testing.T) {
@@ -157,8 +157,8 @@ func TestReportsToAnOlderSource(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if v := versions(); len(v) != 2 || v[0] != ReportVersion || v[1] != 1 {
-		t.Errorf("hello versions %v, want [3 1]", v)
+	if v := versions(); len(v) != 2 || v[0] != ProtocolVersion || v[1] != 1 {
+		t.Errorf("hello versions %v, want [%d 1]", v, ProtocolVersion)
 	}
 	if s := r.State(); s.Sessions != 1 || s.Status != StatusStreaming {
 		t.Errorf("state %+v: want one session, streaming", s)
@@ -290,22 +290,22 @@ func TestReportMessageRoundTrip(t *testing.T) {
 	}
 }
 
-// A source that refused version 3 gets version 1 for legacyRetry, then
-// version 3 again (it may have been upgraded).
+// A source that refused the current version gets version 1 for
+// legacyRetry, then the current version again (it may have been upgraded).
 func TestLegacySourceRetried(t *testing.T) {
 	var r Replica
-	if v := r.helloVersion("a:1"); v != ReportVersion {
+	if v := r.helloVersion("a:1"); v != ProtocolVersion {
 		t.Fatalf("new source: version %d", v)
 	}
 	r.legacy.Store("a:1", time.Now())
 	if v := r.helloVersion("a:1"); v != streamVersion {
 		t.Errorf("source that just refused: version %d", v)
 	}
-	if v := r.helloVersion("b:1"); v != ReportVersion {
+	if v := r.helloVersion("b:1"); v != ProtocolVersion {
 		t.Errorf("another source: version %d", v)
 	}
 	r.legacy.Store("a:1", time.Now().Add(-legacyRetry-time.Second))
-	if v := r.helloVersion("a:1"); v != ReportVersion {
+	if v := r.helloVersion("a:1"); v != ProtocolVersion {
 		t.Errorf("source that refused long ago: version %d", v)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
 	"golang.org/x/time/rate"
 )
 
@@ -70,6 +71,9 @@ type ServerConfig struct {
 	// ReportMinInterval: a client's report sooner than this after its
 	// previous one is dropped. Default 500ms (clients report every 1s).
 	ReportMinInterval time.Duration
+	// Heads gives the signed heads sent with the log of database db to
+	// clients of HeadVersion or later (heads.go). Nil: none are sent.
+	Heads func(db string) HeadSource
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -452,7 +456,11 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	cn.log.Info("replication client connected", "from", next, "stop", hello.StopIndex)
-	if err := cn.stream(ctx, st, next, hello.StopIndex); err != nil && ctx.Err() == nil {
+	var heads HeadSource
+	if hello.Version >= HeadVersion && s.cfg.Heads != nil {
+		heads = s.cfg.Heads(hello.Database)
+	}
+	if err := cn.stream(ctx, st, next, hello.StopIndex, heads); err != nil && ctx.Err() == nil {
 		cn.log.Info("replication stream ended", "err", err)
 	}
 }
@@ -535,8 +543,11 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 }
 
 // stream sends entries from next on, and Progress when idle, until ctx
-// ends, a write fails or StopIndex is sent.
-func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) error {
+// ends, a write fails or StopIndex is sent. With a head source, each batch
+// is followed by the signed head of its last entry when there is one (a
+// replica forwarding heads sends only entries a head covers), and each
+// Progress by the signed head of the applied index.
+func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, heads HeadSource) error {
 	cfg := cn.s.cfg
 	idle := time.NewTimer(cfg.ProgressInterval)
 	defer idle.Stop()
@@ -559,9 +570,16 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) 
 				entries = entries[:len(entries)-1]
 			}
 		}
+		var head *Head
+		entries, head = batchHead(heads, st.DBID(), entries)
 		if len(entries) > 0 {
 			if err := cn.send(&Entries{Entries: entries}); err != nil {
 				return err
+			}
+			if head != nil {
+				if err := cn.send(head); err != nil {
+					return err
+				}
 			}
 			mEntriesSent.Add(float64(len(entries)))
 			next = entries[len(entries)-1].Index + 1
@@ -581,11 +599,64 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) 
 			if err := cn.send(p); err != nil {
 				return err
 			}
+			if h, err := appliedSignedHead(heads, st); err != nil {
+				return err
+			} else if h != nil {
+				if err := cn.send(h); err != nil {
+					return err
+				}
+			}
 			idle.Reset(cfg.ProgressInterval)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// batchHead trims a batch to what heads covers and returns the signed head
+// of its last entry, if any: the root signs it; a replica forwarding heads
+// ends the batch at the first head it holds at or after the batch's start
+// (nothing if it holds none yet).
+func batchHead(heads HeadSource, db store.DBID, entries []wal.Entry) ([]wal.Entry, *Head) {
+	if len(entries) == 0 {
+		return entries, nil
+	}
+	last := &entries[len(entries)-1]
+	switch {
+	case heads.Signer != nil:
+		return entries, &Head{heads.Signer.Sign(db, last.Index, last.Hash)}
+	case heads.Book != nil:
+		h, ok := heads.Book.Covering(entries[0].Index)
+		if !ok {
+			return nil, nil
+		}
+		if h.Index < last.Index {
+			entries = entries[:h.Index-entries[0].Index+1]
+		}
+		if h.Index == entries[len(entries)-1].Index {
+			return entries, &Head{h}
+		}
+		return entries, nil
+	}
+	return entries, nil
+}
+
+// appliedSignedHead is the signed head of st's applied index, if heads
+// has one.
+func appliedSignedHead(heads HeadSource, st *store.Store) (*Head, error) {
+	switch {
+	case heads.Signer != nil:
+		h, err := st.Head()
+		if err != nil || h.Index == 0 {
+			return nil, err
+		}
+		return &Head{heads.Signer.Sign(st.DBID(), h.Index, h.Hash)}, nil
+	case heads.Book != nil:
+		if h, ok := heads.Book.Latest(); ok && h.Index <= st.AppliedIndex() {
+			return &Head{h}, nil
+		}
+	}
+	return nil, nil
 }
 
 func resetTimer(t *time.Timer, d time.Duration) {

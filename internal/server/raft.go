@@ -172,5 +172,5 @@ func (s *Server) Unhealthy() []string {
 			}
 		}
 	}
-	return why
+	return append(why, s.forkedReasons()...)
 }

@@ -54,6 +54,7 @@ type Server struct {
 	replAddr       net.Addr
 	stopBackground context.CancelFunc // ends replicas and watch hubs
 	auth           *clusterauth.Auth
+	keys           logKeys                     // signed log heads (heads.go)
 	insecure       []string                    // internal addresses beyond loopback without authentication (--insecure)
 	gate           *gateway.Gateway            // nil: open writes
 	reports        *reports                    // the tree and read samples (reports.go)
@@ -88,6 +89,10 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 	if s.auth, s.insecure, err = loadAuth(cfg); err != nil {
 		return nil, err
 	}
+	if s.keys, err = loadLogKeys(cfg); err != nil {
+		return nil, err
+	}
+	s.warnUnsignedRoots()
 	if err := s.openGateway(); err != nil {
 		return nil, err
 	}
@@ -183,7 +188,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	rcfg := repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
 		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d),
-		Report: s.reports.report(db)}
+		Report: s.reports.report(db), Verifier: s.keys.verifier}
 	if agent := s.newAgent(d, st); agent != nil && !d.IsStatic() {
 		rcfg.Finder = agent // configured sources take precedence
 	}
@@ -230,6 +235,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		if rs.LastError != nil {
 			m["last_error"] = rs.LastError.Error()
+		}
+		if s.keys.verifier != nil {
+			m["signed_index"] = rs.SignedIndex
 		}
 		m["bootstraps"] = rs.Bootstraps
 		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
@@ -420,7 +428,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false

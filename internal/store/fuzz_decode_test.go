@@ -46,7 +46,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(encodeInline(nil, 1, nil))
 	f.Add(encodeChunked(nil, 9, 1<<20, 16, 0xdeadbeef))
 	f.Add(encodeInLog(nil, 3, 2, 100, 40, 0x01020304))
-	f.Add(encodeRemote(nil, 5, 1000, 42))
+	f.Add(encodeRemote(nil, 5, 1000, 42, nil))
+	d := ValueDigestOf([]byte("value"))
+	f.Add(encodeRemote(nil, 5, 5, crc([]byte("value")), &d))
 	f.Add(encodeLost(nil, 11))
 	f.Add(encodeChunk(nil, []byte("part of a value")))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -79,7 +81,11 @@ func checkRecord(t *testing.T, b []byte) {
 		case recInLog:
 			again = encodeInLog(nil, r.index, r.block, r.offset, r.valueLen, r.valueCRC)
 		case recRemote:
-			again = encodeRemote(nil, r.index, r.valueLen, r.valueCRC)
+			var d *ValueDigest
+			if r.hasDigest {
+				d = &r.digest
+			}
+			again = encodeRemote(nil, r.index, r.valueLen, r.valueCRC, d)
 		case recLost:
 			again = encodeLost(nil, r.index)
 		default:
@@ -90,7 +96,8 @@ func checkRecord(t *testing.T, b []byte) {
 			t.Fatalf("re-encoded record %x does not decode: %v", again, err)
 		}
 		if r2.kind != r.kind || r2.index != r.index || !bytes.Equal(r2.inline, r.inline) || r2.valueLen != r.valueLen ||
-			r2.chunks != r.chunks || r2.valueCRC != r.valueCRC || r2.block != r.block || r2.offset != r.offset {
+			r2.chunks != r.chunks || r2.valueCRC != r.valueCRC || r2.block != r.block || r2.offset != r.offset ||
+			r2.hasDigest != r.hasDigest || r2.digest != r.digest {
 			t.Fatalf("record round trip: %+v, then %+v", r, r2)
 		}
 	}

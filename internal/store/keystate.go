@@ -20,6 +20,9 @@ type keyState struct {
 	corrupt  bool    // the stored record failed its CRC: chunks unknown
 	logRec   *record // the stored in-log record, when the value is in the log
 	remote   bool    // proxy: the value is not stored here (valueCRC is set unless corrupt)
+	// digest of a remote value, when its record has one.
+	digest    ValueDigest
+	hasDigest bool
 }
 
 // state returns what the group knows of key, loading it from the store the
@@ -50,6 +53,7 @@ func (c *committer) state(key []byte) (*keyState, error) {
 				ks.valueCRC = rec.valueCRC
 			case rec.kind == recRemote:
 				ks.remote, ks.valueCRC = true, rec.valueCRC
+				ks.digest, ks.hasDigest = rec.digest, rec.hasDigest
 			case rec.kind == recInLog:
 				ks.valueCRC = rec.valueCRC
 				r := rec
@@ -157,4 +161,35 @@ func (c *committer) iter() (*pebble.Iterator, error) {
 		c.it = it
 	}
 	return c.it, nil
+}
+
+// storedDigest is the digest of the key's stored value (a value a proxy
+// evicts, which its remote record must describe); nil if the value cannot
+// be read, and the record then keeps only its length and CRC.
+func (c *committer) storedDigest(key []byte, ks *keyState) *ValueDigest {
+	var v []byte
+	var err error
+	switch {
+	case ks.corrupt:
+		return nil
+	case ks.value != nil || (ks.chunks == 0 && ks.logRec == nil):
+		v = ks.value
+	case ks.logRec != nil:
+		var it *pebble.Iterator
+		if it, err = c.iter(); err == nil {
+			v, err = c.s.readInLog(it, *ks.logRec, nil)
+		}
+	default:
+		var it *pebble.Iterator
+		if it, err = c.s.db.NewIter(nil); err == nil {
+			v, err = readChunks(it, key, ks.chunks, ks.valueLen, ks.valueCRC, nil)
+			it.Close()
+		}
+	}
+	if err != nil {
+		c.s.opts.Logger.Warn("proxy evicts a value it cannot read; its record keeps only length and CRC", "db", c.s.opts.Name, "key", fmt.Sprintf("%q", key), "err", err)
+		return nil
+	}
+	d := ValueDigestOf(v)
+	return &d
 }

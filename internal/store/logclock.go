@@ -10,8 +10,8 @@ import (
 
 // The log's clock (the time of the last applied entry) against this
 // node's: positive when the log is dated ahead of local time (a root or
-// member whose clock runs ahead, which replica lag cannot show since it
-// never reads below 0), negative by the age of the last entry otherwise.
+// member whose clock runs ahead; replica lag then reads below 0),
+// negative by the age of the last entry otherwise.
 var (
 	dLogClockAhead = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, "log_clock_ahead_seconds"),
 		"Time of the last applied log entry minus this node's clock: above 0, the log is dated in this node's future; below, by how much it is behind.",

@@ -131,12 +131,22 @@ type FetchItem struct {
 	Index uint64 // the version: the index of the write that set it
 	Len   int
 	CRC   uint32 // CRC-32C (Castagnoli) of the value
-	Value []byte // set by Fetch
+	// Digest is ValueDigestOf the value, when HasDigest (records written
+	// by proxies of earlier versions have none).
+	Digest    ValueDigest
+	HasDigest bool
+	Value     []byte // set by Fetch
 }
 
-// Check reports whether value is the one the item describes.
+// fetchItem describes the value of key that the remote record rec names.
+func fetchItem(key []byte, rec record) FetchItem {
+	return FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC, Digest: rec.digest, HasDigest: rec.hasDigest}
+}
+
+// Check reports whether value is the one the item describes: its length,
+// CRC and, when the item has one, digest.
 func (it *FetchItem) Check(value []byte) bool {
-	return len(value) == it.Len && crc(value) == it.CRC
+	return len(value) == it.Len && crc(value) == it.CRC && (!it.HasDigest || ValueDigestOf(value) == it.Digest)
 }
 
 // IsProxy reports whether the store is a proxy.
@@ -303,7 +313,8 @@ func (c *committer) loadProxy() error {
 func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int, remote bool) {
 	c.proxyForget(ks)
 	if index <= c.windowFloor {
-		c.buf = encodeRemote(c.buf, index, len(op.Value), crc(op.Value))
+		d := ValueDigestOf(op.Value)
+		c.buf = encodeRemote(c.buf, index, len(op.Value), crc(op.Value), &d)
 		c.batch.Set(c.kbuf, c.buf, nil)
 		return 0, true
 	}
@@ -333,7 +344,8 @@ func (c *committer) prepareCache(r *request) error {
 		if err != nil {
 			return err
 		}
-		if !ks.exists || !ks.remote || ks.corrupt || ks.index != a.index || len(a.value) != ks.valueLen || crc(a.value) != ks.valueCRC {
+		if !ks.exists || !ks.remote || ks.corrupt || ks.index != a.index || len(a.value) != ks.valueLen || crc(a.value) != ks.valueCRC ||
+			ks.hasDigest && ValueDigestOf(a.value) != ks.digest {
 			ch.stale++
 			continue
 		}
@@ -359,19 +371,23 @@ func (c *committer) prepareCache(r *request) error {
 		if ks.chunks == 0 && ks.logRec == nil {
 			sum = crc(ks.value)
 		}
+		digest := c.storedDigest(e.key, ks)
 		// A value in a retired log block (a full node's data become a
 		// proxy's) no longer lives there: count the block down.
 		if err := c.release(ks); err != nil {
 			return err
 		}
 		c.kbuf = dataKey(c.kbuf, e.key)
-		c.buf = encodeRemote(c.buf, ks.index, ks.valueLen, sum)
+		c.buf = encodeRemote(c.buf, ks.index, ks.valueLen, sum, digest)
 		c.batch.Set(c.kbuf, c.buf, nil)
 		for i := 0; i < ks.chunks; i++ {
 			c.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
 		}
 		c.proxyForget(ks)
 		*ks = keyState{exists: true, index: ks.index, valueLen: ks.valueLen, valueCRC: sum, remote: true}
+		if digest != nil {
+			ks.digest, ks.hasDigest = *digest, true
+		}
 		ch.evicted++
 		ch.evictedBytes += int64(ks.valueLen)
 	}

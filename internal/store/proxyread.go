@@ -37,7 +37,7 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 		if !it.Check(it.Value) {
 			// The fetcher checks too; this is the last line.
 			s.m.integrityErrors.WithLabelValues("remote_value").Inc()
-			return fmt.Errorf("%w: key %q: fetched value does not match its record (length %d, want %d)", ErrCorrupt, it.Key, len(it.Value), it.Len)
+			return fmt.Errorf("%w: key %q: fetched value does not match its record (length %d, want %d; or another CRC or digest)", ErrCorrupt, it.Key, len(it.Value), it.Len)
 		}
 		// The admission outlives the request: its own copy of the key (the
 		// caller's may be a reused request buffer) and of the value (a slice
@@ -132,7 +132,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 				ans = append(ans, proxyAnswer{value: val, index: rec.index, found: true, fetch: -1})
 				continue
 			}
-			items = append(items, FetchItem{Key: k, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
+			items = append(items, fetchItem(k, rec))
 			ans = append(ans, proxyAnswer{index: rec.index, found: true, fetch: len(items) - 1})
 			continue
 		}
@@ -249,7 +249,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 					page = append(page, scanItem{key: key, value: val, index: rec.index, fetch: -1})
 					continue
 				}
-				items = append(items, FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
+				items = append(items, fetchItem(key, rec))
 				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
 				continue
 			}

@@ -40,7 +40,7 @@ func (s *Store) takeTransient(key []byte, rec record) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	if len(val) != rec.valueLen || crc(val) != rec.valueCRC {
+	if it := fetchItem(key, rec); !it.Check(val) {
 		s.m.integrityErrors.WithLabelValues("transient_value").Inc()
 		s.publishTransient()
 		return nil, false

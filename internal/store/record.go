@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -18,7 +19,7 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 //	inline body  := value
 //	chunked body := valueLen(uvarint) chunks(uvarint) crc32c(value)(4)
 //	in-log body  := block(8 BE) offset(uvarint) valueLen(uvarint) crc32c(value)(4)
-//	remote body  := valueLen(uvarint) crc32c(value)(4)
+//	remote body  := valueLen(uvarint) crc32c(value)(4) [digest(value)(16)]
 //	lost body    := (empty)
 //
 // An in-log record stores no value: the value is read from the log block
@@ -29,8 +30,12 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // pointing into it are rewritten as inline records (retire.go).
 //
 // A remote record (proxy stores only, see proxy.go) says the key exists,
-// with this index, length and CRC, but its value is not stored here: it is
-// fetched from a full replica. A lost record (history only, see
+// with this index, length, CRC and digest, but its value is not stored
+// here: it is fetched from a full replica, and served only if it has that
+// length, CRC and digest. The digest (flagDigest; remote records written
+// before it have none, and are checked by length and CRC only) is the
+// first 16 bytes of the value's SHA-256: a CRC can be forged to any value
+// of the same length, a digest cannot. A lost record (history only, see
 // history.go) stands for a version whose value was unreadable when it was
 // overwritten.
 //
@@ -41,8 +46,22 @@ const (
 	flagInLog    = 1 << 1
 	flagRemote   = 1 << 2
 	flagLost     = 1 << 3
+	flagDigest   = 1 << 4 // with flagRemote: the body ends with the value's digest
 	chunkOverhed = 4
 )
+
+// ValueDigestSize is the size of a value digest.
+const ValueDigestSize = 16
+
+// ValueDigest is the digest of a value a proxy checks fetched values against:
+// the first ValueDigestSize bytes of its SHA-256.
+type ValueDigest [ValueDigestSize]byte
+
+// ValueDigestOf returns the digest of value.
+func ValueDigestOf(value []byte) ValueDigest {
+	sum := sha256.Sum256(value)
+	return ValueDigest(sum[:ValueDigestSize])
+}
 
 // recordKind is the kind of a value record: where its value is.
 type recordKind uint8
@@ -70,6 +89,9 @@ type record struct {
 	valueLen int
 	chunks   int
 	valueCRC uint32
+	// remote records: the value's digest, if the record has one.
+	digest    ValueDigest
+	hasDigest bool
 	// in-log records: the value is in log block `block` at `offset`.
 	block  uint64
 	offset int
@@ -104,11 +126,20 @@ func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint
 	return dst
 }
 
-func encodeRemote(dst []byte, index uint64, valueLen int, valueCRC uint32) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, flagRemote)
+// encodeRemote encodes a remote record; digest nil writes one without a
+// digest (a value that could not be read to compute it).
+func encodeRemote(dst []byte, index uint64, valueLen int, valueCRC uint32, digest *ValueDigest) []byte {
+	flags := byte(flagRemote)
+	if digest != nil {
+		flags |= flagDigest
+	}
+	dst = append(dst[:0], 0, 0, 0, 0, flags)
 	dst = binary.BigEndian.AppendUint64(dst, index)
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
 	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
+	if digest != nil {
+		dst = append(dst, digest[:]...)
+	}
 	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
 	return dst
 }
@@ -134,12 +165,20 @@ func decodeRecord(b []byte) (record, error) {
 	body := b[recHeader:]
 	switch flags {
 	case 0, flagChunked, flagInLog:
-	case flagRemote:
+	case flagRemote, flagRemote | flagDigest:
+		want := 4
+		if flags&flagDigest != 0 {
+			want += ValueDigestSize
+		}
 		l, n := binary.Uvarint(body)
-		if n <= 0 || l > wal.MaxValueLen || len(body) != n+4 {
+		if n <= 0 || l > wal.MaxValueLen || len(body) != n+want {
 			return r, fmt.Errorf("%w: remote record malformed", ErrCorrupt)
 		}
 		r.kind, r.valueLen, r.valueCRC = recRemote, int(l), binary.BigEndian.Uint32(body[n:])
+		if flags&flagDigest != 0 {
+			r.hasDigest = true
+			copy(r.digest[:], body[n+4:])
+		}
 		return r, nil
 	case flagLost:
 		if len(body) != 0 {
