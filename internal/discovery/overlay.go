@@ -113,7 +113,17 @@ type Overlay struct {
 		meta    []byte
 		coords  map[string]*coordinate.Coordinate // by member name
 		samples map[string]int                    // round trips measured, by member name
+		metas   map[string]decoded                // by member name
 	}
+}
+
+// decoded is a member's meta as last decoded, with the bytes it came
+// from: the member list is read every second by every agent, and metas
+// change far less often than that.
+type decoded struct {
+	raw  string
+	meta Meta
+	err  error
 }
 
 // Start joins the overlay: it binds the gossip address, then contacts the
@@ -219,7 +229,8 @@ func (o *Overlay) setMetaLocked(m Meta) bool {
 }
 
 // Members returns the live members, this one included, sorted by name.
-// Members whose meta cannot be decoded are left out (and counted).
+// Members whose meta cannot be decoded are left out (and counted). The
+// metas are shared between callers: read them, never change them.
 func (o *Overlay) Members() []Member {
 	nodes := o.ml.Members()
 	self := o.coord.GetCoordinate()
@@ -227,7 +238,7 @@ func (o *Overlay) Members() []Member {
 	defer o.mu.Unlock()
 	out := make([]Member, 0, len(nodes))
 	for _, n := range nodes {
-		meta, err := DecodeMeta(n.Meta)
+		meta, err := o.metaLocked(n.Name, n.Meta)
 		if err != nil {
 			continue // counted when it arrived (NotifyJoin/NotifyUpdate)
 		}
@@ -242,6 +253,20 @@ func (o *Overlay) Members() []Member {
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// metaLocked decodes raw, the meta of member name, or returns it as
+// decoded last time it was the same.
+func (o *Overlay) metaLocked(name string, raw []byte) (Meta, error) {
+	if d, ok := o.mu.metas[name]; ok && d.raw == string(raw) {
+		return d.meta, d.err
+	}
+	m, err := DecodeMeta(raw)
+	if o.mu.metas == nil {
+		o.mu.metas = map[string]decoded{}
+	}
+	o.mu.metas[name] = decoded{raw: string(raw), meta: m, err: err}
+	return m, err
 }
 
 // Leave tells the others this member goes, then stops gossiping. Later
@@ -322,6 +347,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	d.o.mu.Lock()
 	delete(d.o.mu.coords, n.Name)
 	delete(d.o.mu.samples, n.Name)
+	delete(d.o.mu.metas, n.Name)
 	d.o.mu.Unlock()
 	mMembers.Set(float64(d.o.live.Add(-1)))
 }
@@ -329,7 +355,10 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.checkMeta(n) }
 
 func (d *delegate) checkMeta(n *memberlist.Node) {
-	if _, err := DecodeMeta(n.Meta); err != nil {
+	d.o.mu.Lock()
+	_, err := d.o.metaLocked(n.Name, n.Meta)
+	d.o.mu.Unlock()
+	if err != nil {
 		mBadMeta.Inc()
 		d.o.log.Warn("member advertises a meta this node cannot read; ignored", "member", n.Name, "err", err)
 	}
