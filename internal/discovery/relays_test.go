@@ -1,0 +1,202 @@
+package discovery
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// byRank returns names sorted by RelayRank, lowest first.
+func byRank(names ...string) []string {
+	out := slices.Clone(names)
+	slices.SortFunc(out, func(a, b string) int {
+		ra, rb := RelayRank(a), RelayRank(b)
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func proxies(dc string, names ...string) []RelayMember {
+	var out []RelayMember
+	for _, n := range names {
+		out = append(out, RelayMember{Name: n, DC: dc, Repl: n + ":7390"})
+	}
+	return out
+}
+
+func TestElectRelays(t *testing.T) {
+	ams := byRank("p1", "p2", "p3", "p4", "p5")
+	fra := byRank("q1", "q2", "q3")
+	all := append(proxies("ams", ams...), proxies("fra", fra...)...)
+
+	t.Run("lowest ranks per data centre", func(t *testing.T) {
+		got := ElectRelays(all, 2)
+		want := map[string][]string{"ams": ams[:2], "fra": fra[:2]}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	})
+	t.Run("fewer proxies than seats", func(t *testing.T) {
+		if got := ElectRelays(proxies("fra", fra...), 5)["fra"]; !reflect.DeepEqual(got, fra) {
+			t.Fatalf("got %v, want all of %v", got, fra)
+		}
+	})
+	t.Run("no seats", func(t *testing.T) {
+		if got := ElectRelays(all, 0); len(got) != 0 {
+			t.Fatalf("0 seats elected %v", got)
+		}
+	})
+	t.Run("suspect and unreachable members skipped", func(t *testing.T) {
+		ms := proxies("ams", ams...)
+		ms[0].Suspect = true
+		ms[1].Repl = ""
+		if got := ElectRelays(ms, 2)["ams"]; !reflect.DeepEqual(got, ams[2:4]) {
+			t.Fatalf("got %v, want %v", got, ams[2:4])
+		}
+	})
+	t.Run("the same answer in any order", func(t *testing.T) {
+		want := ElectRelays(all, 2)
+		r := rand.New(rand.NewPCG(1, 2))
+		for range 50 {
+			ms := slices.Clone(all)
+			r.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+			if got := ElectRelays(ms, 2); !reflect.DeepEqual(got, want) {
+				t.Fatalf("order %v elected %v, want %v", ms, got, want)
+			}
+		}
+	})
+	t.Run("serving relays keep their seats", func(t *testing.T) {
+		ms := proxies("ams", ams...)
+		ms[3].Relay, ms[4].Relay = true, true // the highest ranks serve now
+		if got := ElectRelays(ms, 2)["ams"]; !reflect.DeepEqual(got, ams[3:5]) {
+			t.Fatalf("got %v, want the serving %v", got, ams[3:5])
+		}
+		ms[4].Suspect = true // one seat frees: the lowest rank takes it
+		if got := ElectRelays(ms, 2)["ams"]; !reflect.DeepEqual(got, byRank(ams[0], ams[3])) {
+			t.Fatalf("got %v, want %v", got, byRank(ams[0], ams[3]))
+		}
+	})
+	t.Run("more relays than seats", func(t *testing.T) {
+		ms := proxies("ams", ams...)
+		for i := range ms {
+			ms[i].Relay = true
+		}
+		if got := ElectRelays(ms, 2)["ams"]; !reflect.DeepEqual(got, ams[:2]) {
+			t.Fatalf("got %v, want %v", got, ams[:2])
+		}
+	})
+}
+
+// TestElectionSettles runs the election as the members do (each relay
+// advertises itself one, from the last election it ran) through joins,
+// a suspect relay and its return: the seats move only when a relay is
+// lost, never because another proxy arrives.
+func TestElectionSettles(t *testing.T) {
+	members := map[string]*RelayMember{}
+	round := func() map[string][]string {
+		var list []RelayMember
+		for _, name := range slices.Sorted(mapKeys(members)) {
+			list = append(list, *members[name])
+		}
+		got := ElectRelays(list, 2)
+		for _, m := range members {
+			if !m.Suspect {
+				m.Relay = slices.Contains(got[m.DC], m.Name)
+			}
+		}
+		return got
+	}
+	settle := func() []string {
+		t.Helper()
+		prev := round()
+		for range 5 {
+			if next := round(); !reflect.DeepEqual(next, prev) {
+				t.Fatalf("election moved without a change: %v then %v", prev, next)
+			}
+		}
+		return prev["ams"]
+	}
+	add := func(names ...string) {
+		for _, n := range names {
+			members[n] = &RelayMember{Name: n, DC: "ams", Repl: n + ":7390"}
+		}
+	}
+
+	add("a", "b", "c")
+	first := settle()
+	if !reflect.DeepEqual(first, byRank("a", "b", "c")[:2]) {
+		t.Fatalf("first election %v", first)
+	}
+	// Forty proxies join, many ranked lower than the relays: no change.
+	for i := range 40 {
+		add(fmt.Sprintf("n%02d", i))
+	}
+	if got := settle(); !reflect.DeepEqual(got, first) {
+		t.Fatalf("joins moved the relays from %v to %v", first, got)
+	}
+	// One relay is suspect: its seat goes to the lowest-ranked other proxy,
+	// the other relay keeps its own.
+	lost := first[0]
+	members[lost].Suspect = true
+	second := settle()
+	if !slices.Contains(second, first[1]) || slices.Contains(second, lost) || len(second) != 2 {
+		t.Fatalf("with %s suspect: %v", lost, second)
+	}
+	// It answers again, still advertising itself a relay: three claim two
+	// seats, the two lowest ranks keep them, and it stays so.
+	members[lost].Suspect = false
+	if got, want := settle(), byRank(append(second, lost)...)[:2]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after %s came back: %v, want %v", lost, got, want)
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// TestViewDC: a member sees its data centre's relays and peers of one
+// database, itself excluded, and whether it is a relay itself.
+func TestViewDC(t *testing.T) {
+	member := func(name, dc string, role Role, self bool) Member {
+		return Member{Name: name, Self: self, Meta: Meta{DC: dc, Repl: name + ":7390", DBs: []DBMeta{{Name: "db", Role: role}}}}
+	}
+	names := byRank("a", "b", "c", "d")
+	ms := []Member{
+		member(names[0], "ams", RoleProxy, false),
+		member(names[1], "ams", RoleProxy, true),
+		member(names[2], "ams", RoleProxy, false),
+		member(names[3], "ams", RoleReplica, false), // not a proxy
+		member("far", "fra", RoleRelay, false),
+		member("root", "", RoleRoot, false),
+	}
+	ms[2].Suspect = true
+
+	v := ViewDC(ms, "db", "ams", 2)
+	want := DCView{Relays: []Endpoint{{names[0], names[0] + ":7390"}}, Peers: []Endpoint{{names[0], names[0] + ":7390"}}, Relay: true}
+	if !reflect.DeepEqual(v, want) {
+		t.Fatalf("ams: %+v, want %+v", v, want)
+	}
+	if v := ViewDC(ms, "db", "fra", 2); len(v.Relays) != 1 || v.Relays[0].Name != "far" || v.Relay {
+		t.Fatalf("fra: %+v", v)
+	}
+	if v := ViewDC(ms, "other", "ams", 2); len(v.Relays)+len(v.Peers) != 0 || v.Relay {
+		t.Fatalf("a database nobody serves: %+v", v)
+	}
+	if v := ViewDC(ms, "db", "ams", 1); v.Relay || len(v.Relays) != 1 || v.Relays[0].Name != names[0] {
+		t.Fatalf("one seat: %+v", v)
+	}
+}
