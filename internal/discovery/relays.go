@@ -28,6 +28,11 @@ type RelayMember struct {
 // every member computes the same ranks.
 func RelayRank(name string) uint64 { return NodeID(name) }
 
+// compareRank orders names by RelayRank (the name breaks a tie of hashes).
+func compareRank(a, b string) int {
+	return cmp.Or(cmp.Compare(RelayRank(a), RelayRank(b)), cmp.Compare(a, b))
+}
+
 // ElectRelays elects up to perDC relays in each data centre among members
 // (the proxies of one database): members that are relays now keep their
 // seats (so a proxy that joins later, or one that comes back, does not
@@ -58,15 +63,13 @@ func ElectRelays(members []RelayMember, perDC int) map[string][]string {
 				}
 				return 1
 			}
-			return cmp.Or(cmp.Compare(RelayRank(a.Name), RelayRank(b.Name)), cmp.Compare(a.Name, b.Name))
+			return compareRank(a.Name, b.Name)
 		})
 		var names []string
 		for _, m := range ms[:min(perDC, len(ms))] {
 			names = append(names, m.Name)
 		}
-		slices.SortFunc(names, func(a, b string) int {
-			return cmp.Or(cmp.Compare(RelayRank(a), RelayRank(b)), cmp.Compare(a, b))
-		})
+		slices.SortFunc(names, compareRank)
 		out[dc] = names
 	}
 	return out
@@ -125,9 +128,7 @@ func ViewDC(members []Member, db, dc string, perDC int) DCView {
 		}
 		v.Relays = append(v.Relays, Endpoint{Name: name, Repl: repl[name]})
 	}
-	slices.SortFunc(rm, func(a, b RelayMember) int {
-		return cmp.Or(cmp.Compare(RelayRank(a.Name), RelayRank(b.Name)), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(rm, func(a, b RelayMember) int { return compareRank(a.Name, b.Name) })
 	for _, m := range rm {
 		if m.DC == dc && m.Name != self && !m.Suspect && m.Repl != "" {
 			v.Peers = append(v.Peers, Endpoint{Name: m.Name, Repl: m.Repl})
@@ -152,16 +153,36 @@ func (o *Overlay) DCRelays(db, dc string) []string { return repls(o.DC(db, dc).R
 // db in data centre dc, lowest rank first.
 func (o *Overlay) DCPeers(db, dc string) []string { return repls(o.DC(db, dc).Peers) }
 
-// Relays elects the relays of database db in every data centre (names,
-// lowest rank first), as this member sees the overlay.
-func (o *Overlay) Relays(db string) map[string][]string {
-	return ElectRelays(relayMembers(o.Members(), db), o.cfg.relaysPerDC())
-}
-
 func repls(es []Endpoint) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.Repl)
+	}
+	return out
+}
+
+// DCProxies is one data centre's proxies of a database, as listed by
+// Proxies: names, lowest rank first.
+type DCProxies struct {
+	Relays  []string
+	Proxies []string // every proxy not suspect, relays included
+}
+
+// Proxies lists, for database db, each data centre that has proxies of
+// it: its elected relays and all its proxies, as this member sees them.
+func (o *Overlay) Proxies(db string) map[string]DCProxies {
+	rm := relayMembers(o.Members(), db)
+	out := map[string]DCProxies{}
+	for dc, relays := range ElectRelays(rm, o.cfg.relaysPerDC()) {
+		out[dc] = DCProxies{Relays: relays}
+	}
+	slices.SortFunc(rm, func(a, b RelayMember) int { return compareRank(a.Name, b.Name) })
+	for _, m := range rm {
+		if !m.Suspect {
+			p := out[m.DC]
+			p.Proxies = append(p.Proxies, m.Name)
+			out[m.DC] = p
+		}
 	}
 	return out
 }

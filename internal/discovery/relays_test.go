@@ -1,11 +1,13 @@
 package discovery
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 )
 
 // byRank returns names sorted by RelayRank, lowest first.
@@ -198,5 +200,161 @@ func TestViewDC(t *testing.T) {
 	}
 	if v := ViewDC(ms, "db", "ams", 1); v.Relay || len(v.Relays) != 1 || v.Relays[0].Name != names[0] {
 		t.Fatalf("one seat: %+v", v)
+	}
+}
+
+// relayNode is a proxy in TestRelaysThroughOverlay: it advertises role
+// relay while its own election says so, as a server does.
+type relayNode struct {
+	name, dc string
+	o        *Overlay
+	stop     context.CancelFunc
+	done     chan struct{}
+	crashed  bool
+}
+
+func startRelayNode(t *testing.T, name, dc string, seeds ...string) *relayNode {
+	t.Helper()
+	o, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: seeds, ProbeInterval: 100 * time.Millisecond, Log: testLog(t)},
+		Meta{DC: dc, Repl: replAddr(name), DBs: []DBMeta{{Name: "db", ID: simDB, Role: RoleProxy}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &relayNode{name: name, dc: dc, o: o, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(n.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			role := RoleProxy
+			if o.DC("db", dc).Relay {
+				role = RoleRelay
+			}
+			o.SetLocal(Meta{DC: dc, Repl: replAddr(name), DBs: []DBMeta{{Name: "db", ID: simDB, Role: role}}})
+			select {
+			case <-o.Changed():
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		if !n.crashed {
+			n.stop()
+			<-n.done
+			o.Leave(time.Second)
+		}
+	})
+	return n
+}
+
+// crash stops the node's loop and its gossip without a goodbye.
+func (n *relayNode) crash() {
+	n.crashed = true
+	n.stop()
+	<-n.done
+	n.o.ml.Shutdown()
+}
+
+// agreedRelays waits until every node in nodes (all of data centre dc)
+// sees the same relays of dc, each of which advertises role relay, and
+// returns them.
+func agreedRelays(t *testing.T, nodes []*relayNode, dc string, want int) []string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var first []string
+		agree := true
+		for i, n := range nodes {
+			v := n.o.DC("db", dc)
+			var got []string
+			for _, e := range v.Relays {
+				got = append(got, e.Name)
+			}
+			if v.Relay {
+				got = append(got, n.name)
+			}
+			slices.SortFunc(got, compareRank)
+			if len(v.Peers) != len(nodes)-1 {
+				agree = false // still learning the members
+			}
+			if i == 0 {
+				first = got
+			} else if !reflect.DeepEqual(got, first) {
+				agree = false
+			}
+		}
+		if agree && len(first) == want {
+			advertised := 0
+			for _, m := range nodes[0].o.Members() {
+				if slices.Contains(first, m.Name) && m.Meta.DBs[0].Role == RoleRelay {
+					advertised++
+				}
+			}
+			if advertised == want {
+				return first
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no agreement on %d relays of %s after 60s; first node sees %v", want, dc, first)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRelaysThroughOverlay: proxies in two data centres elect two relays
+// each through real gossip, all agreeing; a relay that crashes is
+// replaced (the other keeps its seat) and the change is notified; a
+// proxy that joins later does not displace a serving relay.
+func TestRelaysThroughOverlay(t *testing.T) {
+	seed := startRelayNode(t, "p1", "ams")
+	ams := []*relayNode{seed}
+	for _, name := range []string{"p2", "p3", "p4"} {
+		ams = append(ams, startRelayNode(t, name, "ams", seed.o.Addr()))
+	}
+	fra := []*relayNode{startRelayNode(t, "q1", "fra", seed.o.Addr()), startRelayNode(t, "q2", "fra", seed.o.Addr()), startRelayNode(t, "q3", "fra", seed.o.Addr())}
+	first := agreedRelays(t, ams, "ams", 2)
+	if want := byRank("p1", "p2", "p3", "p4")[:2]; !reflect.DeepEqual(first, want) {
+		t.Fatalf("ams elected %v, want the lowest ranks %v", first, want)
+	}
+	agreedRelays(t, fra, "fra", 2)
+
+	// A relay crashes (not the seed, through which the last node joins):
+	// the survivors elect another, the other relay stays.
+	lost := ams[slices.IndexFunc(ams, func(n *relayNode) bool { return n != seed && slices.Contains(first, n.name) })]
+	var rest []*relayNode
+	for _, n := range ams {
+		if n != lost {
+			rest = append(rest, n)
+		}
+	}
+	changed := rest[0].o.Changed()
+	lost.crash()
+	select {
+	case <-changed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no change notified in 60s after a relay crashed")
+	}
+	second := agreedRelays(t, rest, "ams", 2)
+	kept := first[0]
+	if kept == lost.name {
+		kept = first[1]
+	}
+	if slices.Contains(second, lost.name) || !slices.Contains(second, kept) {
+		t.Fatalf("after %s crashed: relays %v (were %v)", lost.name, second, first)
+	}
+
+	// A proxy ranked below both relays joins: they keep their seats.
+	var low string
+	for i := 5; low == ""; i++ {
+		if name := fmt.Sprintf("p%d", i); RelayRank(name) < RelayRank(second[0]) {
+			low = name
+		}
+	}
+	rest = append(rest, startRelayNode(t, low, "ams", seed.o.Addr()))
+	if got := agreedRelays(t, rest, "ams", 2); !reflect.DeepEqual(got, second) {
+		t.Fatalf("after %s joined: relays %v, want still %v", low, got, second)
 	}
 }
