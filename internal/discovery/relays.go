@@ -35,13 +35,17 @@ func compareRank(a, b string) int {
 
 // ElectRelays elects up to perDC relays in each data centre among members
 // (the proxies of one database): members that are relays now keep their
-// seats (so a proxy that joins later, or one that comes back, does not
-// displace a serving relay), the lowest ranked of them if there are more
-// than perDC; the seats left go to the lowest-ranked other proxies.
-// Suspect members and members without a replication address are skipped.
-// The answer maps each data centre to its relays' names, lowest rank
-// first. It is a pure function of its input, whatever its order: every
-// member that sees the same list elects the same relays.
+// seats (so a proxy that joins later does not displace a serving relay),
+// the lowest ranked of them if there are more than perDC (two sides of a
+// healed partition); the seats left go to the lowest-ranked other
+// proxies. A relay keeps its seat while it is only suspect: it loses it
+// when the overlay declares it dead and drops it from the list, so a
+// relay that misses a few probes on a busy host does not make the seats
+// move twice. Members without a replication address, and suspect members
+// that are not relays, are skipped. The answer maps each data centre to
+// its relays' names, lowest rank first. It is a pure function of its
+// input, whatever its order: every member that sees the same list elects
+// the same relays.
 func ElectRelays(members []RelayMember, perDC int) map[string][]string {
 	out := map[string][]string{}
 	if perDC <= 0 {
@@ -49,7 +53,7 @@ func ElectRelays(members []RelayMember, perDC int) map[string][]string {
 	}
 	byDC := map[string][]RelayMember{}
 	for _, m := range members {
-		if m.Suspect || m.Repl == "" || m.Name == "" {
+		if m.Suspect && !m.Relay || m.Repl == "" || m.Name == "" {
 			continue
 		}
 		byDC[m.DC] = append(byDC[m.DC], m)
@@ -83,8 +87,8 @@ type Endpoint struct {
 
 // DCView is what one member learns of its data centre for one database.
 type DCView struct {
-	// Relays are the data centre's elected relays, this member excluded,
-	// lowest rank first.
+	// Relays are the data centre's elected relays that are not suspect,
+	// this member excluded, lowest rank first.
 	Relays []Endpoint
 	// Peers are the data centre's other proxies of the database (relays
 	// included) that are not suspect, lowest rank first.
@@ -111,7 +115,7 @@ func relayMembers(members []Member, db string) []RelayMember {
 func ViewDC(members []Member, db, dc string, perDC int) DCView {
 	var v DCView
 	self := ""
-	repl := map[string]string{}
+	byName := map[string]RelayMember{}
 	rm := relayMembers(members, db)
 	for _, m := range members {
 		if m.Self {
@@ -119,14 +123,15 @@ func ViewDC(members []Member, db, dc string, perDC int) DCView {
 		}
 	}
 	for _, m := range rm {
-		repl[m.Name] = m.Repl
+		byName[m.Name] = m
 	}
 	for _, name := range ElectRelays(rm, perDC)[dc] {
-		if name == self {
+		switch m := byName[name]; {
+		case name == self:
 			v.Relay = true
-			continue
+		case !m.Suspect:
+			v.Relays = append(v.Relays, Endpoint{Name: name, Repl: m.Repl})
 		}
-		v.Relays = append(v.Relays, Endpoint{Name: name, Repl: repl[name]})
 	}
 	slices.SortFunc(rm, func(a, b RelayMember) int { return compareRank(a.Name, b.Name) })
 	for _, m := range rm {
