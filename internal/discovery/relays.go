@@ -145,9 +145,17 @@ func ViewDC(members []Member, db, dc string, perDC int) DCView {
 // DC is what this member sees of data centre dc for database db: its
 // relays (elected among its proxies, Config.RelaysPerDC of them) and its
 // other proxies. A proxy without configured relays or peers uses these,
-// and reads them again when Changed fires.
+// and reads them again when Changed fires. It also sets the dc_relays
+// and relay gauges of db.
 func (o *Overlay) DC(db, dc string) DCView {
-	return ViewDC(o.Members(), db, dc, o.cfg.relaysPerDC())
+	v := ViewDC(o.Members(), db, dc, o.cfg.relaysPerDC())
+	n, self := len(v.Relays), 0.0
+	if v.Relay {
+		n, self = n+1, 1
+	}
+	mDCRelays.WithLabelValues(db).Set(float64(n))
+	mRelay.WithLabelValues(db).Set(self)
+	return v
 }
 
 // DCRelays are the replication addresses of the relays of data centre dc
