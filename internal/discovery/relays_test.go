@@ -236,7 +236,7 @@ type relayNode struct {
 
 func startRelayNode(t *testing.T, name, dc string, seeds ...string) *relayNode {
 	t.Helper()
-	o, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: seeds, ProbeInterval: 100 * time.Millisecond, Log: testLog(t)},
+	o, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: seeds, ProbeInterval: 500 * time.Millisecond, Log: testLog(t)},
 		Meta{DC: dc, Repl: replAddr(name), DBs: []DBMeta{{Name: "db", ID: simDB, Role: RoleProxy}}})
 	if err != nil {
 		t.Fatal(err)
