@@ -46,16 +46,32 @@ func (c *Client) members(ctx context.Context, method, suffix string, body []byte
 type Overlay struct {
 	Self    string          `json:"self"`
 	Members []OverlayMember `json:"members"`
+	// RelaysPerDC is how many relays each data centre elects, and DCs the
+	// outcome: per database and data centre with proxies, its relays and
+	// proxies.
+	RelaysPerDC int         `json:"relays_per_dc"`
+	DCs         []OverlayDC `json:"dcs"`
+}
+
+// OverlayDC is one data centre's proxies of one database.
+type OverlayDC struct {
+	Database string   `json:"database"`
+	DC       string   `json:"dc"`
+	Relays   []string `json:"relays"`  // names, lowest rank first
+	Proxies  []string `json:"proxies"` // every proxy not suspect, relays included
 }
 
 // OverlayMember is one live member of the overlay.
 type OverlayMember struct {
-	Name   string `json:"name"`
-	Self   bool   `json:"self"`
-	Gossip string `json:"gossip"`
-	DC     string `json:"dc"`
-	HTTP   string `json:"http"`
-	Repl   string `json:"repl"`
+	Name string `json:"name"`
+	Self bool   `json:"self"`
+	// Suspect: it missed its probes and is declared dead unless it
+	// answers soon.
+	Suspect bool   `json:"suspect"`
+	Gossip  string `json:"gossip"`
+	DC      string `json:"dc"`
+	HTTP    string `json:"http"`
+	Repl    string `json:"repl"`
 	// RTTSeconds is the estimated round trip from the answering node;
 	// nil while it has no estimate.
 	RTTSeconds *float64 `json:"rtt_seconds"`

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -38,6 +39,9 @@ func cmdMembers(args []string) error {
 		if m.Self {
 			name += " *"
 		}
+		if m.Suspect {
+			name += " (suspect)"
+		}
 		rtt := "-"
 		if m.RTTSeconds != nil {
 			rtt = time.Duration(*m.RTTSeconds * float64(time.Second)).Round(10 * time.Microsecond).String()
@@ -53,5 +57,18 @@ func cmdMembers(args []string) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d/%d\t%d\n", name, m.DC, rtt, m.Repl, d.Name, d.Role, d.Depth, parent, d.Children, d.MaxChildren, d.AppliedIndex)
 		}
 	}
+	if len(o.DCs) > 0 {
+		fmt.Fprintf(w, "\nDC\tDB\tRELAYS (%d per DC)\tPROXIES\n", o.RelaysPerDC)
+		for _, d := range o.DCs {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", orDash(d.DC), d.Database, orDash(strings.Join(d.Relays, ",")), strings.Join(d.Proxies, ","))
+		}
+	}
 	return w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -52,6 +52,7 @@ func cmdServe(args []string) error {
 		join     = fs.String("join", "", "gossip addresses of overlay members to join, comma-separated; without --upstream the first database becomes a replica that finds its sources itself (--role proxy: a proxy)")
 		dc       = fs.String("dc", "", "data centre of this node, shown in the overlay's member list")
 		maxKids  = fs.Int("max-children", 0, "with the overlay: replicas that may stream each database from this node at once; one more is refused \"full\" (default 16)")
+		relaysDC = fs.Int("relays-per-dc", 0, "with the overlay: relays the proxies of each database elect in each data centre (default 2)")
 		clusterK = fs.String("cluster-key", "", "cluster key file (made by qs cert key): authenticates every replication and Raft connection, both ways")
 		insecure = fs.Bool("insecure", false, "let the replication and Raft listeners listen beyond loopback without a cluster key or mutual TLS (anyone who reaches them can read everything and, on Raft, write)")
 		ballast  = fs.Int64("ballast-bytes", 0, "size of the file each database keeps to free if the disk fills up (default 64 MiB; -1: none)")
@@ -115,6 +116,9 @@ func cmdServe(args []string) error {
 	}
 	if *maxKids != 0 {
 		cfg.MaxChildren = *maxKids
+	}
+	if *relaysDC != 0 {
+		cfg.RelaysPerDC = *relaysDC
 	}
 	if *clusterK != "" {
 		cfg.ClusterKey = *clusterK

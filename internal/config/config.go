@@ -92,6 +92,17 @@ type Config struct {
 	// when the overlay is on; one more is refused "full" and looks
 	// elsewhere. Default 16. Without the overlay there is no cap.
 	MaxChildren int `toml:"max_children"`
+	// RelaysPerDC is how many relays the proxies of each database elect
+	// in each data centre (flag --relays-per-dc). Default 2.
+	RelaysPerDC int `toml:"relays_per_dc"`
+	// GossipInterval and ProbeInterval tune the overlay: how often a
+	// member passes changes on, and how often it probes another member
+	// (one round-trip measurement). Defaults: memberlist's presets
+	// (gossip 200ms, 100ms on loopback; probe 1s). Longer intervals cost
+	// less CPU per member, for fleets of many small processes on one
+	// host, and spread news and detect failures more slowly.
+	GossipInterval Duration `toml:"gossip_interval"`
+	ProbeInterval  Duration `toml:"probe_interval"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level"`
 	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
@@ -420,6 +431,9 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxChildren == 0 {
 		c.MaxChildren = 16
 	}
+	if c.RelaysPerDC == 0 {
+		c.RelaysPerDC = 2
+	}
 	if c.BootstrapRate == 0 {
 		c.BootstrapRate = 100 << 20
 	}
@@ -615,6 +629,12 @@ func (c *Config) validateGossip() []error {
 	var errs []error
 	if c.MaxChildren < 1 {
 		errs = append(errs, fmt.Errorf("max_children %d: want at least 1", c.MaxChildren))
+	}
+	if c.RelaysPerDC < 1 {
+		errs = append(errs, fmt.Errorf("relays_per_dc %d: want at least 1", c.RelaysPerDC))
+	}
+	if c.GossipInterval.Duration < 0 || c.ProbeInterval.Duration < 0 {
+		errs = append(errs, fmt.Errorf("gossip_interval %v, probe_interval %v: want positive durations (or none: the defaults)", c.GossipInterval.Duration, c.ProbeInterval.Duration))
 	}
 	for i, d := range c.Databases {
 		if d.Discover && (c.Gossip == "" || len(c.Join) == 0) && len(d.Upstream)+len(d.Secondary) == 0 {

@@ -244,6 +244,9 @@ func TestGossipValidation(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	if c := base(func(*Config) {}); c.RelaysPerDC != 2 {
+		t.Errorf("defaults: relays_per_dc %d", c.RelaysPerDC)
+	}
 	if c := base(func(*Config) {}); c.MaxChildren != 16 || !c.Databases[0].IsReplica() || c.Databases[0].IsStatic() {
 		t.Errorf("defaults: max_children %d, replica %v, static %v", c.MaxChildren, c.Databases[0].IsReplica(), c.Databases[0].IsStatic())
 	}
@@ -253,6 +256,9 @@ func TestGossipValidation(t *testing.T) {
 		"join without gossip":    func(c *Config) { c.Gossip = ""; c.Databases[0].Discover = false },
 		"discover without join":  func(c *Config) { c.Join = nil },
 		"negative max_children":  func(c *Config) { c.MaxChildren = -1 },
+		"negative relays_per_dc": func(c *Config) { c.RelaysPerDC = -1 },
+		"negative probe":         func(c *Config) { c.ProbeInterval.Duration = -time.Second },
+		"negative gossip":        func(c *Config) { c.GossipInterval.Duration = -time.Second },
 		"gossip on http address": func(c *Config) { c.HTTP = "127.0.0.1:7946" },
 		"raft member discovers": func(c *Config) {
 			c.Databases[0].Raft = Raft{NodeID: 1, Listen: "127.0.0.1:7400", Peers: []string{"1=127.0.0.1:7400"}}

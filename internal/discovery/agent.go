@@ -328,7 +328,7 @@ func candidates(members []Member, cfg AgentConfig) ([]candidate, map[uint64]bool
 			if d.Role == RoleRoot {
 				roots[id] = true
 			}
-			if m.Self || m.Meta.Repl == "" || d.Role == RoleProxy && cfg.Role != RoleProxy {
+			if m.Self || m.Meta.Repl == "" || d.Role.IsProxy() && !cfg.Role.IsProxy() {
 				continue
 			}
 			out = append(out, candidate{Candidate: Candidate{Name: m.Name, Addr: m.Meta.Repl, RTT: m.RTT, Root: d.Role == RoleRoot,

@@ -29,7 +29,13 @@ const (
 	RoleRoot    Role = 0
 	RoleReplica Role = 1
 	RoleProxy   Role = 2
+	// RoleRelay is a proxy that serves the other proxies of its data
+	// centre (it was elected, see ElectRelays, or is configured so).
+	RoleRelay Role = 3
 )
+
+// IsProxy reports whether r is a proxy's role (a relay is a proxy).
+func (r Role) IsProxy() bool { return r == RoleProxy || r == RoleRelay }
 
 func (r Role) String() string {
 	switch r {
@@ -39,6 +45,8 @@ func (r Role) String() string {
 		return "replica"
 	case RoleProxy:
 		return "proxy"
+	case RoleRelay:
+		return "relay"
 	}
 	return fmt.Sprintf("role(%d)", uint8(r))
 }
@@ -154,7 +162,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 		for j := uint64(0); j < np && r.err == nil; j++ {
 			d.Path = append(d.Path, binary.BigEndian.Uint64(r.bytes(8)))
 		}
-		if r.err == nil && d.Role > RoleProxy {
+		if r.err == nil && d.Role > RoleRelay {
 			r.err = fmt.Errorf("unknown role %d", d.Role)
 		}
 		m.DBs = append(m.DBs, d)

@@ -17,6 +17,7 @@ func sampleMeta() Meta {
 	return Meta{Process: [16]byte{7, 7}, DC: "ams", HTTP: "10.0.0.1:7380", Repl: "10.0.0.1:7390", DBs: []DBMeta{
 		{Name: "default", ID: [16]byte{1, 2, 3}, Role: RoleReplica, Applied: 1 << 40, Depth: 2, Children: 3, MaxChildren: 16, Path: []uint64{NodeID("a"), NodeID("root")}},
 		{Name: "dns", ID: [16]byte{9}, Role: RoleRoot},
+		{Name: "edge", ID: [16]byte{5}, Role: RoleRelay},
 	}}
 }
 
@@ -104,6 +105,8 @@ func TestConfigValidate(t *testing.T) {
 		"open without key": {NodeName: "a", Bind: "0.0.0.0:7946"},
 		"lan without key":  {NodeName: "a", Bind: "10.1.2.3:7946"},
 		"bad key size":     {NodeName: "a", Bind: "127.0.0.1:0", Key: make([]byte, 20)},
+		"negative gossip":  {NodeName: "a", Bind: "127.0.0.1:0", GossipInterval: -1},
+		"negative relays":  {NodeName: "a", Bind: "127.0.0.1:0", RelaysPerDC: -1},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -23,6 +23,12 @@ var (
 	mDepth = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "depth",
 		Help: "Hops from this node to the database's root (-1: not attached)."}, []string{"db"}))
+	mDCRelays = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "dc_relays",
+		Help: "Relays of this node's data centre that are not suspect, this node included if it is one, by database (set where a proxy reads its data centre)."}, []string{"db"}))
+	mRelay = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "relay",
+		Help: "1 while this node is one of its data centre's relays of the database, else 0."}, []string{"db"}))
 	mBadMeta = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bad_meta_total",
 		Help: "Member metas or coordinates that could not be decoded (the member is ignored until it sends a good one)."}))

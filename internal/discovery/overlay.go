@@ -41,6 +41,13 @@ type Config struct {
 	// ProbeInterval is how often a member probes another one (and so
 	// measures a round trip). Default: memberlist's preset, 1s.
 	ProbeInterval time.Duration
+	// GossipInterval is how often a member passes the changes it heard
+	// on (to 3 others). Default: memberlist's preset, 200ms (100ms on
+	// loopback). Longer: less CPU and fewer packets, slower news.
+	GossipInterval time.Duration
+	// RelaysPerDC is how many relays each data centre elects among the
+	// proxies of a database (ElectRelays). Default 2.
+	RelaysPerDC int
 	// RejoinInterval is how often a member that no longer sees one of its
 	// seeds alive contacts it again, so the overlay heals after a
 	// partition. Default 30s.
@@ -65,11 +72,22 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("discovery: gossip address %s is not loopback: the overlay needs a cluster key (or insecure, for a trusted network)", c.Bind)
 	case c.ProbeInterval < 0:
 		return fmt.Errorf("discovery: probe interval %v is negative", c.ProbeInterval)
+	case c.GossipInterval < 0:
+		return fmt.Errorf("discovery: gossip interval %v is negative", c.GossipInterval)
+	case c.RelaysPerDC < 0:
+		return fmt.Errorf("discovery: %d relays per data centre is negative", c.RelaysPerDC)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("discovery: gossip port %q: %v", port, err)
 	}
 	return nil
+}
+
+func (c *Config) relaysPerDC() int {
+	if c.RelaysPerDC == 0 {
+		return DefaultRelaysPerDC
+	}
+	return c.RelaysPerDC
 }
 
 func isLoopback(host string) bool {
@@ -94,6 +112,9 @@ type Member struct {
 	// estimate yet. Zero for this member itself.
 	RTT  time.Duration
 	Self bool
+	// Suspect: it missed its probes; unless it answers soon it is
+	// declared dead and leaves the list.
+	Suspect bool
 }
 
 // Overlay is this process's membership of the gossip overlay.
@@ -113,7 +134,18 @@ type Overlay struct {
 		meta    []byte
 		coords  map[string]*coordinate.Coordinate // by member name
 		samples map[string]int                    // round trips measured, by member name
+		metas   map[string]decoded                // by member name
+		changed chan struct{}                     // closed at the next change
 	}
+}
+
+// decoded is a member's meta as last decoded, with the bytes it came
+// from: the member list is read every second by every agent, and metas
+// change far less often than that.
+type decoded struct {
+	raw  string
+	meta Meta
+	err  error
 }
 
 // Start joins the overlay: it binds the gossip address, then contacts the
@@ -147,6 +179,9 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	mc.TCPTimeout = 10 * time.Second
 	if cfg.ProbeInterval > 0 {
 		mc.ProbeInterval = cfg.ProbeInterval
+	}
+	if cfg.GossipInterval > 0 {
+		mc.GossipInterval = cfg.GossipInterval
 	}
 	logger := log.New(&memberlistLog{log: o.log}, "", 0)
 	mc.Logger = logger
@@ -219,7 +254,8 @@ func (o *Overlay) setMetaLocked(m Meta) bool {
 }
 
 // Members returns the live members, this one included, sorted by name.
-// Members whose meta cannot be decoded are left out (and counted).
+// Members whose meta cannot be decoded are left out (and counted). The
+// metas are shared between callers: read them, never change them.
 func (o *Overlay) Members() []Member {
 	nodes := o.ml.Members()
 	self := o.coord.GetCoordinate()
@@ -227,11 +263,12 @@ func (o *Overlay) Members() []Member {
 	defer o.mu.Unlock()
 	out := make([]Member, 0, len(nodes))
 	for _, n := range nodes {
-		meta, err := DecodeMeta(n.Meta)
+		meta, err := o.metaLocked(n.Name, n.Meta)
 		if err != nil {
 			continue // counted when it arrived (NotifyJoin/NotifyUpdate)
 		}
-		m := Member{Name: n.Name, Gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta, RTT: -1}
+		m := Member{Name: n.Name, Gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta, RTT: -1,
+			Suspect: n.State == memberlist.StateSuspect}
 		switch c, ok := o.mu.coords[n.Name]; {
 		case n.Name == o.cfg.NodeName:
 			m.Self, m.RTT = true, 0
@@ -242,6 +279,43 @@ func (o *Overlay) Members() []Member {
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// Changed returns a channel closed at the next change of the member
+// list: a member joins, leaves (or is declared dead) or changes its
+// advertisement. (Suspicion alone is not a change: a suspect member is
+// left out of the next election read, and leaves the list if it does not
+// answer.)
+func (o *Overlay) Changed() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mu.changed == nil {
+		o.mu.changed = make(chan struct{})
+	}
+	return o.mu.changed
+}
+
+func (o *Overlay) notifyChange() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mu.changed != nil {
+		close(o.mu.changed)
+		o.mu.changed = nil
+	}
+}
+
+// metaLocked decodes raw, the meta of member name, or returns it as
+// decoded last time it was the same.
+func (o *Overlay) metaLocked(name string, raw []byte) (Meta, error) {
+	if d, ok := o.mu.metas[name]; ok && d.raw == string(raw) {
+		return d.meta, d.err
+	}
+	m, err := DecodeMeta(raw)
+	if o.mu.metas == nil {
+		o.mu.metas = map[string]decoded{}
+	}
+	o.mu.metas[name] = decoded{raw: string(raw), meta: m, err: err}
+	return m, err
 }
 
 // Leave tells the others this member goes, then stops gossiping. Later
@@ -315,6 +389,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	d.checkMeta(n)
 	mMembers.Set(float64(d.o.live.Add(1)))
+	d.o.notifyChange()
 }
 
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
@@ -322,14 +397,22 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	d.o.mu.Lock()
 	delete(d.o.mu.coords, n.Name)
 	delete(d.o.mu.samples, n.Name)
+	delete(d.o.mu.metas, n.Name)
 	d.o.mu.Unlock()
 	mMembers.Set(float64(d.o.live.Add(-1)))
+	d.o.notifyChange()
 }
 
-func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.checkMeta(n) }
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	d.checkMeta(n)
+	d.o.notifyChange()
+}
 
 func (d *delegate) checkMeta(n *memberlist.Node) {
-	if _, err := DecodeMeta(n.Meta); err != nil {
+	d.o.mu.Lock()
+	_, err := d.o.metaLocked(n.Name, n.Meta)
+	d.o.mu.Unlock()
+	if err != nil {
 		mBadMeta.Inc()
 		d.o.log.Warn("member advertises a meta this node cannot read; ignored", "member", n.Name, "err", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
@@ -29,7 +31,9 @@ func (s *Server) startOverlay() error {
 		key = k.Derive("gossip")
 	}
 	o, err := discovery.Start(discovery.Config{NodeName: s.cfg.NodeName, Bind: s.cfg.Gossip, Join: s.cfg.Join,
-		Key: key, Insecure: s.cfg.Insecure, Log: s.log}, discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC})
+		Key: key, Insecure: s.cfg.Insecure, RelaysPerDC: s.cfg.RelaysPerDC, Log: s.log,
+		GossipInterval: s.cfg.GossipInterval.Duration, ProbeInterval: s.cfg.ProbeInterval.Duration},
+		discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC})
 	if err != nil {
 		return err
 	}
@@ -47,7 +51,7 @@ func (s *Server) learnDBIDFromOverlay(name string) (store.DBID, error) {
 		var sources []string
 		for _, m := range s.overlay.Members() {
 			for _, d := range m.Meta.DBs {
-				if d.Name == name && !m.Self && m.Meta.Repl != "" && d.Role != discovery.RoleProxy {
+				if d.Name == name && !m.Self && m.Meta.Repl != "" && !d.Role.IsProxy() {
 					sources = append(sources, m.Meta.Repl)
 				}
 			}
@@ -138,6 +142,10 @@ func (s *Server) localMeta() discovery.Meta {
 		switch {
 		case !d.IsReplica():
 			dm.Role = discovery.RoleRoot
+		case d.IsProxy() && s.overlay.DC(d.Name, s.cfg.DC).Relay:
+			// Elected by the proxies of its data centre: advertising it
+			// is what keeps the seat (discovery.ElectRelays).
+			dm.Role = discovery.RoleRelay
 		case d.IsProxy():
 			dm.Role = discovery.RoleProxy
 		default:
@@ -241,8 +249,17 @@ func (s *Server) Members() (any, bool) {
 			dbs = append(dbs, map[string]any{"name": d.Name, "db_id": d.ID.String(), "role": d.Role.String(),
 				"applied_index": d.Applied, "depth": d.Depth, "children": d.Children, "max_children": d.MaxChildren, "parent": parent})
 		}
-		out = append(out, map[string]any{"name": m.Name, "self": m.Self, "gossip": m.Gossip, "dc": m.Meta.DC,
+		out = append(out, map[string]any{"name": m.Name, "self": m.Self, "suspect": m.Suspect, "gossip": m.Gossip, "dc": m.Meta.DC,
 			"http": m.Meta.HTTP, "repl": m.Meta.Repl, "rtt_seconds": rtt, "databases": dbs})
 	}
-	return map[string]any{"self": s.cfg.NodeName, "members": out}, true
+	// Per database and data centre: the elected relays and the proxies.
+	dcs := []map[string]any{}
+	for _, d := range s.cfg.Databases {
+		byDC := s.overlay.Proxies(d.Name)
+		for _, dc := range slices.Sorted(maps.Keys(byDC)) {
+			p := byDC[dc]
+			dcs = append(dcs, map[string]any{"database": d.Name, "dc": dc, "relays": p.Relays, "proxies": p.Proxies})
+		}
+	}
+	return map[string]any{"self": s.cfg.NodeName, "members": out, "relays_per_dc": s.cfg.RelaysPerDC, "dcs": dcs}, true
 }
