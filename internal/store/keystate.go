@@ -13,6 +13,7 @@ import (
 type keyState struct {
 	exists   bool
 	index    uint64
+	cflags   uint32 // client flags of the value
 	value    []byte // nil for a chunked value not loaded
 	valueLen int
 	valueCRC uint32 // valid when chunks > 0
@@ -44,7 +45,7 @@ func (c *committer) state(key []byte) (*keyState, error) {
 			ks.exists, ks.corrupt = true, true
 			ks.valueLen, ks.remote = salvage(v)
 		} else {
-			ks.exists, ks.index, ks.valueLen, ks.chunks = true, rec.index, rec.valueLen, rec.chunks
+			ks.exists, ks.index, ks.cflags, ks.valueLen, ks.chunks = true, rec.index, rec.cflags, rec.valueLen, rec.chunks
 			switch {
 			case rec.kind == recChunked:
 				ks.valueCRC = rec.valueCRC

@@ -14,7 +14,7 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // A value record, stored under dataKey:
 //
-//	record := crc32c(rest)(4) flags(1) index(8 BE) body
+//	record := crc32c(rest)(4) flags(1) index(8 BE) [clientFlags(4 BE)] body
 //	inline body  := value
 //	chunked body := valueLen(uvarint) chunks(uvarint) crc32c(value)(4)
 //	in-log body  := block(8 BE) offset(uvarint) valueLen(uvarint) crc32c(value)(4)
@@ -34,6 +34,11 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // history.go) stands for a version whose value was unreadable when it was
 // overwritten.
 //
+// flagClient may be added to the flags of any record but a lost one: the
+// value has client flags (memcached's 32-bit flags, wal.Op.Flags) other
+// than 0, stored after the index. A record without it has client flags 0,
+// as every record written before client flags existed.
+//
 // A chunk, stored under chunkKey: crc32c(bytes)(4) bytes.
 const (
 	recHeader    = 4 + 1 + 8
@@ -41,6 +46,7 @@ const (
 	flagInLog    = 1 << 1
 	flagRemote   = 1 << 2
 	flagLost     = 1 << 3
+	flagClient   = 1 << 4
 	chunkOverhed = 4
 )
 
@@ -66,6 +72,7 @@ const (
 type record struct {
 	kind     recordKind
 	index    uint64
+	cflags   uint32 // client flags of the value
 	inline   []byte // the value of an inline record
 	valueLen int
 	chunks   int
@@ -75,17 +82,30 @@ type record struct {
 	offset int
 }
 
-func encodeInline(dst []byte, index uint64, value []byte) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, 0)
+// recordHead appends a record's header up to its body: room for the CRC,
+// the flags byte (kind, plus flagClient when cflags is not 0), the index
+// and the client flags.
+func recordHead(dst []byte, kind byte, index uint64, cflags uint32) []byte {
+	if cflags != 0 {
+		kind |= flagClient
+	}
+	dst = append(dst[:0], 0, 0, 0, 0, kind)
 	dst = binary.BigEndian.AppendUint64(dst, index)
+	if cflags != 0 {
+		dst = binary.BigEndian.AppendUint32(dst, cflags)
+	}
+	return dst
+}
+
+func encodeInline(dst []byte, index uint64, cflags uint32, value []byte) []byte {
+	dst = recordHead(dst, 0, index, cflags)
 	dst = append(dst, value...)
 	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
 	return dst
 }
 
-func encodeInLog(dst []byte, index, block uint64, offset, valueLen int, valueCRC uint32) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, flagInLog)
-	dst = binary.BigEndian.AppendUint64(dst, index)
+func encodeInLog(dst []byte, index uint64, cflags uint32, block uint64, offset, valueLen int, valueCRC uint32) []byte {
+	dst = recordHead(dst, flagInLog, index, cflags)
 	dst = binary.BigEndian.AppendUint64(dst, block)
 	dst = binary.AppendUvarint(dst, uint64(offset))
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
@@ -94,9 +114,8 @@ func encodeInLog(dst []byte, index, block uint64, offset, valueLen int, valueCRC
 	return dst
 }
 
-func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint32) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, flagChunked)
-	dst = binary.BigEndian.AppendUint64(dst, index)
+func encodeChunked(dst []byte, index uint64, cflags uint32, valueLen, chunks int, valueCRC uint32) []byte {
+	dst = recordHead(dst, flagChunked, index, cflags)
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
 	dst = binary.AppendUvarint(dst, uint64(chunks))
 	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
@@ -104,9 +123,8 @@ func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint
 	return dst
 }
 
-func encodeRemote(dst []byte, index uint64, valueLen int, valueCRC uint32) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, flagRemote)
-	dst = binary.BigEndian.AppendUint64(dst, index)
+func encodeRemote(dst []byte, index uint64, cflags uint32, valueLen int, valueCRC uint32) []byte {
+	dst = recordHead(dst, flagRemote, index, cflags)
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
 	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
 	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
@@ -132,6 +150,16 @@ func decodeRecord(b []byte) (record, error) {
 	flags := b[4]
 	r.index = binary.BigEndian.Uint64(b[5:])
 	body := b[recHeader:]
+	if flags&flagClient != 0 && flags != flagClient|flagLost {
+		if len(body) < 4 {
+			return r, fmt.Errorf("%w: value record client flags truncated", ErrCorrupt)
+		}
+		if r.cflags = binary.BigEndian.Uint32(body); r.cflags == 0 {
+			return r, fmt.Errorf("%w: value record with client flags 0", ErrCorrupt)
+		}
+		flags &^= flagClient
+		body = body[4:]
+	}
 	switch flags {
 	case 0, flagChunked, flagInLog:
 	case flagRemote:

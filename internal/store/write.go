@@ -209,6 +209,9 @@ func validateBatch(b Batch, l batchLimits) (int, error) {
 			if len(op.Value) != 0 {
 				return 0, fmt.Errorf("%w: delete with a value", ErrInvalid)
 			}
+			if op.Flags != 0 {
+				return 0, fmt.Errorf("%w: delete with client flags", ErrInvalid)
+			}
 		default:
 			return 0, fmt.Errorf("%w: unknown op type %d", ErrInvalid, op.Type)
 		}

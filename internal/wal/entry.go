@@ -32,6 +32,12 @@ const (
 	OpDelete OpType = 2
 )
 
+// opSetFlagged is how a set with client flags other than 0 is encoded: as
+// a set, with the flags between its key and its value. A set with flags 0
+// keeps the original encoding (type 1), so logs written before flags
+// existed decode, and hash, exactly as before.
+const opSetFlagged = 3
+
 func (t OpType) String() string {
 	switch t {
 	case OpSet:
@@ -47,6 +53,22 @@ type Op struct {
 	Type  OpType
 	Key   []byte
 	Value []byte
+	// Flags are the client flags stored with a set's value (the 32-bit
+	// flags of memcached; 0 unless a client sets them). 0 for OpDelete.
+	Flags uint32
+}
+
+// flagged reports whether op is encoded as opSetFlagged.
+func (op *Op) flagged() bool { return op.Type == OpSet && op.Flags != 0 }
+
+// opHeaderLen is the size of op's encoding before its value: type, key
+// length, key, and the flags of a flagged set.
+func (op *Op) opHeaderLen() int {
+	n := 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+	if op.flagged() {
+		n += 4
+	}
+	return n
 }
 
 // Kind says what an entry is for.
@@ -77,16 +99,27 @@ type Entry struct {
 // AppendBody appends the canonical encoding of e (everything but Hash) to dst.
 //
 //	body := version(1) kind(1) index(8 BE) time(8 BE) nops(uvarint) op*
-//	op   := type(1) keylen(uvarint) key [vallen(uvarint) value]   (value only for set)
+//	op   := type(1) keylen(uvarint) key [flags(4 BE)] [vallen(uvarint) value]
+//
+// A set has a value; a set with flags other than 0 has type 3 and its
+// flags (a set with flags 0 is always type 1, so the encoding is unique).
 func (e *Entry) AppendBody(dst []byte) []byte {
 	dst = append(dst, bodyVersion, byte(e.Kind))
 	dst = binary.BigEndian.AppendUint64(dst, e.Index)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Time))
 	dst = binary.AppendUvarint(dst, uint64(len(e.Ops)))
-	for _, op := range e.Ops {
-		dst = append(dst, byte(op.Type))
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		if op.flagged() {
+			dst = append(dst, opSetFlagged)
+		} else {
+			dst = append(dst, byte(op.Type))
+		}
 		dst = binary.AppendUvarint(dst, uint64(len(op.Key)))
 		dst = append(dst, op.Key...)
+		if op.flagged() {
+			dst = binary.BigEndian.AppendUint32(dst, op.Flags)
+		}
 		if op.Type == OpSet {
 			dst = binary.AppendUvarint(dst, uint64(len(op.Value)))
 			dst = append(dst, op.Value...)
@@ -99,8 +132,9 @@ func (e *Entry) AppendBody(dst []byte) []byte {
 // the body AppendBody produces (-1 for ops without a value).
 func (e *Entry) ValueOffsets(dst []int) []int {
 	off := 2 + 16 + uvarintLen(uint64(len(e.Ops)))
-	for _, op := range e.Ops {
-		off += 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		off += op.opHeaderLen()
 		if op.Type != OpSet {
 			dst = append(dst, -1)
 			continue
@@ -115,8 +149,9 @@ func (e *Entry) ValueOffsets(dst []int) []int {
 // BodySize returns len(e.AppendBody(nil)) without encoding.
 func (e *Entry) BodySize() int {
 	n := 2 + 16 + uvarintLen(uint64(len(e.Ops)))
-	for _, op := range e.Ops {
-		n += 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		n += op.opHeaderLen()
 		if op.Type == OpSet {
 			n += uvarintLen(uint64(len(op.Value))) + len(op.Value)
 		}
@@ -188,6 +223,10 @@ func DecodeBody(b []byte) (Entry, error) {
 			return e, fmt.Errorf("%w: op %d truncated", ErrMalformed, i)
 		}
 		op := Op{Type: OpType(b[0])}
+		flagged := b[0] == opSetFlagged
+		if flagged {
+			op.Type = OpSet
+		}
 		if op.Type != OpSet && op.Type != OpDelete {
 			return e, fmt.Errorf("%w: op %d has unknown type %d", ErrMalformed, i, b[0])
 		}
@@ -198,6 +237,15 @@ func DecodeBody(b []byte) (Entry, error) {
 		}
 		if len(op.Key) == 0 {
 			return e, fmt.Errorf("%w: op %d has an empty key", ErrMalformed, i)
+		}
+		if flagged {
+			if len(b) < 4 {
+				return e, fmt.Errorf("%w: op %d flags truncated", ErrMalformed, i)
+			}
+			if op.Flags = binary.BigEndian.Uint32(b); op.Flags == 0 {
+				return e, fmt.Errorf("%w: op %d is a flagged set with flags 0", ErrMalformed, i)
+			}
+			b = b[4:]
 		}
 		if op.Type == OpSet {
 			if op.Value, b, err = readBytes(b, MaxValueLen); err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // sampleEntries covers every shape of entry the format has: heartbeat, data
-// with sets and deletes, empty values, binary keys, long (multi-byte
+// with sets (with and without client flags) and deletes, empty values, binary keys, long (multi-byte
 // varint) lengths, and extreme indexes and times.
 func sampleEntries() []Entry {
 	long := bytes.Repeat([]byte{0xab}, 300) // 2-byte length varints
@@ -23,6 +23,8 @@ func sampleEntries() []Entry {
 			{Type: OpDelete, Key: []byte("gone")},
 			{Type: OpSet, Key: []byte{0, 0xff, '\n'}, Value: long},
 			{Type: OpSet, Key: long, Value: []byte("v")},
+			{Type: OpSet, Key: []byte("f"), Value: []byte("x"), Flags: 123},
+			{Type: OpSet, Key: []byte("g"), Value: long, Flags: 1<<32 - 1},
 		}},
 		{Index: 1<<64 - 1, Time: -1 << 63, Kind: KindData},
 	}
@@ -59,7 +61,7 @@ func sameEntry(a, b Entry) bool {
 	}
 	for i := range a.Ops {
 		x, y := a.Ops[i], b.Ops[i]
-		if x.Type != y.Type || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
+		if x.Type != y.Type || x.Flags != y.Flags || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
 			return false
 		}
 	}
@@ -96,6 +98,10 @@ func TestDecodeBodyRejects(t *testing.T) {
 		// re-encode to the bytes it came from.
 		{"non-minimal op count", append(header(byte(KindData)), 0x81, 0x00, byte(OpDelete), 1, 'k'), "bad op count"},
 		{"non-minimal key length", append(header(byte(KindData)), 1, byte(OpDelete), 0x81, 0x00, 'k'), "key"},
+		// A set with flags 0 has one encoding only: type 1.
+		{"flagged set with flags 0", append(header(byte(KindData)), 1, opSetFlagged, 1, 'k', 0, 0, 0, 0, 1, 'v'), "flags 0"},
+		{"flags truncated", append(header(byte(KindData)), 1, opSetFlagged, 1, 'k', 0, 0), "flags truncated"},
+		{"flagged value truncated", append(header(byte(KindData)), 1, opSetFlagged, 1, 'k', 0, 0, 0, 7, 2, 'v'), "value"},
 	}
 	for _, c := range cases {
 		_, err := DecodeBody(c.body)
@@ -178,15 +184,36 @@ func TestOpAndKindNames(t *testing.T) {
 	}
 }
 
+// TestUnflaggedEncodingIsUnchanged: a set with flags 0 encodes as it did
+// before client flags existed (type 1, no flags bytes), so old logs decode
+// and hash the same; flags other than 0 use type 3 with 4 bytes of flags.
+func TestUnflaggedEncodingIsUnchanged(t *testing.T) {
+	plain := (&Entry{Index: 1, Time: 2, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v")}}}).AppendBody(nil)
+	want := append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 1, 1, 'k', 1, 'v')
+	if !bytes.Equal(plain, want) {
+		t.Fatalf("unflagged set encodes as %x, want %x", plain, want)
+	}
+	flagged := (&Entry{Index: 1, Time: 2, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v"), Flags: 0x01020304}}}).AppendBody(nil)
+	want = append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 3, 1, 'k', 1, 2, 3, 4, 1, 'v')
+	if !bytes.Equal(flagged, want) {
+		t.Fatalf("flagged set encodes as %x, want %x", flagged, want)
+	}
+	e, err := DecodeBody(flagged)
+	if err != nil || e.Ops[0].Type != OpSet || e.Ops[0].Flags != 0x01020304 {
+		t.Fatalf("decoded %+v, %v", e.Ops, err)
+	}
+}
+
 func TestValueOffsets(t *testing.T) {
 	e := Entry{Index: 7, Time: 1, Kind: KindData, Ops: []Op{
 		{Type: OpSet, Key: []byte("a"), Value: []byte("first")},
 		{Type: OpDelete, Key: []byte("bb")},
 		{Type: OpSet, Key: []byte("ccc"), Value: bytes.Repeat([]byte("x"), 300)},
+		{Type: OpSet, Key: []byte("dd"), Value: []byte("flagged"), Flags: 9},
 	}}
 	body := e.AppendBody(nil)
 	offs := e.ValueOffsets(nil)
-	if len(offs) != 3 || offs[1] != -1 {
+	if len(offs) != 4 || offs[1] != -1 {
 		t.Fatalf("offsets %v", offs)
 	}
 	for i, op := range e.Ops {
