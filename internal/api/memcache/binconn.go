@@ -52,7 +52,7 @@ func (c *conn) binary() bool {
 		if c.flush() != nil {
 			return false
 		}
-		out, idx, err := c.storeData(modeOf(op.cmd), r.key, r.value, op.cmd != cmdAdd && r.cas != 0, r.cas)
+		out, idx, err := c.storeData(modeOf(op.cmd), r.key, r.value, r.flags, op.cmd != cmdAdd && r.cas != 0, r.cas)
 		c.binOutcome(&r, op, out, idx, err, nil)
 	case cmdDelete:
 		if c.flush() != nil {
@@ -126,7 +126,7 @@ func (c *conn) binGet(r *binRequest, op binOp) {
 		keyLen = len(r.key)
 	}
 	c.out = appendBinHeader(c.out, r.opcode, keyLen, 4, statusOK, 4+keyLen+len(value), r.opaque, idx)
-	c.out = append(c.out, 0, 0, 0, 0) // flags
+	c.out = binary.BigEndian.AppendUint32(c.out, c.curFlags)
 	if op.withKey {
 		c.out = append(c.out, r.key...)
 	}
@@ -149,7 +149,7 @@ func (c *conn) binOutcome(r *binRequest, op binOp, out outcome, idx uint64, err 
 		}
 		if op.cmd == cmdTouch { // as memcached: the flags and the cas unique
 			c.out = appendBinHeader(c.out, r.opcode, 0, 4, statusOK, 4, r.opaque, idx)
-			c.out = append(c.out, 0, 0, 0, 0)
+			c.out = binary.BigEndian.AppendUint32(c.out, c.curFlags)
 			return
 		}
 		if op.cmd == cmdIncr || op.cmd == cmdDecr {

@@ -42,8 +42,9 @@ type conn struct {
 	cur    []byte // the value lookup read
 	// lookup's result besides cur, and its callback (c.lookupFound).
 	curIndex uint64
+	curFlags uint32
 	curFound bool
-	foundCur func(key, value []byte, index uint64)
+	foundCur func(key, value []byte, index uint64, flags uint32)
 	next     []byte // the value a read-modify-write command writes
 	noreply  bool   // the current request asked for no reply
 	linger   bool   // close after an error reply: half-close and drain first
@@ -54,7 +55,7 @@ type conn struct {
 
 	// The get being served. found is c.foundValue, bound once so that a get
 	// does not allocate a closure.
-	found       func(key, value []byte, index uint64)
+	found       func(key, value []byte, index uint64, flags uint32)
 	getActive   bool
 	getCAS      bool
 	getMark     int // len(out) before the get's reply
@@ -272,7 +273,7 @@ func (c *conn) get(keys [][]byte, cas bool) {
 }
 
 // foundValue is the Backend's found callback: it appends one VALUE reply.
-func (c *conn) foundValue(key, value []byte, index uint64) {
+func (c *conn) foundValue(key, value []byte, index uint64, flags uint32) {
 	if !c.getActive {
 		return // called after Get returned: a Backend bug, ignored
 	}
@@ -286,7 +287,9 @@ func (c *conn) foundValue(key, value []byte, index uint64) {
 	}
 	out := append(c.out, "VALUE "...)
 	out = append(out, key...)
-	out = append(out, " 0 "...)
+	out = append(out, ' ')
+	out = strconv.AppendUint(out, uint64(flags), 10)
+	out = append(out, ' ')
 	out = strconv.AppendInt(out, int64(len(value)), 10)
 	if c.getCAS {
 		out = append(out, ' ')

@@ -23,6 +23,7 @@ type metaFlags struct {
 	value   bool   // v: return the value (mg, ma)
 	hasCas  bool   // C: compare the key's cas unique
 	cas     uint64 // C's token
+	flags   uint32 // F (ms): the client flags to store
 	mode    byte   // M: ms E A P R S; ma I D (normalised to upper case, + and - mapped)
 	delta   uint64 // ma D, default 1
 	initial uint64 // ma J, default 0
@@ -170,10 +171,11 @@ func (m *metaFlags) parseFlag(cmd command, t []byte) *protoError {
 	case cmd == cmdMetaGet && (f == 'h' || f == 'l'):
 		return errMetaLRU
 	case cmd == cmdMetaSet && f == 'F':
-		var flags uint64
-		if flags, err = num(); err == nil && flags != 0 {
-			return errFlags
+		v, ok := parseUint(arg, 1<<32-1)
+		if !ok {
+			return errMetaNumber
 		}
+		m.flags = uint32(v)
 	case cmd == cmdMetaSet && f == 'M':
 		if len(arg) != 1 {
 			return errMetaMode

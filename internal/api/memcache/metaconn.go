@@ -28,7 +28,7 @@ func (c *conn) meta(req *request) bool {
 		if data == nil {
 			return ok
 		}
-		out, idx, err := c.storeData(m.mode, c.key, data, m.hasCas, m.cas)
+		out, idx, err := c.storeData(m.mode, c.key, data, m.flags, m.hasCas, m.cas)
 		c.metaReply(m, out, idx, err, nil)
 		return true
 	}
@@ -76,7 +76,7 @@ func (c *conn) metaGet(key []byte, m *metaFlags) {
 	} else {
 		c.out = append(c.out, "HD"...)
 	}
-	c.out = c.metaFlagsOut(c.out, m, idx, len(value))
+	c.out = c.metaFlagsOut(c.out, m, idx, c.curFlags, len(value))
 	c.out = append(c.out, "\r\n"...)
 	if m.value {
 		c.out = append(c.out, value...)
@@ -101,9 +101,9 @@ func (c *conn) metaReply(m *metaFlags, out outcome, idx uint64, err error, num [
 		c.out = append(c.out, metaCodes[out]...)
 	}
 	if out == outStored {
-		c.out = c.metaFlagsOut(c.out, m, idx, -1)
+		c.out = c.metaFlagsOut(c.out, m, idx, 0, -1)
 	} else {
-		c.out = c.metaFlagsOut(c.out, m, 0, -1)
+		c.out = c.metaFlagsOut(c.out, m, 0, 0, -1)
 	}
 	c.out = append(c.out, "\r\n"...)
 	if out == outStored && num != nil {
@@ -113,10 +113,10 @@ func (c *conn) metaReply(m *metaFlags, out outcome, idx uint64, err error, num [
 }
 
 // metaFlagsOut appends the flags the request asked to have returned, in
-// its order: the cas unique (c), client flags (f, always 0), the key (k,
+// its order: the cas unique (c), client flags (f, mg only), the key (k,
 // as sent), the opaque (O), the size (s, when size >= 0), the remaining
 // TTL (t, -1: keys never expire) and b when the key is base64.
-func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, size int) []byte {
+func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, flags uint32, size int) []byte {
 	for _, f := range m.ret[:m.nret] {
 		switch f {
 		case 'b':
@@ -125,7 +125,8 @@ func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, size int) []by
 			out = append(out, " c"...)
 			out = strconv.AppendUint(out, idx, 10)
 		case 'f':
-			out = append(out, " f0"...)
+			out = append(out, " f"...)
+			out = strconv.AppendUint(out, uint64(flags), 10)
 		case 'k':
 			out = append(out, " k"...)
 			out = append(out, c.rawKey...)

@@ -95,7 +95,7 @@ func arith(cur []byte, incr bool, delta uint64) (uint64, bool) {
 }
 
 // lookup reads one key. The value is copied into c.cur (valid until the
-// next lookup).
+// next lookup), its client flags into c.curFlags.
 func (c *conn) lookup(key []byte) (value []byte, index uint64, found bool, err error) {
 	c.oneKey[0] = key
 	c.curFound = false
@@ -109,9 +109,9 @@ func (c *conn) lookup(key []byte) (value []byte, index uint64, found bool, err e
 
 // lookupFound is lookup's found callback, bound once to c.foundCur so that
 // a lookup does not allocate.
-func (c *conn) lookupFound(_, v []byte, idx uint64) {
+func (c *conn) lookupFound(_, v []byte, idx uint64, flags uint32) {
 	c.cur = append(c.cur[:0], v...)
-	c.curIndex, c.curFound = idx, true
+	c.curIndex, c.curFlags, c.curFound = idx, flags, true
 }
 
 // existence answers a conditional command whose condition did not hold:
@@ -129,9 +129,10 @@ func (c *conn) existence(key []byte) (outcome, error) {
 }
 
 // storeData runs a storage command: mode is one of the mode constants;
-// with hasCas the key must still have the unique cas. It returns the index
-// of the write when stored.
-func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (outcome, uint64, error) {
+// with hasCas the key must still have the unique cas. set, add, replace
+// and cas store flags; append and prepend keep the key's flags, as
+// memcached does. It returns the index of the write when stored.
+func (c *conn) storeData(mode byte, key, data []byte, flags uint32, hasCas bool, cas uint64) (outcome, uint64, error) {
 	c.s.stats.cmdSet.Add(1)
 	if mode != modeSet && mode != modeAdd {
 		if err := c.s.b.Writable(); err != nil {
@@ -140,7 +141,7 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 	}
 	switch {
 	case mode == modeSet && !hasCas:
-		idx, err := c.s.b.Set(c.s.ctx, key, data)
+		idx, err := c.s.b.Set(c.s.ctx, key, data, flags)
 		return outStored, idx, err
 	case mode == modeSet || mode == modeAdd:
 		// cas unique 0 is never a key's: a cas with it cannot succeed.
@@ -151,7 +152,7 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 			out, err := c.existence(key)
 			return out, 0, err
 		}
-		idx, err := c.s.b.WriteIf(c.s.ctx, key, data, false, cas)
+		idx, err := c.s.b.WriteIf(c.s.ctx, key, data, flags, false, cas)
 		if !errors.Is(err, store.ErrConditionFailed) {
 			return outStored, idx, err
 		}
@@ -177,7 +178,11 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 		if len(c.next) > c.s.cfg.MaxValueBytes {
 			return 0, 0, errTooLarge
 		}
-		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, false, idx)
+		f := flags
+		if mode != modeReplace {
+			f = c.curFlags
+		}
+		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, f, false, idx)
 		if !errors.Is(err, store.ErrConditionFailed) {
 			return outStored, w, err
 		}
@@ -201,7 +206,7 @@ func (c *conn) deleteKey(key []byte, hasCas bool, cas uint64) (outcome, error) {
 			out, err = c.existence(key)
 		}
 	default:
-		_, err = c.s.b.WriteIf(c.s.ctx, key, nil, true, cas)
+		_, err = c.s.b.WriteIf(c.s.ctx, key, nil, 0, true, cas)
 		if errors.Is(err, store.ErrConditionFailed) {
 			out, err = c.existence(key)
 		}
@@ -223,6 +228,7 @@ type arithOp struct {
 }
 
 // incrDecr runs op on key and returns the new value and the write's index.
+// The key keeps its client flags (a created key gets 0).
 func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error) {
 	if err := c.s.b.Writable(); err != nil {
 		return 0, 0, 0, err
@@ -233,11 +239,12 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 			return 0, 0, 0, err
 		}
 		var v uint64
+		flags := c.curFlags
 		switch {
 		case !found && !op.create:
 			return 0, 0, outNotFound, nil
 		case !found:
-			v, idx = op.initial, 0
+			v, idx, flags = op.initial, 0, 0
 		case op.hasCas && idx != op.cas:
 			return 0, 0, outExists, nil
 		default:
@@ -247,7 +254,7 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 			}
 		}
 		c.next = strconv.AppendUint(c.next[:0], v, 10)
-		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, false, idx)
+		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, flags, false, idx)
 		if !errors.Is(err, store.ErrConditionFailed) {
 			return v, w, outStored, err
 		}

@@ -91,6 +91,7 @@ type request struct {
 	// the client.
 	dataLen int
 	cas     uint64 // cas: the unique the key must still have
+	flags   uint32 // the storage commands: the client flags to store
 	delta   uint64 // incr, decr
 	// noreply: the client asked for no reply. Once the token is recognised
 	// it also silences error replies to the request, as memcached does; a
@@ -120,7 +121,6 @@ var (
 	errDeleteFormat = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format. Usage: delete <key> [noreply]"}
 	errNoKeys       = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR get needs at least one key"}
 	errDelta        = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR invalid numeric delta argument"}
-	errFlags        = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR flags are not supported: values are stored as bytes only, use flags 0"}
 	errExptime      = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR exptime is not supported: keys never expire, use exptime 0"}
 	errTooLarge     = &protoError{kind: kindTooLarge, msg: "SERVER_ERROR object too large for cache"}
 	errStatsGroup   = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR stats groups are not supported, use stats without arguments"}
@@ -313,11 +313,11 @@ func parseStorage(rest []byte, lim limits, req *request) *protoError {
 	if e := checkKey(toks[0], 0); e != nil {
 		return e
 	}
-	if flags, ok := parseUint(toks[1], 1<<32-1); !ok {
+	flags, ok := parseUint(toks[1], 1<<32-1)
+	if !ok {
 		return errFormat
-	} else if flags != 0 {
-		return errFlags
 	}
+	req.flags = uint32(flags)
 	if e := checkExptime(toks[2]); e != nil {
 		return e
 	}

@@ -16,6 +16,7 @@ func TestParseRequest(t *testing.T) {
 		key     string   // set, delete
 		dataLen int
 		noreply bool
+		flags   uint32 // the storage commands
 		// On refusal:
 		msg   string
 		kind  errKind
@@ -42,7 +43,8 @@ func TestParseRequest(t *testing.T) {
 		{line: "set  k  00  0  007", cmd: cmdSet, key: "k", dataLen: 7},
 		{line: "set k 0 0 101", cmd: cmdSet, key: "k", dataLen: 101, msg: "SERVER_ERROR object too large for cache", kind: kindTooLarge},
 		{line: "set k 0 0 101 noreply", cmd: cmdSet, key: "k", dataLen: 101, noreply: true, msg: "SERVER_ERROR object too large for cache", kind: kindTooLarge},
-		{line: "set k 1 0 5", cmd: cmdSet, key: "k", dataLen: 5, msg: errFlags.msg, kind: kindUnsupported},
+		{line: "set k 1 0 5", cmd: cmdSet, key: "k", dataLen: 5, flags: 1},
+		{line: "set k 4294967295 0 5", cmd: cmdSet, key: "k", dataLen: 5, flags: 1<<32 - 1},
 		{line: "set k 0 60 5", cmd: cmdSet, key: "k", dataLen: 5, msg: errExptime.msg, kind: kindUnsupported},
 		{line: "set k 0 -1 5", cmd: cmdSet, key: "k", dataLen: 5, msg: errExptime.msg, kind: kindUnsupported},
 		{line: "set k x 0 5", cmd: cmdSet, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
@@ -96,7 +98,8 @@ func TestParseRequest(t *testing.T) {
 		{line: "mg k v", cmd: cmdMetaGet, key: "k", dataLen: -1},
 		{line: "mn", cmd: cmdNoop, dataLen: -1},
 		{line: "add k 0 0 5", cmd: cmdAdd, key: "k", dataLen: 5},
-		{line: "add k 3 0 5 noreply", cmd: cmdAdd, key: "k", dataLen: 5, noreply: true, msg: errFlags.msg, kind: kindUnsupported},
+		{line: "add k 3 0 5 noreply", cmd: cmdAdd, key: "k", dataLen: 5, noreply: true, flags: 3},
+		{line: "cas k 7 0 5 99", cmd: cmdCas, key: "k", dataLen: 5, flags: 7},
 		{line: "cas k 0 0 5 99 noreply", cmd: cmdCas, key: "k", dataLen: 5, noreply: true},
 		{line: "cas k 0 0 5 noreply", cmd: cmdCas, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
 		{line: "cas k 0 0 5", cmd: cmdCas, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand, close: true, dataLen: -1},
@@ -132,6 +135,9 @@ func TestParseRequest(t *testing.T) {
 		if perr != nil {
 			t.Errorf("%q: refused with %q", name, perr.msg)
 			continue
+		}
+		if req.flags != tt.flags {
+			t.Errorf("%q: flags %d, want %d", name, req.flags, tt.flags)
 		}
 		var keys []string
 		for _, k := range req.keys {

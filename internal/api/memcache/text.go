@@ -44,7 +44,7 @@ func (c *conn) storage(req *request) bool {
 	if data == nil {
 		return ok
 	}
-	out, _, err := c.storeData(modeOf(req.cmd), c.key, data, req.cmd == cmdCas, req.cas)
+	out, _, err := c.storeData(modeOf(req.cmd), c.key, data, req.flags, req.cmd == cmdCas, req.cas)
 	if err != nil {
 		c.failed(err)
 		return true
