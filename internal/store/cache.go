@@ -71,11 +71,11 @@ type cacheSlot struct {
 }
 
 // cacheEntry is one immutable byte slice: index (8 bytes), asOf (8),
-// found (1), key length (2), client flags (4), key, value. Its value is handed to readers
+// found (1), key length (2), client flags (4), expiry (8), key, value. Its value is handed to readers
 // without a copy, so it is never written once cached.
 type cacheEntry []byte
 
-const entryHeader = 23
+const entryHeader = 31
 
 func newCacheEntry(key []byte, it Item, asOf uint64, found bool) cacheEntry {
 	value := it.Value
@@ -87,6 +87,7 @@ func newCacheEntry(key []byte, it Item, asOf uint64, found bool) cacheEntry {
 	}
 	binary.LittleEndian.PutUint16(e[17:], uint16(len(key)))
 	binary.LittleEndian.PutUint32(e[19:], it.Flags)
+	binary.LittleEndian.PutUint64(e[23:], uint64(it.Expires))
 	copy(e[entryHeader:], key)
 	copy(e[entryHeader+len(key):], value)
 	return e
@@ -97,6 +98,7 @@ func (e cacheEntry) asOf() uint64   { return binary.LittleEndian.Uint64(e[8:]) }
 func (e cacheEntry) found() bool    { return e[16] == 1 }
 func (e cacheEntry) keyLen() int    { return int(binary.LittleEndian.Uint16(e[17:])) }
 func (e cacheEntry) cflags() uint32 { return binary.LittleEndian.Uint32(e[19:]) }
+func (e cacheEntry) expires() int64 { return int64(binary.LittleEndian.Uint64(e[23:])) }
 func (e cacheEntry) key() []byte    { return e[entryHeader : entryHeader+e.keyLen()] }
 func (e cacheEntry) value() []byte  { return e[entryHeader+e.keyLen():] }
 
@@ -138,7 +140,7 @@ func (c *readCache) get(key []byte, a uint64) (it Item, found, ok bool) {
 	case e == nil:
 		return Item{}, false, false
 	case e.found() && e.index() <= a:
-		return Item{Value: e.value(), Index: e.index(), Flags: e.cflags()}, true, true
+		return Item{Value: e.value(), Index: e.index(), Flags: e.cflags(), Expires: e.expires()}, true, true
 	case !e.found() && e.asOf() <= a:
 		return Item{}, false, true
 	}

@@ -295,7 +295,7 @@ func TestReadCacheBudget(t *testing.T) {
 	for i := range 20000 {
 		k := fmt.Sprintf("key-%d", i%5000)
 		v := fmt.Sprintf("value-%d-%s", i, strings.Repeat("x", i%200))
-		c.put([]byte(k), Item{Value: []byte(v), Index: uint64(i + 1), Flags: uint32(i)}, true, uint64(i+1))
+		c.put([]byte(k), Item{Value: []byte(v), Index: uint64(i + 1), Flags: uint32(i), Expires: int64(i)}, true, uint64(i+1))
 		want[k] = v
 		if i%1000 == 0 {
 			c.invalidate(map[string]*keyState{k: nil}, uint64(i+1))
@@ -313,7 +313,7 @@ func TestReadCacheBudget(t *testing.T) {
 			continue
 		}
 		got := it.Value
-		if it.Flags != uint32(it.Index-1) {
+		if it.Flags != uint32(it.Index-1) || it.Expires != int64(it.Index-1) {
 			t.Fatalf("key %s: flags %d with index %d", k, it.Flags, it.Index)
 		}
 		held++

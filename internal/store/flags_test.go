@@ -154,11 +154,11 @@ func TestDeleteWithFlagsRefused(t *testing.T) {
 // client flags is encoded as before flags existed (so data written then
 // reads as flags 0), and one with flags adds them after the index.
 func TestRecordsWithoutClientFlagsUnchanged(t *testing.T) {
-	plain := encodeInline(nil, 5, 0, []byte("v"))
+	plain := encodeInline(nil, 5, valueAttrs{}, []byte("v"))
 	if len(plain) != recHeader+1 || plain[4] != 0 {
 		t.Fatalf("inline record without flags: %x", plain)
 	}
-	flagged := encodeInline(nil, 5, 0xabcd, []byte("v"))
+	flagged := encodeInline(nil, 5, valueAttrs{flags: 0xabcd}, []byte("v"))
 	if len(flagged) != recHeader+4+1 || flagged[4] != flagClient {
 		t.Fatalf("inline record with flags: %x", flagged)
 	}

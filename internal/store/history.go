@@ -133,7 +133,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 	if lost {
 		c.hbuf = encodeLost(c.hbuf, ks.index)
 	} else {
-		c.hbuf = encodeInline(c.hbuf, ks.index, ks.cflags, old)
+		c.hbuf = encodeInline(c.hbuf, ks.index, ks.attrs, old)
 	}
 	c.hkey = histVersionKey(c.hkey, key, until)
 	c.batch.Set(c.hkey, c.hbuf, nil)

@@ -309,14 +309,14 @@ func (c *committer) loadProxy() error {
 func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int, remote bool) {
 	c.proxyForget(ks)
 	if index <= c.windowFloor {
-		c.buf = encodeRemote(c.buf, index, op.Flags, len(op.Value), crc(op.Value))
+		c.buf = encodeRemote(c.buf, index, attrsOf(op), len(op.Value), crc(op.Value))
 		c.batch.Set(c.kbuf, c.buf, nil)
 		return 0, true
 	}
 	c.pstats.values++
 	c.pstats.bytes += int64(len(op.Value))
 	c.pxDirty = true
-	return c.writeValue(op.Key, index, op.Flags, op.Value), false
+	return c.writeValue(op.Key, index, attrsOf(op), op.Value), false
 }
 
 // proxyForget uncounts the stored value ks describes, being replaced. A
@@ -344,8 +344,8 @@ func (c *committer) prepareCache(r *request) error {
 			continue
 		}
 		c.kbuf = dataKey(c.kbuf, a.key)
-		n := c.writeValue(a.key, a.index, ks.cflags, a.value)
-		*ks = keyState{exists: true, index: a.index, cflags: ks.cflags, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
+		n := c.writeValue(a.key, a.index, ks.attrs, a.value)
+		*ks = keyState{exists: true, index: a.index, attrs: ks.attrs, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
 		c.pstats.values++
 		c.pstats.bytes += int64(len(a.value))
 		c.pxDirty = true
@@ -371,13 +371,13 @@ func (c *committer) prepareCache(r *request) error {
 			return err
 		}
 		c.kbuf = dataKey(c.kbuf, e.key)
-		c.buf = encodeRemote(c.buf, ks.index, ks.cflags, ks.valueLen, sum)
+		c.buf = encodeRemote(c.buf, ks.index, ks.attrs, ks.valueLen, sum)
 		c.batch.Set(c.kbuf, c.buf, nil)
 		for i := 0; i < ks.chunks; i++ {
 			c.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
 		}
 		c.proxyForget(ks)
-		*ks = keyState{exists: true, index: ks.index, cflags: ks.cflags, valueLen: ks.valueLen, valueCRC: sum, remote: true}
+		*ks = keyState{exists: true, index: ks.index, attrs: ks.attrs, valueLen: ks.valueLen, valueCRC: sum, remote: true}
 		ch.evicted++
 		ch.evictedBytes += int64(ks.valueLen)
 	}

@@ -59,7 +59,7 @@ func (v *View) fetchOne(key []byte, rec record) (Item, error) {
 		return Item{}, err
 	}
 	v.vbuf = append(v.vbuf[:0], items[0].Value...)
-	return Item{Value: v.vbuf, Index: rec.index, Flags: rec.cflags}, nil
+	return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 }
 
 // proxyAnswer is one key of a proxy lookup. The client flags of a fetched
@@ -123,7 +123,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, it Item, fo
 		}
 		if rec.kind == recRemote {
 			items = append(items, FetchItem{Key: k, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
-			ans = append(ans, proxyAnswer{item: Item{Index: rec.index, Flags: rec.cflags}, found: true, fetch: len(items) - 1})
+			ans = append(ans, proxyAnswer{item: Item{Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, found: true, fetch: len(items) - 1})
 			continue
 		}
 		it, err := v.value(k, rec)

@@ -110,6 +110,9 @@ type Item struct {
 	// Flags are the client flags written with the value (wal.Op.Flags;
 	// 0 unless a client set them).
 	Flags uint32
+	// Expires is the log time (Unix ns) from which the root deletes the
+	// key (wal.Op.Expires); 0: never.
+	Expires int64
 }
 
 // Get returns the value of key and the index of the entry that wrote it.
@@ -158,7 +161,7 @@ func (v *View) value(key []byte, rec record) (Item, error) {
 		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 		return Item{}, fmt.Errorf("%w: key %q: value record of the history kind", ErrCorrupt, key)
 	case rec.kind != recChunked && rec.kind != recInLog:
-		return Item{Value: rec.inline, Index: rec.index, Flags: rec.cflags}, nil
+		return Item{Value: rec.inline, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 	}
 	// A clone reads the same state as the view (a new iterator would read
 	// the latest one, whose chunks may belong to a newer value); the main
@@ -174,14 +177,14 @@ func (v *View) value(key []byte, rec record) (Item, error) {
 			v.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
 			return Item{}, fmt.Errorf("key %q: %w", key, err)
 		}
-		return Item{Value: v.vbuf, Index: rec.index, Flags: rec.cflags}, nil
+		return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 	}
 	v.vbuf, err = readChunks(it, key, rec.chunks, rec.valueLen, rec.valueCRC, v.vbuf[:0])
 	if err != nil {
 		v.s.m.integrityErrors.WithLabelValues("chunk_crc").Inc()
 		return Item{}, fmt.Errorf("key %q: %w", key, err)
 	}
-	return Item{Value: v.vbuf, Index: rec.index, Flags: rec.cflags}, nil
+	return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 }
 
 // readInLog reads the value of an in-log record from its log block and

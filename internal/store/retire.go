@@ -227,7 +227,7 @@ func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, er
 // rewrites are left alone: their new record is already in the batch.
 func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 	return c.forEachLiveValue(blockFirst, blk, func(k []byte, rec record, value []byte) {
-		c.buf = encodeInline(c.buf, rec.index, rec.cflags, value)
+		c.buf = encodeInline(c.buf, rec.index, rec.attrs, value)
 		c.batch.Set(k, c.buf, nil)
 		c.s.m.materialized.Inc()
 	})

@@ -202,6 +202,9 @@ func validateBatch(b Batch, l batchLimits) (int, error) {
 		}
 		switch op.Type {
 		case wal.OpSet:
+			if op.Expires < 0 {
+				return 0, fmt.Errorf("%w: expiry %d before 1970", ErrInvalid, op.Expires)
+			}
 			if len(op.Value) > l.valueBytes {
 				return 0, fmt.Errorf("%w: value of %d bytes, limit %d", ErrTooLarge, len(op.Value), l.valueBytes)
 			}
@@ -209,8 +212,8 @@ func validateBatch(b Batch, l batchLimits) (int, error) {
 			if len(op.Value) != 0 {
 				return 0, fmt.Errorf("%w: delete with a value", ErrInvalid)
 			}
-			if op.Flags != 0 {
-				return 0, fmt.Errorf("%w: delete with client flags", ErrInvalid)
+			if op.Flags != 0 || op.Expires != 0 {
+				return 0, fmt.Errorf("%w: delete with client flags or an expiry", ErrInvalid)
 			}
 		default:
 			return 0, fmt.Errorf("%w: unknown op type %d", ErrInvalid, op.Type)

@@ -25,6 +25,8 @@ func sampleEntries() []Entry {
 			{Type: OpSet, Key: long, Value: []byte("v")},
 			{Type: OpSet, Key: []byte("f"), Value: []byte("x"), Flags: 123},
 			{Type: OpSet, Key: []byte("g"), Value: long, Flags: 1<<32 - 1},
+			{Type: OpSet, Key: []byte("h"), Value: []byte("y"), Expires: 1_700_000_060_000_000_000},
+			{Type: OpSet, Key: []byte("i"), Value: nil, Flags: 2, Expires: -1},
 		}},
 		{Index: 1<<64 - 1, Time: -1 << 63, Kind: KindData},
 	}
@@ -61,7 +63,7 @@ func sameEntry(a, b Entry) bool {
 	}
 	for i := range a.Ops {
 		x, y := a.Ops[i], b.Ops[i]
-		if x.Type != y.Type || x.Flags != y.Flags || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
+		if x.Type != y.Type || x.Flags != y.Flags || x.Expires != y.Expires || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
 			return false
 		}
 	}
@@ -99,9 +101,14 @@ func TestDecodeBodyRejects(t *testing.T) {
 		{"non-minimal op count", append(header(byte(KindData)), 0x81, 0x00, byte(OpDelete), 1, 'k'), "bad op count"},
 		{"non-minimal key length", append(header(byte(KindData)), 1, byte(OpDelete), 0x81, 0x00, 'k'), "key"},
 		// A set with flags 0 has one encoding only: type 1.
-		{"flagged set with flags 0", append(header(byte(KindData)), 1, opSetFlagged, 1, 'k', 0, 0, 0, 0, 1, 'v'), "flags 0"},
-		{"flags truncated", append(header(byte(KindData)), 1, opSetFlagged, 1, 'k', 0, 0), "flags truncated"},
-		{"flagged value truncated", append(header(byte(KindData)), 1, opSetFlagged, 1, 'k', 0, 0, 0, 7, 2, 'v'), "value"},
+		{"attributes with flags 0", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags, 0, 0, 0, 0, 1, 'v'), "flags attribute of 0"},
+		{"attributes with expiry 0", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrExpires, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'v'), "expiry attribute of 0"},
+		{"empty attribute mask", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', 0, 1, 'v'), "attribute mask"},
+		{"unknown attribute", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', 4, 1, 'v'), "attribute mask"},
+		{"attributes truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k'), "attributes truncated"},
+		{"flags truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags, 0, 0), "flags truncated"},
+		{"expiry truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags|attrExpires, 0, 0, 0, 1, 0, 0), "expiry truncated"},
+		{"value after attributes truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags, 0, 0, 0, 7, 2, 'v'), "value"},
 	}
 	for _, c := range cases {
 		_, err := DecodeBody(c.body)
@@ -184,9 +191,9 @@ func TestOpAndKindNames(t *testing.T) {
 	}
 }
 
-// TestUnflaggedEncodingIsUnchanged: a set with flags 0 encodes as it did
-// before client flags existed (type 1, no flags bytes), so old logs decode
-// and hash the same; flags other than 0 use type 3 with 4 bytes of flags.
+// TestUnflaggedEncodingIsUnchanged: a set without attributes encodes as
+// it did before they existed (type 1), so old logs decode and hash the
+// same; flags other than 0 or an expiry use type 3 and an attribute mask.
 func TestUnflaggedEncodingIsUnchanged(t *testing.T) {
 	plain := (&Entry{Index: 1, Time: 2, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v")}}}).AppendBody(nil)
 	want := append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 1, 1, 'k', 1, 'v')
@@ -194,7 +201,7 @@ func TestUnflaggedEncodingIsUnchanged(t *testing.T) {
 		t.Fatalf("unflagged set encodes as %x, want %x", plain, want)
 	}
 	flagged := (&Entry{Index: 1, Time: 2, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v"), Flags: 0x01020304}}}).AppendBody(nil)
-	want = append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 3, 1, 'k', 1, 2, 3, 4, 1, 'v')
+	want = append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 3, 1, 'k', attrFlags, 1, 2, 3, 4, 1, 'v')
 	if !bytes.Equal(flagged, want) {
 		t.Fatalf("flagged set encodes as %x, want %x", flagged, want)
 	}
@@ -210,10 +217,11 @@ func TestValueOffsets(t *testing.T) {
 		{Type: OpDelete, Key: []byte("bb")},
 		{Type: OpSet, Key: []byte("ccc"), Value: bytes.Repeat([]byte("x"), 300)},
 		{Type: OpSet, Key: []byte("dd"), Value: []byte("flagged"), Flags: 9},
+		{Type: OpSet, Key: []byte("e"), Value: []byte("expiring"), Flags: 9, Expires: 77},
 	}}
 	body := e.AppendBody(nil)
 	offs := e.ValueOffsets(nil)
-	if len(offs) != 4 || offs[1] != -1 {
+	if len(offs) != 5 || offs[1] != -1 {
 		t.Fatalf("offsets %v", offs)
 	}
 	for i, op := range e.Ops {
