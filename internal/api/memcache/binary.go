@@ -135,6 +135,7 @@ type binRequest struct {
 	binHeader
 	extras, key, value []byte
 	flags              uint32 // set, add, replace: the client flags to store
+	exptime            int64  // the expiration extra, as sent (expiresAt)
 }
 
 // binError is a binary request refused: its status, metric kind and the
@@ -153,7 +154,6 @@ var (
 	errBinBody    = &binError{status: statusInvalid, kind: kindBadCommand, msg: "Invalid arguments: lengths exceed the body", close: true}
 	errBinUnknown = &binError{status: statusUnknown, kind: kindBadCommand, msg: "Unknown command"}
 	errBinTooBig  = &binError{status: statusTooLarge, kind: kindTooLarge, msg: "Too large."}
-	errBinExptime = &binError{status: statusUnsupported, kind: kindUnsupported, msg: "Not supported: keys never expire, use expiration 0"}
 	errBinGroup   = &binError{status: statusUnsupported, kind: kindUnsupported, msg: "Not supported: stats groups"}
 )
 
@@ -220,8 +220,8 @@ func parseBinBody(h binHeader, body []byte, lim limits) (binRequest, *binError) 
 			exptime = nil
 		}
 	}
-	if exptime != nil && binary.BigEndian.Uint32(exptime) != 0 {
-		return r, errBinExptime
+	if exptime != nil {
+		r.exptime = int64(binary.BigEndian.Uint32(exptime))
 	}
 	return r, nil
 }

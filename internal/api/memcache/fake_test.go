@@ -52,20 +52,20 @@ type fakeBackend struct {
 type fakeValue struct {
 	value []byte
 	index uint64
-	flags uint32
+	attrs Attrs
 }
 
 func newFakeBackend() *fakeBackend {
 	return &fakeBackend{data: make(map[string]fakeValue)}
 }
 
-func (f *fakeBackend) Get(keys [][]byte, found func(key, value []byte, index uint64, flags uint32)) (uint64, error) {
+func (f *fakeBackend) Get(keys [][]byte, found func(key, value []byte, index uint64, a Attrs)) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var err error
 	for _, k := range keys {
 		if v, ok := f.data[string(k)]; ok {
-			found(k, v.value, v.index, v.flags)
+			found(k, v.value, v.index, v.attrs)
 		}
 		if err == nil && f.errFor != nil {
 			err = f.errFor("get", k)
@@ -77,7 +77,7 @@ func (f *fakeBackend) Get(keys [][]byte, found func(key, value []byte, index uin
 	return f.index, err
 }
 
-func (f *fakeBackend) Set(ctx context.Context, key, value []byte, flags uint32) (uint64, error) {
+func (f *fakeBackend) Set(ctx context.Context, key, value []byte, a Attrs) (uint64, error) {
 	f.mu.Lock()
 	hook, err := f.setHook, f.setErr
 	if err == nil && f.errFor != nil {
@@ -95,7 +95,7 @@ func (f *fakeBackend) Set(ctx context.Context, key, value []byte, flags uint32) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
-	f.data[string(key)] = fakeValue{bytes.Clone(value), f.index, flags}
+	f.data[string(key)] = fakeValue{bytes.Clone(value), f.index, a}
 	return f.index, nil
 }
 
@@ -117,7 +117,7 @@ func (f *fakeBackend) Delete(ctx context.Context, key []byte) (uint64, bool, err
 	return f.index, ok, nil
 }
 
-func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, flags uint32, del bool, ifIndex uint64) (uint64, error) {
+func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, a Attrs, del bool, ifIndex uint64) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	err := f.setErr
@@ -137,7 +137,7 @@ func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, flags uint
 	if del {
 		delete(f.data, string(key))
 	} else {
-		f.data[string(key)] = fakeValue{bytes.Clone(value), f.index, flags}
+		f.data[string(key)] = fakeValue{bytes.Clone(value), f.index, a}
 	}
 	return f.index, nil
 }
@@ -175,7 +175,7 @@ func (f *fakeBackend) put(key, value string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
-	f.data[key] = fakeValue{[]byte(value), f.index, 0}
+	f.data[key] = fakeValue{[]byte(value), f.index, Attrs{}}
 }
 
 // memConn is an in-memory net.Conn: reads come from in, at most chunk bytes
