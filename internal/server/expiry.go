@@ -14,8 +14,9 @@ import (
 )
 
 // expiryEvery is how often the root looks for keys whose expiry has come:
-// a key is deleted at most about this long after its expiry.
-const expiryEvery = time.Second
+// a key is deleted at most about this long after its expiry (later
+// while the root cannot write).
+const expiryEvery = 250 * time.Millisecond
 
 var (
 	mExpired = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{

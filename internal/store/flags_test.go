@@ -103,9 +103,21 @@ func TestClientFlagsStoredWithValues(t *testing.T) {
 	if f.calls.Load() == 0 {
 		t.Fatal("the proxy fetched no value: its remote records were not read")
 	}
+	// Digests cover the attributes: equal on every node with them.
+	d, n := digest(t, root)
+	for _, s := range []*Store{replica, px} {
+		if d2, n2 := digest(t, s); d2 != d || n2 != n {
+			t.Fatalf("digest differs from the root's")
+		}
+	}
+	mustWrite(t, root, setf("inline", []byte("small"), 8))
+	if d2, _ := digest(t, root); d2 == d {
+		t.Fatal("a change of client flags leaves the digest as it was")
+	}
 
 	root.Close()
 	reopened := openTest(t, Options{Dir: dir, ChunkBytes: 4096})
+	want["inline"] = Item{Value: []byte("small"), Flags: 8, Index: root.AppliedIndex()}
 	checkItems(t, "reopened root", reopened, want)
 }
 

@@ -195,12 +195,11 @@ const (
 
 type scanItem struct {
 	key   []byte
-	value []byte
-	index uint64
+	item  Item
 	fetch int
 }
 
-func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) ([]byte, error) {
+func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key []byte, it Item) error) ([]byte, error) {
 	lower := dataKey(nil, prefix)
 	if bytes.Compare(start, prefix) > 0 {
 		lower = dataKey(nil, start)
@@ -233,7 +232,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			bytesIn += rec.valueLen
 			if rec.kind == recRemote {
 				items = append(items, FetchItem{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC})
-				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
+				page = append(page, scanItem{key: key, item: Item{Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, fetch: len(items) - 1})
 				continue
 			}
 			// value may move a clone, never v.it.
@@ -241,7 +240,8 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			if err != nil {
 				return nil, err
 			}
-			page = append(page, scanItem{key: key, value: append([]byte(nil), it.Value...), index: it.Index, fetch: -1})
+			it.Value = append([]byte(nil), it.Value...)
+			page = append(page, scanItem{key: key, item: it, fetch: -1})
 		}
 		if err := v.it.Error(); err != nil {
 			return nil, err
@@ -254,13 +254,13 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 		for i := range page {
 			it := &page[i]
 			if it.fetch >= 0 {
-				it.value = items[it.fetch].Value
+				it.item.Value = items[it.fetch].Value
 				v.s.px.touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
 				v.s.px.touch(it.key)
 			}
-			if err := fn(it.key, it.value, it.index); err != nil {
+			if err := fn(it.key, it.item); err != nil {
 				return nil, err
 			}
 			n++

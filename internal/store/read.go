@@ -272,6 +272,11 @@ func readChunks(it *pebble.Iterator, key []byte, chunks, valueLen int, valueCRC 
 // key to continue from when it stopped at the limit, or nil at the end.
 // Values passed to fn are valid only during the call.
 func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) (next []byte, err error) {
+	return v.ScanItems(prefix, start, limit, func(key []byte, it Item) error { return fn(key, it.Value, it.Index) })
+}
+
+// ScanItems is Scan passing each key's Item.
+func (v *View) ScanItems(prefix, start []byte, limit int, fn func(key []byte, it Item) error) (next []byte, err error) {
 	defer func() { err = engineErr(err) }()
 	if v.s.px != nil {
 		return v.scanProxy(prefix, start, limit, fn)
@@ -304,7 +309,7 @@ func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, 
 		if err != nil {
 			return nil, err
 		}
-		if err := fn(key, it.Value, it.Index); err != nil {
+		if err := fn(key, it); err != nil {
 			return nil, err
 		}
 		n++
@@ -333,7 +338,9 @@ func (s *Store) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
 }
 
 // Digest summarises the whole data of a database at one applied index:
-// SHA-256 over every key, value and index in key order. Two nodes with the
+// SHA-256 over every key, value and index in key order, and the client
+// flags and expiry of the values that have them (so data without them
+// digests as it did before they existed). Two nodes with the
 // same Digest at the same Index serve the same data; comparing digests (not
 // just indexes) is how replicas are checked against their root.
 type Digest struct {
@@ -353,12 +360,17 @@ func (s *Store) Digest() (Digest, error) {
 	h := sha256.New()
 	d := Digest{Index: v.Index()}
 	var buf []byte
-	if _, err := v.Scan(nil, nil, 0, func(k, val []byte, idx uint64) error {
+	if _, err := v.ScanItems(nil, nil, 0, func(k []byte, it Item) error {
 		buf = binary.AppendUvarint(buf[:0], uint64(len(k)))
 		buf = append(buf, k...)
-		buf = binary.AppendUvarint(buf, uint64(len(val)))
-		buf = append(buf, val...)
-		buf = binary.BigEndian.AppendUint64(buf, idx)
+		buf = binary.AppendUvarint(buf, uint64(len(it.Value)))
+		buf = append(buf, it.Value...)
+		buf = binary.BigEndian.AppendUint64(buf, it.Index)
+		if it.Flags != 0 || it.Expires != 0 {
+			buf = append(buf, 'a')
+			buf = binary.BigEndian.AppendUint32(buf, it.Flags)
+			buf = binary.BigEndian.AppendUint64(buf, uint64(it.Expires))
+		}
 		h.Write(buf)
 		d.Keys++
 		return nil
