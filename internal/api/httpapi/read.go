@@ -50,6 +50,9 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
 		if found && it.Flags != 0 {
 			w.Header()["Qs-Flags"] = []string{strconv.FormatUint(uint64(it.Flags), 10)}
 		}
+		if found && it.Expires != 0 {
+			w.Header()["Qs-Expires"] = []string{strconv.FormatInt(it.Expires, 10)}
+		}
 		switch {
 		case !found:
 			w.Header()["Qs-Applied-Index"] = []string{strconv.FormatUint(at, 10)}

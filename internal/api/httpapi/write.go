@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -28,10 +29,18 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 		return h.fail(w, r, d, errEmptyKey)
 	}
 	var conds []store.Cond
+	var expires int64
 	if r.URL.RawQuery != "" {
-		q, err := parseQuery(r.URL.RawQuery, "if_index")
+		q, err := parseQuery(r.URL.RawQuery, "if_index", "ttl")
 		if err != nil {
 			return h.fail(w, r, d, err)
+		}
+		if v, ok := q["ttl"]; ok {
+			n, err := strconv.ParseUint(v[0], 10, 32)
+			if err != nil || n == 0 || op != wal.OpSet {
+				return h.fail(w, r, d, errorf(codeBadRequest, "qs: ttl %q is not a number of seconds from 1 to 4294967295 on a PUT", v[0]))
+			}
+			expires = time.Now().UnixNano() + int64(n)*int64(time.Second)
 		}
 		if v, ok := q["if_index"]; ok {
 			n, err := strconv.ParseUint(v[0], 10, 64)
@@ -48,7 +57,7 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 	if err := checkWritable(d); err != nil {
 		return h.fail(w, r, d, err)
 	}
-	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key), Flags: flags}}, Conds: conds}
+	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key), Flags: flags, Expires: expires}}, Conds: conds}
 	p, err := authenticate(d, r)
 	if err == nil {
 		err = authorize(d, p, b.Ops) // before reading a body that would be refused

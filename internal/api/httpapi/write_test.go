@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -318,5 +320,27 @@ func TestClientFlagsHeader(t *testing.T) {
 	mustWriteOK(t, put("w"))
 	if r := e.do("GET", keyPath("k"), nil); r.header.Get("Qs-Flags") != "" || string(r.body) != "w" {
 		t.Fatalf("put without the header: %q %v", r.body, r.header)
+	}
+}
+
+// TestTTLQuery: a PUT with ttl=N gives the key an expiry N seconds ahead,
+// returned by a GET as Qs-Expires (Unix ns); a bad ttl, or one on a DELETE,
+// is refused and changes nothing.
+func TestTTLQuery(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	before := time.Now().UnixNano()
+	mustWriteOK(t, e.do("PUT", keyPath("k")+"?ttl=60", []byte("v")))
+	r := e.do("GET", keyPath("k"), nil)
+	exp, err := strconv.ParseInt(r.header.Get("Qs-Expires"), 10, 64)
+	if err != nil || exp < before+60e9 || exp > time.Now().UnixNano()+60e9 {
+		t.Fatalf("Qs-Expires %q after a PUT with ttl=60 at %d", r.header.Get("Qs-Expires"), before)
+	}
+	for _, bad := range []string{"PUT ?ttl=0", "PUT ?ttl=-5", "PUT ?ttl=x", "PUT ?ttl=4294967296", "DELETE ?ttl=5"} {
+		method, q, _ := strings.Cut(bad, " ")
+		mustError(t, e.do(method, keyPath("k")+q, []byte("w")), 400, "bad_request")
+	}
+	mustWriteOK(t, e.do("PUT", keyPath("k"), []byte("v")))
+	if r := e.do("GET", keyPath("k"), nil); r.header.Get("Qs-Expires") != "" || string(r.body) != "v" {
+		t.Fatalf("after a PUT without ttl: %q %v", r.body, r.header)
 	}
 }
