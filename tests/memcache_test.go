@@ -129,6 +129,19 @@ func checkMemcacheWrites(t *testing.T, addr, prefix string) {
 	if it, err := mc.Get(k("b")); err != nil || string(it.Value) != "new" {
 		t.Fatalf("get after cas: %+v %v", it, err)
 	}
+	// Client flags and expiry.
+	if err := mc.Set(&gomemcache.Item{Key: k("f"), Value: []byte("v"), Flags: 77, Expiration: 3600}); err != nil {
+		t.Fatalf("set with flags and exptime: %v", err)
+	}
+	if err := mc.Append(&gomemcache.Item{Key: k("f"), Value: []byte("w")}); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if err := mc.Touch(k("f"), 7200); err != nil {
+		t.Fatalf("touch with an exptime: %v", err)
+	}
+	if it, err := mc.Get(k("f")); err != nil || it.Flags != 77 || string(it.Value) != "vw" {
+		t.Fatalf("get after touch: %+v %v", it, err)
+	}
 	// Meta.
 	raw := dialMC(t, addr)
 	if got := raw.line("ms " + k("m") + " 2 MS\r\nhi\r\n"); got != "HD" {
@@ -139,6 +152,12 @@ func checkMemcacheWrites(t *testing.T, addr, prefix string) {
 	}
 	if got := raw.line("ma " + k("n") + " N0 J41 v\r\n"); got != "VA 2" || raw.line("") != "41" {
 		t.Fatalf("ma: %q", got)
+	}
+	if got := raw.line("ms " + k("m") + " 2 F5 T3600\r\nhi\r\n"); got != "HD" {
+		t.Fatalf("ms with flags and TTL: %q", got)
+	}
+	if got := raw.line("mg " + k("m") + " f\r\n"); got != "HD f5" {
+		t.Fatalf("mg f: %q", got)
 	}
 	if got := raw.line("md " + k("m") + "\r\n"); got != "HD" {
 		t.Fatalf("md: %q", got)
@@ -155,6 +174,12 @@ func checkMemcacheWrites(t *testing.T, addr, prefix string) {
 	}
 	if st, v := raw.binary(0x00, k("bin"), "", ""); st != 0 || v != "v1+" {
 		t.Fatalf("binary get: %#x %q", st, v)
+	}
+	if st, _ := raw.binary(0x01, k("binf"), "\x00\x00\x00\x2a\x00\x00\x0e\x10", "x"); st != 0 {
+		t.Fatalf("binary set with flags and expiration: status %#x", st)
+	}
+	if got := raw.line("mg " + k("binf") + " f v\r\n"); got != "VA 1 f42" || raw.line("") != "x" {
+		t.Fatalf("mg of a binary set with flags: %q", got)
 	}
 	if st, _ := raw.binary(0x04, k("bin"), "", ""); st != 0 {
 		t.Fatalf("binary delete: status %#x", st)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -18,13 +19,13 @@ type memcacheBackend struct {
 	flushAll bool // the database allows flush_all (memcache_flush_all)
 }
 
-func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
+func (b memcacheBackend) Get(keys [][]byte, found func(key, value []byte, index uint64, a memcache.Attrs)) (uint64, error) {
 	for _, k := range keys {
 		b.db.Reads.Observe(k)
 	}
-	return b.db.Store.Lookup(keys, func(_ uint64, i int, v []byte, idx uint64, ok bool) error {
+	return b.db.Store.LookupItems(keys, func(_ uint64, i int, it store.Item, ok bool) error {
 		if ok {
-			found(keys[i], v, idx)
+			found(keys[i], it.Value, it.Index, memcache.Attrs{Flags: it.Flags, Expires: it.Expires})
 		}
 		return nil
 	})
@@ -40,8 +41,8 @@ func (b memcacheBackend) write(ctx context.Context, op wal.Op, conds ...store.Co
 	return r.Index, r.Changed, err
 }
 
-func (b memcacheBackend) Set(ctx context.Context, key, value []byte) (uint64, error) {
-	idx, _, err := b.write(ctx, wal.Op{Type: wal.OpSet, Key: key, Value: value})
+func (b memcacheBackend) Set(ctx context.Context, key, value []byte, a memcache.Attrs) (uint64, error) {
+	idx, _, err := b.write(ctx, wal.Op{Type: wal.OpSet, Key: key, Value: value, Flags: a.Flags, Expires: a.Expires})
 	return idx, err
 }
 
@@ -59,8 +60,8 @@ func (b memcacheBackend) Writable() error {
 	return nil
 }
 
-func (b memcacheBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
-	op := wal.Op{Type: wal.OpSet, Key: key, Value: value}
+func (b memcacheBackend) WriteIf(ctx context.Context, key, value []byte, a memcache.Attrs, del bool, ifIndex uint64) (uint64, error) {
+	op := wal.Op{Type: wal.OpSet, Key: key, Value: value, Flags: a.Flags, Expires: a.Expires}
 	if del {
 		op = wal.Op{Type: wal.OpDelete, Key: key}
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -36,7 +37,7 @@ func TestGatewayWiring(t *testing.T) {
 	if db.Gate == nil {
 		t.Fatal("database without the gateway")
 	}
-	_, err = memcacheBackend{db: db}.Set(context.Background(), []byte("k"), []byte("v"))
+	_, err = memcacheBackend{db: db}.Set(context.Background(), []byte("k"), []byte("v"), memcache.Attrs{})
 	if !errors.Is(err, gateway.ErrMemcacheWrite) || !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("memcached set with producers: %v", err)
 	}
@@ -61,7 +62,7 @@ func TestGatewayWiring(t *testing.T) {
 	if s.dbs["default"].Gate != nil {
 		t.Error("gateway without producers file")
 	}
-	if _, err := (memcacheBackend{db: s.dbs["default"]}).Set(context.Background(), []byte("k"), []byte("v")); err != nil {
+	if _, err := (memcacheBackend{db: s.dbs["default"]}).Set(context.Background(), []byte("k"), []byte("v"), memcache.Attrs{}); err != nil {
 		t.Errorf("memcached set without producers: %v", err)
 	}
 	if _, err := s.ReloadProducers(); !errors.Is(err, ErrNoProducersFile) {

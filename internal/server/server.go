@@ -488,6 +488,10 @@ func (s *Server) StartContext(ctx context.Context) error {
 			db := s.dbs[d.Name]
 			s.goFunc(func() { s.heartbeatLoop(db, hb) })
 		}
+		if !d.IsReplica() {
+			db, leads := s.dbs[d.Name], leadsFor(s.raftNodes[d.Name])
+			s.goFunc(func() { s.expiryLoop(db, leads) })
+		}
 	}
 	s.warnInsecure()
 	return nil

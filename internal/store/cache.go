@@ -71,31 +71,36 @@ type cacheSlot struct {
 }
 
 // cacheEntry is one immutable byte slice: index (8 bytes), asOf (8),
-// found (1), key length (2), key, value. Its value is handed to readers
+// found (1), key length (2), client flags (4), expiry (8), key, value. Its value is handed to readers
 // without a copy, so it is never written once cached.
 type cacheEntry []byte
 
-const entryHeader = 19
+const entryHeader = 31
 
-func newCacheEntry(key, value []byte, index, asOf uint64, found bool) cacheEntry {
+func newCacheEntry(key []byte, it Item, asOf uint64, found bool) cacheEntry {
+	value := it.Value
 	e := make([]byte, entryHeader+len(key)+len(value))
-	binary.LittleEndian.PutUint64(e, index)
+	binary.LittleEndian.PutUint64(e, it.Index)
 	binary.LittleEndian.PutUint64(e[8:], asOf)
 	if found {
 		e[16] = 1
 	}
 	binary.LittleEndian.PutUint16(e[17:], uint16(len(key)))
+	binary.LittleEndian.PutUint32(e[19:], it.Flags)
+	binary.LittleEndian.PutUint64(e[23:], uint64(it.Expires))
 	copy(e[entryHeader:], key)
 	copy(e[entryHeader+len(key):], value)
 	return e
 }
 
-func (e cacheEntry) index() uint64 { return binary.LittleEndian.Uint64(e) }
-func (e cacheEntry) asOf() uint64  { return binary.LittleEndian.Uint64(e[8:]) }
-func (e cacheEntry) found() bool   { return e[16] == 1 }
-func (e cacheEntry) keyLen() int   { return int(binary.LittleEndian.Uint16(e[17:])) }
-func (e cacheEntry) key() []byte   { return e[entryHeader : entryHeader+e.keyLen()] }
-func (e cacheEntry) value() []byte { return e[entryHeader+e.keyLen():] }
+func (e cacheEntry) index() uint64  { return binary.LittleEndian.Uint64(e) }
+func (e cacheEntry) asOf() uint64   { return binary.LittleEndian.Uint64(e[8:]) }
+func (e cacheEntry) found() bool    { return e[16] == 1 }
+func (e cacheEntry) keyLen() int    { return int(binary.LittleEndian.Uint16(e[17:])) }
+func (e cacheEntry) cflags() uint32 { return binary.LittleEndian.Uint32(e[19:]) }
+func (e cacheEntry) expires() int64 { return int64(binary.LittleEndian.Uint64(e[23:])) }
+func (e cacheEntry) key() []byte    { return e[entryHeader : entryHeader+e.keyLen()] }
+func (e cacheEntry) value() []byte  { return e[entryHeader+e.keyLen():] }
 
 // size is what the entry counts against the budget.
 func (e cacheEntry) size() int64 { return int64(len(e)) + entryOverhead }
@@ -123,9 +128,9 @@ func (c *readCache) locateString(key string) (*cacheShard, uint64) {
 
 // get returns what the cache can vouch for at applied index a. The value
 // is immutable and may be kept.
-func (c *readCache) get(key []byte, a uint64) (value []byte, index uint64, found, ok bool) {
+func (c *readCache) get(key []byte, a uint64) (it Item, found, ok bool) {
 	if c.disabled {
-		return nil, 0, false, false
+		return Item{}, false, false
 	}
 	s, h := c.locate(key)
 	s.mu.Lock()
@@ -133,18 +138,18 @@ func (c *readCache) get(key []byte, a uint64) (value []byte, index uint64, found
 	s.mu.Unlock()
 	switch {
 	case e == nil:
-		return nil, 0, false, false
+		return Item{}, false, false
 	case e.found() && e.index() <= a:
-		return e.value(), e.index(), true, true
+		return Item{Value: e.value(), Index: e.index(), Flags: e.cflags(), Expires: e.expires()}, true, true
 	case !e.found() && e.asOf() <= a:
-		return nil, 0, false, true
+		return Item{}, false, true
 	}
-	return nil, 0, false, false // newer than the reader: not for it
+	return Item{}, false, false // newer than the reader: not for it
 }
 
 // put offers what a view at index asOf read for key.
-func (c *readCache) put(key, value []byte, index uint64, found bool, asOf uint64) {
-	if c.disabled || len(value) > c.valueMax {
+func (c *readCache) put(key []byte, it Item, found bool, asOf uint64) {
+	if c.disabled || len(it.Value) > c.valueMax {
 		return
 	}
 	s, h := c.locate(key)
@@ -159,9 +164,9 @@ func (c *readCache) put(key, value []byte, index uint64, found bool, asOf uint64
 		return
 	}
 	if !found {
-		value = nil
+		it = Item{}
 	}
-	e := newCacheEntry(key, value, index, asOf, found)
+	e := newCacheEntry(key, it, asOf, found)
 	if old != nil {
 		s.bytes += e.size() - old.size()
 		s.slots[i].entry = e

@@ -216,7 +216,7 @@ func TestCacheShardTable(t *testing.T) {
 					h = model[k].hash
 				}
 				v := fmt.Sprint("v", step)
-				e := newCacheEntry([]byte(k), []byte(v), uint64(step), uint64(step), true)
+				e := newCacheEntry([]byte(k), Item{Value: []byte(v), Index: uint64(step)}, uint64(step), true)
 				if i, old := findLocked(&s, k, h); old != nil {
 					s.bytes += e.size() - old.size()
 					s.slots[i].entry = e
@@ -295,7 +295,7 @@ func TestReadCacheBudget(t *testing.T) {
 	for i := range 20000 {
 		k := fmt.Sprintf("key-%d", i%5000)
 		v := fmt.Sprintf("value-%d-%s", i, strings.Repeat("x", i%200))
-		c.put([]byte(k), []byte(v), uint64(i+1), true, uint64(i+1))
+		c.put([]byte(k), Item{Value: []byte(v), Index: uint64(i + 1), Flags: uint32(i), Expires: int64(i)}, true, uint64(i+1))
 		want[k] = v
 		if i%1000 == 0 {
 			c.invalidate(map[string]*keyState{k: nil}, uint64(i+1))
@@ -308,9 +308,13 @@ func TestReadCacheBudget(t *testing.T) {
 	}
 	held := 0
 	for k, v := range want {
-		got, _, found, ok := c.get([]byte(k), 1<<62)
+		it, found, ok := c.get([]byte(k), 1<<62)
 		if !ok {
 			continue
+		}
+		got := it.Value
+		if it.Flags != uint32(it.Index-1) || it.Expires != int64(it.Index-1) {
+			t.Fatalf("key %s: flags %d with index %d", k, it.Flags, it.Index)
 		}
 		held++
 		if !found || string(got) != v {

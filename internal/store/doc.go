@@ -47,6 +47,7 @@
 //	   segment tail and use, retired blocks, block summaries, proxy state
 //	d  value record of a live key (record.go)
 //	c  chunk of a large value
+//	e  expiry index: keys with an expiry, in expiry order (expiry.go)
 //	l  log block, or a reference to it in a log segment
 //	h  MVCC history of overwritten and deleted values (history.go)
 //	i  batch ID outcome; j  the same in time order (idempotency.go)
@@ -74,6 +75,7 @@
 //	segstore.go, seguse.go              replay, collection, use counts
 //	retire.go, summary.go               retention of blocks values point into
 //	history.go                          MVCC history
+//	expiry.go                           expiry index, the expiry policy
 //	idempotency.go, raftapply.go        batch IDs, Raft apply
 //	snapshot.go                         checkpoints, snapshot install
 //	proxy.go, proxykeep.go, proxyread.go  the proxy role

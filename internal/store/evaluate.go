@@ -65,6 +65,8 @@ type keyView struct {
 	exists bool
 	// index is the index of the entry that last wrote the key.
 	index uint64
+	// attrs are what was stored with its value.
+	attrs valueAttrs
 	// damaged: the key's stored record fails its checks; it exists, but
 	// its index and value are unknown.
 	damaged bool
@@ -160,20 +162,24 @@ func (ev evaluator) evaluate(st stateReader, cmd command) (evaluation, error) {
 	kept := make([]wal.Op, 0, len(b.Ops))
 	// An op is a no-op against the state left by the batch's earlier ops:
 	// "set k; del k" must keep the delete even if k did not exist before.
+	// A set is a no-op only if it leaves both the value and its
+	// attributes (client flags, expiry) as they are.
 	var earlier map[string]wal.Op
 	for _, op := range b.Ops {
 		prev, touched := earlier[string(op.Key)]
 		exists := prev.Type == wal.OpSet
+		attrs := attrsOf(prev)
 		if !touched {
 			k, err := st.key(op.Key)
 			if err != nil {
 				return evaluation{}, err
 			}
-			exists = k.exists
+			exists, attrs = k.exists, k.attrs
 		}
 		switch {
 		case op.Type == wal.OpDelete && !exists:
 			continue
+		case op.Type == wal.OpSet && exists && attrs != attrsOf(op):
 		case op.Type == wal.OpSet && touched && exists:
 			if bytes.Equal(prev.Value, op.Value) {
 				continue

@@ -42,13 +42,16 @@ func sealed(b []byte) []byte {
 // FuzzDecodeRecord: value records and chunks, with their CRC as found
 // and set right.
 func FuzzDecodeRecord(f *testing.F) {
-	f.Add(encodeInline(nil, 7, []byte("value")))
-	f.Add(encodeInline(nil, 1, nil))
-	f.Add(encodeChunked(nil, 9, 1<<20, 16, 0xdeadbeef))
-	f.Add(encodeInLog(nil, 3, 2, 100, 40, 0x01020304))
-	f.Add(encodeRemote(nil, 5, 1000, 42, nil))
+	f.Add(encodeInline(nil, 7, valueAttrs{}, []byte("value")))
+	f.Add(encodeInline(nil, 1, valueAttrs{}, nil))
+	f.Add(encodeInline(nil, 2, valueAttrs{flags: 123}, []byte("flagged")))
+	f.Add(encodeChunked(nil, 9, valueAttrs{}, 1<<20, 16, 0xdeadbeef))
+	f.Add(encodeInLog(nil, 3, valueAttrs{}, 2, 100, 40, 0x01020304))
+	f.Add(encodeRemote(nil, 5, valueAttrs{}, 1000, 42, nil))
 	d := ValueDigestOf([]byte("value"))
-	f.Add(encodeRemote(nil, 5, 5, crc([]byte("value")), &d))
+	f.Add(encodeRemote(nil, 5, valueAttrs{}, 5, crc([]byte("value")), &d))
+	f.Add(encodeRemote(nil, 6, valueAttrs{flags: 1<<32 - 1, expires: 1}, 1000, 42, &d))
+	f.Add(encodeInLog(nil, 3, valueAttrs{expires: 1 << 62}, 2, 100, 40, 0x01020304))
 	f.Add(encodeLost(nil, 11))
 	f.Add(encodeChunk(nil, []byte("part of a value")))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -75,17 +78,17 @@ func checkRecord(t *testing.T, b []byte) {
 		var again []byte
 		switch r.kind {
 		case recInline:
-			again = encodeInline(nil, r.index, r.inline)
+			again = encodeInline(nil, r.index, r.attrs, r.inline)
 		case recChunked:
-			again = encodeChunked(nil, r.index, r.valueLen, r.chunks, r.valueCRC)
+			again = encodeChunked(nil, r.index, r.attrs, r.valueLen, r.chunks, r.valueCRC)
 		case recInLog:
-			again = encodeInLog(nil, r.index, r.block, r.offset, r.valueLen, r.valueCRC)
+			again = encodeInLog(nil, r.index, r.attrs, r.block, r.offset, r.valueLen, r.valueCRC)
 		case recRemote:
 			var d *ValueDigest
 			if r.hasDigest {
 				d = &r.digest
 			}
-			again = encodeRemote(nil, r.index, r.valueLen, r.valueCRC, d)
+			again = encodeRemote(nil, r.index, r.attrs, r.valueLen, r.valueCRC, d)
 		case recLost:
 			again = encodeLost(nil, r.index)
 		default:
@@ -95,7 +98,7 @@ func checkRecord(t *testing.T, b []byte) {
 		if err != nil {
 			t.Fatalf("re-encoded record %x does not decode: %v", again, err)
 		}
-		if r2.kind != r.kind || r2.index != r.index || !bytes.Equal(r2.inline, r.inline) || r2.valueLen != r.valueLen ||
+		if r2.kind != r.kind || r2.index != r.index || r2.attrs != r.attrs || !bytes.Equal(r2.inline, r.inline) || r2.valueLen != r.valueLen ||
 			r2.chunks != r.chunks || r2.valueCRC != r.valueCRC || r2.block != r.block || r2.offset != r.offset ||
 			r2.hasDigest != r.hasDigest || r2.digest != r.digest {
 			t.Fatalf("record round trip: %+v, then %+v", r, r2)

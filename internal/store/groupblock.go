@@ -34,6 +34,7 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 		p = p[:len(p)-4]
 		c.batch.DeleteRange(p, prefixEnd(p), nil)
 	}
+	c.indexExpiry(op.Key, ks, op, index)
 	c.kbuf = dataKey(c.kbuf, op.Key)
 	switch op.Type {
 	case wal.OpSet:
@@ -48,7 +49,7 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 			c.stats.keyBytes += int64(len(op.Key))
 		}
 		c.stats.valueBytes += int64(len(op.Value))
-		*ks = keyState{exists: true, index: index, value: op.Value, valueLen: len(op.Value), chunks: newChunks, remote: remote}
+		*ks = keyState{exists: true, index: index, attrs: attrsOf(op), value: op.Value, valueLen: len(op.Value), chunks: newChunks, remote: remote}
 		if newChunks > 0 || remote {
 			ks.valueCRC = crc(op.Value)
 		}
@@ -73,10 +74,10 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 
 // writeValue writes the value record of key (in c.kbuf) inline, or in
 // chunks when it is longer than ChunkBytes, and returns the chunk count.
-func (c *committer) writeValue(key []byte, index uint64, value []byte) int {
+func (c *committer) writeValue(key []byte, index uint64, attrs valueAttrs, value []byte) int {
 	cb := c.s.opts.ChunkBytes
 	if len(value) <= cb {
-		c.buf = encodeInline(c.buf, index, value)
+		c.buf = encodeInline(c.buf, index, attrs, value)
 		c.batch.Set(c.kbuf, c.buf, nil)
 		return 0
 	}
@@ -86,7 +87,7 @@ func (c *committer) writeValue(key []byte, index uint64, value []byte) int {
 		c.buf = encodeChunk(c.buf, part)
 		c.batch.Set(chunkKey(nil, key, uint32(i)), c.buf, nil)
 	}
-	c.buf = encodeChunked(c.buf, index, len(value), n, crc(value))
+	c.buf = encodeChunked(c.buf, index, attrs, len(value), n, crc(value))
 	c.batch.Set(c.kbuf, c.buf, nil)
 	return n
 }
@@ -98,6 +99,7 @@ const minInLogBytes = 1024
 // pendingValue is a value record to write once the group's block is done.
 type pendingValue struct {
 	index  uint64
+	attrs  valueAttrs
 	offset int // of the value in the block's uncompressed payload
 	value  []byte
 }
@@ -166,9 +168,9 @@ func (c *committer) writeInLogRecords(uncompressed bool) {
 	for key, p := range c.inLog {
 		c.kbuf = dataKey(c.kbuf, []byte(key))
 		if uncompressed {
-			c.buf = encodeInLog(c.buf[:0], p.index, c.blockFirst, p.offset, len(p.value), crc(p.value))
+			c.buf = encodeInLog(c.buf[:0], p.index, p.attrs, c.blockFirst, p.offset, len(p.value), crc(p.value))
 		} else {
-			c.buf = encodeInline(c.buf, p.index, p.value)
+			c.buf = encodeInline(c.buf, p.index, p.attrs, p.value)
 		}
 		c.batch.Set(c.kbuf, c.buf, nil)
 	}

@@ -136,7 +136,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 	var valueLen int
 	if historyRefers(ks) {
 		r := ks.logRec
-		c.hbuf = encodeInLog(c.hbuf, r.index, r.block, r.offset, r.valueLen, r.valueCRC)
+		c.hbuf = encodeInLog(c.hbuf, r.index, ks.attrs, r.block, r.offset, r.valueLen, r.valueCRC)
 		valueLen = r.valueLen
 		c.noteHistRef(key, *r, until)
 		c.rm.historyRefs.Inc()
@@ -148,7 +148,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 		if lost {
 			c.hbuf = encodeLost(c.hbuf, ks.index)
 		} else {
-			c.hbuf = encodeInline(c.hbuf, ks.index, old)
+			c.hbuf = encodeInline(c.hbuf, ks.index, ks.attrs, old)
 			valueLen = len(old)
 		}
 	}
@@ -170,7 +170,8 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 }
 
 // historySize is what a version counts for in the history's size: its
-// key and the inline record of its value, wherever the value is stored.
+// key and the inline record of its value, wherever the value is stored
+// (client flags and expiry not counted).
 // So the size cap keeps the same versions whether they are inline or in
 // a log block, and a version whose block is dropped (and whose value is
 // then copied inline) keeps its size.

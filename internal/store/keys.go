@@ -11,6 +11,7 @@ const (
 	prefixLog   = 'l' // l<BE64 index of first entry>: log block
 	// h: MVCC history of full nodes (history.go)
 	prefixHistory = 'h'
+	// e: the expiry index (expiry.go), prefixExpiry
 )
 
 var (

@@ -13,7 +13,8 @@ import (
 type keyState struct {
 	exists   bool
 	index    uint64
-	value    []byte // nil for a chunked value not loaded
+	attrs    valueAttrs // what was stored with the value
+	value    []byte     // nil for a chunked value not loaded
 	valueLen int
 	valueCRC uint32 // valid when chunks > 0
 	chunks   int
@@ -47,7 +48,7 @@ func (c *committer) state(key []byte) (*keyState, error) {
 			ks.exists, ks.corrupt = true, true
 			ks.valueLen, ks.remote = salvage(v)
 		} else {
-			ks.exists, ks.index, ks.valueLen, ks.chunks = true, rec.index, rec.valueLen, rec.chunks
+			ks.exists, ks.index, ks.attrs, ks.valueLen, ks.chunks = true, rec.index, rec.attrs, rec.valueLen, rec.chunks
 			switch {
 			case rec.kind == recChunked:
 				ks.valueCRC = rec.valueCRC

@@ -314,14 +314,14 @@ func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int,
 	c.proxyForget(ks)
 	if index <= c.windowFloor {
 		d := ValueDigestOf(op.Value)
-		c.buf = encodeRemote(c.buf, index, len(op.Value), crc(op.Value), &d)
+		c.buf = encodeRemote(c.buf, index, attrsOf(op), len(op.Value), crc(op.Value), &d)
 		c.batch.Set(c.kbuf, c.buf, nil)
 		return 0, true
 	}
 	c.pstats.values++
 	c.pstats.bytes += int64(len(op.Value))
 	c.pxDirty = true
-	return c.writeValue(op.Key, index, op.Value), false
+	return c.writeValue(op.Key, index, attrsOf(op), op.Value), false
 }
 
 // proxyForget uncounts the stored value ks describes, being replaced. A
@@ -350,8 +350,8 @@ func (c *committer) prepareCache(r *request) error {
 			continue
 		}
 		c.kbuf = dataKey(c.kbuf, a.key)
-		n := c.writeValue(a.key, a.index, a.value)
-		*ks = keyState{exists: true, index: a.index, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
+		n := c.writeValue(a.key, a.index, ks.attrs, a.value)
+		*ks = keyState{exists: true, index: a.index, attrs: ks.attrs, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
 		c.pstats.values++
 		c.pstats.bytes += int64(len(a.value))
 		c.pxDirty = true
@@ -378,13 +378,13 @@ func (c *committer) prepareCache(r *request) error {
 			return err
 		}
 		c.kbuf = dataKey(c.kbuf, e.key)
-		c.buf = encodeRemote(c.buf, ks.index, ks.valueLen, sum, digest)
+		c.buf = encodeRemote(c.buf, ks.index, ks.attrs, ks.valueLen, sum, digest)
 		c.batch.Set(c.kbuf, c.buf, nil)
 		for i := 0; i < ks.chunks; i++ {
 			c.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
 		}
 		c.proxyForget(ks)
-		*ks = keyState{exists: true, index: ks.index, valueLen: ks.valueLen, valueCRC: sum, remote: true}
+		*ks = keyState{exists: true, index: ks.index, attrs: ks.attrs, valueLen: ks.valueLen, valueCRC: sum, remote: true}
 		if digest != nil {
 			ks.digest, ks.hasDigest = *digest, true
 		}

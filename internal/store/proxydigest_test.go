@@ -159,7 +159,7 @@ func TestProxyReadsRemoteRecordsWithoutDigest(t *testing.T) {
 	if err != nil || rec.kind != recRemote {
 		t.Fatalf("remote record %+v %v", rec, err)
 	}
-	rawSet(t, px, k, encodeRemote(nil, rec.index, rec.valueLen, rec.valueCRC, nil))
+	rawSet(t, px, k, encodeRemote(nil, rec.index, rec.attrs, rec.valueLen, rec.valueCRC, nil))
 	if _, got := lookupAll(t, px, "a"); got["a"] != "old style" {
 		t.Fatalf("a = %q", got["a"])
 	}

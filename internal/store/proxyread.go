@@ -54,23 +54,23 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 
 // fetchOne gets one remote value for a view (View.Get, View.Scan of a
 // single key); the view stays open meanwhile.
-func (v *View) fetchOne(key []byte, rec record) ([]byte, uint64, error) {
+func (v *View) fetchOne(key []byte, rec record) (Item, error) {
 	if val, ok := v.s.takeTransient(key, rec); ok {
 		v.vbuf = append(v.vbuf[:0], val...)
-		return v.vbuf, rec.index, nil
+		return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 	}
-	items := []FetchItem{{Key: key, Index: rec.index, Len: rec.valueLen, CRC: rec.valueCRC}}
+	items := []FetchItem{fetchItem(key, rec)}
 	if err := v.s.fetch(v.index, items); err != nil {
-		return nil, 0, err
+		return Item{}, err
 	}
 	v.vbuf = append(v.vbuf[:0], items[0].Value...)
-	return v.vbuf, rec.index, nil
+	return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 }
 
-// proxyAnswer is one key of a proxy lookup.
+// proxyAnswer is one key of a proxy lookup. The client flags of a fetched
+// value come from the proxy's own record: only the value is fetched.
 type proxyAnswer struct {
-	value []byte
-	index uint64
+	item  Item
 	found bool
 	fetch int // index into the fetch items, or -1
 }
@@ -79,12 +79,12 @@ type proxyAnswer struct {
 // view; values the view only knows the version of are fetched after the
 // view is closed (local values are copied), so a slow replica never keeps
 // a view open.
-func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
+func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, it Item, found bool) error) (uint64, error) {
 	a := s.applied.Load()
 	var hits [8]cacheHit
-	_, done, err := s.lookupCached(keys, a, hits[:0], func(at uint64, i int, value []byte, index uint64, found bool) error {
-		s.countProxy(keys[i], index, found, false)
-		return fn(at, i, value, index, found)
+	_, done, err := s.lookupCached(keys, a, hits[:0], func(at uint64, i int, it Item, found bool) error {
+		s.countProxy(keys[i], it.Index, found, false)
+		return fn(at, i, it, found)
 	})
 	if done || err != nil {
 		return a, err
@@ -104,8 +104,8 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 	nhits := 0
 	for _, k := range keys {
 		if useCache {
-			if val, idx, found, ok := s.cache.get(k, at); ok {
-				ans = append(ans, proxyAnswer{value: val, index: idx, found: found, fetch: -1})
+			if it, found, ok := s.cache.get(k, at); ok {
+				ans = append(ans, proxyAnswer{item: it, found: found, fetch: -1})
 				nhits++
 				continue
 			}
@@ -116,7 +116,7 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 			return at, err
 		}
 		if !found {
-			s.cache.put(k, nil, 0, false, at)
+			s.cache.put(k, Item{}, false, at)
 			ans = append(ans, proxyAnswer{fetch: -1})
 			continue
 		}
@@ -128,23 +128,25 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 		}
 		if rec.kind == recRemote {
 			if val, ok := s.takeTransient(k, rec); ok {
-				s.cache.put(k, val, rec.index, true, at)
-				ans = append(ans, proxyAnswer{value: val, index: rec.index, found: true, fetch: -1})
+				it := Item{Value: val, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}
+				s.cache.put(k, it, true, at)
+				ans = append(ans, proxyAnswer{item: it, found: true, fetch: -1})
 				continue
 			}
 			items = append(items, fetchItem(k, rec))
-			ans = append(ans, proxyAnswer{index: rec.index, found: true, fetch: len(items) - 1})
+			ans = append(ans, proxyAnswer{item: Item{Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, found: true, fetch: len(items) - 1})
 			continue
 		}
-		val, idx, err := v.value(k, rec)
+		it, err := v.value(k, rec)
 		if err != nil {
 			v.Close()
 			return at, err
 		}
-		s.cache.put(k, val, idx, true, at)
+		s.cache.put(k, it, true, at)
 		start := len(arena)
-		arena = append(arena, val...)
-		ans = append(ans, proxyAnswer{value: arena[start:len(arena):len(arena)], index: idx, found: true, fetch: -1})
+		arena = append(arena, it.Value...)
+		it.Value = arena[start:len(arena):len(arena)]
+		ans = append(ans, proxyAnswer{item: it, found: true, fetch: -1})
 	}
 	v.Close()
 	s.m.cacheHits.Add(float64(nhits))
@@ -153,17 +155,17 @@ func (s *Store) lookupProxy(keys [][]byte, fn func(at uint64, i int, value []byt
 		if err := s.fetch(at, items); err != nil {
 			return at, err
 		}
-		for i := range items {
-			s.cache.put(items[i].Key, items[i].Value, items[i].Index, true, at)
+		for i := range ans {
+			if h := &ans[i]; h.fetch >= 0 {
+				h.item.Value = items[h.fetch].Value
+				s.cache.put(keys[i], h.item, true, at)
+			}
 		}
 	}
 	for i := range ans {
 		h := &ans[i]
-		if h.fetch >= 0 {
-			h.value = items[h.fetch].Value
-		}
-		s.countProxy(keys[i], h.index, h.found, h.fetch >= 0)
-		if err := fn(at, i, h.value, h.index, h.found); err != nil {
+		s.countProxy(keys[i], h.item.Index, h.found, h.fetch >= 0)
+		if err := fn(at, i, h.item, h.found); err != nil {
 			return at, err
 		}
 	}
@@ -208,12 +210,11 @@ const (
 
 type scanItem struct {
 	key   []byte
-	value []byte
-	index uint64
+	item  Item
 	fetch int
 }
 
-func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) ([]byte, error) {
+func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key []byte, it Item) error) ([]byte, error) {
 	lower := dataKey(nil, prefix)
 	if bytes.Compare(start, prefix) > 0 {
 		lower = dataKey(nil, start)
@@ -246,19 +247,20 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 			bytesIn += rec.valueLen
 			if rec.kind == recRemote {
 				if val, ok := v.s.takeTransient(key, rec); ok {
-					page = append(page, scanItem{key: key, value: val, index: rec.index, fetch: -1})
+					page = append(page, scanItem{key: key, item: Item{Value: val, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, fetch: -1})
 					continue
 				}
 				items = append(items, fetchItem(key, rec))
-				page = append(page, scanItem{key: key, index: rec.index, fetch: len(items) - 1})
+				page = append(page, scanItem{key: key, item: Item{Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, fetch: len(items) - 1})
 				continue
 			}
 			// value may move a clone, never v.it.
-			val, idx, err := v.value(key, rec)
+			it, err := v.value(key, rec)
 			if err != nil {
 				return nil, err
 			}
-			page = append(page, scanItem{key: key, value: append([]byte(nil), val...), index: idx, fetch: -1})
+			it.Value = append([]byte(nil), it.Value...)
+			page = append(page, scanItem{key: key, item: it, fetch: -1})
 		}
 		if err := v.it.Error(); err != nil {
 			return nil, err
@@ -271,14 +273,14 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key, value []b
 		for i := range page {
 			it := &page[i]
 			if it.fetch >= 0 {
-				it.value = items[it.fetch].Value
+				it.item.Value = items[it.fetch].Value
 				v.s.px.clock.Touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
 				v.s.px.hits.Add(1)
 				v.s.px.clock.Touch(it.key)
 			}
-			if err := fn(it.key, it.value, it.index); err != nil {
+			if err := fn(it.key, it.item); err != nil {
 				return nil, err
 			}
 			n++

@@ -109,70 +109,89 @@ func (v *View) Close() error {
 	return err
 }
 
+// Item is a stored value and what was stored with it.
+type Item struct {
+	Value []byte
+	// Index is the index of the entry that wrote the value.
+	Index uint64
+	// Flags are the client flags written with the value (wal.Op.Flags;
+	// 0 unless a client set them).
+	Flags uint32
+	// Expires is the log time (Unix ns) from which the root deletes the
+	// key (wal.Op.Expires); 0: never.
+	Expires int64
+}
+
 // Get returns the value of key and the index of the entry that wrote it.
 // The value is valid until the next call on the view. A value that fails
 // its integrity check is never returned: the error wraps ErrCorrupt.
 func (v *View) Get(key []byte) (value []byte, index uint64, found bool, err error) {
+	it, found, err := v.GetItem(key)
+	return it.Value, it.Index, found, err
+}
+
+// GetItem is Get returning the value's client flags too.
+func (v *View) GetItem(key []byte) (it Item, found bool, err error) {
 	defer func() { err = engineErr(err) }()
 	v.kbuf = dataKey(v.kbuf, key)
 	// SeekPrefixGE consults the bloom filters: absent keys cost no block read.
 	if !v.it.SeekPrefixGE(v.kbuf) || !bytes.Equal(v.it.Key(), v.kbuf) {
-		return nil, 0, false, v.it.Error()
+		return Item{}, false, v.it.Error()
 	}
 	raw, err := v.it.ValueAndErr()
 	if err != nil {
-		return nil, 0, false, err
+		return Item{}, false, err
 	}
-	value, index, err = v.decode(key, raw)
+	it, err = v.decode(key, raw)
 	if err != nil {
-		return nil, 0, false, err
+		return Item{}, false, err
 	}
-	return value, index, true, nil
+	return it, true, nil
 }
 
-func (v *View) decode(key, raw []byte) ([]byte, uint64, error) {
+func (v *View) decode(key, raw []byte) (Item, error) {
 	rec, err := decodeRecord(raw)
 	if err != nil {
 		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
-		return nil, 0, fmt.Errorf("key %q: %w", key, err)
+		return Item{}, fmt.Errorf("key %q: %w", key, err)
 	}
 	return v.value(key, rec)
 }
 
 // value returns the value a decoded record describes: inline, from its
 // chunks or its log block, or, on a proxy, fetched from a replica.
-func (v *View) value(key []byte, rec record) ([]byte, uint64, error) {
+func (v *View) value(key []byte, rec record) (Item, error) {
 	switch {
 	case rec.kind == recRemote:
 		return v.fetchOne(key, rec)
 	case rec.kind == recLost:
 		v.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
-		return nil, 0, fmt.Errorf("%w: key %q: value record of the history kind", ErrCorrupt, key)
+		return Item{}, fmt.Errorf("%w: key %q: value record of the history kind", ErrCorrupt, key)
 	case rec.kind != recChunked && rec.kind != recInLog:
-		return rec.inline, rec.index, nil
+		return Item{Value: rec.inline, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 	}
 	// A clone reads the same state as the view (a new iterator would read
 	// the latest one, whose chunks may belong to a newer value); the main
 	// iterator stays where it is.
 	it, err := v.it.Clone(pebble.CloneOptions{})
 	if err != nil {
-		return nil, 0, err
+		return Item{}, err
 	}
 	defer it.Close()
 	if rec.kind == recInLog {
 		v.vbuf, err = v.s.readInLog(it, rec, v.vbuf[:0])
 		if err != nil {
 			v.s.m.integrityErrors.WithLabelValues("log_value_crc").Inc()
-			return nil, 0, fmt.Errorf("key %q: %w", key, err)
+			return Item{}, fmt.Errorf("key %q: %w", key, err)
 		}
-		return v.vbuf, rec.index, nil
+		return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 	}
 	v.vbuf, err = readChunks(it, key, rec.chunks, rec.valueLen, rec.valueCRC, v.vbuf[:0])
 	if err != nil {
 		v.s.m.integrityErrors.WithLabelValues("chunk_crc").Inc()
-		return nil, 0, fmt.Errorf("key %q: %w", key, err)
+		return Item{}, fmt.Errorf("key %q: %w", key, err)
 	}
-	return v.vbuf, rec.index, nil
+	return Item{Value: v.vbuf, Index: rec.index, Flags: rec.attrs.flags, Expires: rec.attrs.expires}, nil
 }
 
 // readInLog reads the value of an in-log record from its log block and
@@ -260,6 +279,11 @@ func readChunks(it *pebble.Iterator, key []byte, chunks, valueLen int, valueCRC 
 // key to continue from when it stopped at the limit, or nil at the end.
 // Values passed to fn are valid only during the call.
 func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, index uint64) error) (next []byte, err error) {
+	return v.ScanItems(prefix, start, limit, func(key []byte, it Item) error { return fn(key, it.Value, it.Index) })
+}
+
+// ScanItems is Scan passing each key's Item.
+func (v *View) ScanItems(prefix, start []byte, limit int, fn func(key []byte, it Item) error) (next []byte, err error) {
 	defer func() { err = engineErr(err) }()
 	if v.s.px != nil {
 		return v.scanProxy(prefix, start, limit, fn)
@@ -288,11 +312,11 @@ func (v *View) Scan(prefix, start []byte, limit int, fn func(key, value []byte, 
 		}
 		key = append(v.kbuf[:0], key...)
 		v.kbuf = key
-		val, idx, err := v.decode(key, raw)
+		it, err := v.decode(key, raw)
 		if err != nil {
 			return nil, err
 		}
-		if err := fn(key, val, idx); err != nil {
+		if err := fn(key, it); err != nil {
 			return nil, err
 		}
 		n++
@@ -321,7 +345,9 @@ func (s *Store) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
 }
 
 // Digest summarises the whole data of a database at one applied index:
-// SHA-256 over every key, value and index in key order. Two nodes with the
+// SHA-256 over every key, value and index in key order, and the client
+// flags and expiry of the values that have them (so data without them
+// digests as it did before they existed). Two nodes with the
 // same Digest at the same Index serve the same data; comparing digests (not
 // just indexes) is how replicas are checked against their root.
 type Digest struct {
@@ -341,12 +367,17 @@ func (s *Store) Digest() (Digest, error) {
 	h := sha256.New()
 	d := Digest{Index: v.Index()}
 	var buf []byte
-	if _, err := v.Scan(nil, nil, 0, func(k, val []byte, idx uint64) error {
+	if _, err := v.ScanItems(nil, nil, 0, func(k []byte, it Item) error {
 		buf = binary.AppendUvarint(buf[:0], uint64(len(k)))
 		buf = append(buf, k...)
-		buf = binary.AppendUvarint(buf, uint64(len(val)))
-		buf = append(buf, val...)
-		buf = binary.BigEndian.AppendUint64(buf, idx)
+		buf = binary.AppendUvarint(buf, uint64(len(it.Value)))
+		buf = append(buf, it.Value...)
+		buf = binary.BigEndian.AppendUint64(buf, it.Index)
+		if it.Flags != 0 || it.Expires != 0 {
+			buf = append(buf, 'a')
+			buf = binary.BigEndian.AppendUint32(buf, it.Flags)
+			buf = binary.BigEndian.AppendUint64(buf, uint64(it.Expires))
+		}
 		h.Write(buf)
 		d.Keys++
 		return nil
@@ -364,11 +395,19 @@ func (s *Store) Digest() (Digest, error) {
 // is absent and is valid only during the call. An error from fn stops the
 // lookup and is returned.
 func (s *Store) Lookup(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
+	return s.LookupItems(keys, func(at uint64, i int, it Item, found bool) error {
+		return fn(at, i, it.Value, it.Index, found)
+	})
+}
+
+// LookupItems is Lookup passing each key's Item (the zero Item when the
+// key is absent); its value is valid only during the call.
+func (s *Store) LookupItems(keys [][]byte, fn func(at uint64, i int, it Item, found bool) error) (uint64, error) {
 	at, err := s.lookup(keys, fn)
 	return at, engineErr(err)
 }
 
-func (s *Store) lookup(keys [][]byte, fn func(at uint64, i int, value []byte, index uint64, found bool) error) (uint64, error) {
+func (s *Store) lookup(keys [][]byte, fn func(at uint64, i int, it Item, found bool) error) (uint64, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -407,21 +446,20 @@ func (s *Store) lookup(keys [][]byte, fn func(at uint64, i int, value []byte, in
 	useCache := at <= s.applied.Load()
 	var nhits int
 	for i, k := range keys {
-		var val []byte
-		var idx uint64
+		var it Item
 		var found, ok bool
 		if useCache {
-			val, idx, found, ok = s.cache.get(k, at)
+			it, found, ok = s.cache.get(k, at)
 		}
 		if ok {
 			nhits++
 		} else {
-			if val, idx, found, err = v.Get(k); err != nil {
+			if it, found, err = v.GetItem(k); err != nil {
 				return at, err
 			}
-			s.cache.put(k, val, idx, found, at)
+			s.cache.put(k, it, found, at)
 		}
-		if err := fn(at, i, val, idx, found); err != nil {
+		if err := fn(at, i, it, found); err != nil {
 			return at, err
 		}
 	}
@@ -433,8 +471,7 @@ func (s *Store) lookup(keys [][]byte, fn func(at uint64, i int, value []byte, in
 // cacheHit is a key Lookup found in the read cache, held until it knows
 // whether the cache has every key of the request.
 type cacheHit struct {
-	value []byte
-	index uint64
+	item  Item
 	found bool
 }
 
@@ -448,20 +485,20 @@ const maxPooledHits = 1024
 // can vouch for all of them: it collects them in hits first, then calls
 // fn for each, and reports done. Otherwise it calls fn for none. It
 // returns hits, grown, for reuse.
-func (s *Store) lookupCached(keys [][]byte, a uint64, hits []cacheHit, fn func(at uint64, i int, value []byte, index uint64, found bool) error) ([]cacheHit, bool, error) {
+func (s *Store) lookupCached(keys [][]byte, a uint64, hits []cacheHit, fn func(at uint64, i int, it Item, found bool) error) ([]cacheHit, bool, error) {
 	if a < s.viewAhead.Load() {
 		return hits, false, nil // a view answered above a: read from a view too
 	}
 	for _, k := range keys {
-		v, idx, found, ok := s.cache.get(k, a)
+		it, found, ok := s.cache.get(k, a)
 		if !ok {
 			return hits, false, nil
 		}
-		hits = append(hits, cacheHit{v, idx, found})
+		hits = append(hits, cacheHit{it, found})
 	}
 	s.m.cacheHits.Add(float64(len(keys)))
 	for i, h := range hits {
-		if err := fn(a, i, h.value, h.index, h.found); err != nil {
+		if err := fn(a, i, h.item, h.found); err != nil {
 			return hits, true, err
 		}
 	}

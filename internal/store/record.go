@@ -15,7 +15,7 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // A value record, stored under dataKey:
 //
-//	record := crc32c(rest)(4) flags(1) index(8 BE) body
+//	record := crc32c(rest)(4) flags(1) index(8 BE) [clientFlags(4 BE)] [expires(8 BE)] body
 //	inline body  := value
 //	chunked body := valueLen(uvarint) chunks(uvarint) crc32c(value)(4)
 //	in-log body  := block(8 BE) offset(uvarint) valueLen(uvarint) crc32c(value)(4)
@@ -39,6 +39,12 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // history.go) stands for a version whose value was unreadable when it was
 // overwritten.
 //
+// flagClient and flagExpires may be added to the flags of any record but
+// a lost one: the value has client flags (memcached's 32-bit flags,
+// wal.Op.Flags) other than 0, or an expiry (wal.Op.Expires), stored after
+// the index in that order. A record without them has client flags 0 and
+// never expires, as every record written before they existed.
+//
 // A chunk, stored under chunkKey: crc32c(bytes)(4) bytes.
 const (
 	recHeader    = 4 + 1 + 8
@@ -47,6 +53,8 @@ const (
 	flagRemote   = 1 << 2
 	flagLost     = 1 << 3
 	flagDigest   = 1 << 4 // with flagRemote: the body ends with the value's digest
+	flagClient   = 1 << 5
+	flagExpires  = 1 << 6
 	chunkOverhed = 4
 )
 
@@ -85,7 +93,8 @@ const (
 type record struct {
 	kind     recordKind
 	index    uint64
-	inline   []byte // the value of an inline record
+	attrs    valueAttrs // what was stored with the value
+	inline   []byte     // the value of an inline record
 	valueLen int
 	chunks   int
 	valueCRC uint32
@@ -97,17 +106,56 @@ type record struct {
 	offset int
 }
 
-func encodeInline(dst []byte, index uint64, value []byte) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, 0)
+// valueAttrs is what a set stores with its value besides its bytes.
+type valueAttrs struct {
+	flags   uint32 // client flags
+	expires int64  // log time (Unix ns) from which the root deletes the key; 0: never
+}
+
+// encodedLen is the number of bytes a's attributes take in a record.
+func (a valueAttrs) encodedLen() int {
+	n := 0
+	if a.flags != 0 {
+		n += 4
+	}
+	if a.expires != 0 {
+		n += 8
+	}
+	return n
+}
+
+func attrsOf(op wal.Op) valueAttrs { return valueAttrs{flags: op.Flags, expires: op.Expires} }
+
+// recordHead appends a record's header up to its body: room for the CRC,
+// the flags byte (kind, plus flagClient and flagExpires for the
+// attributes that are set), the index and the attributes.
+func recordHead(dst []byte, kind byte, index uint64, a valueAttrs) []byte {
+	if a.flags != 0 {
+		kind |= flagClient
+	}
+	if a.expires != 0 {
+		kind |= flagExpires
+	}
+	dst = append(dst[:0], 0, 0, 0, 0, kind)
 	dst = binary.BigEndian.AppendUint64(dst, index)
+	if a.flags != 0 {
+		dst = binary.BigEndian.AppendUint32(dst, a.flags)
+	}
+	if a.expires != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(a.expires))
+	}
+	return dst
+}
+
+func encodeInline(dst []byte, index uint64, attrs valueAttrs, value []byte) []byte {
+	dst = recordHead(dst, 0, index, attrs)
 	dst = append(dst, value...)
 	binary.BigEndian.PutUint32(dst, crc(dst[4:]))
 	return dst
 }
 
-func encodeInLog(dst []byte, index, block uint64, offset, valueLen int, valueCRC uint32) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, flagInLog)
-	dst = binary.BigEndian.AppendUint64(dst, index)
+func encodeInLog(dst []byte, index uint64, attrs valueAttrs, block uint64, offset, valueLen int, valueCRC uint32) []byte {
+	dst = recordHead(dst, flagInLog, index, attrs)
 	dst = binary.BigEndian.AppendUint64(dst, block)
 	dst = binary.AppendUvarint(dst, uint64(offset))
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
@@ -116,9 +164,8 @@ func encodeInLog(dst []byte, index, block uint64, offset, valueLen int, valueCRC
 	return dst
 }
 
-func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint32) []byte {
-	dst = append(dst[:0], 0, 0, 0, 0, flagChunked)
-	dst = binary.BigEndian.AppendUint64(dst, index)
+func encodeChunked(dst []byte, index uint64, attrs valueAttrs, valueLen, chunks int, valueCRC uint32) []byte {
+	dst = recordHead(dst, flagChunked, index, attrs)
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
 	dst = binary.AppendUvarint(dst, uint64(chunks))
 	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
@@ -128,13 +175,12 @@ func encodeChunked(dst []byte, index uint64, valueLen, chunks int, valueCRC uint
 
 // encodeRemote encodes a remote record; digest nil writes one without a
 // digest (a value that could not be read to compute it).
-func encodeRemote(dst []byte, index uint64, valueLen int, valueCRC uint32, digest *ValueDigest) []byte {
-	flags := byte(flagRemote)
+func encodeRemote(dst []byte, index uint64, attrs valueAttrs, valueLen int, valueCRC uint32, digest *ValueDigest) []byte {
+	kind := byte(flagRemote)
 	if digest != nil {
-		flags |= flagDigest
+		kind |= flagDigest
 	}
-	dst = append(dst[:0], 0, 0, 0, 0, flags)
-	dst = binary.BigEndian.AppendUint64(dst, index)
+	dst = recordHead(dst, kind, index, attrs)
 	dst = binary.AppendUvarint(dst, uint64(valueLen))
 	dst = binary.BigEndian.AppendUint32(dst, valueCRC)
 	if digest != nil {
@@ -163,6 +209,27 @@ func decodeRecord(b []byte) (record, error) {
 	flags := b[4]
 	r.index = binary.BigEndian.Uint64(b[5:])
 	body := b[recHeader:]
+	if flags&(flagClient|flagExpires) != 0 && flags&flagLost == 0 {
+		if flags&flagClient != 0 {
+			if len(body) < 4 {
+				return r, fmt.Errorf("%w: value record client flags truncated", ErrCorrupt)
+			}
+			if r.attrs.flags = binary.BigEndian.Uint32(body); r.attrs.flags == 0 {
+				return r, fmt.Errorf("%w: value record with client flags 0", ErrCorrupt)
+			}
+			body = body[4:]
+		}
+		if flags&flagExpires != 0 {
+			if len(body) < 8 {
+				return r, fmt.Errorf("%w: value record expiry truncated", ErrCorrupt)
+			}
+			if r.attrs.expires = int64(binary.BigEndian.Uint64(body)); r.attrs.expires == 0 {
+				return r, fmt.Errorf("%w: value record with expiry 0", ErrCorrupt)
+			}
+			body = body[8:]
+		}
+		flags &^= flagClient | flagExpires
+	}
 	switch flags {
 	case 0, flagChunked, flagInLog:
 	case flagRemote, flagRemote | flagDigest:

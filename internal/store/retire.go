@@ -314,7 +314,7 @@ func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, er
 // (historySize).
 func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 	return c.forEachLiveValue(blockFirst, blk, func(key []byte, ref liveRef, value []byte) {
-		c.buf = encodeInline(c.buf, ref.rec.index, value)
+		c.buf = encodeInline(c.buf, ref.rec.index, ref.rec.attrs, value)
 		if ref.hist {
 			c.lkey = histVersionKey(c.lkey, key, ref.until)
 			c.noteHistGone(key, ref.rec.index)

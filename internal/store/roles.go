@@ -57,7 +57,7 @@ func (g groupState) key(key []byte) (keyView, error) {
 	if err != nil {
 		return keyView{}, err
 	}
-	return keyView{exists: ks.exists, index: ks.index, damaged: ks.corrupt}, nil
+	return keyView{exists: ks.exists, index: ks.index, attrs: ks.attrs, damaged: ks.corrupt}, nil
 }
 
 func (g groupState) sameValue(key, v []byte) (bool, error) {

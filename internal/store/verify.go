@@ -296,7 +296,7 @@ func (v *verifier) meta() error {
 
 // keyspaces reports keys outside the four keyspaces.
 func (v *verifier) keyspaces() error {
-	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixHistory}}, {{prefixHistory + 1}, {prefixBatchID}}, {{prefixBatchTime + 1}, {prefixLog}},
+	for _, r := range [][2][]byte{{nil, {prefixChunk}}, {{prefixData + 1}, {prefixExpiry}}, {{prefixExpiry + 1}, {prefixHistory}}, {{prefixHistory + 1}, {prefixBatchID}}, {{prefixBatchTime + 1}, {prefixLog}},
 		{{prefixLog + 1}, {metaPrefix}}, {{metaPrefix + 1}, nil}} {
 		it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: r[0], UpperBound: r[1]})
 		if err != nil {

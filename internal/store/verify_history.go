@@ -58,6 +58,9 @@ func (v *verifier) history() error {
 		}
 		rec, err := decodeRecord(val)
 		vsize := len(k) + len(val) // what it counts for (historySize)
+		if err == nil {
+			vsize -= rec.attrs.encodedLen()
+		}
 		switch {
 		case err != nil:
 			v.problem(ProblemHistory, key, until, -1, "version ending at %d: %v", until, err)

@@ -127,7 +127,7 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 		{name: "value record index ahead of applied", kind: ProblemValueIndex, key: "k1", chunk: -1,
 			indexOf: func(f fixture) uint64 { return f.a.index + 5 },
 			break_: func(t *testing.T, f fixture) {
-				rawSet(t, f.s, dataKey(nil, []byte("k1")), encodeInline(nil, f.a.index+5, []byte("v1")))
+				rawSet(t, f.s, dataKey(nil, []byte("k1")), encodeInline(nil, f.a.index+5, valueAttrs{}, []byte("v1")))
 			}},
 		{name: "chunk bit flip", kind: ProblemChunk, key: "big", chunk: 1,
 			break_: func(t *testing.T, f fixture) {

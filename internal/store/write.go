@@ -202,12 +202,18 @@ func validateBatch(b Batch, l batchLimits) (int, error) {
 		}
 		switch op.Type {
 		case wal.OpSet:
+			if op.Expires < 0 {
+				return 0, fmt.Errorf("%w: expiry %d before 1970", ErrInvalid, op.Expires)
+			}
 			if len(op.Value) > l.valueBytes {
 				return 0, fmt.Errorf("%w: value of %d bytes, limit %d", ErrTooLarge, len(op.Value), l.valueBytes)
 			}
 		case wal.OpDelete:
 			if len(op.Value) != 0 {
 				return 0, fmt.Errorf("%w: delete with a value", ErrInvalid)
+			}
+			if op.Flags != 0 || op.Expires != 0 {
+				return 0, fmt.Errorf("%w: delete with client flags or an expiry", ErrInvalid)
 			}
 		default:
 			return 0, fmt.Errorf("%w: unknown op type %d", ErrInvalid, op.Type)

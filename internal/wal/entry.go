@@ -32,6 +32,20 @@ const (
 	OpDelete OpType = 2
 )
 
+// opSetAttrs is how a set with attributes (client flags other than 0, an
+// expiry) is encoded: as a set, with an attribute mask and the attributes
+// between its key and its value. A set without attributes keeps the
+// original encoding (type 1), so logs written before attributes existed
+// decode, and hash, exactly as before.
+const opSetAttrs = 3
+
+// Attribute mask bits of an opSetAttrs op.
+const (
+	attrFlags   = 1 << 0 // client flags (4 bytes, BE), not 0
+	attrExpires = 1 << 1 // expiry (8 bytes, BE), not 0
+	attrAll     = attrFlags | attrExpires
+)
+
 func (t OpType) String() string {
 	switch t {
 	case OpSet:
@@ -47,6 +61,45 @@ type Op struct {
 	Type  OpType
 	Key   []byte
 	Value []byte
+	// Flags are the client flags stored with a set's value (the 32-bit
+	// flags of memcached; 0 unless a client sets them). 0 for OpDelete.
+	Flags uint32
+	// Expires is the log time (Unix ns, the clock of Entry.Time) from
+	// which the root deletes the key the set writes; 0: never. 0 for
+	// OpDelete.
+	Expires int64
+}
+
+// attrs is the attribute mask of op: 0 when it is encoded without
+// attributes.
+func (op *Op) attrs() byte {
+	if op.Type != OpSet {
+		return 0
+	}
+	var m byte
+	if op.Flags != 0 {
+		m |= attrFlags
+	}
+	if op.Expires != 0 {
+		m |= attrExpires
+	}
+	return m
+}
+
+// opHeaderLen is the size of op's encoding before its value: type, key
+// length, key, and the attributes of a set that has some.
+func (op *Op) opHeaderLen() int {
+	n := 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+	if m := op.attrs(); m != 0 {
+		n++
+		if m&attrFlags != 0 {
+			n += 4
+		}
+		if m&attrExpires != 0 {
+			n += 8
+		}
+	}
+	return n
 }
 
 // Kind says what an entry is for.
@@ -77,16 +130,35 @@ type Entry struct {
 // AppendBody appends the canonical encoding of e (everything but Hash) to dst.
 //
 //	body := version(1) kind(1) index(8 BE) time(8 BE) nops(uvarint) op*
-//	op   := type(1) keylen(uvarint) key [vallen(uvarint) value]   (value only for set)
+//	op   := type(1) keylen(uvarint) key [attrs(1) [flags(4 BE)] [expires(8 BE)]] [vallen(uvarint) value]
+//
+// A set has a value; a set with client flags other than 0 or an expiry
+// has type 3 and the attributes its mask names (a set without them is
+// always type 1, so the encoding is unique).
 func (e *Entry) AppendBody(dst []byte) []byte {
 	dst = append(dst, bodyVersion, byte(e.Kind))
 	dst = binary.BigEndian.AppendUint64(dst, e.Index)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Time))
 	dst = binary.AppendUvarint(dst, uint64(len(e.Ops)))
-	for _, op := range e.Ops {
-		dst = append(dst, byte(op.Type))
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		m := op.attrs()
+		if m != 0 {
+			dst = append(dst, opSetAttrs)
+		} else {
+			dst = append(dst, byte(op.Type))
+		}
 		dst = binary.AppendUvarint(dst, uint64(len(op.Key)))
 		dst = append(dst, op.Key...)
+		if m != 0 {
+			dst = append(dst, m)
+			if m&attrFlags != 0 {
+				dst = binary.BigEndian.AppendUint32(dst, op.Flags)
+			}
+			if m&attrExpires != 0 {
+				dst = binary.BigEndian.AppendUint64(dst, uint64(op.Expires))
+			}
+		}
 		if op.Type == OpSet {
 			dst = binary.AppendUvarint(dst, uint64(len(op.Value)))
 			dst = append(dst, op.Value...)
@@ -99,8 +171,9 @@ func (e *Entry) AppendBody(dst []byte) []byte {
 // the body AppendBody produces (-1 for ops without a value).
 func (e *Entry) ValueOffsets(dst []int) []int {
 	off := 2 + 16 + uvarintLen(uint64(len(e.Ops)))
-	for _, op := range e.Ops {
-		off += 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		off += op.opHeaderLen()
 		if op.Type != OpSet {
 			dst = append(dst, -1)
 			continue
@@ -115,8 +188,9 @@ func (e *Entry) ValueOffsets(dst []int) []int {
 // BodySize returns len(e.AppendBody(nil)) without encoding.
 func (e *Entry) BodySize() int {
 	n := 2 + 16 + uvarintLen(uint64(len(e.Ops)))
-	for _, op := range e.Ops {
-		n += 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+	for i := range e.Ops {
+		op := &e.Ops[i]
+		n += op.opHeaderLen()
 		if op.Type == OpSet {
 			n += uvarintLen(uint64(len(op.Value))) + len(op.Value)
 		}
@@ -188,6 +262,10 @@ func DecodeBody(b []byte) (Entry, error) {
 			return e, fmt.Errorf("%w: op %d truncated", ErrMalformed, i)
 		}
 		op := Op{Type: OpType(b[0])}
+		withAttrs := b[0] == opSetAttrs
+		if withAttrs {
+			op.Type = OpSet
+		}
 		if op.Type != OpSet && op.Type != OpDelete {
 			return e, fmt.Errorf("%w: op %d has unknown type %d", ErrMalformed, i, b[0])
 		}
@@ -198,6 +276,11 @@ func DecodeBody(b []byte) (Entry, error) {
 		}
 		if len(op.Key) == 0 {
 			return e, fmt.Errorf("%w: op %d has an empty key", ErrMalformed, i)
+		}
+		if withAttrs {
+			if b, err = decodeAttrs(b, &op); err != nil {
+				return e, fmt.Errorf("%w: op %d: %v", ErrMalformed, i, err)
+			}
 		}
 		if op.Type == OpSet {
 			if op.Value, b, err = readBytes(b, MaxValueLen); err != nil {
@@ -210,6 +293,39 @@ func DecodeBody(b []byte) (Entry, error) {
 		return e, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(b))
 	}
 	return e, nil
+}
+
+// decodeAttrs reads the attributes of an opSetAttrs op into op. Only
+// canonical encodings are accepted: a mask naming something, and no
+// attribute equal to its default.
+func decodeAttrs(b []byte, op *Op) ([]byte, error) {
+	if len(b) < 1 {
+		return nil, errors.New("attributes truncated")
+	}
+	m := b[0]
+	b = b[1:]
+	if m == 0 || m&^attrAll != 0 {
+		return nil, fmt.Errorf("attribute mask %#x", m)
+	}
+	if m&attrFlags != 0 {
+		if len(b) < 4 {
+			return nil, errors.New("flags truncated")
+		}
+		if op.Flags = binary.BigEndian.Uint32(b); op.Flags == 0 {
+			return nil, errors.New("flags attribute of 0")
+		}
+		b = b[4:]
+	}
+	if m&attrExpires != 0 {
+		if len(b) < 8 {
+			return nil, errors.New("expiry truncated")
+		}
+		if op.Expires = int64(binary.BigEndian.Uint64(b)); op.Expires == 0 {
+			return nil, errors.New("expiry attribute of 0")
+		}
+		b = b[8:]
+	}
+	return b, nil
 }
 
 // uvarint is binary.Uvarint refusing non-minimal encodings (0x80 0x00 for

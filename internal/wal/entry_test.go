@@ -9,7 +9,7 @@ import (
 )
 
 // sampleEntries covers every shape of entry the format has: heartbeat, data
-// with sets and deletes, empty values, binary keys, long (multi-byte
+// with sets (with and without client flags) and deletes, empty values, binary keys, long (multi-byte
 // varint) lengths, and extreme indexes and times.
 func sampleEntries() []Entry {
 	long := bytes.Repeat([]byte{0xab}, 300) // 2-byte length varints
@@ -23,6 +23,10 @@ func sampleEntries() []Entry {
 			{Type: OpDelete, Key: []byte("gone")},
 			{Type: OpSet, Key: []byte{0, 0xff, '\n'}, Value: long},
 			{Type: OpSet, Key: long, Value: []byte("v")},
+			{Type: OpSet, Key: []byte("f"), Value: []byte("x"), Flags: 123},
+			{Type: OpSet, Key: []byte("g"), Value: long, Flags: 1<<32 - 1},
+			{Type: OpSet, Key: []byte("h"), Value: []byte("y"), Expires: 1_700_000_060_000_000_000},
+			{Type: OpSet, Key: []byte("i"), Value: nil, Flags: 2, Expires: -1},
 		}},
 		{Index: 1<<64 - 1, Time: -1 << 63, Kind: KindData},
 	}
@@ -59,7 +63,7 @@ func sameEntry(a, b Entry) bool {
 	}
 	for i := range a.Ops {
 		x, y := a.Ops[i], b.Ops[i]
-		if x.Type != y.Type || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
+		if x.Type != y.Type || x.Flags != y.Flags || x.Expires != y.Expires || !bytes.Equal(x.Key, y.Key) || !bytes.Equal(x.Value, y.Value) {
 			return false
 		}
 	}
@@ -96,6 +100,15 @@ func TestDecodeBodyRejects(t *testing.T) {
 		// re-encode to the bytes it came from.
 		{"non-minimal op count", append(header(byte(KindData)), 0x81, 0x00, byte(OpDelete), 1, 'k'), "bad op count"},
 		{"non-minimal key length", append(header(byte(KindData)), 1, byte(OpDelete), 0x81, 0x00, 'k'), "key"},
+		// A set with flags 0 has one encoding only: type 1.
+		{"attributes with flags 0", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags, 0, 0, 0, 0, 1, 'v'), "flags attribute of 0"},
+		{"attributes with expiry 0", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrExpires, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'v'), "expiry attribute of 0"},
+		{"empty attribute mask", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', 0, 1, 'v'), "attribute mask"},
+		{"unknown attribute", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', 4, 1, 'v'), "attribute mask"},
+		{"attributes truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k'), "attributes truncated"},
+		{"flags truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags, 0, 0), "flags truncated"},
+		{"expiry truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags|attrExpires, 0, 0, 0, 1, 0, 0), "expiry truncated"},
+		{"value after attributes truncated", append(header(byte(KindData)), 1, opSetAttrs, 1, 'k', attrFlags, 0, 0, 0, 7, 2, 'v'), "value"},
 	}
 	for _, c := range cases {
 		_, err := DecodeBody(c.body)
@@ -178,15 +191,37 @@ func TestOpAndKindNames(t *testing.T) {
 	}
 }
 
+// TestUnflaggedEncodingIsUnchanged: a set without attributes encodes as
+// it did before they existed (type 1), so old logs decode and hash the
+// same; flags other than 0 or an expiry use type 3 and an attribute mask.
+func TestUnflaggedEncodingIsUnchanged(t *testing.T) {
+	plain := (&Entry{Index: 1, Time: 2, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v")}}}).AppendBody(nil)
+	want := append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 1, 1, 'k', 1, 'v')
+	if !bytes.Equal(plain, want) {
+		t.Fatalf("unflagged set encodes as %x, want %x", plain, want)
+	}
+	flagged := (&Entry{Index: 1, Time: 2, Kind: KindData, Ops: []Op{{Type: OpSet, Key: []byte("k"), Value: []byte("v"), Flags: 0x01020304}}}).AppendBody(nil)
+	want = append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{1, 1}, 1), 2), 1, 3, 1, 'k', attrFlags, 1, 2, 3, 4, 1, 'v')
+	if !bytes.Equal(flagged, want) {
+		t.Fatalf("flagged set encodes as %x, want %x", flagged, want)
+	}
+	e, err := DecodeBody(flagged)
+	if err != nil || e.Ops[0].Type != OpSet || e.Ops[0].Flags != 0x01020304 {
+		t.Fatalf("decoded %+v, %v", e.Ops, err)
+	}
+}
+
 func TestValueOffsets(t *testing.T) {
 	e := Entry{Index: 7, Time: 1, Kind: KindData, Ops: []Op{
 		{Type: OpSet, Key: []byte("a"), Value: []byte("first")},
 		{Type: OpDelete, Key: []byte("bb")},
 		{Type: OpSet, Key: []byte("ccc"), Value: bytes.Repeat([]byte("x"), 300)},
+		{Type: OpSet, Key: []byte("dd"), Value: []byte("flagged"), Flags: 9},
+		{Type: OpSet, Key: []byte("e"), Value: []byte("expiring"), Flags: 9, Expires: 77},
 	}}
 	body := e.AppendBody(nil)
 	offs := e.ValueOffsets(nil)
-	if len(offs) != 3 || offs[1] != -1 {
+	if len(offs) != 5 || offs[1] != -1 {
 		t.Fatalf("offsets %v", offs)
 	}
 	for i, op := range e.Ops {

@@ -45,7 +45,14 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
 	var large []byte
 	var largeIdx uint64
 	status := 0
-	at, err := d.Store.Lookup([][]byte{[]byte(key)}, func(at uint64, _ int, val []byte, idx uint64, found bool) error {
+	at, err := d.Store.LookupItems([][]byte{[]byte(key)}, func(at uint64, _ int, it store.Item, found bool) error {
+		val, idx := it.Value, it.Index
+		if found && it.Flags != 0 {
+			w.Header()["Qs-Flags"] = []string{strconv.FormatUint(uint64(it.Flags), 10)}
+		}
+		if found && it.Expires != 0 {
+			w.Header()["Qs-Expires"] = []string{strconv.FormatInt(it.Expires, 10)}
+		}
 		switch {
 		case !found:
 			w.Header()["Qs-Applied-Index"] = []string{strconv.FormatUint(at, 10)}

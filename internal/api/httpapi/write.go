@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -28,10 +29,18 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 		return h.fail(w, r, d, errEmptyKey)
 	}
 	var conds []store.Cond
+	var expires int64
 	if r.URL.RawQuery != "" {
-		q, err := parseQuery(r.URL.RawQuery, "if_index")
+		q, err := parseQuery(r.URL.RawQuery, "if_index", "ttl")
 		if err != nil {
 			return h.fail(w, r, d, err)
+		}
+		if v, ok := q["ttl"]; ok {
+			n, err := strconv.ParseUint(v[0], 10, 32)
+			if err != nil || n == 0 || op != wal.OpSet {
+				return h.fail(w, r, d, errorf(codeBadRequest, "qs: ttl %q is not a number of seconds from 1 to 4294967295 on a PUT", v[0]))
+			}
+			expires = time.Now().UnixNano() + int64(n)*int64(time.Second)
 		}
 		if v, ok := q["if_index"]; ok {
 			n, err := strconv.ParseUint(v[0], 10, 64)
@@ -41,10 +50,14 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 			conds = []store.Cond{{Key: []byte(key), Index: n}}
 		}
 	}
+	flags, err := flagsHeader(r, op)
+	if err != nil {
+		return h.fail(w, r, d, err)
+	}
 	if err := checkWritable(d); err != nil {
 		return h.fail(w, r, d, err)
 	}
-	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key)}}, Conds: conds}
+	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key), Flags: flags, Expires: expires}}, Conds: conds}
 	p, err := authenticate(d, r)
 	if err == nil {
 		err = authorize(d, p, b.Ops) // before reading a body that would be refused
@@ -63,6 +76,26 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 		return h.fail(w, r, d, err)
 	}
 	return h.commit(w, r, d, b)
+}
+
+// flagsHeader returns the client flags a PUT stores (its Qs-Flags header,
+// a 32-bit unsigned decimal number; 0 without it). A DELETE stores none:
+// the header is refused there.
+func flagsHeader(r *http.Request, op wal.OpType) (uint32, error) {
+	v, ok := r.Header["Qs-Flags"]
+	switch {
+	case !ok:
+		return 0, nil
+	case op != wal.OpSet:
+		return 0, errorf(codeBadRequest, "qs: Qs-Flags is stored with a value: PUT only")
+	case len(v) != 1:
+		return 0, errorf(codeBadRequest, "qs: Qs-Flags must be given once")
+	}
+	n, err := strconv.ParseUint(v[0], 10, 32)
+	if err != nil {
+		return 0, errorf(codeBadRequest, "qs: Qs-Flags %q is not a number from 0 to 4294967295", v[0])
+	}
+	return uint32(n), nil
 }
 
 // batch serves POST /v1/{db}/batch: several operations applied atomically,

@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 )
@@ -269,5 +273,74 @@ func TestStrictJSONKeepsKeysApart(t *testing.T) {
 	mustWriteOK(t, e.do("POST", "/v1/db/batch", []byte(body)))
 	if r := e.do("GET", keyPath("\U0001F600"), nil); string(r.body) != "ok" {
 		t.Fatalf("surrogate pair key: %d %q", r.status, r.body)
+	}
+}
+
+// TestClientFlagsHeader: a PUT stores the Qs-Flags header's client flags
+// with the value and a GET returns them (no header: flags 0); a bad
+// header is refused, counted, and leaves the stored value intact.
+func TestClientFlagsHeader(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	put := func(value string, flags ...string) resp {
+		req, err := http.NewRequest("PUT", e.srv.URL+keyPath("k"), bytes.NewReader([]byte(value)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range flags {
+			req.Header.Add("Qs-Flags", f)
+		}
+		return e.send(req)
+	}
+	mustWriteOK(t, put("v", "4294967295"))
+	r := e.do("GET", keyPath("k"), nil)
+	if r.status != 200 || r.header.Get("Qs-Flags") != "4294967295" || string(r.body) != "v" {
+		t.Fatalf("get: %d %q %v", r.status, r.body, r.header)
+	}
+	// The same value with other flags is a write.
+	if w := mustWriteOK(t, put("v", "7")); !w.Changed {
+		t.Fatalf("put with new flags: %+v", w)
+	}
+	if r := e.do("GET", keyPath("k"), nil); r.header.Get("Qs-Flags") != "7" {
+		t.Fatalf("flags after rewrite: %v", r.header)
+	}
+	before := testutil.ToFloat64(errorsByCode[codeBadRequest])
+	for _, bad := range [][]string{{"-1"}, {"4294967296"}, {"x"}, {""}, {"1", "2"}} {
+		mustError(t, put("bad", bad...), 400, "bad_request")
+	}
+	req, _ := http.NewRequest("DELETE", e.srv.URL+keyPath("k"), nil)
+	req.Header.Set("Qs-Flags", "1")
+	mustError(t, e.send(req), 400, "bad_request")
+	if got := testutil.ToFloat64(errorsByCode[codeBadRequest]); got != before+6 {
+		t.Fatalf("bad_request errors counted %v, want %v", got, before+6)
+	}
+	r = e.do("GET", keyPath("k"), nil)
+	if string(r.body) != "v" || r.header.Get("Qs-Flags") != "7" {
+		t.Fatalf("after refused writes: %q %v", r.body, r.header)
+	}
+	mustWriteOK(t, put("w"))
+	if r := e.do("GET", keyPath("k"), nil); r.header.Get("Qs-Flags") != "" || string(r.body) != "w" {
+		t.Fatalf("put without the header: %q %v", r.body, r.header)
+	}
+}
+
+// TestTTLQuery: a PUT with ttl=N gives the key an expiry N seconds ahead,
+// returned by a GET as Qs-Expires (Unix ns); a bad ttl, or one on a DELETE,
+// is refused and changes nothing.
+func TestTTLQuery(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	before := time.Now().UnixNano()
+	mustWriteOK(t, e.do("PUT", keyPath("k")+"?ttl=60", []byte("v")))
+	r := e.do("GET", keyPath("k"), nil)
+	exp, err := strconv.ParseInt(r.header.Get("Qs-Expires"), 10, 64)
+	if err != nil || exp < before+60e9 || exp > time.Now().UnixNano()+60e9 {
+		t.Fatalf("Qs-Expires %q after a PUT with ttl=60 at %d", r.header.Get("Qs-Expires"), before)
+	}
+	for _, bad := range []string{"PUT ?ttl=0", "PUT ?ttl=-5", "PUT ?ttl=x", "PUT ?ttl=4294967296", "DELETE ?ttl=5"} {
+		method, q, _ := strings.Cut(bad, " ")
+		mustError(t, e.do(method, keyPath("k")+q, []byte("w")), 400, "bad_request")
+	}
+	mustWriteOK(t, e.do("PUT", keyPath("k"), []byte("v")))
+	if r := e.do("GET", keyPath("k"), nil); r.header.Get("Qs-Expires") != "" || string(r.body) != "v" {
+		t.Fatalf("after a PUT without ttl: %q %v", r.body, r.header)
 	}
 }

@@ -2,6 +2,15 @@ package memcache
 
 import "context"
 
+// Attrs are what is stored with a value besides its bytes.
+type Attrs struct {
+	// Flags are the client flags (32 bits, opaque to the server).
+	Flags uint32
+	// Expires is the time (Unix ns, on the log's clock) from which the
+	// root deletes the key; 0: never.
+	Expires int64
+}
+
 // Backend is what the memcached front door needs from one database.
 //
 // Error contract: errors are (or wrap) the sentinels of package
@@ -20,17 +29,20 @@ import "context"
 type Backend interface {
 	// Get reads keys at one consistent log index. found is called once per
 	// key that exists, in request order (duplicates in the request are looked
-	// up again). Returns the index the read was served at.
-	Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error)
-	// Set stores value under key and returns once it is durable.
-	Set(ctx context.Context, key, value []byte) (index uint64, err error)
+	// up again), with the value's attributes. Returns the index the read
+	// was served at.
+	Get(keys [][]byte, found func(key, value []byte, index uint64, a Attrs)) (uint64, error)
+	// Set stores value, with its attributes, under key and returns once it
+	// is durable.
+	Set(ctx context.Context, key, value []byte, a Attrs) (index uint64, err error)
 	// Delete removes key once durable; existed reports whether it was present.
 	Delete(ctx context.Context, key []byte) (index uint64, existed bool, err error)
-	// WriteIf stores value under key (or deletes key when del) if the
-	// key's index is still ifIndex (0: the key is absent), as one atomic
-	// entry of the log, and returns once it is durable. If the key's index
-	// differs it changes nothing and fails with store.ErrConditionFailed.
-	WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (index uint64, err error)
+	// WriteIf stores value with attributes under key (or deletes key
+	// when del) if the key's index is still ifIndex (0: the key is
+	// absent), as one atomic entry of the log, and returns once it is
+	// durable. If the key's index differs it changes nothing and fails
+	// with store.ErrConditionFailed.
+	WriteIf(ctx context.Context, key, value []byte, a Attrs, del bool, ifIndex uint64) (index uint64, err error)
 	// FlushAll deletes every key of the database as one entry of the log
 	// and returns once it is durable. It fails (store.ErrInvalid) where the
 	// database's configuration does not allow it.

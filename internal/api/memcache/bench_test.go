@@ -48,19 +48,21 @@ func (r *repeatConn) SetWriteDeadline(t time.Time) error { return nil }
 // staticBackend is a trivial read-only Backend: a map read without locks.
 type staticBackend map[string][]byte
 
-func (m staticBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
+func (m staticBackend) Get(keys [][]byte, found func(key, value []byte, index uint64, a Attrs)) (uint64, error) {
 	for _, k := range keys {
 		if v, ok := m[string(k)]; ok {
-			found(k, v, 42)
+			found(k, v, 42, Attrs{})
 		}
 	}
 	return 42, nil
 }
-func (m staticBackend) Set(ctx context.Context, key, value []byte) (uint64, error) { return 43, nil }
+func (m staticBackend) Set(ctx context.Context, key, value []byte, a Attrs) (uint64, error) {
+	return 43, nil
+}
 func (m staticBackend) Delete(ctx context.Context, key []byte) (uint64, bool, error) {
 	return 43, true, nil
 }
-func (m staticBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
+func (m staticBackend) WriteIf(ctx context.Context, key, value []byte, a Attrs, del bool, ifIndex uint64) (uint64, error) {
 	return 43, nil
 }
 func (m staticBackend) Writable() error { return nil }

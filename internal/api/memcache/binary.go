@@ -134,6 +134,8 @@ type binHeader struct {
 type binRequest struct {
 	binHeader
 	extras, key, value []byte
+	flags              uint32 // set, add, replace: the client flags to store
+	exptime            int64  // the expiration extra, as sent (expiresAt)
 }
 
 // binError is a binary request refused: its status, metric kind and the
@@ -152,8 +154,6 @@ var (
 	errBinBody    = &binError{status: statusInvalid, kind: kindBadCommand, msg: "Invalid arguments: lengths exceed the body", close: true}
 	errBinUnknown = &binError{status: statusUnknown, kind: kindBadCommand, msg: "Unknown command"}
 	errBinTooBig  = &binError{status: statusTooLarge, kind: kindTooLarge, msg: "Too large."}
-	errBinFlags   = &binError{status: statusUnsupported, kind: kindUnsupported, msg: "Not supported: flags must be 0"}
-	errBinExptime = &binError{status: statusUnsupported, kind: kindUnsupported, msg: "Not supported: keys never expire, use expiration 0"}
 	errBinGroup   = &binError{status: statusUnsupported, kind: kindUnsupported, msg: "Not supported: stats groups"}
 )
 
@@ -210,9 +210,7 @@ func parseBinBody(h binHeader, body []byte, lim limits) (binRequest, *binError) 
 	var exptime []byte
 	switch h.extLen {
 	case 8: // flags, expiration
-		if binary.BigEndian.Uint32(r.extras) != 0 {
-			return r, errBinFlags
-		}
+		r.flags = binary.BigEndian.Uint32(r.extras)
 		exptime = r.extras[4:8]
 	case 4: // expiration
 		exptime = r.extras
@@ -222,8 +220,8 @@ func parseBinBody(h binHeader, body []byte, lim limits) (binRequest, *binError) 
 			exptime = nil
 		}
 	}
-	if exptime != nil && binary.BigEndian.Uint32(exptime) != 0 {
-		return r, errBinExptime
+	if exptime != nil {
+		r.exptime = int64(binary.BigEndian.Uint32(exptime))
 	}
 	return r, nil
 }

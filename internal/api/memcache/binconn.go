@@ -52,7 +52,7 @@ func (c *conn) binary() bool {
 		if c.flush() != nil {
 			return false
 		}
-		out, idx, err := c.storeData(modeOf(op.cmd), r.key, r.value, op.cmd != cmdAdd && r.cas != 0, r.cas)
+		out, idx, err := c.storeData(modeOf(op.cmd), r.key, r.value, Attrs{Flags: r.flags, Expires: expires(r.exptime)}, op.cmd != cmdAdd && r.cas != 0, r.cas)
 		c.binOutcome(&r, op, out, idx, err, nil)
 	case cmdDelete:
 		if c.flush() != nil {
@@ -70,10 +70,11 @@ func (c *conn) binary() bool {
 			initial: binary.BigEndian.Uint64(r.extras[8:]),
 			create:  binary.BigEndian.Uint32(r.extras[16:]) != 0xffffffff,
 			hasCas:  r.cas != 0, cas: r.cas,
+			expires: expires(r.exptime),
 		})
 		c.binOutcome(&r, op, out, idx, err, binary.BigEndian.AppendUint64(c.next[:0], v))
 	case cmdTouch:
-		out, idx, err := c.touch(r.key)
+		out, idx, err := c.touch(r.key, r.exptime)
 		c.binOutcome(&r, op, out, idx, err, nil)
 	case cmdNoop:
 		c.out = appendBinHeader(c.out, h.opcode, 0, 0, statusOK, 0, h.opaque, 0)
@@ -100,6 +101,14 @@ func (c *conn) countBinary(cmd command) {
 // binGet serves get, getq, getk, getkq and the gat variants.
 func (c *conn) binGet(r *binRequest, op binOp) {
 	value, idx, found, err := c.lookup(r.key)
+	if op.cmd == cmdGat && err == nil && found {
+		if c.flush() != nil {
+			return
+		}
+		var out outcome
+		out, idx, err = c.touch(r.key, r.exptime)
+		value, found = c.cur, out == outStored
+	}
 	switch {
 	case err != nil:
 		c.binFailed(r, err)
@@ -126,7 +135,7 @@ func (c *conn) binGet(r *binRequest, op binOp) {
 		keyLen = len(r.key)
 	}
 	c.out = appendBinHeader(c.out, r.opcode, keyLen, 4, statusOK, 4+keyLen+len(value), r.opaque, idx)
-	c.out = append(c.out, 0, 0, 0, 0) // flags
+	c.out = binary.BigEndian.AppendUint32(c.out, c.curAttrs.Flags)
 	if op.withKey {
 		c.out = append(c.out, r.key...)
 	}
@@ -149,7 +158,7 @@ func (c *conn) binOutcome(r *binRequest, op binOp, out outcome, idx uint64, err 
 		}
 		if op.cmd == cmdTouch { // as memcached: the flags and the cas unique
 			c.out = appendBinHeader(c.out, r.opcode, 0, 4, statusOK, 4, r.opaque, idx)
-			c.out = append(c.out, 0, 0, 0, 0)
+			c.out = binary.BigEndian.AppendUint32(c.out, c.curAttrs.Flags)
 			return
 		}
 		if op.cmd == cmdIncr || op.cmd == cmdDecr {

@@ -44,8 +44,9 @@ type conn struct {
 	cur    []byte // the value lookup read
 	// lookup's result besides cur, and its callback (c.lookupFound).
 	curIndex uint64
+	curAttrs Attrs
 	curFound bool
-	foundCur func(key, value []byte, index uint64)
+	foundCur func(key, value []byte, index uint64, a Attrs)
 	next     []byte // the value a read-modify-write command writes
 	noreply  bool   // the current request asked for no reply
 	linger   bool   // close after an error reply: half-close and drain first
@@ -56,7 +57,7 @@ type conn struct {
 
 	// The get being served. found is c.foundValue, bound once so that a get
 	// does not allocate a closure.
-	found       func(key, value []byte, index uint64)
+	found       func(key, value []byte, index uint64, a Attrs)
 	getActive   bool
 	getCAS      bool
 	getMark     int // len(out) before the get's reply
@@ -227,8 +228,10 @@ func (c *conn) dispatch(perr *protoError) bool {
 		keep = c.refuse(perr)
 	} else {
 		switch req.cmd {
-		case cmdGet, cmdGets, cmdGat, cmdGats:
-			c.get(req.keys, req.cmd == cmdGets || req.cmd == cmdGats)
+		case cmdGet, cmdGets:
+			c.get(req.keys, req.cmd == cmdGets)
+		case cmdGat, cmdGats:
+			keep = c.gat(req)
 		case cmdSet, cmdAdd, cmdReplace, cmdAppend, cmdPrepend, cmdCas:
 			keep = c.storage(req)
 		case cmdDelete:
@@ -304,7 +307,7 @@ func (c *conn) get(keys [][]byte, cas bool) {
 }
 
 // foundValue is the Backend's found callback: it appends one VALUE reply.
-func (c *conn) foundValue(key, value []byte, index uint64) {
+func (c *conn) foundValue(key, value []byte, index uint64, a Attrs) {
 	if !c.getActive {
 		return // called after Get returned: a Backend bug, ignored
 	}
@@ -318,7 +321,9 @@ func (c *conn) foundValue(key, value []byte, index uint64) {
 	}
 	out := append(c.out, "VALUE "...)
 	out = append(out, key...)
-	out = append(out, " 0 "...)
+	out = append(out, ' ')
+	out = strconv.AppendUint(out, uint64(a.Flags), 10)
+	out = append(out, ' ')
 	out = strconv.AppendInt(out, int64(len(value)), 10)
 	if c.getCAS {
 		out = append(out, ' ')

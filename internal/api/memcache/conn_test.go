@@ -78,13 +78,19 @@ func TestConversations(t *testing.T) {
 		{name: "incr non-numeric", in: "set n 0 0 2\r\n1x\r\nincr n 1\r\nincr n x\r\nget n\r\n",
 			want: "STORED\r\n" + errNonNumeric.msg + "\r\n" + errDelta.msg + "\r\nVALUE n 0 2\r\n1x\r\nEND\r\n", alive: true},
 		{name: "touch gat gats", in: "touch a 0\r\nset a 0 0 1\r\nx\r\ntouch a 0\r\ntouch a 10\r\ngat 0 a b\r\ngats 0 a\r\ngat 60 a\r\n",
-			want: "NOT_FOUND\r\nSTORED\r\nTOUCHED\r\n" + errExptime.msg + "\r\nVALUE a 0 1\r\nx\r\nEND\r\nVALUE a 0 1 1\r\nx\r\nEND\r\n" + errExptime.msg + "\r\n", alive: true},
+			// A touch that changes the expiry is a write (the cas unique
+			// moves); one that changes nothing is not.
+			want: "NOT_FOUND\r\nSTORED\r\nTOUCHED\r\nTOUCHED\r\nVALUE a 0 1\r\nx\r\nEND\r\nVALUE a 0 1 3\r\nx\r\nEND\r\nVALUE a 0 1\r\nx\r\nEND\r\n", alive: true},
+		{name: "gats cas follows the touch", in: "set a 5 0 1\r\nx\r\ngats 100 a\r\ngets a\r\nmg a T0 c f t v\r\nmg a c\r\n",
+			want: "STORED\r\nVALUE a 5 1 2\r\nx\r\nEND\r\nVALUE a 5 1 2\r\nx\r\nEND\r\nVA 1 c3 f5 t-1\r\nx\r\nHD c3\r\n", alive: true},
 		{name: "meta get", in: "mg a v\r\nmg a q v\r\nset a 0 0 2\r\nhi\r\nmg a v k c f s t Oop\r\nmg a q\r\nmg a\r\nmn\r\n",
 			want: "EN\r\nSTORED\r\nVA 2 ka c1 f0 s2 t-1 Oop\r\nhi\r\nHD\r\nHD\r\nMN\r\n", alive: true},
 		{name: "meta set modes", in: "ms a 2 c k\r\nhi\r\nms a 1 ME\r\nx\r\nms a 1 MA q\r\n!\r\nms a 1 MP\r\n>\r\nms b 1 MR\r\nx\r\nms b 1 C5\r\nx\r\nms a 1 C9\r\nx\r\nmg a v c\r\n",
 			want: "HD c1 ka\r\nNS\r\nHD\r\nNS\r\nNF\r\nEX\r\nVA 4 c3\r\n>hi!\r\n", alive: true},
-		{name: "meta set refusals", in: "ms a 1 F3\r\nx\r\nms a 1 T60 q\r\nx\r\nms a 1 MZ\r\nx\r\nms a 1 I\r\nx\r\nmg a\r\n",
-			want: errFlags.msg + "\r\n" + errExptime.msg + "\r\n" + errMetaMode.msg + "\r\n" + errMetaStale.msg + "\r\nEN\r\n", alive: true},
+		{name: "meta set refusals", in: "ms a 1 F-3\r\nx\r\nms a 1 F4294967296\r\nx\r\nms a 1 Tx q\r\nx\r\nms a 1 MZ\r\nx\r\nms a 1 I\r\nx\r\nmg a\r\n",
+			want: errMetaNumber.msg + "\r\n" + errMetaNumber.msg + "\r\n" + errFormat.msg + "\r\n" + errMetaMode.msg + "\r\n" + errMetaStale.msg + "\r\nEN\r\n", alive: true},
+		{name: "meta client flags", in: "ms a 1 F3\r\nx\r\nmg a f v\r\nms a 1 MA F9\r\ny\r\nmg a f\r\nma n N0 J5\r\nms n 1 F4294967295\r\n7\r\nma n\r\nmg n f v\r\nget a\r\n",
+			want: "HD\r\nVA 1 f3\r\nx\r\nHD\r\nHD f3\r\nHD\r\nHD\r\nHD\r\nVA 1 f4294967295\r\n8\r\nVALUE a 3 2\r\nxy\r\nEND\r\n", alive: true},
 		{name: "meta delete", in: "md a\r\nmd a q\r\nset a 0 0 1\r\nx\r\nmd a C7 q\r\nmd a C1 q k\r\nmd a\r\n",
 			want: "NF\r\nNF\r\nSTORED\r\nEX\r\nNF\r\n", alive: true},
 		{name: "meta arithmetic", in: "ma n\r\nma n N0 J10 v\r\nma n q\r\nma n MD D3 v t c\r\nma n M- D100 v\r\nset s 0 0 1\r\nx\r\nma s\r\nma n C1\r\n",
@@ -103,8 +109,13 @@ func TestConversations(t *testing.T) {
 		{name: "negative length closes", in: "set a 0 0 -1\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\n"},
 		{name: "missing length closes", in: "set a 0 0\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\n"},
 		{name: "too many tokens closes", in: "set a 0 0 1 noreply x\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\n"},
-		{name: "flags refused, data skipped", in: "set a 1 0 3\r\nabc\r\nget a\r\n", want: "CLIENT_ERROR " + errFlags.msg[len("CLIENT_ERROR "):] + "\r\nEND\r\n", alive: true},
-		{name: "exptime refused, data skipped", in: "set a 0 10 3\r\nabc\r\nget a\r\n", want: errExptime.msg + "\r\nEND\r\n", alive: true},
+		// set, add, replace and cas store flags; append, prepend, incr
+		// and decr keep the key's.
+		{name: "client flags", in: "set a 123 0 3\r\nabc\r\nget a\r\nappend a 7 0 1\r\nd\r\nprepend a 8 0 1\r\n_\r\ngets a\r\nreplace a 4294967295 0 1\r\n1\r\nincr a 2\r\nget a\r\nadd b 5 0 1\r\nx\r\ncas b 6 0 1 6\r\ny\r\nget b\r\nset a x 0 1\r\nz\r\nset a 4294967296 0 1\r\nz\r\nget a\r\n",
+			want: "STORED\r\nVALUE a 123 3\r\nabc\r\nEND\r\nSTORED\r\nSTORED\r\nVALUE a 123 5 3\r\n_abcd\r\nEND\r\nSTORED\r\n3\r\nVALUE a 4294967295 1\r\n3\r\nEND\r\nSTORED\r\nSTORED\r\nVALUE b 6 1\r\ny\r\nEND\r\n" +
+				"CLIENT_ERROR bad command line format\r\nCLIENT_ERROR bad command line format\r\nVALUE a 4294967295 1\r\n3\r\nEND\r\n", alive: true},
+		{name: "exptime stored", in: "set a 0 10 3\r\nabc\r\nget a\r\n", want: "STORED\r\nVALUE a 0 3\r\nabc\r\nEND\r\n", alive: true},
+		{name: "bad exptime refused, data skipped", in: "set a 0 1x 3\r\nabc\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\nEND\r\n", alive: true},
 		{name: "bad noreply", in: "set a 0 0 1 noreplyx\r\nx\r\nget a\r\n", want: "CLIENT_ERROR bad command line format\r\nEND\r\n", alive: true},
 		{name: "bad key in set", in: "set " + key250 + "x 0 0 1\r\nx\r\nversion\r\n",
 			want: "CLIENT_ERROR bad key: key is longer than 250 bytes\r\n" + versionReply, alive: true},
@@ -394,7 +405,7 @@ func TestContendedKey(t *testing.T) {
 	b.beforeWriteIf = func(f *fakeBackend, key []byte) {
 		writes++
 		f.index++
-		f.data[string(key)] = fakeValue{[]byte("7"), f.index}
+		f.data[string(key)] = fakeValue{[]byte("7"), f.index, Attrs{}}
 	}
 	before := counterValue(errorsByKind[kindContended])
 	s := New(Config{}, b, nil)
@@ -414,7 +425,7 @@ func TestContendedKey(t *testing.T) {
 		if once {
 			once = false
 			f.index++
-			f.data[string(key)] = fakeValue{[]byte("10"), f.index}
+			f.data[string(key)] = fakeValue{[]byte("10"), f.index, Attrs{}}
 		}
 	}
 	mc = runConn(t, s, "incr n 5\r\n", 0)
@@ -432,7 +443,7 @@ func TestSilencedRefusalsCounted(t *testing.T) {
 	b := newFakeBackend()
 	b.put("s", "x")
 	s := New(Config{}, b, nil)
-	mc := runConn(t, s, "verbosity 1 noreply\r\ntouch s 9 noreply\r\nincr s x noreply\r\nincr s 1 noreply\r\nflush_all 5 noreply\r\n", 0)
+	mc := runConn(t, s, "verbosity 1 noreply\r\nverbosity 2 noreply\r\nincr s x noreply\r\nincr s 1 noreply\r\nflush_all 5 noreply\r\n", 0)
 	if got := mc.output(); got != "" {
 		t.Fatalf("noreply requests answered %q", got)
 	}

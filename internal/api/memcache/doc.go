@@ -31,8 +31,11 @@
 //   - A success (STORED, DELETED, HD, binary status 0) is sent only after
 //     the Backend reports the write durable.
 //   - Every conditional command (add, replace, append, prepend, cas, incr,
-//     decr, and their meta and binary forms) is one Backend.WriteIf, retried
-//     at most 16 times when the key changed in between.
+//     decr, touch, gat, and their meta and binary forms) is one
+//     Backend.WriteIf, retried at most 16 times when the key changed in
+//     between.
+//   - Client flags and the expiry travel with the value (Attrs); nothing
+//     expires here: the root deletes expired keys through the log.
 //   - A get is answered from one Backend.Get, so from one log index. If it
 //     fails, the reply is one SERVER_ERROR (or CLIENT_ERROR) line and no
 //     value: the reply is built in memory (bounded by MaxReplyBytes) and

@@ -52,19 +52,20 @@ type fakeBackend struct {
 type fakeValue struct {
 	value []byte
 	index uint64
+	attrs Attrs
 }
 
 func newFakeBackend() *fakeBackend {
 	return &fakeBackend{data: make(map[string]fakeValue)}
 }
 
-func (f *fakeBackend) Get(keys [][]byte, found func(key, value []byte, index uint64)) (uint64, error) {
+func (f *fakeBackend) Get(keys [][]byte, found func(key, value []byte, index uint64, a Attrs)) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var err error
 	for _, k := range keys {
 		if v, ok := f.data[string(k)]; ok {
-			found(k, v.value, v.index)
+			found(k, v.value, v.index, v.attrs)
 		}
 		if err == nil && f.errFor != nil {
 			err = f.errFor("get", k)
@@ -76,7 +77,7 @@ func (f *fakeBackend) Get(keys [][]byte, found func(key, value []byte, index uin
 	return f.index, err
 }
 
-func (f *fakeBackend) Set(ctx context.Context, key, value []byte) (uint64, error) {
+func (f *fakeBackend) Set(ctx context.Context, key, value []byte, a Attrs) (uint64, error) {
 	f.mu.Lock()
 	hook, err := f.setHook, f.setErr
 	if err == nil && f.errFor != nil {
@@ -94,7 +95,7 @@ func (f *fakeBackend) Set(ctx context.Context, key, value []byte) (uint64, error
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
-	f.data[string(key)] = fakeValue{bytes.Clone(value), f.index}
+	f.data[string(key)] = fakeValue{bytes.Clone(value), f.index, a}
 	return f.index, nil
 }
 
@@ -116,7 +117,7 @@ func (f *fakeBackend) Delete(ctx context.Context, key []byte) (uint64, bool, err
 	return f.index, ok, nil
 }
 
-func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, del bool, ifIndex uint64) (uint64, error) {
+func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, a Attrs, del bool, ifIndex uint64) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	err := f.setErr
@@ -136,7 +137,7 @@ func (f *fakeBackend) WriteIf(ctx context.Context, key, value []byte, del bool, 
 	if del {
 		delete(f.data, string(key))
 	} else {
-		f.data[string(key)] = fakeValue{bytes.Clone(value), f.index}
+		f.data[string(key)] = fakeValue{bytes.Clone(value), f.index, a}
 	}
 	return f.index, nil
 }
@@ -174,7 +175,7 @@ func (f *fakeBackend) put(key, value string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
-	f.data[key] = fakeValue{[]byte(value), f.index}
+	f.data[key] = fakeValue{[]byte(value), f.index, Attrs{}}
 }
 
 // memConn is an in-memory net.Conn: reads come from in, at most chunk bytes
@@ -273,8 +274,11 @@ func checkReplies(b []byte) (int, error) {
 		switch w := string(word); {
 		case w == "VALUE" && !inStats:
 			f := bytes.Fields(rest)
-			if len(f) != 3 && len(f) != 4 || string(f[1]) != "0" {
+			if len(f) != 3 && len(f) != 4 {
 				return n, fmt.Errorf("bad VALUE line %q", line)
+			}
+			if _, err := strconv.ParseUint(string(f[1]), 10, 32); err != nil {
+				return n, fmt.Errorf("bad flags in VALUE line %q", line)
 			}
 			size, err := strconv.Atoi(string(f[2]))
 			if err != nil || size < 0 || len(b) < size+2 || string(b[size:size+2]) != "\r\n" {

@@ -11,7 +11,8 @@ import (
 // testdata/fuzz/FuzzMeta.
 func FuzzMeta(f *testing.F) {
 	for _, s := range []string{"mg k v c f k s t Oop q", "ms k 5 MA C7 F0 T0 q", "md k C3 q k", "ma k N0 J5 D2 MD v t c",
-		"mg AAE= b k v", "ms k", "mg k Ozzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "ma k Dx"} {
+		"mg AAE= b k v", "ms k", "mg k Ozzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "ma k Dx",
+		"ms k 1 F4294967295 T-1", "mg k T2592001 f t v", "ma k N60 J1 t", "ms k 1 F4294967296"} {
 		f.Add([]byte(s))
 	}
 	lim := limits{maxKeys: 8, maxValue: 100}
@@ -71,6 +72,8 @@ func FuzzMeta(f *testing.F) {
 // in testdata/fuzz/FuzzBinary.
 func FuzzBinary(f *testing.F) {
 	f.Add([]byte(binReq(opSet, "k", storeExtras(0, 0), "value", 7, 1)))
+	f.Add([]byte(binReq(opSet, "k", storeExtras(0xffffffff, 0xffffffff), "v", 0, 5)))
+	f.Add([]byte(binReq(opGat, "k", "\x00\x00\x00\x10", "", 0, 6)))
 	f.Add([]byte(binReq(opIncr, "n", arithExtras(1, 5, 0xffffffff), "", 0, 2)))
 	f.Add([]byte(binReq(opGetKQ, "k", "", "", 0, 3)))
 	f.Add([]byte(binReq(0x08, "", "", "", 0, 4)))

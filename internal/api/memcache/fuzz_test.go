@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -17,7 +18,8 @@ import (
 // FuzzParse feeds arbitrary request lines to the parser. Seeds are in
 // testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"get a b", "gets a", "set k 0 0 5 noreply", "delete k 0 noreply", "version", "stats", "quit", "add k 0 0 1", "ms k 2"} {
+	for _, s := range []string{"get a b", "gets a", "set k 0 0 5 noreply", "delete k 0 noreply", "version", "stats", "quit", "add k 0 0 1", "ms k 2",
+		"set k 4294967295 -1 1", "cas k 1 2592001 1 9", "touch k 60 noreply", "gats 100 a b", "gat -1 a"} {
 		f.Add([]byte(s))
 	}
 	lim := limits{maxKeys: 8, maxValue: 100}
@@ -87,12 +89,13 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("%q: accepted as %+v", line, req)
 			}
 			// Round trip.
-			again := fmt.Sprintf("set %s 0 0 %d", req.key, req.dataLen)
+			again := fmt.Sprintf("set %s %d %d %d", req.key, req.flags, req.exptime, req.dataLen)
 			if req.noreply {
 				again += " noreply"
 			}
 			var req2 request
-			if parseRequest([]byte(again), lim, &req2) != nil || !bytes.Equal(req2.key, req.key) || req2.dataLen != req.dataLen || req2.noreply != req.noreply {
+			if parseRequest([]byte(again), lim, &req2) != nil || !bytes.Equal(req2.key, req.key) || req2.dataLen != req.dataLen || req2.noreply != req.noreply ||
+				req2.flags != req.flags || req2.exptime != req.exptime {
 				t.Fatalf("%q: round trip through %q gives %+v", line, again, req2)
 			}
 		case cmdDelete:
@@ -104,7 +107,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("%q: accepted as %v", line, req.cmd)
 			}
 		case cmdGat, cmdGats:
-			if len(req.keys) == 0 || len(req.keys) != len(fields)-2 || fields[1] != "0" && strings.Trim(fields[1], "0") != "-" && strings.TrimLeft(fields[1], "0") != "" {
+			exp, err := strconv.ParseInt(fields[1], 10, 64)
+			if len(req.keys) == 0 || len(req.keys) != len(fields)-2 || err != nil || exp != req.exptime {
 				t.Fatalf("%q: accepted as %+v", line, req)
 			}
 		case cmdAdd, cmdReplace, cmdAppend, cmdPrepend, cmdCas:
@@ -187,6 +191,7 @@ var statTimes = regexp.MustCompile(`STAT (uptime|time) [0-9]+\r\n`)
 // testdata/fuzz/FuzzConn.
 func FuzzConn(f *testing.F) {
 	f.Add([]byte("set a 0 0 1\r\nx\r\nget a b\r\n"), uint8(0))
+	f.Add([]byte("set a 3 60 1\r\nx\r\ntouch a 5\r\ngats 0 a b\r\nmg a T9 f t v\r\nappend a 9 0 1\r\ny\r\nget a\r\n"), uint8(3))
 	f.Fuzz(func(t *testing.T, input []byte, chunk uint8) {
 		var outputs [2]string
 		for i, size := range []int{0, 1 + int(chunk)%64} {

@@ -23,6 +23,10 @@ type metaFlags struct {
 	value   bool   // v: return the value (mg, ma)
 	hasCas  bool   // C: compare the key's cas unique
 	cas     uint64 // C's token
+	flags   uint32 // F (ms): the client flags to store
+	ttl     int64  // T: the TTL to store (ms), or to touch (mg)
+	hasTTL  bool   // T was given
+	newTTL  int64  // N (ma): the TTL of a created key
 	mode    byte   // M: ms E A P R S; ma I D (normalised to upper case, + and - mapped)
 	delta   uint64 // ma D, default 1
 	initial uint64 // ma J, default 0
@@ -152,9 +156,9 @@ func (m *metaFlags) parseFlag(cmd command, t []byte) *protoError {
 		return retFlag()
 	case f == 'k':
 		return retFlag()
-	case f == 'T':
-		// A TTL of 0: the key never expires, as every key here.
-		return checkExptime(arg)
+	case f == 'T': // md: no effect (the key is deleted)
+		m.hasTTL = true
+		m.ttl, err = parseExptime(arg)
 	case f == 'c' && cmd != cmdMetaDelete:
 		return retFlag()
 	case f == 'C' && cmd != cmdMetaGet:
@@ -170,10 +174,11 @@ func (m *metaFlags) parseFlag(cmd command, t []byte) *protoError {
 	case cmd == cmdMetaGet && (f == 'h' || f == 'l'):
 		return errMetaLRU
 	case cmd == cmdMetaSet && f == 'F':
-		var flags uint64
-		if flags, err = num(); err == nil && flags != 0 {
-			return errFlags
+		v, ok := parseUint(arg, 1<<32-1)
+		if !ok {
+			return errMetaNumber
 		}
+		m.flags = uint32(v)
 	case cmd == cmdMetaSet && f == 'M':
 		if len(arg) != 1 {
 			return errMetaMode
@@ -192,7 +197,7 @@ func (m *metaFlags) parseFlag(cmd command, t []byte) *protoError {
 		return retFlag()
 	case cmd == cmdMetaArith && f == 'N':
 		m.create = true
-		return checkExptime(arg)
+		m.newTTL, err = parseExptime(arg)
 	case cmd == cmdMetaArith && f == 'J':
 		m.initial, err = num()
 	case cmd == cmdMetaArith && f == 'D':

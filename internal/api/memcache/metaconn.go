@@ -1,6 +1,9 @@
 package memcache
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // This file serves the meta commands parsed by meta.go.
 
@@ -28,7 +31,7 @@ func (c *conn) meta(req *request) bool {
 		if data == nil {
 			return ok
 		}
-		out, idx, err := c.storeData(m.mode, c.key, data, m.hasCas, m.cas)
+		out, idx, err := c.storeData(m.mode, c.key, data, Attrs{Flags: m.flags, Expires: expires(m.ttl)}, m.hasCas, m.cas)
 		c.metaReply(m, out, idx, err, nil)
 		return true
 	}
@@ -41,7 +44,7 @@ func (c *conn) meta(req *request) bool {
 		return true
 	}
 	v, idx, out, err := c.incrDecr(req.key, arithOp{incr: m.mode == 'I', delta: m.delta,
-		create: m.create, initial: m.initial, hasCas: m.hasCas, cas: m.cas})
+		create: m.create, initial: m.initial, expires: expires(m.newTTL), hasCas: m.hasCas, cas: m.cas})
 	if err == nil && out == outNonNumeric {
 		err = errNonNumeric
 	}
@@ -56,6 +59,15 @@ func (c *conn) meta(req *request) bool {
 // metaGet serves mg.
 func (c *conn) metaGet(key []byte, m *metaFlags) {
 	value, idx, found, err := c.lookup(key)
+	if m.hasTTL && err == nil && found {
+		// T: touch, then answer with what the touch left.
+		if c.flush() != nil {
+			return
+		}
+		var out outcome
+		out, idx, err = c.touch(key, m.ttl)
+		value, found = c.cur, out == outStored
+	}
 	switch {
 	case err != nil:
 		c.failed(err)
@@ -76,7 +88,7 @@ func (c *conn) metaGet(key []byte, m *metaFlags) {
 	} else {
 		c.out = append(c.out, "HD"...)
 	}
-	c.out = c.metaFlagsOut(c.out, m, idx, len(value))
+	c.out = c.metaFlagsOut(c.out, m, idx, c.curAttrs, len(value))
 	c.out = append(c.out, "\r\n"...)
 	if m.value {
 		c.out = append(c.out, value...)
@@ -101,9 +113,9 @@ func (c *conn) metaReply(m *metaFlags, out outcome, idx uint64, err error, num [
 		c.out = append(c.out, metaCodes[out]...)
 	}
 	if out == outStored {
-		c.out = c.metaFlagsOut(c.out, m, idx, -1)
+		c.out = c.metaFlagsOut(c.out, m, idx, Attrs{}, -1)
 	} else {
-		c.out = c.metaFlagsOut(c.out, m, 0, -1)
+		c.out = c.metaFlagsOut(c.out, m, 0, Attrs{}, -1)
 	}
 	c.out = append(c.out, "\r\n"...)
 	if out == outStored && num != nil {
@@ -113,10 +125,10 @@ func (c *conn) metaReply(m *metaFlags, out outcome, idx uint64, err error, num [
 }
 
 // metaFlagsOut appends the flags the request asked to have returned, in
-// its order: the cas unique (c), client flags (f, always 0), the key (k,
+// its order: the cas unique (c), client flags (f, mg only), the key (k,
 // as sent), the opaque (O), the size (s, when size >= 0), the remaining
-// TTL (t, -1: keys never expire) and b when the key is base64.
-func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, size int) []byte {
+// TTL (t, in seconds; -1: never expires) and b when the key is base64.
+func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, a Attrs, size int) []byte {
 	for _, f := range m.ret[:m.nret] {
 		switch f {
 		case 'b':
@@ -125,7 +137,8 @@ func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, size int) []by
 			out = append(out, " c"...)
 			out = strconv.AppendUint(out, idx, 10)
 		case 'f':
-			out = append(out, " f0"...)
+			out = append(out, " f"...)
+			out = strconv.AppendUint(out, uint64(a.Flags), 10)
 		case 'k':
 			out = append(out, " k"...)
 			out = append(out, c.rawKey...)
@@ -138,7 +151,8 @@ func (c *conn) metaFlagsOut(out []byte, m *metaFlags, idx uint64, size int) []by
 				out = strconv.AppendInt(out, int64(size), 10)
 			}
 		case 't':
-			out = append(out, " t-1"...)
+			out = append(out, " t"...)
+			out = strconv.AppendInt(out, ttl(a, time.Now().UnixNano()), 10)
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package memcache
 import (
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 )
@@ -95,7 +96,7 @@ func arith(cur []byte, incr bool, delta uint64) (uint64, bool) {
 }
 
 // lookup reads one key. The value is copied into c.cur (valid until the
-// next lookup).
+// next lookup), its attributes into c.curAttrs.
 func (c *conn) lookup(key []byte) (value []byte, index uint64, found bool, err error) {
 	c.oneKey[0] = key
 	c.curFound = false
@@ -109,10 +110,13 @@ func (c *conn) lookup(key []byte) (value []byte, index uint64, found bool, err e
 
 // lookupFound is lookup's found callback, bound once to c.foundCur so that
 // a lookup does not allocate.
-func (c *conn) lookupFound(_, v []byte, idx uint64) {
+func (c *conn) lookupFound(_, v []byte, idx uint64, a Attrs) {
 	c.cur = append(c.cur[:0], v...)
-	c.curIndex, c.curFound = idx, true
+	c.curIndex, c.curAttrs, c.curFound = idx, a, true
 }
+
+// expires is the expiry of a key stored now with exptime (expiresAt).
+func expires(exptime int64) int64 { return expiresAt(exptime, time.Now().UnixNano()) }
 
 // existence answers a conditional command whose condition did not hold:
 // EXISTS if the key is there, NOT_FOUND if not.
@@ -129,9 +133,10 @@ func (c *conn) existence(key []byte) (outcome, error) {
 }
 
 // storeData runs a storage command: mode is one of the mode constants;
-// with hasCas the key must still have the unique cas. It returns the index
-// of the write when stored.
-func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (outcome, uint64, error) {
+// with hasCas the key must still have the unique cas. set, add, replace
+// and cas store a (client flags and expiry); append and prepend keep the
+// key's, as memcached does. It returns the index of the write when stored.
+func (c *conn) storeData(mode byte, key, data []byte, a Attrs, hasCas bool, cas uint64) (outcome, uint64, error) {
 	c.s.stats.cmdSet.Add(1)
 	if mode != modeSet && mode != modeAdd {
 		if err := c.s.b.Writable(); err != nil {
@@ -140,7 +145,7 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 	}
 	switch {
 	case mode == modeSet && !hasCas:
-		idx, err := c.s.b.Set(c.s.ctx, key, data)
+		idx, err := c.s.b.Set(c.s.ctx, key, data, a)
 		return outStored, idx, err
 	case mode == modeSet || mode == modeAdd:
 		// cas unique 0 is never a key's: a cas with it cannot succeed.
@@ -151,7 +156,7 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 			out, err := c.existence(key)
 			return out, 0, err
 		}
-		idx, err := c.s.b.WriteIf(c.s.ctx, key, data, false, cas)
+		idx, err := c.s.b.WriteIf(c.s.ctx, key, data, a, false, cas)
 		if !errors.Is(err, store.ErrConditionFailed) {
 			return outStored, idx, err
 		}
@@ -177,7 +182,11 @@ func (c *conn) storeData(mode byte, key, data []byte, hasCas bool, cas uint64) (
 		if len(c.next) > c.s.cfg.MaxValueBytes {
 			return 0, 0, errTooLarge
 		}
-		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, false, idx)
+		keep := a
+		if mode != modeReplace {
+			keep = c.curAttrs
+		}
+		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, keep, false, idx)
 		if !errors.Is(err, store.ErrConditionFailed) {
 			return outStored, w, err
 		}
@@ -201,7 +210,7 @@ func (c *conn) deleteKey(key []byte, hasCas bool, cas uint64) (outcome, error) {
 			out, err = c.existence(key)
 		}
 	default:
-		_, err = c.s.b.WriteIf(c.s.ctx, key, nil, true, cas)
+		_, err = c.s.b.WriteIf(c.s.ctx, key, nil, Attrs{}, true, cas)
 		if errors.Is(err, store.ErrConditionFailed) {
 			out, err = c.existence(key)
 		}
@@ -218,11 +227,13 @@ type arithOp struct {
 	delta   uint64
 	create  bool   // a missing key is created with initial
 	initial uint64 // the value a created key gets
+	expires int64  // the expiry a created key gets (0: never)
 	hasCas  bool
 	cas     uint64
 }
 
 // incrDecr runs op on key and returns the new value and the write's index.
+// The key keeps its attributes (a created key gets flags 0 and op.expires).
 func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error) {
 	if err := c.s.b.Writable(); err != nil {
 		return 0, 0, 0, err
@@ -233,11 +244,12 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 			return 0, 0, 0, err
 		}
 		var v uint64
+		a := c.curAttrs
 		switch {
 		case !found && !op.create:
 			return 0, 0, outNotFound, nil
 		case !found:
-			v, idx = op.initial, 0
+			v, idx, a = op.initial, 0, Attrs{Expires: op.expires}
 		case op.hasCas && idx != op.cas:
 			return 0, 0, outExists, nil
 		default:
@@ -247,7 +259,7 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 			}
 		}
 		c.next = strconv.AppendUint(c.next[:0], v, 10)
-		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, false, idx)
+		w, err := c.s.b.WriteIf(c.s.ctx, key, c.next, a, false, idx)
 		if !errors.Is(err, store.ErrConditionFailed) {
 			return v, w, outStored, err
 		}
@@ -255,17 +267,45 @@ func (c *conn) incrDecr(key []byte, op arithOp) (uint64, uint64, outcome, error)
 	return 0, 0, 0, errContended
 }
 
-// touch answers a touch (exptime 0: the key keeps never expiring), with
-// the key's index.
-func (c *conn) touch(key []byte) (outcome, uint64, error) {
+// touch gives key the expiry exptime (expiresAt), keeping its value and
+// client flags, and returns the key's index after it; the value is left
+// in c.cur. A touch that changes nothing (the same expiry) writes
+// nothing. Giving a key a new expiry is a write of the log: the key's
+// index, its cas unique, changes.
+func (c *conn) touch(key []byte, exptime int64) (outcome, uint64, error) {
 	if err := c.s.b.Writable(); err != nil {
 		return 0, 0, err
 	}
-	_, idx, found, err := c.lookup(key)
-	if err != nil || found {
-		return outStored, idx, err
+	for range maxAttempts {
+		_, idx, found, err := c.lookup(key)
+		switch {
+		case err != nil:
+			return 0, 0, err
+		case !found:
+			return outNotFound, 0, nil
+		}
+		a := Attrs{Flags: c.curAttrs.Flags, Expires: expires(exptime)}
+		if a == c.curAttrs {
+			return outStored, idx, nil
+		}
+		w, err := c.s.b.WriteIf(c.s.ctx, key, c.cur, a, false, idx)
+		if !errors.Is(err, store.ErrConditionFailed) {
+			if err == nil {
+				c.curAttrs, c.curIndex = a, w
+			}
+			return outStored, w, err
+		}
 	}
-	return outNotFound, 0, nil
+	return 0, 0, errContended
+}
+
+// ttl is what memcached reports as a key's remaining time to live in
+// seconds: -1 when it never expires.
+func ttl(a Attrs, now int64) int64 {
+	if a.Expires == 0 {
+		return -1
+	}
+	return max(0, (a.Expires-now+999_999_999)/1e9)
 }
 
 // failed answers an operation error: a refusal of this package or the

@@ -91,6 +91,11 @@ type request struct {
 	// the client.
 	dataLen int
 	cas     uint64 // cas: the unique the key must still have
+	flags   uint32 // the storage commands: the client flags to store
+	// exptime is the storage commands', touch's and gat's expiry time as
+	// sent: seconds from now up to 30 days, else a Unix time; 0: never;
+	// negative: already expired (expiresAt).
+	exptime int64
 	delta   uint64 // incr, decr
 	// noreply: the client asked for no reply. Once the token is recognised
 	// it also silences error replies to the request, as memcached does; a
@@ -120,8 +125,6 @@ var (
 	errDeleteFormat = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR bad command line format. Usage: delete <key> [noreply]"}
 	errNoKeys       = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR get needs at least one key"}
 	errDelta        = &protoError{kind: kindBadCommand, msg: "CLIENT_ERROR invalid numeric delta argument"}
-	errFlags        = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR flags are not supported: values are stored as bytes only, use flags 0"}
-	errExptime      = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR exptime is not supported: keys never expire, use exptime 0"}
 	errTooLarge     = &protoError{kind: kindTooLarge, msg: "SERVER_ERROR object too large for cache"}
 	errStatsGroup   = &protoError{kind: kindUnsupported, msg: "CLIENT_ERROR stats groups are not supported, use stats without arguments"}
 	errBadDataChunk = &protoError{kind: kindBadDataChunk, msg: "CLIENT_ERROR bad data chunk"}
@@ -164,6 +167,7 @@ func parseRequest(line []byte, lim limits, req *request) *protoError {
 	req.key = nil
 	req.dataLen = -1
 	req.noreply = false
+	req.flags, req.exptime = 0, 0
 	req.cas, req.delta = 0, 0
 
 	name, rest := nextToken(line)
@@ -184,7 +188,8 @@ func parseRequest(line []byte, lim limits, req *request) *protoError {
 			req.cmd = cmdGats
 		}
 		exp, rest := nextToken(rest)
-		if e := checkExptime(exp); e != nil {
+		var e *protoError
+		if req.exptime, e = parseExptime(exp); e != nil {
 			return e
 		}
 		return parseKeys(rest, lim, req)
@@ -248,18 +253,36 @@ func lastTokenIs(s []byte, tok string) bool {
 	return bytes.HasSuffix(s, []byte(tok)) && (len(s) == len(tok) || s[len(s)-len(tok)-1] == ' ')
 }
 
-// checkExptime accepts the exptimes this server can honour: 0 (never
-// expire). Keys do not expire here, so any other value is refused rather
-// than silently ignored.
-func checkExptime(tok []byte) *protoError {
+// parseExptime parses an exptime token (a signed decimal number of
+// seconds).
+func parseExptime(tok []byte) (int64, *protoError) {
 	exp, ok := parseInt(tok)
 	if !ok {
-		return errFormat
+		return 0, errFormat
 	}
-	if exp != 0 {
-		return errExptime
+	return exp, nil
+}
+
+// maxRelativeExptime is memcached's bound: an exptime up to 30 days is
+// relative to now, a larger one is a Unix time.
+const maxRelativeExptime = 30 * 24 * 3600
+
+// expiresAt converts a memcached exptime, received at now (Unix ns), to
+// the time from which the key is deleted (Unix ns; 0: never). A negative
+// exptime, or a Unix time already past, is due at once.
+func expiresAt(exptime, now int64) int64 {
+	const second = int64(1e9)
+	switch {
+	case exptime == 0:
+		return 0
+	case exptime < 0:
+		return max(now, 1)
+	case exptime <= maxRelativeExptime:
+		return now + exptime*second
+	case exptime >= (1<<63-1)/second:
+		return 1<<63 - 1
 	}
-	return nil
+	return exptime * second
 }
 
 // parseKeys parses the keys of get and gets.
@@ -313,12 +336,13 @@ func parseStorage(rest []byte, lim limits, req *request) *protoError {
 	if e := checkKey(toks[0], 0); e != nil {
 		return e
 	}
-	if flags, ok := parseUint(toks[1], 1<<32-1); !ok {
+	flags, ok := parseUint(toks[1], 1<<32-1)
+	if !ok {
 		return errFormat
-	} else if flags != 0 {
-		return errFlags
 	}
-	if e := checkExptime(toks[2]); e != nil {
+	req.flags = uint32(flags)
+	var e *protoError
+	if req.exptime, e = parseExptime(toks[2]); e != nil {
 		return e
 	}
 	if req.cmd == cmdCas {
@@ -399,7 +423,8 @@ func parseTouch(rest []byte, req *request) *protoError {
 	if e != nil {
 		return e
 	}
-	return checkExptime(arg)
+	req.exptime, e = parseExptime(arg)
+	return e
 }
 
 // parseDelete parses "<key> [0] [noreply]"; the 0 is a time argument old

@@ -16,6 +16,8 @@ func TestParseRequest(t *testing.T) {
 		key     string   // set, delete
 		dataLen int
 		noreply bool
+		flags   uint32 // the storage commands
+		exptime int64  // the storage commands, touch, gat
 		// On refusal:
 		msg   string
 		kind  errKind
@@ -42,9 +44,12 @@ func TestParseRequest(t *testing.T) {
 		{line: "set  k  00  0  007", cmd: cmdSet, key: "k", dataLen: 7},
 		{line: "set k 0 0 101", cmd: cmdSet, key: "k", dataLen: 101, msg: "SERVER_ERROR object too large for cache", kind: kindTooLarge},
 		{line: "set k 0 0 101 noreply", cmd: cmdSet, key: "k", dataLen: 101, noreply: true, msg: "SERVER_ERROR object too large for cache", kind: kindTooLarge},
-		{line: "set k 1 0 5", cmd: cmdSet, key: "k", dataLen: 5, msg: errFlags.msg, kind: kindUnsupported},
-		{line: "set k 0 60 5", cmd: cmdSet, key: "k", dataLen: 5, msg: errExptime.msg, kind: kindUnsupported},
-		{line: "set k 0 -1 5", cmd: cmdSet, key: "k", dataLen: 5, msg: errExptime.msg, kind: kindUnsupported},
+		{line: "set k 1 0 5", cmd: cmdSet, key: "k", dataLen: 5, flags: 1},
+		{line: "set k 4294967295 0 5", cmd: cmdSet, key: "k", dataLen: 5, flags: 1<<32 - 1},
+		{line: "set k 0 60 5", cmd: cmdSet, key: "k", dataLen: 5, exptime: 60},
+		{line: "set k 0 -1 5", cmd: cmdSet, key: "k", dataLen: 5, exptime: -1},
+		{line: "set k 0 4102444800 5", cmd: cmdSet, key: "k", dataLen: 5, exptime: 4102444800},
+		{line: "set k 0 1e3 5", cmd: cmdSet, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
 		{line: "set k x 0 5", cmd: cmdSet, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
 		{line: "set k 4294967296 0 5", cmd: cmdSet, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
 		{line: "set k 0 - 5", cmd: cmdSet, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
@@ -85,9 +90,9 @@ func TestParseRequest(t *testing.T) {
 		{line: "incr k -1 noreply", cmd: cmdIncr, key: "k", noreply: true, msg: errDelta.msg, kind: kindBadCommand, dataLen: -1},
 		{line: "incr k 18446744073709551616", cmd: cmdIncr, key: "k", msg: errDelta.msg, kind: kindBadCommand, dataLen: -1},
 		{line: "touch k 0 noreply", cmd: cmdTouch, key: "k", noreply: true, dataLen: -1},
-		{line: "touch k 10 noreply", cmd: cmdTouch, key: "k", noreply: true, msg: errExptime.msg, kind: kindUnsupported, dataLen: -1},
+		{line: "touch k 10 noreply", cmd: cmdTouch, key: "k", noreply: true, exptime: 10, dataLen: -1},
 		{line: "gat 0 a b", cmd: cmdGat, keys: []string{"a", "b"}, dataLen: -1},
-		{line: "gats 5 a", cmd: cmdGats, msg: errExptime.msg, kind: kindUnsupported, dataLen: -1},
+		{line: "gats 5 a", cmd: cmdGats, keys: []string{"a"}, exptime: 5, dataLen: -1},
 		{line: "flush_all", cmd: cmdFlushAll, dataLen: -1},
 		{line: "flush_all 0 noreply", cmd: cmdFlushAll, noreply: true, dataLen: -1},
 		{line: "flush_all 10 noreply", cmd: cmdFlushAll, noreply: true, msg: errFlushDelay.msg, kind: kindUnsupported, dataLen: -1},
@@ -96,12 +101,13 @@ func TestParseRequest(t *testing.T) {
 		{line: "mg k v", cmd: cmdMetaGet, key: "k", dataLen: -1},
 		{line: "mn", cmd: cmdNoop, dataLen: -1},
 		{line: "add k 0 0 5", cmd: cmdAdd, key: "k", dataLen: 5},
-		{line: "add k 3 0 5 noreply", cmd: cmdAdd, key: "k", dataLen: 5, noreply: true, msg: errFlags.msg, kind: kindUnsupported},
+		{line: "add k 3 0 5 noreply", cmd: cmdAdd, key: "k", dataLen: 5, noreply: true, flags: 3},
+		{line: "cas k 7 0 5 99", cmd: cmdCas, key: "k", dataLen: 5, flags: 7},
 		{line: "cas k 0 0 5 99 noreply", cmd: cmdCas, key: "k", dataLen: 5, noreply: true},
 		{line: "cas k 0 0 5 noreply", cmd: cmdCas, key: "k", dataLen: 5, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand},
 		{line: "cas k 0 0 5", cmd: cmdCas, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand, close: true, dataLen: -1},
 		{line: "ms k 3 T0", cmd: cmdMetaSet, key: "k", dataLen: 3},
-		{line: "ms k 3 T9", cmd: cmdMetaSet, dataLen: 3, msg: errExptime.msg, kind: kindUnsupported},
+		{line: "ms k 3 T9", cmd: cmdMetaSet, key: "k", dataLen: 3},
 		{line: "ms k x", cmd: cmdMetaSet, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand, close: true, dataLen: -1},
 		{line: "append k 0 0", cmd: cmdAppend, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand, close: true, dataLen: -1},
 		{line: "prepend k 0 0 x", cmd: cmdPrepend, msg: "CLIENT_ERROR bad command line format", kind: kindBadCommand, close: true, dataLen: -1},
@@ -132,6 +138,9 @@ func TestParseRequest(t *testing.T) {
 		if perr != nil {
 			t.Errorf("%q: refused with %q", name, perr.msg)
 			continue
+		}
+		if req.flags != tt.flags || req.exptime != tt.exptime {
+			t.Errorf("%q: flags %d exptime %d, want %d %d", name, req.flags, req.exptime, tt.flags, tt.exptime)
 		}
 		var keys []string
 		for _, k := range req.keys {
@@ -250,6 +259,36 @@ func TestHasControl(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestExpiresAt: memcached's exptime is relative up to 30 days, an
+// absolute Unix time beyond; 0 never expires; negative is due at once.
+func TestExpiresAt(t *testing.T) {
+	const s = int64(1e9)
+	now := int64(1_700_000_000) * s
+	for _, c := range []struct{ exptime, want int64 }{
+		{0, 0},
+		{1, now + s},
+		{maxRelativeExptime, now + maxRelativeExptime*s},
+		{maxRelativeExptime + 1, (maxRelativeExptime + 1) * s},
+		{4102444800, 4102444800 * s},
+		{-1, now},
+		{1 << 62, 1<<63 - 1},
+	} {
+		if got := expiresAt(c.exptime, now); got != c.want {
+			t.Errorf("expiresAt(%d) = %d, want %d", c.exptime, got, c.want)
+		}
+	}
+	if got := expiresAt(-5, 0); got != 1 {
+		t.Errorf("negative exptime at time 0: %d", got)
+	}
+	for _, c := range []struct {
+		expires, want int64
+	}{{0, -1}, {now + 60*s, 60}, {now + 60*s - 1, 60}, {now + 1, 1}, {now, 0}, {now - s, 0}} {
+		if got := ttl(Attrs{Expires: c.expires}, now); got != c.want {
+			t.Errorf("ttl of %d at %d = %d, want %d", c.expires, now, got, c.want)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func (c *conn) storage(req *request) bool {
 	if data == nil {
 		return ok
 	}
-	out, _, err := c.storeData(modeOf(req.cmd), c.key, data, req.cmd == cmdCas, req.cas)
+	out, _, err := c.storeData(modeOf(req.cmd), c.key, data, Attrs{Flags: req.flags, Expires: expires(req.exptime)}, req.cmd == cmdCas, req.cas)
 	if err != nil {
 		c.failed(err)
 		return true
@@ -78,7 +78,7 @@ func (c *conn) keyCommand(req *request) bool {
 	var out outcome
 	var err error
 	if req.cmd == cmdTouch {
-		out, _, err = c.touch(req.key)
+		out, _, err = c.touch(req.key, req.exptime)
 	} else {
 		v, _, out, err = c.incrDecr(req.key, arithOp{incr: req.cmd == cmdIncr, delta: req.delta})
 	}
@@ -97,6 +97,53 @@ func (c *conn) keyCommand(req *request) bool {
 			c.out = append(c.out, "\r\n"...)
 		}
 	}
+	return true
+}
+
+// gat serves gat and gats: each key is touched (given the new expiry),
+// then returned as get returns it; keys that are absent are left out.
+// The values are those the touches left.
+func (c *conn) gat(req *request) bool {
+	if c.flush() != nil {
+		return false
+	}
+	mark, hits := len(c.out), 0
+	for _, key := range req.keys {
+		out, idx, err := c.touch(key, req.exptime)
+		if err != nil {
+			c.out = c.out[:mark]
+			c.failed(err)
+			return true
+		}
+		if out != outStored {
+			continue
+		}
+		hits++
+		c.out = append(c.out, "VALUE "...)
+		c.out = append(c.out, key...)
+		c.out = append(c.out, ' ')
+		c.out = strconv.AppendUint(c.out, uint64(c.curAttrs.Flags), 10)
+		c.out = append(c.out, ' ')
+		c.out = strconv.AppendInt(c.out, int64(len(c.cur)), 10)
+		if req.cmd == cmdGats {
+			c.out = append(c.out, ' ')
+			c.out = strconv.AppendUint(c.out, idx, 10)
+		}
+		c.out = append(c.out, "\r\n"...)
+		c.out = append(c.out, c.cur...)
+		c.out = append(c.out, "\r\n"...)
+		if len(c.out)-mark > c.s.cfg.MaxReplyBytes {
+			c.out = c.out[:mark]
+			errorsByKind[kindReplyTooLarge].Inc()
+			c.replyLine("SERVER_ERROR reply too large: ask for fewer keys per request")
+			return true
+		}
+	}
+	c.s.stats.getHits.Add(uint64(hits))
+	c.s.stats.getMisses.Add(uint64(len(req.keys) - hits))
+	getHitsTotal.Add(float64(hits))
+	getMissesTotal.Add(float64(len(req.keys) - hits))
+	c.out = append(c.out, "END\r\n"...)
 	return true
 }
 
