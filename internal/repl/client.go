@@ -59,6 +59,10 @@ type ReplicaConfig struct {
 	Report func() []byte
 	// ReportInterval is how often Report is sent. Default 1s.
 	ReportInterval time.Duration
+	// BeforeApply, when set, is called with the last index of each
+	// verified batch after it is offered to the children (cut-through,
+	// relay.go) and before the store applies it. Crash tests use it.
+	BeforeApply func(last uint64)
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -175,6 +179,7 @@ type Replica struct {
 
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
+	relay   *relay     // set by Run
 	legacy  sync.Map   // sources that refused ReportVersion: address → when
 
 	mu struct {
@@ -243,6 +248,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	defer r.running.Unlock()
 	db := r.cfg.Database
+	// Children streaming from this store get each verified batch while
+	// the store makes it durable.
+	rl := newRelay()
+	relays.Store(r.st, rl)
+	defer relays.CompareAndDelete(r.st, rl)
+	r.relay = rl
 	// Lag grows while no entry arrives: export it on a clock, not only on
 	// applies. The goroutine is owned by Run and waited for below.
 	var wg sync.WaitGroup
@@ -330,6 +341,8 @@ func (r *Replica) Run(ctx context.Context) error {
 			o = outcomeNeedBootstrap
 		case errors.As(err, &refused) && refused.Code == RefuseLogTruncated:
 			o = outcomeLogTruncated
+		case errors.As(err, &refused) && refused.Code == RefuseAhead:
+			o = outcomeAhead
 		}
 		var step attemptStep
 		plan, step = plan.after(o, progressed, len(sources))
@@ -559,6 +572,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	rc := receiver{v: wal.Verifier{Index: applied, Hash: hash}}
 	db := r.cfg.Database
 	ir.idle = r.cfg.IdleTimeout
+	// Entries relayed and not applied when the session ends are dropped:
+	// the next session receives them again.
+	defer r.relay.drop()
 	for {
 		m, err := ReadMessage(br)
 		if err != nil {
@@ -569,10 +585,17 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			if err := rc.check(m.Entries); err != nil {
 				return progressed, fmt.Errorf("stream from %s: %w", src, err)
 			}
+			// Verified: the children may have the batch now, while the
+			// store makes it durable.
+			r.relay.add(m.Entries)
+			if r.cfg.BeforeApply != nil {
+				r.cfg.BeforeApply(rc.v.Index)
+			}
 			t0 := time.Now()
 			if err := r.st.Apply(ctx, m.Entries); err != nil {
 				return progressed, &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", m.Entries[0].Index, rc.v.Index, err)}
 			}
+			r.relay.durable(rc.v.Index)
 			mApplySeconds.Observe(time.Since(t0).Seconds())
 			mBatchSize.Observe(float64(len(m.Entries)))
 			mEntriesApplied.WithLabelValues(db).Add(float64(len(m.Entries)))

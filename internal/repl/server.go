@@ -447,7 +447,7 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	cn.log.Info("replication client connected", "from", next, "stop", hello.StopIndex)
-	if err := cn.stream(ctx, st, next, hello.StopIndex); err != nil && ctx.Err() == nil {
+	if err := cn.stream(ctx, st, next, hello.StopIndex, isChild(hello)); err != nil && ctx.Err() == nil {
 		cn.log.Info("replication stream ended", "err", err)
 	}
 }
@@ -511,7 +511,7 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	case h.NewestOnly, h.Fetch:
 		next = lr.Last + 1
 	case h.LastIndex > lr.Last:
-		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's %d: the client has entries the server does not", h.LastIndex, lr.Last)
+		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's durable %d: ask again once it caught up", h.LastIndex, lr.Last)
 		return nil, 0, false
 	case next < lr.First:
 		cn.refuse(RefuseLogTruncated, "client needs entry %d but the retained log starts at %d: bootstrap from a snapshot", next, lr.First)
@@ -530,8 +530,10 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 }
 
 // stream sends entries from next on, and Progress when idle, until ctx
-// ends, a write fails or StopIndex is sent.
-func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) error {
+// ends, a write fails or StopIndex is sent. A child replica (cutThrough)
+// also gets the entries this node's replica verified and is making
+// durable (relay.go); other clients get only durable ones.
+func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, cutThrough bool) error {
 	cfg := cn.s.cfg
 	idle := time.NewTimer(cfg.ProgressInterval)
 	defer idle.Stop()
@@ -539,7 +541,15 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) 
 		if stop > 0 && next > stop {
 			return cn.send(&Done{LastIndex: stop})
 		}
-		changed := st.Changed() // before reading, so no commit is missed
+		// Both before reading, so no commit and no relayed batch is missed.
+		changed := st.Changed()
+		var rl *relay
+		var relayed <-chan struct{}
+		if cutThrough {
+			if rl = relayOf(st); rl != nil {
+				relayed = rl.changed()
+			}
+		}
 		entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
 		if errors.Is(err, store.ErrLogTruncated) {
 			// Retention overtook a slow client.
@@ -548,6 +558,11 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) 
 		}
 		if err != nil {
 			return fmt.Errorf("read log at %d: %w", next, err)
+		}
+		early := false
+		if len(entries) == 0 && rl != nil {
+			entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+			early = len(entries) > 0
 		}
 		if stop > 0 {
 			for len(entries) > 0 && entries[len(entries)-1].Index > stop {
@@ -560,6 +575,10 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) 
 			}
 			mEntriesSent.Add(float64(len(entries)))
 			next = entries[len(entries)-1].Index + 1
+			if early {
+				rl.sent(next - 1)
+				mEntriesRelayed.Add(float64(len(entries)))
+			}
 			resetTimer(idle, cfg.ProgressInterval)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -568,6 +587,7 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64) 
 		}
 		select {
 		case <-changed:
+		case <-relayed:
 		case <-idle.C:
 			p := &Progress{AppliedIndex: st.AppliedIndex()}
 			if t := st.AppliedTime(); !t.IsZero() {

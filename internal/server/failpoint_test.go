@@ -30,4 +30,15 @@ func TestFailpointArmed(t *testing.T) {
 	if failpointAfterPersist(nil) == nil {
 		t.Fatal("a qsfailpoints build ignores QS_FAILPOINT")
 	}
+	if failpointForwarded(nil) != nil {
+		t.Fatal("another failpoint armed repl-forwarded")
+	}
+	t.Setenv("QS_FAILPOINT", "repl-forwarded:3")
+	if failpointForwarded(nil) == nil {
+		t.Fatal("a qsfailpoints build ignores QS_FAILPOINT=repl-forwarded:3")
+	}
+	t.Setenv("QS_FAILPOINT", "repl-forwarded:0")
+	if failpointForwarded(nil) != nil {
+		t.Fatal("repl-forwarded:0 armed a failpoint")
+	}
 }
