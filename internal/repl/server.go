@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
 	"golang.org/x/time/rate"
 )
 
@@ -550,19 +551,28 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 				relayed = rl.changed()
 			}
 		}
-		entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
-		if errors.Is(err, store.ErrLogTruncated) {
-			// Retention overtook a slow client.
-			cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("read log at %d: %w", next, err)
-		}
-		early := false
-		if len(entries) == 0 && rl != nil {
+		// Past the applied index the relay has what there is, without a
+		// read of the store; the log has what the relay no longer holds.
+		var entries []wal.Entry
+		if rl != nil && next > st.AppliedIndex() {
 			entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
-			early = len(entries) > 0
+		}
+		early := len(entries) > 0
+		if !early {
+			var err error
+			entries, err = st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+			if errors.Is(err, store.ErrLogTruncated) {
+				// Retention overtook a slow client.
+				cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("read log at %d: %w", next, err)
+			}
+			if len(entries) == 0 && rl != nil {
+				entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+				early = len(entries) > 0
+			}
 		}
 		if stop > 0 {
 			for len(entries) > 0 && entries[len(entries)-1].Index > stop {
