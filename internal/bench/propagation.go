@@ -24,7 +24,7 @@ func Propagation(ctx context.Context, cfg Config, targets []*Target, logf Logf) 
 	for _, t := range targets {
 		s.skip(t, "the propagation scenario measures the chains it starts")
 	}
-	leaves := map[*Target]*Target{}
+	chains := map[*Target][]*Target{} // by root
 	var started []*Target
 	defer func() { stopAll(started) }()
 	startChain := func(spawn func(prev *Target, hop int) (*Target, error)) {
@@ -45,7 +45,7 @@ func Propagation(ctx context.Context, cfg Config, targets []*Target, logf Logf) 
 		started = append(started, chain...)
 		root := chain[0]
 		root.Name = root.Name + " chain"
-		leaves[root] = chain[2]
+		chains[root] = chain
 		s.addTargets(root)
 	}
 	replAddr := map[*Target]string{}
@@ -59,6 +59,10 @@ func Propagation(ctx context.Context, cfg Config, targets []*Target, logf Logf) 
 			return nil, err
 		}
 		replAddr[t] = found["repl"]
+		if replAddr[t] == "" {
+			StopTarget(t)
+			return nil, fmt.Errorf("qs printed no replication listener")
+		}
 		return t, nil
 	})
 	startChain(func(prev *Target, hop int) (*Target, error) {
@@ -72,21 +76,23 @@ func Propagation(ctx context.Context, cfg Config, targets []*Target, logf Logf) 
 		}
 		return t, err
 	})
-	for root, leaf := range leaves {
-		if err := waitChain(ctx, &cfg, root, leaf); err != nil {
+	for root, chain := range chains {
+		if err := waitChain(ctx, &cfg, chain); err != nil {
 			s.fail(root, "%v", err)
 		}
 	}
 	runID := fmt.Sprintf("%08x", rand.Uint32())
 	err := s.phases(ctx, []string{"2 hops"}, func(t *Target, i, slice int, d time.Duration) *phaseRun {
-		return propagate(ctx, &cfg, t, leaves[t], fmt.Sprintf("%s-%d", runID, slice), d)
+		ch := chains[t]
+		return propagate(ctx, &cfg, t, ch[len(ch)-1], fmt.Sprintf("%s-%d", runID, slice), d)
 	})
 	return s.finish(err)
 }
 
-// waitChain waits until a write at root is readable on leaf: the chain
-// is connected.
-func waitChain(ctx context.Context, cfg *Config, root, leaf *Target) error {
+// waitChain waits until a write at the chain's root is readable on its
+// leaf: the chain is connected.
+func waitChain(ctx context.Context, cfg *Config, chain []*Target) error {
+	root, leaf := chain[0], chain[len(chain)-1]
 	r, err := dialKV(ctx, root, kvAddr(root), cfg.Timeout)
 	if err != nil {
 		return err
@@ -106,7 +112,13 @@ func waitChain(ctx context.Context, cfg *Config, root, leaf *Target) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("a write at the root was not readable on the leaf within %s", cfg.SpawnTimeout)
+			err := fmt.Errorf("a write at the root was not readable on the leaf within %s", cfg.SpawnTimeout)
+			for i, t := range chain {
+				if t.proc != nil {
+					err = fmt.Errorf("%w; hop %d's output:\n%s", err, i, indent(t.proc.Output()))
+				}
+			}
+			return err
 		}
 		sleepCtx(ctx, 20*time.Millisecond)
 	}

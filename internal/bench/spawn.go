@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,10 +149,13 @@ func spawnQSWith(ctx context.Context, bin, config, workDir string, wait time.Dur
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// A replication listener asked for is awaited too: it is announced
+	// after the others.
+	wantRepl := slices.ContainsFunc(extra, func(a string) bool { return a == "--repl" }) && !slices.Contains(extra, "off")
 	var found map[string]string
 	for {
 		found = lw.listeners()
-		if found["memcache"] != "" && found["http"] != "" {
+		if found["memcache"] != "" && found["http"] != "" && (!wantRepl || found["repl"] != "") {
 			t.Memcache, t.HTTP = found["memcache"], found["http"]
 			break
 		}
