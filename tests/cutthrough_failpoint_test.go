@@ -18,16 +18,16 @@ import (
 // The tests of this file need the failpoints, which only a qs built with
 // the qsfailpoints tag has:
 //
-//	go test -tags qsfailpoints -run 'TestCutThroughIntermediateKilled' ./tests/
+//	go test -tags qsfailpoints -run 'TestCutThroughFailpointIntermediateKilled' ./tests/
 
-// TestCutThroughIntermediateKilled kills an intermediate (SIGKILL from a
+// TestCutThroughFailpointIntermediateKilled kills an intermediate (SIGKILL from a
 // failpoint) right after it passed a verified batch to its leaf and
 // before its own store made the batch durable. Restarted, it replays only
 // what it made durable, so its leaf is ahead of it: the leaf is refused
 // "ahead" while the intermediate cannot reach the root, waits without
 // bootstrapping, and resumes once the intermediate caught up. All three
 // end with the same data (digest) and every log verifies offline.
-func TestCutThroughIntermediateKilled(t *testing.T) {
+func TestCutThroughFailpointIntermediateKilled(t *testing.T) {
 	root := startQS(t, t.TempDir())
 	midDir := t.TempDir()
 	cmd := exec.Command(qsBin, "serve", "--data", midDir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0",

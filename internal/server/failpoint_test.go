@@ -25,6 +25,23 @@ func TestAfterPersistCount(t *testing.T) {
 	}
 }
 
+func TestFailpointCountOfEachName(t *testing.T) {
+	for _, c := range []struct {
+		v, name string
+		n       int
+		ok      bool
+	}{
+		{"repl-forwarded:5", "repl-forwarded:", 5, true},
+		{"repl-forwarded:0", "repl-forwarded:", 0, false},
+		{"repl-forwarded:5", "raft-after-persist:", 0, false},
+		{"raft-after-persist:5", "repl-forwarded:", 0, false},
+	} {
+		if n, ok := failpointCount(c.v, c.name); n != c.n || ok != c.ok {
+			t.Errorf("failpointCount(%q, %q) = %d, %v; want %d, %v", c.v, c.name, n, ok, c.n, c.ok)
+		}
+	}
+}
+
 func TestFailpointArmed(t *testing.T) {
 	t.Setenv("QS_FAILPOINT", "raft-after-persist:3")
 	if failpointAfterPersist(nil) == nil {
