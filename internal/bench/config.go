@@ -10,13 +10,15 @@ import (
 
 // Scenario names, in the order "all" runs them.
 const (
-	ScenarioReadLat = "readlat"
-	ScenarioGet     = "get"
-	ScenarioWrite   = "write"
+	ScenarioReadLat     = "readlat"
+	ScenarioGet         = "get"
+	ScenarioWrite       = "write"
+	ScenarioGetPut      = "getput"
+	ScenarioPropagation = "propagation"
 )
 
 // Scenarios lists every scenario, in the order "all" runs them.
-var Scenarios = []string{ScenarioReadLat, ScenarioGet, ScenarioWrite}
+var Scenarios = []string{ScenarioReadLat, ScenarioGet, ScenarioWrite, ScenarioGetPut, ScenarioPropagation}
 
 // Ways to pre-load the keys of the get scenario (Config.LoadVia).
 const (
@@ -149,6 +151,9 @@ type Config struct {
 	// BatchSizes lists the number of set operations per HTTP batch of each
 	// write phase. Default 1, 100.
 	BatchSizes []int `json:"batch_sizes"`
+	// PropagationRate is the writes per second of the propagation
+	// scenario's writer. Default 100.
+	PropagationRate int `json:"propagation_rate"`
 	// DB is the database of the HTTP API. Default "default".
 	DB string `json:"db"`
 }
@@ -176,6 +181,7 @@ func DefaultConfig() Config {
 		MultiPct:         50,
 		LoadVia:          LoadAuto,
 		BatchSizes:       []int{1, 100},
+		PropagationRate:  100,
 		DB:               "default",
 	}
 }
@@ -260,6 +266,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("load-via %q: want %s, %s or %s", c.LoadVia, LoadAuto, LoadMemcache, LoadHTTP)
 	case len(c.BatchSizes) == 0:
 		return errors.New("batch sizes: need at least one phase")
+	case c.PropagationRate < 1 || c.PropagationRate > 100_000:
+		return fmt.Errorf("propagation rate %d out of range 1..100000 writes/s", c.PropagationRate)
 	case c.DB == "" || strings.ContainsAny(c.DB, "/?#% "):
 		return fmt.Errorf("database name %q is empty or not URL-safe", c.DB)
 	}

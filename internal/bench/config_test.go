@@ -83,6 +83,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.MultiPct = 101 }, "percentage"},
 		{func(c *Config) { c.LoadVia = "ftp" }, "load-via"},
 		{func(c *Config) { c.BatchSizes = []int{0} }, "batch size"},
+		{func(c *Config) { c.PropagationRate = 0 }, "propagation rate"},
 		{func(c *Config) { c.DB = "a/b" }, "database"},
 	} {
 		c := base
@@ -109,7 +110,7 @@ func TestFlagValues(t *testing.T) {
 	if err := l.Set("1,x"); err == nil {
 		t.Error("accepted 1,x")
 	}
-	if got := ExpandScenarios([]string{"get", "all", "get"}); !reflect.DeepEqual(got, []string{"get", "readlat", "write"}) {
+	if got := ExpandScenarios([]string{"get", "all", "get"}); !reflect.DeepEqual(got, []string{"get", "readlat", "write", "getput", "propagation"}) {
 		t.Errorf("ExpandScenarios: %v", got)
 	}
 }

@@ -4,8 +4,8 @@
 //
 // # Scenarios
 //
-// Each scenario is a function (ReadLat, Get, Write) that runs a list of
-// phases against every target and returns a Result.
+// Each scenario is a function (ReadLat, Get, Write, GetPut, Propagation)
+// that runs a list of phases against every target and returns a Result.
 //
 // readlat: one connection gets 20 two-byte keys (with two-byte values) one
 // at a time, in a cycle, for --duration, while 0, then 1, then 2 other
@@ -60,6 +60,25 @@
 // no durability, so this scenario has no baseline; it only runs against
 // targets with an HTTP address. Each client checks that the index of its
 // batches increases.
+//
+// getput: cfg.Conns connections each put new keys (100-byte values), one
+// at a time, waiting for each answer; then as many get random keys of
+// those put, checking every value. Besides the scenario's memcache
+// targets it starts the durable peers that are installed (peers.go):
+// Redis with appendfsync always and a one-member etcd. qs, Redis and etcd
+// answer a put once it is fsynced; memcached, the baseline, does not. The
+// notes give qs's put throughput over etcd's and Redis's, same run: what
+// group commit buys a durable store.
+//
+// propagation: the time from a write at the root of a replication chain
+// to the write being readable on the leaf two hops down, durable at each
+// hop. The scenario starts its own chains: three qs (root, an
+// intermediate with --upstream root, a leaf with --upstream intermediate)
+// and three redis-server with appendfsync always chained with replicaof
+// (the baseline). One writer sets a key at the root at
+// --propagation-rate writes/s (default 100) and after each
+// acknowledgement gets it on the leaf until it reads the new value:
+// "write" is the root's acknowledgement, "visible" the whole trip.
 //
 // # Targets and fresh servers
 //

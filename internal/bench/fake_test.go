@@ -266,9 +266,11 @@ qs_store_engine_compacted_bytes_total{db=%[1]q,kind="table"} 0
 const fakeServeEnv = "QS_BENCH_FAKE_SERVE"
 
 func fakeServe(mode string, args []string) int {
-	var data, httpAddr, mcAddr string
+	var data, httpAddr, mcAddr, replAddr string
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
+		case "--repl":
+			replAddr = args[i+1]
 		case "--data":
 			data = args[i+1]
 		case "--http":
@@ -321,6 +323,11 @@ func fakeServe(mode string, args []string) int {
 	}
 	fmt.Printf("2026/01/02 15:04:05 INFO memcache listening on %s db=default\n", mc.Addr())
 	fmt.Printf("unix listening on %s/sock db=default\n", data)
+	if replAddr != "" && replAddr != "off" {
+		// Like qs: the replication listener comes last, a moment later.
+		time.Sleep(50 * time.Millisecond)
+		fmt.Printf("repl listening on 127.0.0.1:1\n")
+	}
 	<-sig
 	return 0
 }

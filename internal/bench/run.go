@@ -9,9 +9,11 @@ import (
 
 // scenarioFuncs maps scenario names to their functions.
 var scenarioFuncs = map[string]func(context.Context, Config, []*Target, Logf) (*Result, error){
-	ScenarioReadLat: ReadLat,
-	ScenarioGet:     Get,
-	ScenarioWrite:   Write,
+	ScenarioReadLat:     ReadLat,
+	ScenarioGet:         Get,
+	ScenarioWrite:       Write,
+	ScenarioGetPut:      GetPut,
+	ScenarioPropagation: Propagation,
 }
 
 // Run runs the scenarios against every target and returns the report.

@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,16 +107,23 @@ var listenerRE = regexp.MustCompile(`(\w+) listening on (\S+)`)
 // and waits, up to wait, for it to print both listeners. The returned
 // target's process must be stopped with StopTarget.
 func SpawnQS(ctx context.Context, bin, config, workDir string, wait time.Duration) (*Target, error) {
+	t, _, err := spawnQSWith(ctx, bin, config, workDir, wait, "--repl", "off")
+	return t, err
+}
+
+// spawnQSWith is SpawnQS with extra flags after the others; it also
+// returns every listener qs printed (kind → address).
+func spawnQSWith(ctx context.Context, bin, config, workDir string, wait time.Duration, extra ...string) (*Target, map[string]string, error) {
 	if bin == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("find the qs binary: %w (pass --qs-bin)", err)
+			return nil, nil, fmt.Errorf("find the qs binary: %w (pass --qs-bin)", err)
 		}
 		bin = exe
 	}
 	dir, err := os.MkdirTemp(workDir, "qs-bench-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := &tailBuffer{max: 64 << 10}
 	lw := newLineWatcher(out)
@@ -123,26 +131,31 @@ func SpawnQS(ctx context.Context, bin, config, workDir string, wait time.Duratio
 	if config != "" {
 		args = append(args, "--config", config)
 	}
-	args = append(args, "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off")
+	args = append(args, "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0")
+	args = append(args, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = lw
 	p, err := startProcess("qs serve", cmd, out)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, nil, err
 	}
 	p.dir = dir
 	t := &Target{Name: "qs", Spawned: true, proc: p}
 
-	fail := func(err error) (*Target, error) {
+	fail := func(err error) (*Target, map[string]string, error) {
 		p.Stop()
-		return nil, err
+		return nil, nil, err
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// A replication listener asked for is awaited too: it is announced
+	// after the others.
+	wantRepl := slices.ContainsFunc(extra, func(a string) bool { return a == "--repl" }) && !slices.Contains(extra, "off")
+	var found map[string]string
 	for {
-		found := lw.listeners()
-		if found["memcache"] != "" && found["http"] != "" {
+		found = lw.listeners()
+		if found["memcache"] != "" && found["http"] != "" && (!wantRepl || found["repl"] != "") {
 			t.Memcache, t.HTTP = found["memcache"], found["http"]
 			break
 		}
@@ -160,7 +173,7 @@ func SpawnQS(ctx context.Context, bin, config, workDir string, wait time.Duratio
 	if err := t.check(false); err != nil {
 		return fail(err)
 	}
-	return t, nil
+	return t, found, nil
 }
 
 // FindMemcached returns bin if set, else memcached from PATH, else

@@ -323,3 +323,17 @@ func TestSpawnQSConfig(t *testing.T) {
 		t.Fatalf("spawn with a missing config file: %v, want the fake's complaint about it", err)
 	}
 }
+
+// A replication listener asked for is awaited: qs prints it after the
+// others, and a chain's next hop needs its address.
+func TestSpawnQSWaitsForTheReplicationListener(t *testing.T) {
+	t.Setenv(fakeServeEnv, "ok")
+	tg, found, err := spawnQSWith(context.Background(), os.Args[0], "", t.TempDir(), 10*time.Second, "--repl", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer StopTarget(tg)
+	if found["repl"] != "127.0.0.1:1" || tg.Memcache == "" || tg.HTTP == "" {
+		t.Fatalf("listeners %v, target %+v", found, tg)
+	}
+}

@@ -16,6 +16,10 @@ type Target struct {
 	Memcache string `json:"memcache,omitempty"`
 	// HTTP is the host:port of the qs HTTP API, or "".
 	HTTP string `json:"http,omitempty"`
+	// Redis and Etcd are the host:port of a durable peer of the getput
+	// and propagation scenarios (peers.go), which starts them itself.
+	Redis string `json:"redis,omitempty"`
+	Etcd  string `json:"etcd,omitempty"`
 	// Baseline marks the target the others are compared to.
 	Baseline bool `json:"baseline,omitempty"`
 	// Spawned is true for servers this run started.

@@ -69,6 +69,10 @@ type ReplicaConfig struct {
 	// signed head; a source that sends more without one is dropped.
 	// Default 256 MiB.
 	MaxUnsignedBytes int
+	// BeforeApply, when set, is called with the last index of each
+	// verified batch after it is offered to the children (cut-through,
+	// relay.go) and before the store applies it. Crash tests use it.
+	BeforeApply func(last uint64)
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -200,6 +204,7 @@ type Replica struct {
 
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
+	relay   *relay     // set by Run
 	legacy  sync.Map   // sources that refused ReportVersion: address → when
 	book    headsig.Book
 
@@ -274,6 +279,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer r.running.Unlock()
 	db := r.cfg.Database
 	mForked.WithLabelValues(db).Set(0)
+	// Children streaming from this store get each verified batch while
+	// the store makes it durable.
+	rl := newRelay()
+	relays.Store(r.st, rl)
+	defer relays.CompareAndDelete(r.st, rl)
+	r.relay = rl
 	// Lag grows while no entry arrives: export it on a clock, not only on
 	// applies. The goroutine is owned by Run and waited for below.
 	var wg sync.WaitGroup
@@ -374,6 +385,8 @@ func (r *Replica) Run(ctx context.Context) error {
 			o = outcomeNeedBootstrap
 		case errors.As(err, &refused) && refused.Code == RefuseLogTruncated:
 			o = outcomeLogTruncated
+		case errors.As(err, &refused) && refused.Code == RefuseAhead:
+			o = outcomeAhead
 		}
 		var step attemptStep
 		plan, step = plan.after(o, progressed, len(sources))
@@ -666,10 +679,18 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 		if len(batch) == 0 {
 			return nil
 		}
+		last := batch[len(batch)-1].Index
+		// Verified (and vouched for, with a public key): the children may
+		// have the batch now, while the store makes it durable.
+		r.relay.add(batch)
+		if r.cfg.BeforeApply != nil {
+			r.cfg.BeforeApply(last)
+		}
 		t0 := time.Now()
 		if err := r.st.Apply(ctx, batch); err != nil {
-			return &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)}
+			return &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", batch[0].Index, last, err)}
 		}
+		r.relay.durable(last)
 		mApplySeconds.Observe(time.Since(t0).Seconds())
 		mBatchSize.Observe(float64(len(batch)))
 		mEntriesApplied.WithLabelValues(db).Add(float64(len(batch)))
@@ -681,6 +702,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 		return nil
 	}
 	ir.idle = r.cfg.IdleTimeout
+	// Entries relayed and not applied when the session ends are dropped:
+	// the next session receives them again.
+	defer r.relay.drop()
 	for {
 		m, err := ReadMessage(br)
 		if err != nil {

@@ -16,11 +16,20 @@
 //     vouches for it (heads.go).
 //   - One durable commit per received batch: each Entries message is
 //     applied with one store.Apply.
-//   - Every log is a prefix of the root's. A server only sends entries it
-//     has durably applied, in order, so a replica's log is always a prefix
-//     of its source's, and by induction of the root's.
+//   - Every log is a prefix of the root's. A root sends only entries it
+//     has durably applied. A replica sends its children the entries it has
+//     durably applied and, cut-through, the batch it verified and is making
+//     durable, in order: a child gets each batch in parallel with its
+//     source's fsync, not after it. Either way a replica's log is a prefix of
+//     its source's received log, and by induction of the root's.
+//   - A child may be ahead of its source, never forked from it. A replica
+//     restarted after a crash replays only what it made durable; a child
+//     that got relayed entries past that point is refused "ahead" and asks
+//     again soon (never bootstrapping for it) until the source caught up,
+//     then continues: the hash chain it checks proves the source's log
+//     continues its own.
 //   - A replica whose source fails keeps serving its own downstream clients:
-//     servers and replicas share nothing but the store.
+//     servers and replicas share nothing but the store and the relay.
 //
 // The wire protocol (framing, messages, versions, refusal codes, reports,
 // fetch connections), bootstrap and liveness are described once, for
@@ -34,6 +43,7 @@
 //	protocol.go, protocol_fetch.go, report.go
 //	                      framing, encoding and decoding of every message (pure)
 //	server.go             the server: Hello, streaming the log, refusals, child limits
+//	relay.go              cut-through: a replica's verified, not yet durable batch
 //	server_bootstrap.go, snapshots.go
 //	                      serving bootstraps from shared store checkpoints
 //	server_fetch.go       answering a proxy's Fetch from one view of the store

@@ -35,6 +35,9 @@ var (
 	mEntriesSent = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entries_sent_total",
 		Help: "Log entries sent to replication clients."}))
+	mEntriesRelayed = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entries_relayed_total",
+		Help: "Log entries sent to child replicas before this node made them durable (cut-through); included in entries_sent_total."}))
 	mEntriesApplied = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entries_applied_total",
 		Help: "Replicated entries verified and applied."}, []string{"db"}))

@@ -18,6 +18,11 @@ const (
 	// outcomeMoved: the session was ended on purpose to reconnect
 	// (Replica.Reconnect), not because the source failed.
 	outcomeMoved
+	// outcomeAhead: the source refused "ahead": the replica holds entries
+	// the source has not made durable (it restarted after relaying them,
+	// relay.go). Both logs are prefixes of the root's, so the source is
+	// behind, not forked: the replica asks again soon, never bootstraps.
+	outcomeAhead
 	// outcomeFailed: any other error.
 	outcomeFailed
 )
@@ -89,6 +94,12 @@ func (p attemptPlan) after(o outcome, progressed bool, n int) (attemptPlan, atte
 		}
 		p.bootstrapping = true
 		return p, attemptStep{now: true, beginBootstrap: true}
+	case !p.bootstrapping && o == outcomeAhead:
+		// Not the source's fault: it catches up from its own source.
+		// Another source may be further on; with one, the same again,
+		// after the shortest pause.
+		p.next++
+		return p, attemptStep{resetBackoff: true}
 	case p.bootstrapping && progressed:
 		// Resume with the same source after the backoff.
 		st.failed = true

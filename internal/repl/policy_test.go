@@ -65,6 +65,20 @@ func TestAttemptPlan(t *testing.T) {
 			{o: outcomeLogTruncated, src: 2},
 			{o: outcomeLogTruncated, src: 0, bootstrap: true, now: true, begin: true},
 		}},
+		{"a source behind the replica is asked again soon, never bootstrapped from", []ev{
+			{o: outcomeAhead, src: 1, reset: true},
+			{o: outcomeAhead, src: 2, reset: true},
+			{o: outcomeAhead, src: 3, reset: true},
+			{o: outcomeAhead, src: 4, reset: true},
+			{o: outcomeFailed, progressed: true, src: 5, reset: true},
+		}},
+		// The others lack the log the replica needs next, and the one
+		// behind it does not hold it either: the round ends as without it.
+		{"a source behind the replica counts in a log_truncated round", []ev{
+			{o: outcomeLogTruncated, src: 1},
+			{o: outcomeAhead, src: 2, reset: true},
+			{o: outcomeLogTruncated, src: 0, bootstrap: true, now: true, begin: true},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newAttemptPlan()
@@ -75,7 +89,11 @@ func TestAttemptPlan(t *testing.T) {
 					t.Fatalf("event %d (%d): next=%d bootstrapping=%v %+v; want next=%d bootstrapping=%v now=%v reset=%v begin=%v",
 						i, e.o, p.next, p.bootstrapping, st, e.src, e.bootstrap, e.now, e.reset, e.begin)
 				}
-				if st.failed == (e.now || e.begin) {
+				if e.o == outcomeAhead {
+					if st.failed {
+						t.Fatalf("event %d: a source behind the replica counted as failed", i)
+					}
+				} else if st.failed == (e.now || e.begin) {
 					t.Fatalf("event %d: failed=%v with now=%v begin=%v", i, st.failed, e.now, e.begin)
 				}
 			}

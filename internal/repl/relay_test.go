@@ -1,91 +1,159 @@
 package repl
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// viewFetcher fetches from a full store in the same process: the version
-// current at min(asOf, its applied index), which must be the one asked.
-type viewFetcher struct {
-	src  *store.Store
-	fail atomic.Bool
+func relayEntries(from, to uint64) []wal.Entry {
+	var es []wal.Entry
+	for i := from; i <= to; i++ {
+		es = append(es, wal.Entry{Index: i, Kind: wal.KindData,
+			Ops: []wal.Op{{Type: wal.OpSet, Key: []byte("k"), Value: make([]byte, 100)}}})
+	}
+	return es
 }
 
-func (f *viewFetcher) Fetch(_ context.Context, asOf uint64, items []store.FetchItem) error {
-	if f.fail.Load() {
-		return errors.New("no replica answers")
+func relayIndexes(es []wal.Entry) []uint64 {
+	var out []uint64
+	for _, e := range es {
+		out = append(out, e.Index)
 	}
-	v, err := f.src.View()
-	if err != nil {
-		return err
+	return out
+}
+
+// The relay holds what was verified and is not durable yet, and hands out
+// only entries it holds, from the one asked for.
+func TestRelayHoldsTheUndurableTail(t *testing.T) {
+	rl := newRelay()
+	if got := rl.read(1, 10, 1<<20); got != nil {
+		t.Fatalf("empty relay gave %v", relayIndexes(got))
 	}
-	defer v.Close()
-	for i := range items {
-		it := &items[i]
-		val, idx, found, err := v.GetAt(it.Key, min(asOf, v.Index()))
-		if err != nil || !found || idx != it.Index || !it.Check(val) {
-			return fmt.Errorf("key %q: version %d found=%v err=%v, want %d", it.Key, idx, found, err, it.Index)
+	ch := rl.changed()
+	rl.add(relayEntries(5, 7))
+	select {
+	case <-ch:
+	default:
+		t.Fatal("adding entries did not wake the streams")
+	}
+	rl.add(relayEntries(8, 9)) // continues them
+	for _, c := range []struct {
+		from       uint64
+		max, bytes int
+		want       []uint64
+	}{
+		{4, 10, 1 << 20, nil},  // durable already: the log has it
+		{10, 10, 1 << 20, nil}, // not received yet
+		{5, 10, 1 << 20, []uint64{5, 6, 7, 8, 9}},
+		{7, 10, 1 << 20, []uint64{7, 8, 9}},
+		{6, 2, 1 << 20, []uint64{6, 7}}, // entry cap
+		{6, 10, 1, []uint64{6}},         // byte cap: at least one
+	} {
+		if got := relayIndexes(rl.read(c.from, c.max, c.bytes)); !equalIndexes(got, c.want) {
+			t.Errorf("read(%d, %d, %d) = %v, want %v", c.from, c.max, c.bytes, got, c.want)
 		}
-		it.Value = append([]byte(nil), val...)
 	}
-	return nil
+	rl.durable(6)
+	if got := relayIndexes(rl.read(5, 10, 1<<20)); got != nil {
+		t.Errorf("durable entries still relayed: %v", got)
+	}
+	if got := relayIndexes(rl.read(7, 10, 1<<20)); !equalIndexes(got, []uint64{7, 8, 9}) {
+		t.Errorf("after durable(6): %v", got)
+	}
+	rl.add(relayEntries(20, 21)) // a new session's batch replaces the rest
+	if got := relayIndexes(rl.read(8, 10, 1<<20)); got != nil {
+		t.Errorf("replaced entries still relayed: %v", got)
+	}
+	if got := relayIndexes(rl.read(20, 10, 1<<20)); !equalIndexes(got, []uint64{20, 21}) {
+		t.Errorf("after a new batch: %v", got)
+	}
+	rl.drop()
+	if got := rl.read(20, 10, 1<<20); got != nil {
+		t.Errorf("dropped entries still relayed: %v", relayIndexes(got))
+	}
+	rl.durable(100) // nothing held: no effect
+	rl.sent(9)
+	rl.sent(4)
+	if rl.forwarded.Load() != 9 {
+		t.Errorf("forwarded = %d, want the highest sent, 9", rl.forwarded.Load())
+	}
 }
 
-// TestRelayAnswersOnlyTheVersionItHolds: a relay answers a fetch from its
-// own reads at its applied index A: the version asked if it is the key's
-// version at A, else behind, gone or mismatch; error when it cannot read.
-func TestRelayAnswersOnlyTheVersionItHolds(t *testing.T) {
-	root := openStore(t, "", dbName(t), store.DBID{}, store.Retention{})
-	i1 := writeOps(t, root, setOp("a", "one"), setOp("b", "x"))
-	po := store.ProxyOptions{Window: 1, CacheBytes: -1}
-	relay, err := store.Open(store.Options{Name: root.Name(), Dir: t.TempDir(), DBID: root.DBID(), MinFreeBytes: 1, BallastBytes: -1, Proxy: &po, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
+func equalIndexes(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	defer relay.Close()
-	f := &viewFetcher{src: root}
-	relay.SetFetcher(f)
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCutThroughChildAhead: an intermediate passes a verified batch to its
+// child before its own store makes it durable (the child applies it while
+// the intermediate is held before its commit). A child that reconnects
+// then is ahead of its source: refused "ahead", it waits, never
+// bootstraps, and resumes once the source caught up; all three end with
+// the same log and data.
+func TestCutThroughChildAhead(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
 	rootAddr := startServer(t, root, NewProcessID(), nil)
-	_, stop := startReplica(t, relay, NewProcessID(), []string{rootAddr}, nil)
-	defer stop()
-	i2 := writeOps(t, root, setOp("pad", "1"))
-	waitCaughtUp(t, relay, root)
-	addr := startServer(t, relay, NewProcessID(), func(c *ServerConfig) { c.Relay = func(string) bool { return true } })
-	c := fetchSession(t, addr, relay)
+	mid := openStore(t, "", name, root.DBID(), store.Retention{})
+	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
+	write(t, root, "a", "1")
 
-	// a and b are remote at the relay: fetched, checked, answered.
-	v := roundTrip(t, c, &Fetch{ID: 1, AsOf: i2, Items: []FetchKey{{Key: []byte("a"), Index: i1}, {Key: []byte("b"), Index: i1},
-		{Key: []byte("a"), Index: i2 + 5}, {Key: []byte("a"), Index: i2}, {Key: []byte("pad")}}})
-	checkResults(t, v, []FetchResult{{Status: FetchOK, Index: i1, Value: []byte("one")}, {Status: FetchOK, Index: i1, Value: []byte("x")},
-		{Status: FetchBehind}, {Status: FetchMismatch}, {Status: FetchOK, Index: i2, Value: []byte("1")}})
-	if v.Applied != i2 {
-		t.Fatalf("applied %d, want %d", v.Applied, i2)
+	var holdAt atomic.Uint64 // hold the batch reaching this index; 0: none
+	release := make(chan struct{})
+	midPID := NewProcessID()
+	startReplica(t, mid, midPID, []string{rootAddr}, func(c *ReplicaConfig) {
+		c.BeforeApply = func(last uint64) {
+			if h := holdAt.Load(); h != 0 && last >= h {
+				select {
+				case <-release:
+				case <-time.After(60 * time.Second):
+				}
+			}
+		}
+	})
+	midAddr := startServer(t, mid, midPID, nil)
+	lr, _ := startReplica(t, leaf, NewProcessID(), []string{midAddr}, nil)
+	waitCaughtUp(t, leaf, root)
+
+	relayed := value(mEntriesRelayed)
+	holdAt.Store(root.AppliedIndex() + 1)
+	idx := write(t, root, "b", "2")
+	waitFor(t, "the leaf to apply the held batch", 30*time.Second, func() bool { return leaf.AppliedIndex() >= idx })
+	if got := mid.AppliedIndex(); got >= idx {
+		t.Fatalf("the intermediate applied %d while held before its commit", got)
 	}
-	// a changes, b goes: the versions asked are gone from the relay (it
-	// keeps no history), as is "the version current at" an earlier index.
-	i3 := writeOps(t, root, setOp("a", "two"), delOp("b"))
-	waitCaughtUp(t, relay, root)
-	v = roundTrip(t, c, &Fetch{ID: 2, AsOf: i2, Items: []FetchKey{{Key: []byte("a"), Index: i1}, {Key: []byte("b"), Index: i1},
-		{Key: []byte("a")}, {Key: []byte("a"), Index: i3}}})
-	checkResults(t, v, []FetchResult{{Status: FetchGone}, {Status: FetchGone}, {Status: FetchGone}, {Status: FetchOK, Index: i3, Value: []byte("two")}})
-	v = roundTrip(t, c, &Fetch{ID: 3, AsOf: 0, Items: []FetchKey{{Key: []byte("b")}, {Key: []byte("a")}}})
-	checkResults(t, v, []FetchResult{{Status: FetchAbsent}, {Status: FetchOK, Index: i3, Value: []byte("two")}})
+	if ForwardedIndex(mid) < idx {
+		t.Fatalf("forwarded index %d, want at least %d", ForwardedIndex(mid), idx)
+	}
+	if value(mEntriesRelayed) <= relayed {
+		t.Error("entries sent before they were durable not counted")
+	}
 
-	// The relay cannot reach its replicas: error, for every key.
-	writeOps(t, root, setOp("c", "new"))
-	writeOps(t, root, setOp("pad", "2"))
-	waitCaughtUp(t, relay, root)
-	f.fail.Store(true)
-	errsBefore := counter(t, mFetchKeys.WithLabelValues(FetchError.String()))
-	v = roundTrip(t, c, &Fetch{ID: 4, AsOf: 0, Items: []FetchKey{{Key: []byte("c")}, {Key: []byte("pad")}}})
-	checkResults(t, v, []FetchResult{{Status: FetchError}, {Status: FetchError}})
-	if n := counter(t, mFetchKeys.WithLabelValues(FetchError.String())) - errsBefore; n != 2 {
-		t.Fatalf("%v keys counted as errors, want 2", n)
+	// The child reconnects while ahead of its source.
+	aheadBefore := value(mClientRefused.WithLabelValues(name, RefuseAhead.String()))
+	lr.Reconnect()
+	waitRefused(t, lr, RefuseAhead)
+	if value(mClientRefused.WithLabelValues(name, RefuseAhead.String())) <= aheadBefore {
+		t.Error("the ahead refusal was not counted")
+	}
+	close(release)
+	writeN(t, root, "after", 20)
+	waitCaughtUp(t, mid, root)
+	waitCaughtUp(t, leaf, root)
+	assertSame(t, root, mid)
+	assertSame(t, root, leaf)
+	if st := lr.State(); st.Bootstraps != 0 {
+		t.Fatalf("the child bootstrapped %d times", st.Bootstraps)
 	}
 }

@@ -460,7 +460,7 @@ func (s *Server) handle(c net.Conn) {
 	if hello.Version >= HeadVersion && s.cfg.Heads != nil {
 		heads = s.cfg.Heads(hello.Database)
 	}
-	if err := cn.stream(ctx, st, next, hello.StopIndex, heads); err != nil && ctx.Err() == nil {
+	if err := cn.stream(ctx, st, next, hello.StopIndex, heads, isChild(hello)); err != nil && ctx.Err() == nil {
 		cn.log.Info("replication stream ended", "err", err)
 	}
 }
@@ -524,7 +524,7 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	case h.NewestOnly, h.Fetch:
 		next = lr.Last + 1
 	case h.LastIndex > lr.Last:
-		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's %d: the client has entries the server does not", h.LastIndex, lr.Last)
+		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's durable %d: ask again once it caught up", h.LastIndex, lr.Last)
 		return nil, 0, false
 	case next < lr.First:
 		cn.refuse(RefuseLogTruncated, "client needs entry %d but the retained log starts at %d: bootstrap from a snapshot", next, lr.First)
@@ -546,8 +546,10 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 // ends, a write fails or StopIndex is sent. With a head source, each batch
 // is followed by the signed head of its last entry when there is one (a
 // replica forwarding heads sends only entries a head covers), and each
-// Progress by the signed head of the applied index.
-func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, heads HeadSource) error {
+// Progress by the signed head of the applied index. A child replica
+// (cutThrough) also gets the entries this node's replica verified and is
+// making durable (relay.go); other clients get only durable ones.
+func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, heads HeadSource, cutThrough bool) error {
 	cfg := cn.s.cfg
 	idle := time.NewTimer(cfg.ProgressInterval)
 	defer idle.Stop()
@@ -555,15 +557,37 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		if stop > 0 && next > stop {
 			return cn.send(&Done{LastIndex: stop})
 		}
-		changed := st.Changed() // before reading, so no commit is missed
-		entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
-		if errors.Is(err, store.ErrLogTruncated) {
-			// Retention overtook a slow client.
-			cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
-			return err
+		// Both before reading, so no commit and no relayed batch is missed.
+		changed := st.Changed()
+		var rl *relay
+		var relayed <-chan struct{}
+		if cutThrough {
+			if rl = relayOf(st); rl != nil {
+				relayed = rl.changed()
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("read log at %d: %w", next, err)
+		// Past the applied index the relay has what there is, without a
+		// read of the store; the log has what the relay no longer holds.
+		var entries []wal.Entry
+		if rl != nil && next > st.AppliedIndex() {
+			entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+		}
+		early := len(entries) > 0
+		if !early {
+			var err error
+			entries, err = st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+			if errors.Is(err, store.ErrLogTruncated) {
+				// Retention overtook a slow client.
+				cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("read log at %d: %w", next, err)
+			}
+			if len(entries) == 0 && rl != nil {
+				entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+				early = len(entries) > 0
+			}
 		}
 		if stop > 0 {
 			for len(entries) > 0 && entries[len(entries)-1].Index > stop {
@@ -583,6 +607,10 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 			}
 			mEntriesSent.Add(float64(len(entries)))
 			next = entries[len(entries)-1].Index + 1
+			if early {
+				rl.sent(next - 1)
+				mEntriesRelayed.Add(float64(len(entries)))
+			}
 			resetTimer(idle, cfg.ProgressInterval)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -591,6 +619,7 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		}
 		select {
 		case <-changed:
+		case <-relayed:
 		case <-idle.C:
 			p := &Progress{AppliedIndex: st.AppliedIndex()}
 			if t := st.AppliedTime(); !t.IsZero() {

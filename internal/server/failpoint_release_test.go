@@ -10,4 +10,8 @@ func TestReleaseHasNoFailpoints(t *testing.T) {
 	if failpointAfterPersist(nil) != nil {
 		t.Fatal("the release build arms a failpoint from QS_FAILPOINT")
 	}
+	t.Setenv("QS_FAILPOINT", "repl-forwarded:1")
+	if failpointForwarded(nil) != nil {
+		t.Fatal("the release build arms repl-forwarded from QS_FAILPOINT")
+	}
 }

@@ -188,7 +188,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	rcfg := repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
 		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d),
-		Report: s.reports.report(db), Verifier: s.keys.verifier}
+		Report: s.reports.report(db), Verifier: s.keys.verifier, BeforeApply: failpointForwarded(st)}
 	if agent := s.newAgent(d, st); agent != nil && !d.IsStatic() {
 		rcfg.Finder = agent // configured sources take precedence
 	}
