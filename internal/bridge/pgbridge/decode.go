@@ -1,6 +1,7 @@
 package pgbridge
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -62,11 +63,67 @@ func Parse(data []byte) (msg pglogrepl.Message, err error) {
 			msg, err = nil, fmt.Errorf("%w: %v", ErrDecode, r)
 		}
 	}()
+	if err := checkTuples(data); err != nil {
+		return nil, err
+	}
 	msg, err = pglogrepl.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
 	}
 	return msg, nil
+}
+
+// checkTuples checks that every column of the row images of an insert,
+// update or delete message fits in the message before pglogrepl decodes
+// it: pglogrepl allocates a column's declared length (up to 4 GiB) before
+// it finds the bytes missing.
+func checkTuples(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty message", ErrDecode)
+	}
+	switch data[0] {
+	case 'I', 'U', 'D':
+	default:
+		return nil
+	}
+	b := data[1:]
+	if len(b) < 4 {
+		return fmt.Errorf("%w: %c message truncated", ErrDecode, data[0])
+	}
+	b = b[4:] // relation id
+	for len(b) > 0 {
+		switch b[0] {
+		case 'N', 'K', 'O': // a row image follows
+		default:
+			return fmt.Errorf("%w: %c message: row image tag %q", ErrDecode, data[0], b[0])
+		}
+		b = b[1:]
+		if len(b) < 2 {
+			return fmt.Errorf("%w: %c message: column count truncated", ErrDecode, data[0])
+		}
+		cols := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		for i := 0; i < cols; i++ {
+			if len(b) < 1 {
+				return fmt.Errorf("%w: %c message: column %d of %d missing", ErrDecode, data[0], i+1, cols)
+			}
+			kind := b[0]
+			b = b[1:]
+			if kind != 't' && kind != 'b' {
+				continue
+			}
+			if len(b) < 4 {
+				return fmt.Errorf("%w: %c message: column %d length truncated", ErrDecode, data[0], i+1)
+			}
+			n := uint64(binary.BigEndian.Uint32(b))
+			b = b[4:]
+			if n > uint64(len(b)) {
+				return fmt.Errorf("%w: %c message: column %d declares %d bytes, %d remain", ErrDecode, data[0], i+1, n, len(b))
+			}
+			b = b[n:]
+		}
+	}
+	return nil
 }
 
 // InTxn reports whether a transaction has begun and not yet committed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -172,6 +173,39 @@ func TestOps(t *testing.T) {
 	_, err = Ops(ctx, []Change{{Key: "p/z", Unresolved: []Field{{Text: "z"}, {Unchanged: true}}, Cols: cols}}, "p/", cur)
 	if !errors.Is(err, ErrDecode) {
 		t.Fatalf("an unchanged value qs does not hold: %v", err)
+	}
+}
+
+// A column that declares more bytes than the message holds is refused
+// before anything is allocated for it.
+func TestParseRefusesOversizedColumns(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"insert 4 GiB column": []byte("I\x00\x00\x00\x01N\x00\x01t\xff\xff\xff\xffab"),
+		"update 1 MiB column": []byte("U\x00\x00\x00\x01N\x00\x01t\x00\x10\x00\x00ab"),
+		"delete column count": []byte("D\x00\x00\x00\x01K\x00\x05n"),
+		"bad row image tag":   []byte("I\x00\x00\x00\x01Z\x00\x00"),
+		"truncated relation":  []byte("I\x00\x01"),
+		"empty":               {},
+	} {
+		if _, err := Parse(data); !errors.Is(err, ErrDecode) {
+			t.Errorf("%s: Parse = %v, want ErrDecode", name, err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	Parse([]byte("I\x00\x00\x00\x01N\x00\x01t\x01\x00\x00\x00ab")) // declares 16 MiB
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("refusing a column that declares 16 MiB allocated %d bytes", n)
+	}
+	for name, data := range map[string][]byte{
+		"insert":              []byte("I\x00\x00\x00\x01N\x00\x02t\x00\x00\x00\x01at\x00\x00\x00\x0260"),
+		"update with old key": []byte("U\x00\x00\x00\x01K\x00\x01t\x00\x00\x00\x01aN\x00\x02t\x00\x00\x00\x01bn"),
+		"delete":              []byte("D\x00\x00\x00\x01K\x00\x02t\x00\x00\x00\x01an"),
+	} {
+		if _, err := Parse(data); err != nil {
+			t.Errorf("%s: Parse = %v", name, err)
+		}
 	}
 }
 
