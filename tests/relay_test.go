@@ -21,6 +21,13 @@ func TestRelayOverRealProcesses(t *testing.T) {
 		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
 	px := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relays", relay.Addr["repl"],
 		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
+	// A second proxy of the data centre, subscribed to the relay's
+	// prefetch stream before the first proxy misses anything.
+	px2 := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relays", relay.Addr["repl"],
+		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
+	pollFor(t, "two prefetch subscribers at the relay", func() bool {
+		return metricValue(t, relay.Addr["http"], "qs_repl_prefetch_subscribers") >= 2
+	})
 	ctx := context.Background()
 	rc, pc := root.client(t), px.client(t)
 	want := map[string]string{}
@@ -64,5 +71,37 @@ func TestRelayOverRealProcesses(t *testing.T) {
 	}
 	if pcache["transient_values"].(float64) == 0 {
 		t.Fatalf("the proxy's transient tier holds nothing after one read of each key: %v", pcache)
+	}
+
+	// Reactive prefetch: the keys the first proxy missed, resolved by the
+	// relay, are served by the second without a fetch.
+	pollFor(t, "the first proxy's misses prefetched by the second", func() bool {
+		return cacheOf(px2)["prefetched"].(float64) >= pcache["remote_fetches"].(float64)
+	})
+	pollFor(t, "the second proxy to keep only its window", func() bool {
+		st, err := px2.client(t).Status(ctx)
+		return err == nil && st["proxy"].(map[string]any)["cached_values"].(float64) <= 5
+	})
+	c2 := px2.client(t)
+	for k, v := range want {
+		got, err := c2.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second})
+		if err != nil || string(got.Value) != v {
+			t.Fatalf("%s at the second proxy: %d bytes, %v; want %d", k, len(got.Value), err, len(v))
+		}
+	}
+	if c := cacheOf(px2); c["remote_fetches"].(float64) != 0 {
+		t.Fatalf("the second proxy fetched keys it had prefetched: %v", c)
+	}
+}
+
+// pollFor waits up to 60s for cond.
+func pollFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 60s for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
