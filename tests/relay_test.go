@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/cache"
 )
 
 // TestRelayOverRealProcesses: a data centre of real processes — a root, a
@@ -20,7 +21,8 @@ func TestRelayOverRealProcesses(t *testing.T) {
 	relay := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relay",
 		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
 	px := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relays", relay.Addr["repl"],
-		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576")
+		"--replicas", replica.Addr["repl"], "--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576",
+		"--dc", "dc1", "--shards", "8", "--node-name", "proxy-a")
 	// A second proxy of the data centre, subscribed to the relay's
 	// prefetch stream before the first proxy misses anything.
 	px2 := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"], "--role", "proxy", "--relays", relay.Addr["repl"],
@@ -68,6 +70,13 @@ func TestRelayOverRealProcesses(t *testing.T) {
 	// The relay read nothing for itself: its fetches were the proxy's.
 	if rcache["remote_fetches"].(float64) == 0 || rcache["relay"] != true || rcache["transient_budget_bytes"] != float64(1<<20) {
 		t.Fatalf("relay cache status %v", rcache)
+	}
+	shards, _ := cache.NewShardMap(8)
+	if sh, ok := pcache["shard"].(map[string]any); !ok || sh["count"] != float64(8) || sh["index"] != float64(shards.OfNode("proxy-a")) {
+		t.Fatalf("proxy cache status without its shard (%d of 8): %v", shards.OfNode("proxy-a"), pcache)
+	}
+	if _, ok := rcache["shard"]; ok {
+		t.Fatalf("a relay without --shards shows a shard: %v", rcache)
 	}
 	if pcache["transient_values"].(float64) == 0 {
 		t.Fatalf("the proxy's transient tier holds nothing after one read of each key: %v", pcache)

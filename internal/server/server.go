@@ -15,6 +15,7 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
@@ -242,6 +243,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
 			m["cache"] = cacheStatus(st, d, pf)
+			if s.cfg.Shards > 0 {
+				m["cache"].(map[string]any)["shard"] = shardStatus(s.cfg.NodeName, s.cfg.Shards)
+			}
 		} else {
 			m["history"] = historyStatus(st)
 		}
@@ -294,6 +298,16 @@ func cacheStatus(st *store.Store, d config.Database, pf *repl.Prefetcher) map[st
 	return map[string]any{"l1_hits": ps.Hits, "remote_fetches": ps.Fetched, "disk_admissions": ps.Admitted,
 		"transient_values": ps.TransientValues, "transient_bytes": ps.TransientBytes, "transient_budget_bytes": ps.TransientBudget,
 		"prefetched": prefetched, "relay": d.Relay, "relays": d.Relays}
+}
+
+// shardStatus is the "shard" of a proxy's cache status: the physical
+// shard of its data centre that its node name maps to, and their count.
+func shardStatus(node string, shards int) map[string]any {
+	m, err := cache.NewShardMap(shards)
+	if err != nil { // refused by Config.Validate
+		return nil
+	}
+	return map[string]any{"index": m.OfNode(node), "count": m.Count()}
 }
 
 // bootstrapStatus is the "bootstrap" object of a replica's status: null
