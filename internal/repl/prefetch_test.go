@@ -2,12 +2,14 @@ package repl
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/store"
+	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // countingFetcher fetches from a full store and counts the keys asked.
@@ -242,5 +244,49 @@ func TestPrefetchNeverServesAnotherVersion(t *testing.T) {
 	waitRemote(t, px, root, 1)
 	if val, idx, _ := readKey(t, px, "c"); val != "sea" || idx != i3 || f.keys.Load() != 2 {
 		t.Fatalf("c: %q@%d after %d fetched keys, want sea@%d served from the prefetch", val, idx, f.keys.Load(), i3)
+	}
+}
+
+// TestPrefetchDecodeRefusesBadPayloads: version 0, a key length of 0, over
+// the limit or beyond the payload, and a payload too short are malformed;
+// a Hello asking for a prefetch stream together with a fetch connection
+// or a bootstrap is too.
+func TestPrefetchDecodeRefusesBadPayloads(t *testing.T) {
+	good := (&Prefetch{Index: 3, Key: []byte("k"), Value: []byte("v")}).AppendPayload(nil)
+	long := (&Prefetch{Index: 3, Key: make([]byte, wal.MaxKeyLen+1)}).AppendPayload(nil)
+	for name, p := range map[string][]byte{
+		"short":            good[:9],
+		"version 0":        append(make([]byte, 8), good[8:]...),
+		"key length 0":     append(append([]byte(nil), good[:8]...), 0, 'v'),
+		"key too long":     long,
+		"key past the end": append(append([]byte(nil), good[:8]...), 5, 'k'),
+	} {
+		if _, err := decodePrefetch(p); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want malformed", name, err)
+		}
+	}
+	if m, err := decodePrefetch(good); err != nil || m.Index != 3 || string(m.Key) != "k" || string(m.Value) != "v" {
+		t.Fatalf("good payload: %+v, %v", m, err)
+	}
+	for _, h := range []*Hello{{Version: 2, Prefetch: true, Fetch: true}, {Version: 2, Prefetch: true, Bootstrap: true}} {
+		if _, err := decodeHello(h.AppendPayload(nil)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("hello %+v: %v, want malformed", h, err)
+		}
+	}
+}
+
+// TestPrefetchRefusedByANonRelay: a node that is not a relay of the
+// database refuses a prefetch subscription (bad_request, counted), and
+// the subscriber counts no message.
+func TestPrefetchRefusedByANonRelay(t *testing.T) {
+	root := openStore(t, "", dbName(t), store.DBID{}, store.Retention{})
+	addr := startServer(t, root, NewProcessID(), nil)
+	before := counter(t, mRefusals.WithLabelValues(RefuseBadRequest.String()))
+	_, m := rawSession(t, addr, &Hello{Version: FetchVersion, Prefetch: true, Database: root.Name(), ProcessID: NewProcessID()})
+	if r, ok := m.(*Refuse); !ok || r.Code != RefuseBadRequest {
+		t.Fatalf("prefetch hello to a full node answered %+v, want refuse bad_request", m)
+	}
+	if n := counter(t, mRefusals.WithLabelValues(RefuseBadRequest.String())) - before; n != 1 {
+		t.Fatalf("%v refusals counted, want 1", n)
 	}
 }

@@ -45,6 +45,9 @@ func sampleMessages() []Message {
 		&Snapshot{ID: SnapshotID{1, 2}, Index: 1000, Time: 99, Hash: wal.Hash{5}, Files: []SnapshotFile{{"MANIFEST-000001", 39}, {"000005.sst", 1 << 30}}},
 		&Chunk{File: 1, Offset: 1 << 20, Data: []byte("table bytes")},
 		&FileEnd{File: 1, Size: 1 << 30, CRC: 0xdeadbeef},
+		&Hello{Version: 2, Database: "db", Prefetch: true, ProcessID: ProcessID{5}},
+		&Prefetch{Index: 7, Key: []byte("app/k"), Value: []byte("value")},
+		&Prefetch{Index: 1 << 40, Key: []byte("empty"), Value: []byte{}},
 	}
 }
 

@@ -210,7 +210,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
-		if len(d.Relays) > 0 {
+		if len(d.Relays) > 0 && d.ProxyTransientBytes > 0 {
+			// Prefetched values are held by the transient tier: a proxy
+			// without one has nowhere to keep them, and does not subscribe.
 			pf = repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: d.Relays, Dial: s.replDial()}, st, s.log)
 			s.prefetchers = append(s.prefetchers, pf)
 		}
