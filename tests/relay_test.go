@@ -43,6 +43,11 @@ func TestRelayOverRealProcesses(t *testing.T) {
 		}
 		want[k], last = v, r.Index
 	}
+	// The relay answers only versions it has applied: let it catch up, so
+	// the proxy's misses go through it.
+	if _, err := relay.client(t).Get(ctx, "app/k00", client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
 	for k, v := range want {
 		got, err := pc.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second})
 		if err != nil {
@@ -84,8 +89,16 @@ func TestRelayOverRealProcesses(t *testing.T) {
 
 	// Reactive prefetch: the keys the first proxy missed, resolved by the
 	// relay, are served by the second without a fetch.
-	pollFor(t, "the first proxy's misses prefetched by the second", func() bool {
-		return cacheOf(px2)["prefetched"].(float64) >= pcache["remote_fetches"].(float64)
+	// Every value the relay answered reaches the second proxy (a miss the
+	// first proxy sent to a replica instead, its relay being behind, is
+	// not published).
+	relayed := metricValue(t, relay.Addr["http"], `qs_repl_fetch_keys_total{result="ok"}`)
+	fallback := metricValue(t, px.Addr["http"], `qs_proxy_fetches_total{db="default",result="fallback"}`)
+	if relayed == 0 || relayed+fallback < pcache["remote_fetches"].(float64) {
+		t.Fatalf("the relay answered %v keys and the replicas %v of the first proxy's %v fetches", relayed, fallback, pcache["remote_fetches"])
+	}
+	pollFor(t, "the relay's answers prefetched by the second proxy", func() bool {
+		return cacheOf(px2)["prefetched"].(float64) >= relayed
 	})
 	pollFor(t, "the second proxy to keep only its window", func() bool {
 		st, err := px2.client(t).Status(ctx)
@@ -98,8 +111,8 @@ func TestRelayOverRealProcesses(t *testing.T) {
 			t.Fatalf("%s at the second proxy: %d bytes, %v; want %d", k, len(got.Value), err, len(v))
 		}
 	}
-	if c := cacheOf(px2); c["remote_fetches"].(float64) != 0 {
-		t.Fatalf("the second proxy fetched keys it had prefetched: %v", c)
+	if c := cacheOf(px2); c["remote_fetches"].(float64) > fallback {
+		t.Fatalf("the second proxy fetched %v keys, more than the %v the relay did not answer: %v", c["remote_fetches"], fallback, c)
 	}
 }
 
