@@ -140,6 +140,7 @@ func (cn *conn) servePrefetch(ctx context.Context, r *bufio.Reader, st *store.St
 	idle := time.NewTicker(cn.s.cfg.ProgressInterval)
 	defer idle.Stop()
 	sent := false
+	var out []byte
 	for {
 		var m Message
 		select {
@@ -159,7 +160,24 @@ func (cn *conn) servePrefetch(ctx context.Context, r *bufio.Reader, st *store.St
 			}
 			m = pr
 		}
-		if err := cn.send(m); err != nil {
+		// Values queued behind this one go out in the same write.
+		var err error
+		if out, err = AppendFrame(out[:0], m); err == nil {
+			// One write deadline per piece, as for every large message.
+			for b := out; len(b) > 0 && err == nil; {
+				n := min(len(b), writePiece)
+				cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.WriteTimeout))
+				_, err = cn.w.Write(b[:n])
+				b = b[n:]
+			}
+			if err == nil && len(sub.ch) == 0 {
+				err = cn.w.Flush()
+			}
+		}
+		if cap(out) > 1<<20 {
+			out = nil
+		}
+		if err != nil {
 			if ctx.Err() == nil {
 				cn.log.Info("prefetch stream ended", "err", err)
 			}
