@@ -51,6 +51,7 @@ func cmdServe(args []string) error {
 		gossip   = fs.String("gossip", "", "gossip overlay address (UDP and TCP), through which replicas find their sources; needs --cluster-key off loopback")
 		join     = fs.String("join", "", "gossip addresses of overlay members to join, comma-separated; without --upstream the first database becomes a replica that finds its sources itself (--role proxy: a proxy)")
 		dc       = fs.String("dc", "", "data centre of this node, shown in the overlay's member list")
+		shards   = fs.Int("shards", 0, "physical shards of this node's data centre (a power of two, at most 1024): a proxy owns the shard of its --node-name, shown in its status")
 		maxKids  = fs.Int("max-children", 0, "with the overlay: replicas that may stream each database from this node at once; one more is refused \"full\" (default 16)")
 		relaysDC = fs.Int("relays-per-dc", 0, "with the overlay: relays the proxies of each database elect in each data centre (default 2)")
 		clusterK = fs.String("cluster-key", "", "cluster key file (made by qs cert key): authenticates every replication and Raft connection, both ways")
@@ -113,6 +114,9 @@ func cmdServe(args []string) error {
 	}
 	if *dc != "" {
 		cfg.DC = *dc
+	}
+	if *shards != 0 {
+		cfg.Shards = *shards
 	}
 	if *maxKids != 0 {
 		cfg.MaxChildren = *maxKids

@@ -16,7 +16,13 @@
 //   - Transient: the in-memory tier in front of the disk cache. A value
 //     a proxy fetched enters memory first and is written to disk only
 //     when it is read again while there (S3-FIFO's small queue and ghost
-//     list), so a value read once costs no disk write.
+//     list), so a value read once costs no disk write. A value a relay
+//     published for another proxy's miss enters it too (Prefetch), but
+//     counts as no read.
+//   - ShardMap: the shards of a data centre's L2 cache. A byte string's
+//     logical shard is the top 10 bits of its XXH64; N physical shards
+//     group them (logical >> (10 − log2 N)), and a node owns the shard
+//     of its node name. Doubling N only splits shards.
 //
 // # Invariants
 //

@@ -98,6 +98,7 @@ type TransientStats struct {
 	GhostStored   int64 // values stored at once: their key was a ghost
 	Evicted       int64 // values that left the queue unread
 	Skipped       int64 // values larger than the tier
+	Prefetched    int64 // values that entered the queue by Prefetch
 }
 
 // NewTransient returns a tier of maxBytes (≤ 0: none).
@@ -155,6 +156,44 @@ func (t *Transient) Offer(key []byte, index uint64, value []byte) (d Decision, e
 		evicted++
 	}
 	return Hold, evicted
+}
+
+// Prefetch gives the tier a value this proxy did not read: another proxy
+// of its data centre missed it, and its relay published it. The value
+// enters the queue like a fetched one, but a prefetch is not a read: it
+// neither stores a value at once (a held version or a ghost key stays as
+// it is) nor makes a ghost. held is false when the tier has no budget,
+// already holds that version, or the value is larger than the tier.
+// The tier keeps value (it must not change) when held is true.
+func (t *Transient) Prefetch(key []byte, index uint64, value []byte) (held bool, evicted int) {
+	if t.max <= 0 {
+		return false, 0
+	}
+	e := &transientEntry{key: string(key), index: index, value: value}
+	if e.size() > t.max {
+		return false, 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if el, ok := t.mu.entries[e.key]; ok {
+		if el.Value.(*transientEntry).index == index {
+			return false, 0
+		}
+		t.removeLocked(el) // another version: the newer message wins
+	}
+	t.mu.entries[e.key] = t.mu.fifo.PushBack(e)
+	t.mu.bytes += e.size()
+	t.holding.Add(1)
+	t.mu.stats.Prefetched++
+	for t.mu.bytes > t.max {
+		el := t.mu.fifo.Front()
+		old := el.Value.(*transientEntry)
+		t.removeLocked(el)
+		t.addGhostLocked(maphash.String(t.seed, old.key))
+		t.mu.stats.Evicted++
+		evicted++
+	}
+	return true, evicted
 }
 
 // Take returns the value of version index of key if the tier holds it,

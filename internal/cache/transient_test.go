@@ -156,3 +156,56 @@ func TestTransientCountsEvictions(t *testing.T) {
 		t.Fatalf("%d evictions reported, stats %+v; want 2", total, tr.Stats())
 	}
 }
+
+// TestTransientPrefetchIsNotARead: a prefetched value is held and served
+// only for its version; prefetching a held version again, or a key the
+// ghost list remembers, stores nothing; a later version replaces an
+// earlier one; a tier without budget or too small holds nothing.
+func TestTransientPrefetchIsNotARead(t *testing.T) {
+	tr := NewTransient(4 * (100 + transientOverhead + 1))
+	if held, _ := tr.Prefetch([]byte("a"), 5, val(100)); !held {
+		t.Fatal("first prefetch not held")
+	}
+	if held, _ := tr.Prefetch([]byte("a"), 5, val(100)); held {
+		t.Fatal("the same version held twice")
+	}
+	if st := tr.Stats(); st.Values != 1 || st.Taken != 0 || st.Prefetched != 1 {
+		t.Fatalf("stats %+v: want 1 value held, none taken", st)
+	}
+	if _, ok := tr.Take([]byte("a"), 6); ok {
+		t.Fatal("version 6 served from a prefetch of version 5")
+	}
+	// Take dropped the held version 5 (the key changed).
+	if held, _ := tr.Prefetch([]byte("a"), 5, val(100)); !held {
+		t.Fatal("prefetch after the drop not held")
+	}
+	if held, _ := tr.Prefetch([]byte("a"), 7, []byte("seven")); !held {
+		t.Fatal("a later version not held")
+	}
+	if _, ok := tr.Take([]byte("a"), 5); ok {
+		t.Fatal("the replaced version 5 served")
+	}
+	tr.Prefetch([]byte("a"), 7, []byte("seven"))
+	if v, ok := tr.Take([]byte("a"), 7); !ok || string(v) != "seven" {
+		t.Fatalf("version 7: %q, %v", v, ok)
+	}
+	// A ghost key stays a ghost: its next fetch still stores at once.
+	if d := offer(tr, []byte("g"), 1, val(100)); d != Hold {
+		t.Fatalf("g: %v", d)
+	}
+	for i := range 8 {
+		tr.Prefetch([]byte(fmt.Sprintf("p%d", i)), 1, val(100))
+	}
+	if held, _ := tr.Prefetch([]byte("g"), 2, val(100)); !held {
+		t.Fatal("prefetch of a ghost key not held")
+	}
+	if d := offer(tr, []byte("g"), 2, val(100)); d != Store {
+		t.Fatalf("fetch of a held, prefetched version: %v, want store", d)
+	}
+	if held, _ := tr.Prefetch([]byte("big"), 1, val(10000)); held {
+		t.Fatal("a value larger than the tier held")
+	}
+	if held, _ := NewTransient(0).Prefetch([]byte("a"), 1, val(1)); held {
+		t.Fatal("a tier without budget held a value")
+	}
+}

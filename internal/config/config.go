@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 	"github.com/quicksilver-kv/qs/internal/watch"
@@ -82,6 +83,10 @@ type Config struct {
 	// DC names this node's data centre in the gossip overlay's member
 	// list. Default none.
 	DC string `toml:"dc"`
+	// Shards is the number of physical shards of this node's data centre
+	// (a power of two, at most 1024): the node owns the shard of its
+	// NodeName (internal/cache, ShardMap). Default 0: not sharded.
+	Shards int `toml:"shards"`
 	// Gossip is the address of the gossip overlay (UDP and TCP on one
 	// port), through which replicas find their sources (docs/operations.md,
 	// "Self-organizing tree"). Default "": no overlay.
@@ -496,6 +501,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("address %s used by both %s and %s", addr, prev, who))
 		}
 		addrs[addr] = who
+	}
+	if c.Shards != 0 {
+		if _, err := cache.NewShardMap(c.Shards); err != nil {
+			errs = append(errs, fmt.Errorf("shards: %d is not a power of two from 1 to %d", c.Shards, cache.LogicalShards))
+		}
 	}
 	claim(c.HTTP, "http")
 	claim(c.Gossip, "gossip")

@@ -126,6 +126,8 @@ func TestParseErrors(t *testing.T) {
 		"proxy attempt timeout":          {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_attempt_timeout = \"-1s\"", "proxy_attempt_timeout"},
 		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},
 		"memcache threads":               {"memcache_threads = -2", "memcache_threads -2"},
+		"shards not a power of two":      {"shards = 6", "shards: 6 is not a power of two"},
+		"too many shards":                {"shards = 2048", "shards: 2048 is not a power of two"},
 		"memcache read nice":             {"memcache_read_nice = -21", "memcache_read_nice -21"},
 		"memcache event loops":           {"memcache_event_loops = 65", "memcache_event_loops 65"},
 		"negative memcache event loops":  {"memcache_event_loops = -2", "memcache_event_loops -2"},

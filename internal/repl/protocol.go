@@ -94,6 +94,8 @@ func (t MsgType) String() string {
 		return "fetch"
 	case MsgValues:
 		return "values"
+	case MsgPrefetch:
+		return "prefetch"
 	case MsgReport:
 		return "report"
 	case MsgHead:
@@ -209,6 +211,10 @@ type Hello struct {
 	// Fetch opens a fetch connection (version 2): request/response
 	// messages for values as of an index, instead of the log.
 	Fetch bool
+	// Prefetch subscribes to a relay's prefetch stream (version 2): the
+	// values the relay resolves for the proxies of its data centre,
+	// instead of the log.
+	Prefetch bool
 	// Resume is where an interrupted download of a snapshot stopped; the
 	// zero value asks for a new snapshot.
 	Resume ResumePoint
@@ -337,6 +343,9 @@ func (m *Hello) AppendPayload(dst []byte) []byte {
 	if m.Fetch {
 		flags |= 4
 	}
+	if m.Prefetch {
+		flags |= 8
+	}
 	dst = append(dst, flags)
 	dst = append(dst, m.DBID[:]...)
 	dst = append(dst, m.ProcessID[:]...)
@@ -363,12 +372,13 @@ func decodeHello(p []byte) (*Hello, error) {
 	}
 	m := &Hello{Version: binary.BigEndian.Uint16(p[4:])}
 	flags := p[6]
-	if flags&^7 != 0 || flags&6 == 6 {
+	if flags&^15 != 0 || flags&6 == 6 || (flags&8 != 0 && flags&6 != 0) {
 		return nil, fmt.Errorf("%w: unknown hello flags %#x", ErrMalformed, flags)
 	}
 	m.NewestOnly = flags&1 != 0
 	m.Bootstrap = flags&2 != 0
 	m.Fetch = flags&4 != 0
+	m.Prefetch = flags&8 != 0
 	copy(m.DBID[:], p[7:23])
 	copy(m.ProcessID[:], p[23:39])
 	m.LastIndex = binary.BigEndian.Uint64(p[39:])
@@ -642,6 +652,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeFetch(p)
 	case MsgValues:
 		return decodeValues(p)
+	case MsgPrefetch:
+		return decodePrefetch(p)
 	case MsgReport:
 		return decodeReport(p)
 	case MsgHead:

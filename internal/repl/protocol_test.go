@@ -47,6 +47,9 @@ func sampleMessages() []Message {
 		&Chunk{File: 1, Offset: 1 << 20, Data: []byte("table bytes")},
 		&FileEnd{File: 1, Size: 1 << 30, CRC: 0xdeadbeef},
 		&Head{headsig.Head{Index: 42, Hash: wal.Hash{1, 2, 3}, Sig: [headsig.SigSize]byte{9, 8, 7}}},
+		&Hello{Version: 2, Database: "db", Prefetch: true, ProcessID: ProcessID{5}},
+		&Prefetch{Index: 7, Key: []byte("app/k"), Value: []byte("value")},
+		&Prefetch{Index: 1 << 40, Key: []byte("empty"), Value: []byte{}},
 	}
 }
 

@@ -145,6 +145,8 @@ type Server struct {
 	log    *slog.Logger
 
 	snaps *snapshotCache
+	// prefetch carries what a relay resolves to its subscribers.
+	prefetch prefetchHub
 	// limit paces snapshot bytes; nil when BootstrapRate is 0.
 	limit *rate.Limiter
 
@@ -206,7 +208,7 @@ func (s *Server) Children(db string) int {
 // isChild reports whether a Hello opens a replica's log stream: the
 // connections that make a node a child of this one in the tree.
 func isChild(h *Hello) bool {
-	return !h.NewestOnly && !h.Fetch && !h.Bootstrap && h.StopIndex == 0
+	return !h.NewestOnly && !h.Fetch && !h.Prefetch && !h.Bootstrap && h.StopIndex == 0
 }
 
 // takeChild reserves a child slot for db; false if the server is full.
@@ -427,7 +429,12 @@ func (s *Server) handle(c net.Conn) {
 	}
 	if hello.Fetch {
 		cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
-		cn.serveFetch(ctx, r, st)
+		cn.serveFetch(ctx, r, st, hello)
+		return
+	}
+	if hello.Prefetch {
+		cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+		cn.servePrefetch(ctx, r, st, hello)
 		return
 	}
 	// The client sends nothing after its Hello: anything it sends, or its
@@ -494,7 +501,11 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 		cn.refuse(RefuseProxy, "database %q is a proxy here: it holds only part of the values; ask a full replica", h.Database)
 		return nil, 0, false
 	}
-	if h.Fetch && h.Version < FetchVersion {
+	if h.Prefetch && (s.cfg.Relay == nil || !s.cfg.Relay(h.Database)) {
+		cn.refuse(RefuseBadRequest, "database %q has no prefetch stream here: this node is not one of its relays", h.Database)
+		return nil, 0, false
+	}
+	if (h.Fetch || h.Prefetch) && h.Version < FetchVersion {
 		cn.refuse(RefuseVersion, "fetch connections need protocol version %d, client sent %d", FetchVersion, h.Version)
 		return nil, 0, false
 	}
@@ -521,7 +532,7 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	}
 	next := h.LastIndex + 1
 	switch {
-	case h.NewestOnly, h.Fetch:
+	case h.NewestOnly, h.Fetch, h.Prefetch:
 		next = lr.Last + 1
 	case h.LastIndex > lr.Last:
 		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's durable %d: ask again once it caught up", h.LastIndex, lr.Last)

@@ -16,7 +16,7 @@ import (
 // the answer is consistent with itself. Answers are flushed when no
 // further request is already buffered, so a pipelining client gets its
 // answers in few writes.
-func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store) {
+func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store, hello *Hello) {
 	mFetchConns.Inc()
 	defer mFetchConns.Dec()
 	stop := context.AfterFunc(ctx, func() { cn.c.Close() })
@@ -52,6 +52,7 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 		var ans *Values
 		if st.IsProxy() {
 			ans = answerRelayFetch(st, m)
+			cn.s.prefetch.publish(hello.Database, hello.ProcessID, m, ans)
 		} else {
 			ans = answerFetch(st, m)
 		}

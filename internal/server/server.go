@@ -15,6 +15,7 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
@@ -49,6 +50,7 @@ type Server struct {
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
 	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
+	prefetchers    []*repl.Prefetcher        // subscriptions of proxies to their relays, closed with the pools
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
@@ -198,6 +200,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
+	var pf *repl.Prefetcher
 	if d.IsProxy() {
 		// A proxy with relays fetches through them; its replicas and
 		// sources are asked only when no relay answers.
@@ -212,6 +215,12 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
+		if len(d.Relays) > 0 && d.ProxyTransientBytes > 0 {
+			// Prefetched values are held by the transient tier: a proxy
+			// without one has nowhere to keep them, and does not subscribe.
+			pf = repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: d.Relays, Dial: s.replDial()}, st, s.log)
+			s.prefetchers = append(s.prefetchers, pf)
+		}
 	}
 	db.CanWrite = func() error {
 		return fmt.Errorf("%w: database %s is a replica on this node; send writes to the HTTP address of its root "+
@@ -243,7 +252,10 @@ func (s *Server) openDatabase(d config.Database) error {
 		m["bootstrap"] = bootstrapStatus(rs.Bootstrap)
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
-			m["cache"] = cacheStatus(st, d)
+			m["cache"] = cacheStatus(st, d, pf)
+			if s.cfg.Shards > 0 {
+				m["cache"].(map[string]any)["shard"] = shardStatus(s.cfg.NodeName, s.cfg.Shards)
+			}
 		} else {
 			m["history"] = historyStatus(st)
 		}
@@ -287,11 +299,25 @@ func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[strin
 
 // cacheStatus is the "cache" object of a proxy's status: its tiers, and
 // what they served since the process started.
-func cacheStatus(st *store.Store, d config.Database) map[string]any {
+func cacheStatus(st *store.Store, d config.Database, pf *repl.Prefetcher) map[string]any {
 	ps := st.ProxyStats()
+	var prefetched int64 // values received from the relays and held
+	if pf != nil {
+		prefetched = pf.Stats().Admitted
+	}
 	return map[string]any{"l1_hits": ps.Hits, "remote_fetches": ps.Fetched, "disk_admissions": ps.Admitted,
 		"transient_values": ps.TransientValues, "transient_bytes": ps.TransientBytes, "transient_budget_bytes": ps.TransientBudget,
-		"relay": d.Relay, "relays": d.Relays}
+		"prefetched": prefetched, "relay": d.Relay, "relays": d.Relays}
+}
+
+// shardStatus is the "shard" of a proxy's cache status: the physical
+// shard of its data centre that its node name maps to, and their count.
+func shardStatus(node string, shards int) map[string]any {
+	m, err := cache.NewShardMap(shards)
+	if err != nil { // refused by Config.Validate
+		return nil
+	}
+	return map[string]any{"index": m.OfNode(node), "count": m.Count()}
 }
 
 // bootstrapStatus is the "bootstrap" object of a replica's status: null
@@ -618,6 +644,10 @@ func (s *Server) withTreeStatus(d config.Database, status func() map[string]any)
 }
 
 func (s *Server) closePools() {
+	for _, p := range s.prefetchers {
+		p.Close()
+	}
+	s.prefetchers = nil
 	for _, p := range s.pools {
 		p.Close()
 	}

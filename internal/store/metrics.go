@@ -109,7 +109,7 @@ var (
 		Help: "Fetched values offered to a proxy's cache, by result: admitted, stale (the key changed meanwhile), refused_hard_limit (free disk below the hard limit), dropped (queue full)."}, []string{"db", "result"}))
 	mPxTransient = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_total",
-		Help: "Fetched values through a proxy's transient tier, by result: held (in memory, not stored), stored (its key was read twice recently: queued for the cache at once), too_large (larger than the tier), read_again (held and read again: queued for the cache), evicted (left the tier unread: no disk write)."}, []string{"db", "result"}))
+		Help: "Fetched values through a proxy's transient tier, by result: held (in memory, not stored), stored (its key was read twice recently: queued for the cache at once), too_large (larger than the tier), read_again (held and read again: queued for the cache), evicted (left the tier unread: no disk write), prefetched (published by a relay for another proxy's miss, held)."}, []string{"db", "result"}))
 	mPxTransientValues = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_values",
 		Help: "Values a proxy's transient tier holds in memory."}, []string{"db"}))

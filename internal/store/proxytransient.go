@@ -70,3 +70,30 @@ func (s *Store) publishTransient() {
 	s.m.pxTransientValues.Set(float64(st.Values))
 	s.m.pxTransientBytes.Set(float64(st.Bytes))
 }
+
+// OfferPrefetched gives the transient tier a value published by a relay
+// of this proxy's data centre: version index of key, read by another
+// proxy. It reports whether the tier holds it. Nothing is checked here,
+// and nothing needs to be: the value is served only for a record naming
+// that version, after that record's length and CRC check (takeTransient),
+// so a value of a version this proxy has not applied yet, or has already
+// replaced, is never served. The store keeps its own copies of key and
+// value.
+func (s *Store) OfferPrefetched(key []byte, index uint64, value []byte) bool {
+	p := s.px
+	if p == nil || !p.transient.Enabled() || index == 0 {
+		return false
+	}
+	kv := make([]byte, len(key)+len(value))
+	copy(kv, key)
+	copy(kv[len(key):], value)
+	held, evicted := p.transient.Prefetch(kv[:len(key):len(key)], index, kv[len(key):])
+	if held {
+		s.m.pxTransient.WithLabelValues("prefetched").Inc()
+	}
+	if evicted > 0 {
+		s.m.pxTransient.WithLabelValues("evicted").Add(float64(evicted))
+	}
+	s.publishTransient()
+	return held
+}
