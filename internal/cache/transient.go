@@ -143,19 +143,8 @@ func (t *Transient) Offer(key []byte, index uint64, value []byte) (d Decision, e
 		t.mu.stats.Skipped++
 		return Skip, 0
 	}
-	t.mu.entries[e.key] = t.mu.fifo.PushBack(e)
-	t.mu.bytes += e.size()
-	t.holding.Add(1)
 	t.mu.stats.Held++
-	for t.mu.bytes > t.max {
-		el := t.mu.fifo.Front()
-		old := el.Value.(*transientEntry)
-		t.removeLocked(el)
-		t.addGhostLocked(maphash.String(t.seed, old.key))
-		t.mu.stats.Evicted++
-		evicted++
-	}
-	return Hold, evicted
+	return Hold, t.pushLocked(e)
 }
 
 // Prefetch gives the tier a value this proxy did not read: another proxy
@@ -181,10 +170,17 @@ func (t *Transient) Prefetch(key []byte, index uint64, value []byte) (held bool,
 		}
 		t.removeLocked(el) // another version: the newer message wins
 	}
+	t.mu.stats.Prefetched++
+	return true, t.pushLocked(e)
+}
+
+// pushLocked queues e at the tail and evicts from the head, each evicted
+// key becoming a ghost, until the tier is within its budget. It returns
+// how many values it evicted.
+func (t *Transient) pushLocked(e *transientEntry) (evicted int) {
 	t.mu.entries[e.key] = t.mu.fifo.PushBack(e)
 	t.mu.bytes += e.size()
 	t.holding.Add(1)
-	t.mu.stats.Prefetched++
 	for t.mu.bytes > t.max {
 		el := t.mu.fifo.Front()
 		old := el.Value.(*transientEntry)
@@ -193,7 +189,7 @@ func (t *Transient) Prefetch(key []byte, index uint64, value []byte) (held bool,
 		t.mu.stats.Evicted++
 		evicted++
 	}
-	return true, evicted
+	return evicted
 }
 
 // Take returns the value of version index of key if the tier holds it,
