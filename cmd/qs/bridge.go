@@ -71,6 +71,17 @@ func (f bridgeFlags) client() (*client.Client, error) {
 	return client.New(splitList(*f.to), client.Options{Database: *f.db, Timeout: *f.timeout, Token: token, WriteAttempts: 5})
 }
 
+// run runs a bridge until SIGINT or SIGTERM, serving its metrics
+// meanwhile.
+func (f bridgeFlags) run(bridge func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := f.serveMetrics(ctx); err != nil {
+		return err
+	}
+	return bridge(ctx)
+}
+
 // serveMetrics serves /metrics on addr until ctx ends.
 func (f bridgeFlags) serveMetrics(ctx context.Context) error {
 	if *f.metricsAddr == "" {
@@ -139,12 +150,7 @@ func cmdBridgePostgres(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := bf.serveMetrics(ctx); err != nil {
-		return err
-	}
-	return b.Run(ctx)
+	return bf.run(b.Run)
 }
 
 func cmdBridgeEtcd(args []string) error {
@@ -178,12 +184,7 @@ func cmdBridgeEtcd(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := bf.serveMetrics(ctx); err != nil {
-		return err
-	}
-	return b.Run(ctx)
+	return bf.run(b.Run)
 }
 
 func cmdBridgeQS(args []string) error {
@@ -218,10 +219,5 @@ func cmdBridgeQS(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := bf.serveMetrics(ctx); err != nil {
-		return err
-	}
-	return b.Run(ctx)
+	return bf.run(b.Run)
 }
