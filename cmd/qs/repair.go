@@ -65,9 +65,15 @@ root: a root's data exists nowhere else.
 	if err := os.Rename(dir, aside); err != nil {
 		return fmt.Errorf("qs repair: %w", err)
 	}
-	if d, err := os.Open(filepath.Dir(dir)); err == nil {
-		d.Sync()
+	// The rename is durable only once the parent directory is synced: a
+	// power loss before that would bring the forked database back.
+	d, err := os.Open(filepath.Dir(dir))
+	if err == nil {
+		err = d.Sync()
 		d.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("qs repair: %s set aside in %s, but syncing %s failed: %w", dir, aside, filepath.Dir(dir), err)
 	}
 	fmt.Printf("database %s (applied index %d) set aside in %s\nstart qs serve again: it bootstraps %s from its sources; remove %s once you no longer need it\n",
 		*db, applied, aside, *db, aside)
