@@ -44,7 +44,8 @@ func newDataCentre(t *testing.T, proxies int) *dataCentre {
 }
 
 // write sets n keys prefix0000.. to values naming them, then pads the log
-// so that they leave every window.
+// so that they leave every window, and waits until the relay and every
+// proxy evicted them: a proxy that still holds a value answers it itself.
 func (dc *dataCentre) write(t *testing.T, prefix string, n int) {
 	t.Helper()
 	var ops []wal.Op
@@ -64,7 +65,9 @@ func (dc *dataCentre) write(t *testing.T, prefix string, n int) {
 	for _, n := range append([]*node{dc.replica, dc.relay}, dc.proxies...) {
 		waitApplied(t, n.st, dc.root.st.AppliedIndex())
 	}
-	waitFor(t, "the relay's eviction down to its window", func() bool { return dc.relay.st.ProxyStats().CachedValues <= 5 })
+	for _, n := range append([]*node{dc.relay}, dc.proxies...) {
+		waitFor(t, n.st.Name()+"'s eviction down to its window", func() bool { return n.st.ProxyStats().CachedValues <= 5 })
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -168,7 +171,7 @@ func TestRelayRefusedWithoutTheRelayRole(t *testing.T) {
 	dc.c.serve(plain) // not a relay
 	px := dc.c.proxy(dbid, store.ProxyOptions{Window: 5, CacheBytes: -1}, Config{Replicas: []string{plain.addr}, Fallback: []string{dc.replica.addr},
 		SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond}, dc.root.addr)
-	dc.proxies = append(dc.proxies, px, plain)
+	dc.proxies = append(dc.proxies, px) // plain keeps what it applies: not waited for
 	dc.write(t, "k", 10)
 	readAll(t, px.st, "k", 10)
 	if n := counter(t, mReplicaRequests.WithLabelValues(dc.c.name, plain.addr, "error")); n == 0 {
