@@ -99,6 +99,9 @@ func TestClientFlagsStoredWithValues(t *testing.T) {
 
 	px, f := openProxy(t, root, ProxyOptions{Window: 1, CacheBytes: -1})
 	replicate(t, root, px, 1)
+	// Values still held after apply are answered locally: wait until
+	// only the window's entry is.
+	waitFor(t, "eviction down to the window", func() bool { return px.ProxyStats().CachedValues <= 1 })
 	checkItems(t, "proxy", px, want)
 	if f.calls.Load() == 0 {
 		t.Fatal("the proxy fetched no value: its remote records were not read")
