@@ -250,10 +250,13 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 }
 
 // pick chooses the member to ask next among those not tried yet: members
-// in service that can answer as far as is known, replicas before the
-// fall-backs; then those known to be behind (they may have caught up);
-// then sidelined ones. Within a tier, two random members are compared on
-// in-flight requests × latency.
+// in service that can answer as far as is known; then preferred members
+// last known to be behind (what is known is as of their last answer, and
+// a relay or replica is usually only a commit away: asking costs one
+// round trip, while going round it to a fall-back bypasses the relay for
+// good after every burst of writes); then the fall-backs; then sidelined
+// members. Within a tier, two random members are compared on in-flight
+// requests × latency.
 func (p *Pool) pick(need, asOf uint64, tried map[*member]bool) *member {
 	now := time.Now()
 	var tiers [4][]*member
@@ -269,9 +272,9 @@ func (p *Pool) pick(need, asOf uint64, tried map[*member]bool) *member {
 		switch {
 		case sidelined:
 			tiers[3] = append(tiers[3], m)
-		case behind:
-			tiers[2] = append(tiers[2], m)
 		case m.fallback:
+			tiers[2] = append(tiers[2], m)
+		case behind:
 			tiers[1] = append(tiers[1], m)
 		default:
 			tiers[0] = append(tiers[0], m)

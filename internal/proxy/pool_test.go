@@ -405,3 +405,47 @@ func TestPoolRefusesValuesTooLargeToFetch(t *testing.T) {
 		t.Fatalf("a value of MaxFetchValueBytes was not asked for: %v, %d connections", err, accepted.Load())
 	}
 }
+
+// TestPickOrder: a member in service first; then a preferred member last
+// known to be behind, before any fall-back (a relay seen behind after a
+// burst of writes is asked again rather than bypassed); then fall-backs;
+// sidelined members last.
+func TestPickOrder(t *testing.T) {
+	p, err := New(Config{Database: "pick_" + t.Name(), Replicas: []string{"relay:1", "relay:2"}, Fallback: []string{"replica:1"}}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	relay1, relay2, fallback := p.members[0], p.members[1], p.members[2]
+	set := func(m *member, applied uint64, sidelined bool) {
+		m.mu.Lock()
+		m.lastApplied, m.seen = applied, time.Now()
+		m.sidelinedUntil = time.Time{}
+		if sidelined {
+			m.sidelinedUntil = time.Now().Add(time.Hour)
+		}
+		m.mu.Unlock()
+	}
+	set(relay1, 10, false)
+	set(relay2, 20, false)
+	set(fallback, 20, false)
+	if m := p.pick(15, 15, map[*member]bool{}); m != relay2 {
+		t.Fatalf("need 15: picked %s, want the relay that has it", m.addr)
+	}
+	if m := p.pick(15, 15, map[*member]bool{relay2: true}); m != relay1 {
+		t.Fatalf("need 15, relay2 tried: picked %s, want the relay seen behind before the fall-back", m.addr)
+	}
+	if m := p.pick(15, 15, map[*member]bool{relay1: true, relay2: true}); m != fallback {
+		t.Fatalf("both relays tried: picked %s, want the fall-back", m.addr)
+	}
+	set(relay2, 20, true)
+	if m := p.pick(15, 15, map[*member]bool{relay1: true}); m != fallback {
+		t.Fatalf("relay2 sidelined: picked %s, want the fall-back before it", m.addr)
+	}
+	if m := p.pick(15, 15, map[*member]bool{relay1: true, fallback: true}); m != relay2 {
+		t.Fatalf("only the sidelined relay left: picked %v", m)
+	}
+	if m := p.pick(15, 15, map[*member]bool{relay1: true, relay2: true, fallback: true}); m != nil {
+		t.Fatalf("every member tried: picked %s", m.addr)
+	}
+}
