@@ -121,8 +121,11 @@ func TestDevStopsItsNodesWhenItDies(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := startDev(t, t.TempDir(), "127.0.0.1:0")
-			if d.diskMB <= 0 || d.diskMB > 100 {
-				t.Errorf("qs dev reports %.1f MiB on disk for 8 nodes, want (0, 100]", d.diskMB)
+			// A node takes its ballast and, once written to, the storage
+			// engine's preallocated log (about 18 MiB): whether the first
+			// writes came before the report depends on the machine's load.
+			if perNode := d.diskMB / float64(len(d.pids)); d.diskMB <= 0 || perNode > 32 {
+				t.Errorf("qs dev reports %.1f MiB on disk for %d nodes, want (0, 32] a node", d.diskMB, len(d.pids))
 			}
 			c.end(d)
 			select {

@@ -60,6 +60,13 @@ func cmdDev(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// Ctrl-C, a closed terminal (SIGHUP) and a reader gone (SIGPIPE, as
+	// in qs dev | head) stop the tree, from the first node on: a signal
+	// that arrived before this was set up would be lost when it is
+	// ignored (nohup), and the tree would run on. If qs dev is killed,
+	// each child gets SIGTERM from the kernel (Pdeathsig, see start).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	defer stop()
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -115,6 +122,10 @@ func cmdDev(args []string) error {
 		}
 	}()
 	for _, n := range nodes {
+		if ctx.Err() != nil {
+			fmt.Println("stopping")
+			return nil
+		}
 		a := []string{"serve", "--data", filepath.Join(*data, n.name), "--log-level", "warn", "--ballast-bytes", strconv.Itoa(devBallastBytes),
 			"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0"}
 		if n.name == "root" || n.name == "root1" {
@@ -196,11 +207,6 @@ Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 	}
 	fmt.Println()
 
-	// A closed terminal (SIGHUP) and a reader gone (SIGPIPE, as in
-	// qs dev | head) stop the tree like Ctrl-C; if qs dev is killed,
-	// each child gets SIGTERM from the kernel (Pdeathsig, see start).
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
-	defer stop()
 	hc := &http.Client{Timeout: time.Second}
 	t := time.NewTicker(*every)
 	defer t.Stop()
