@@ -26,21 +26,61 @@ const writePiece = 256 << 10
 // connection, so a client never mistakes part of an answer for all of it.
 const streamThreshold = 1 << 20
 
-// boundedWriter sets a write deadline for each piece of the answer.
+// boundedWriter sets a write deadline for each piece of the answer: at
+// every Write (an empty one included, so that even an empty answer leaves
+// with a deadline of its own), every writePiece bytes within one Write, and
+// at a WriteHeader that comes first. What the server flushes after the
+// handler returned leaves under the deadline of the last piece, set when
+// the handler wrote it.
 type boundedWriter struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
+	conn    writeDeadliner // nil: not a connection (tests' recorders)
 	timeout time.Duration
-	set     bool
+	set     bool // a deadline was set for this answer
+}
+
+// writeDeadliner is what net/http's response writer offers (and
+// http.ResponseController uses) to bound the writes of the connection.
+type writeDeadliner interface {
+	SetWriteDeadline(time.Time) error
+}
+
+// connDeadlines finds the connection's write deadline through writers that
+// wrap w, or returns nil.
+func connDeadlines(w http.ResponseWriter) writeDeadliner {
+	for range 16 { // wrappers are few; a cycle of Unwraps is not followed
+		switch t := w.(type) {
+		case writeDeadliner:
+			return t
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// arm gives the client a fresh WriteTimeout for the next piece.
+func (b *boundedWriter) arm() {
+	if b.conn != nil {
+		b.conn.SetWriteDeadline(time.Now().Add(b.timeout))
+	}
+	b.set = true
+}
+
+func (b *boundedWriter) WriteHeader(status int) {
+	if !b.set {
+		b.arm()
+	}
+	b.ResponseWriter.WriteHeader(status)
 }
 
 func (b *boundedWriter) Write(p []byte) (int, error) {
 	n := 0
-	for len(p) > 0 {
+	for first := true; first || len(p) > 0; first = false {
 		k := min(len(p), writePiece)
-		if b.rc.SetWriteDeadline(time.Now().Add(b.timeout)) == nil {
-			b.set = true
-		}
+		b.arm()
 		m, err := b.ResponseWriter.Write(p[:k])
 		n += m
 		if err != nil {
@@ -59,10 +99,8 @@ func (b *boundedWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // Flush sends what is buffered, within the write deadline.
 func (b *boundedWriter) Flush() {
-	if b.rc.SetWriteDeadline(time.Now().Add(b.timeout)) == nil {
-		b.set = true
-	}
-	b.rc.Flush()
+	b.arm()
+	http.NewResponseController(b.ResponseWriter).Flush()
 }
 
 // bound sets the deadlines of one request on its connection: the body

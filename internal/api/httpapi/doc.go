@@ -10,6 +10,7 @@
 // # Where things are
 //
 //	handler.go    the routes, path checks and the per-route wrapper (metrics, panics)
+//	fastget.go    plain GETs of a key, recognized without the router
 //	errors.go     the stable error codes and the HTTP status of each; classify
 //	              maps store and gateway errors to them
 //	decode.go     strict JSON and query decoding

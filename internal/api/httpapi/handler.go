@@ -20,6 +20,9 @@ type handler struct {
 	cat Catalog
 	log *slog.Logger
 	mux *http.ServeMux
+	// requests holds the children of qs_http_requests_total that
+	// serveDB counted.
+	requests requestCounters
 }
 
 // dbHandler serves one request for a known database and returns the HTTP
@@ -84,11 +87,35 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 // Keys holding such sequences must escape them (docs/protocol.md, "Keys and
 // values").
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
-		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(codeBadRequest.status())).Inc()
-		writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
+	if h.refuseUnclean(w, r) {
 		return
 	}
+	if db, key, ok := keyRequest(r); ok {
+		// The most frequent request skips the router and the connection's
+		// body deadline (it has no body); serveDB counts, bounds and
+		// recovers it as it does every routed request.
+		h.serveDB(w, r, routeGet, db, func(w http.ResponseWriter, r *http.Request, d *Database) int {
+			return h.getKey(w, r, d, key)
+		})
+		return
+	}
+	h.serveRouted(w, r)
+}
+
+// refuseUnclean answers 400 to a path with empty, "." or ".." segments
+// and reports whether it did.
+func (h *handler) refuseUnclean(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodConnect || isCleanPath(r.URL.EscapedPath()) {
+		return false
+	}
+	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(codeBadRequest.status())).Inc()
+	writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
+	return true
+}
+
+// serveRouted serves a request through the router, within the deadlines
+// of its connection.
+func (h *handler) serveRouted(w http.ResponseWriter, r *http.Request) {
 	defer h.bound(w, r)()
 	h.mux.ServeHTTP(w, r)
 }
@@ -125,19 +152,25 @@ func isCleanPath(p string) bool {
 // into JSON errors and records metrics under the route's name.
 func (h *handler) route(rt route, fn dbHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		name := r.PathValue("db")
-		var status int
-		if d, ok := h.cat.Database(name); ok {
-			bw := &boundedWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.WriteTimeout}
-			status = h.call(fn, bw, r, d, rt)
-		} else {
-			status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
-			name = "" // a label per unknown name would let clients grow the metrics without bound
-		}
-		requestsTotal.WithLabelValues(name, rt.String(), statusLabel(status)).Inc()
-		secondsByRoute[rt].Observe(time.Since(start).Seconds())
+		h.serveDB(w, r, rt, r.PathValue("db"), fn)
 	})
+}
+
+// serveDB serves one request of route rt for the database named name:
+// each write of the answer gets a fresh write deadline, a panic becomes a
+// JSON error, and the request is counted and timed under the route.
+func (h *handler) serveDB(w http.ResponseWriter, r *http.Request, rt route, name string, fn dbHandler) {
+	start := time.Now()
+	var status int
+	if d, ok := h.cat.Database(name); ok {
+		bw := &boundedWriter{ResponseWriter: w, conn: connDeadlines(w), timeout: h.cfg.WriteTimeout}
+		status = h.call(fn, bw, r, d, rt)
+	} else {
+		status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
+		name = "" // a label per unknown name would let clients grow the metrics without bound
+	}
+	h.requests.counter(name, rt, status).Inc()
+	secondsByRoute[rt].Observe(time.Since(start).Seconds())
 }
 
 func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *Database, rt route) (status int) {

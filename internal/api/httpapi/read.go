@@ -25,7 +25,11 @@ var errEmptyKey = errorf(codeBadRequest, "qs: empty key")
 // get serves GET /v1/{db}/keys/{key...}: the raw value, with the index that
 // wrote it and the index the read was served at in headers.
 func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
-	key := r.PathValue("key")
+	return h.getKey(w, r, d, r.PathValue("key"))
+}
+
+// getKey answers a GET of key, named by the request's path.
+func (h *handler) getKey(w http.ResponseWriter, r *http.Request, d *Database, key string) int {
 	if key == "" {
 		return h.fail(w, r, d, errEmptyKey)
 	}
