@@ -23,6 +23,8 @@ import (
 // other without a restart and no read fails; with no relay alive they
 // fall back to the replicas, and those fetches are counted.
 func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
+	start := time.Now()
+	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
 	root := startGossipQS(t, "root", "--dc", "b")
 	seed := root.Addr["gossip"]
 	startGossipQS(t, "replica-1", "--join", seed, "--dc", "a")
@@ -71,6 +73,7 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 		}
 	}
 	waitRelays(relayRepl("relay-1", "relay-2"))
+	phase("the proxies fetch through both elected relays")
 	for name, p := range relays {
 		st, err := p.client(t).Status(context.Background())
 		if err != nil {
@@ -105,6 +108,7 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 	if n := relayed("relay-1", "relay-2"); n == 0 {
 		t.Fatalf("the relays answered no key of the proxies' misses (fall-backs %v)", fallbacks())
 	}
+	phase("reads through the relays")
 
 	// 2. relay-1 dies while the proxies read: no read fails, and they
 	// fetch through relay-2 without a restart.
@@ -136,7 +140,9 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // reads under way before the kill (not a timing assertion)
 	relays["relay-1"].kill()
+	phase("relay-1 killed")
 	waitRelays(relayRepl("relay-2"))
+	phase("the proxies fetch through relay-2 alone")
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -152,13 +158,16 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 
 	// 3. No relay alive: the proxies fall back to the replicas, counted.
 	relays["relay-2"].kill()
+	phase("relay-2 killed")
 	waitRelays(nil)
+	phase("the proxies have no relay")
 	fb := fallbacks()
 	want, last = writeEvicted(t, root, readers, "four/", 30)
 	readAll(t, readers, want, last)
 	if fallbacks() <= fb {
 		t.Fatalf("reads with no relay alive were not counted as fall-backs (%v before, %v after)", fb, fallbacks())
 	}
+	phase("reads from the replicas, counted as fall-backs")
 }
 
 // electedRelays are the relays of data centre dc that p's overlay
