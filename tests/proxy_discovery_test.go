@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,15 +14,18 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/discovery"
 )
 
 // TestProxiesFindRelaysThroughOverlay: a root, two full replicas, two
-// proxies of data centre "a" that the overlay elects relays, and two
-// proxies that know only a gossip seed and their data centre (they have
-// no replication listener, so they are never elected). The proxies fetch
-// their misses through the relays; when a relay dies they take up the
-// other without a restart and no read fails; with no relay alive they
-// fall back to the replicas, and those fetches are counted.
+// proxies of data centre "a" that the overlay elects relays, a third
+// that joins later (a spare: relays keep their seats), and two proxies
+// that know only a gossip seed and their data centre (they have no
+// replication listener, so they are never elected). The proxies fetch
+// their misses through the relays; when a relay dies while they read,
+// the spare is elected and they take up the other relay and the new one
+// without a restart, failing no read; with no relay alive they fall back
+// to the replicas, and those fetches are counted.
 func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 	start := time.Now()
 	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
@@ -29,19 +33,25 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 	seed := root.Addr["gossip"]
 	startGossipQS(t, "replica-1", "--join", seed, "--dc", "a")
 	startGossipQS(t, "replica-2", "--join", seed, "--dc", "b")
-	cache := []string{"--role", "proxy", "--cache-bytes", "1", "--window", "5"}
+	cache := []string{"--join", seed, "--dc", "a", "--role", "proxy", "--cache-bytes", "1", "--window", "5"}
+	// The spare ranks after the relays: should it claim a seat before it
+	// sees theirs, the election keeps the lowest ranks.
+	names := []string{"relay-x", "relay-y", "relay-z"}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(discovery.RelayRank(a), discovery.RelayRank(b)) })
+	r1, r2, spare := names[0], names[1], names[2]
 	relays := map[string]*proc{}
-	for _, name := range []string{"relay-1", "relay-2"} {
-		relays[name] = startGossipQS(t, name, append([]string{"--join", seed, "--dc", "a"}, cache...)...)
+	for _, name := range []string{r1, r2} {
+		relays[name] = startGossipQS(t, name, cache...)
 	}
 	pollFor(t, "both proxies of data centre a elected relays", func() bool {
-		return slices.Equal(electedRelays(t, root, "a"), []string{"relay-1", "relay-2"})
+		return slices.Equal(electedRelays(t, root, "a"), sorted(r1, r2))
 	})
+	relays[spare] = startGossipQS(t, spare, cache...)
 	var readers []*proc
 	for i := range 2 {
 		dir := t.TempDir()
 		args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off",
-			"--gossip", "127.0.0.1:0", "--node-name", fmt.Sprint("proxy-", i), "--log-level", "warn", "--join", seed, "--dc", "a"}, cache...)
+			"--gossip", "127.0.0.1:0", "--node-name", fmt.Sprint("proxy-", i), "--log-level", "warn"}, cache...)
 		readers = append(readers, startCmd(t, dir, exec.Command(qsBin, args...), 3))
 	}
 	relayRepl := func(names ...string) []string {
@@ -52,16 +62,23 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	statusOf := func(p *proc) map[string]any {
+		st, err := p.client(t).Status(context.Background())
+		if err != nil {
+			return nil
+		}
+		if st["proxy"].(map[string]any)["members_source"] != "discovery" {
+			t.Fatalf("proxy status without members_source discovery: %v", st["proxy"])
+		}
+		return st
+	}
 	waitRelays := func(want []string) {
 		t.Helper()
 		for _, px := range readers {
 			pollFor(t, fmt.Sprintf("%s to fetch through relays %v", px.Addr["http"], want), func() bool {
-				st, err := px.client(t).Status(context.Background())
-				if err != nil {
+				st := statusOf(px)
+				if st == nil {
 					return false
-				}
-				if st["proxy"].(map[string]any)["members_source"] != "discovery" {
-					t.Fatalf("proxy status without members_source discovery: %v", st["proxy"])
 				}
 				var got []string
 				for _, a := range st["cache"].(map[string]any)["relays"].([]any) {
@@ -72,17 +89,18 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 			})
 		}
 	}
-	waitRelays(relayRepl("relay-1", "relay-2"))
-	phase("the proxies fetch through both elected relays")
-	for name, p := range relays {
-		st, err := p.client(t).Status(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st["cache"].(map[string]any)["relay"] != true || st["proxy"].(map[string]any)["members_source"] != "discovery" {
-			t.Fatalf("%s: status of an elected relay %v %v", name, st["cache"], st["proxy"])
-		}
+	isRelay := func(name string) bool {
+		st := statusOf(relays[name])
+		return st != nil && st["cache"].(map[string]any)["relay"] == true
 	}
+	waitRelays(relayRepl(r1, r2))
+	if got := electedRelays(t, root, "a"); !slices.Equal(got, sorted(r1, r2)) {
+		t.Fatalf("relays %v after the spare joined, want %v kept", got, sorted(r1, r2))
+	}
+	if !isRelay(r1) || !isRelay(r2) || isRelay(spare) {
+		t.Fatalf("relay in status: %s %v, %s %v, spare %s %v", r1, isRelay(r1), r2, isRelay(r2), spare, isRelay(spare))
+	}
+	phase("the proxies fetch through both elected relays")
 
 	relayed := func(names ...string) float64 {
 		var n float64
@@ -101,20 +119,20 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 
 	// 1. Both relays up: the proxies' misses go through them.
 	want, last := writeEvicted(t, root, readers, "one/", 30)
-	for _, name := range []string{"relay-1", "relay-2"} {
-		waitIndex(t, relays[name], last)
-	}
+	waitIndex(t, relays[r1], last)
+	waitIndex(t, relays[r2], last)
 	readAll(t, readers, want, last)
-	if n := relayed("relay-1", "relay-2"); n == 0 {
+	if n := relayed(r1, r2); n == 0 {
 		t.Fatalf("the relays answered no key of the proxies' misses (fall-backs %v)", fallbacks())
+	}
+	if n := relayed(spare); n != 0 {
+		t.Fatalf("the spare, not a relay, answered %v keys", n)
 	}
 	phase("reads through the relays")
 
-	// 2. relay-1 dies while the proxies read: no read fails, and they
-	// fetch through relay-2 without a restart.
+	// 2. r1 dies while the proxies read: no read fails; the spare is
+	// elected, and they fetch through r2 and the spare without a restart.
 	want, last = writeEvicted(t, root, readers, "two/", 30)
-	waitIndex(t, relays["relay-2"], last)
-	before := relayed("relay-2")
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	errs := make(chan error, 2)
@@ -139,26 +157,33 @@ func TestProxiesFindRelaysThroughOverlay(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond) // reads under way before the kill (not a timing assertion)
-	relays["relay-1"].kill()
-	phase("relay-1 killed")
-	waitRelays(relayRepl("relay-2"))
-	phase("the proxies fetch through relay-2 alone")
+	relays[r1].kill()
+	phase(r1 + " killed")
+	waitRelays(relayRepl(r2, spare))
+	phase("the proxies fetch through the other relay and the newly elected one")
 	close(stop)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	want, last = writeEvicted(t, root, readers, "three/", 30)
-	waitIndex(t, relays["relay-2"], last)
-	readAll(t, readers, want, last)
-	if relayed("relay-2") <= before {
-		t.Fatal("relay-2 answered nothing after relay-1 died")
+	if !isRelay(spare) {
+		t.Fatal("the newly elected relay does not say so in its status")
 	}
+	before := relayed(r2, spare)
+	want, last = writeEvicted(t, root, readers, "three/", 30)
+	waitIndex(t, relays[r2], last)
+	waitIndex(t, relays[spare], last)
+	readAll(t, readers, want, last)
+	if relayed(r2, spare) <= before {
+		t.Fatal("the relays answered nothing after one died")
+	}
+	phase("reads through the relays left")
 
 	// 3. No relay alive: the proxies fall back to the replicas, counted.
-	relays["relay-2"].kill()
-	phase("relay-2 killed")
+	relays[r2].kill()
+	relays[spare].kill()
+	phase("the last relays killed")
 	waitRelays(nil)
 	phase("the proxies have no relay")
 	fb := fallbacks()
@@ -267,4 +292,11 @@ func getJSON(url string, v any) error {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// sorted returns the names sorted.
+func sorted(names ...string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return out
 }
