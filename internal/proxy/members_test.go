@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,6 +260,12 @@ func TestDynamicPoolStartsEmpty(t *testing.T) {
 	waitApplied(t, px.st, root.st.AppliedIndex())
 	if st := px.pool.Status(); len(st) != 0 {
 		t.Fatalf("members before any were given: %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err := px.pool.Fetch(ctx, root.st.AppliedIndex(), []store.FetchItem{{Key: []byte("k000"), Index: 1}})
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "no member") {
+		t.Fatalf("a fetch from a pool with no member: %v", err)
 	}
 	go func() {
 		time.Sleep(20 * time.Millisecond)

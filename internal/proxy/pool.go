@@ -186,7 +186,7 @@ func (p *Pool) Close() {
 	p.mu.closed = true
 	p.mu.Unlock()
 	p.memberMu.Lock()
-	all := append(p.snapshot(), slices.Collect(maps.Values(p.draining))...)
+	all := slices.Concat(p.snapshot(), slices.Collect(maps.Values(p.draining)))
 	p.memberMu.Unlock()
 	for _, m := range all {
 		m.closeConns()
@@ -238,7 +238,11 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 			case <-ctx.Done():
 				t.Stop()
 				p.fetchFail.Inc()
-				if lastErr == nil {
+				switch {
+				case lastErr != nil:
+				case len(p.snapshot()) == 0:
+					lastErr = errors.New("the pool has no member yet (none configured or found)")
+				default:
 					lastErr = fmt.Errorf("no member has applied index %d", need)
 				}
 				return fmt.Errorf("%d keys as of %d, %d attempts: %w (last: %v)", len(pending), asOf, attempts, ctx.Err(), lastErr)
