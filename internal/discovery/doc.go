@@ -20,6 +20,13 @@
 // Policy keeps the tree from flapping). Moving never drops the mover's own
 // children: they keep streaming from it while it reconnects upstream.
 //
+// A proxy that names neither relays nor replicas takes its fetch pool
+// from the overlay, again as a pure function of the member list
+// (ChoosePool): the relays elected in its data centre (ElectRelays) are
+// preferred, the nearest full replicas of its database are the
+// fall-back; an elected relay fetches from those replicas and never from
+// another relay.
+//
 // An Agent applies Choose for one database of one process: it answers the
 // replica's question "where from?" (Sources), hears its failures (Failed)
 // and tells it to reconnect when the choice moves (Run).

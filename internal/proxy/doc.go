@@ -31,6 +31,11 @@
 //   - Requests are spread over the members that can answer (power of two
 //     choices on in-flight requests × latency); members whose applied
 //     index is known to be below the version needed are tried last.
+//   - Members can change while reads run (SetMembers, for a proxy that
+//     finds its relays and replicas through the overlay): a retired
+//     member takes no new request, finishes those it is answering (one
+//     it can no longer take is asked elsewhere), then its connections
+//     close and its metric series are deleted. Reads do not fail for it.
 //   - Every goroutine belongs to a connection and ends with Close.
 //
 // Metrics (subsystem "proxy"): fetch_seconds (one read's remote values,
@@ -38,5 +43,6 @@
 // fallback),
 // replica_requests_total{replica, result} (ok, partial, error, timeout,
 // bad_answer, aborted), replica_up{replica}, replica_latency_seconds{replica},
-// replica_applied_index{replica}.
+// replica_applied_index{replica}, member_changes_total{change} (added,
+// retired, retiered), members{tier} (preferred, fallback).
 package proxy

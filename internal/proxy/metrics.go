@@ -27,3 +27,12 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "replica_applied_index",
 		Help: "A replica's applied index, as of its last answer."}, []string{"db", "replica"}))
 )
+
+var (
+	mMemberChanges = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "member_changes_total",
+		Help: "Changes of a proxy pool's members, by change: added, retired (no longer named; it finishes the requests it is answering, then its connections close and its series go), retiered (moved between preferred and fallback)."}, []string{"db", "change"}))
+	mMembers = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "members",
+		Help: "Members of a proxy pool in service, by tier (preferred: relays, or a relay's replicas; fallback)."}, []string{"db", "tier"}))
+)

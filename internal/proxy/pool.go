@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,10 @@ type Config struct {
 	SidelineMin, SidelineMax time.Duration
 	// MaxKeysPerRequest splits larger reads. Default 1000.
 	MaxKeysPerRequest int
+	// Dynamic: the members are given later, and changed, by SetMembers
+	// (a proxy that finds them through the overlay); the pool may start
+	// with none, and a read then waits for one until its deadline.
+	Dynamic bool
 
 	// naive emulates the design the reference started from, for tests
 	// that show what the checks prevent: it asks for the latest value (no
@@ -94,7 +100,7 @@ func (c *Config) EnsureDefaults() *Config {
 // Validate reports the first invalid field.
 func (c *Config) Validate() error {
 	switch {
-	case len(c.Replicas)+len(c.Fallback) == 0:
+	case len(c.Replicas)+len(c.Fallback) == 0 && !c.Dynamic:
 		return errors.New("proxy: no replicas to fetch from")
 	case c.Database == "":
 		return errors.New("proxy: no database name")
@@ -115,9 +121,18 @@ func (c *Config) Validate() error {
 // Pool fetches a proxy's missing values from its members. It implements
 // store.Fetcher.
 type Pool struct {
-	cfg     Config
-	log     *slog.Logger
-	members []*member
+	cfg Config
+	log *slog.Logger
+	// members are those in service, read without a lock; SetMembers
+	// replaces the slice (never changes one in place).
+	members atomic.Pointer[[]*member]
+
+	// memberMu serializes SetMembers and the end of retired members: the
+	// metric series of an address are made and deleted under it. Never
+	// taken while a member's mu is held.
+	memberMu sync.Mutex
+	// draining are retired members still answering requests, by address.
+	draining map[string]*member
 
 	fetchSeconds                                  prometheus.Observer
 	fetchOK, fetchFail, retry, tooLarge, fallback prometheus.Counter
@@ -142,33 +157,38 @@ func New(cfg Config, log *slog.Logger) (*Pool, error) {
 		fetchSeconds: mFetchSeconds.WithLabelValues(db), fetchOK: mFetches.WithLabelValues(db, "ok"),
 		fetchFail: mFetches.WithLabelValues(db, "failed"), retry: mFetches.WithLabelValues(db, "retried"),
 		tooLarge: mFetches.WithLabelValues(db, "too_large"), fallback: mFetches.WithLabelValues(db, "fallback")}
-	seen := map[string]bool{}
-	add := func(addr string, fallback bool) {
-		if seen[addr] {
-			return
-		}
-		seen[addr] = true
-		m := &member{p: p, addr: addr, fallback: fallback, conns: make([]*repl.FetchConn, cfg.ConnsPerReplica), queued: make([]int64, cfg.ConnsPerReplica),
-			up: mReplicaUp.WithLabelValues(db, addr), latency: mReplicaLatency.WithLabelValues(db, addr),
-			applied: mReplicaApplied.WithLabelValues(db, addr), requests: mReplicaRequests.MustCurryWith(prometheus.Labels{"db": db, "replica": addr})}
-		m.up.Set(1)
-		p.members = append(p.members, m)
+	p.draining = map[string]*member{}
+	var members []*member
+	for _, pm := range planMembers(nil, cfg.Replicas, cfg.Fallback).add {
+		members = append(members, p.newMember(pm.addr, pm.fallback))
 	}
-	for _, a := range cfg.Replicas {
-		add(a, false)
-	}
-	for _, a := range cfg.Fallback {
-		add(a, true)
-	}
+	p.members.Store(&members)
+	p.setMemberGauges(members)
 	return p, nil
 }
+
+func (p *Pool) newMember(addr string, fallback bool) *member {
+	db := p.cfg.Database
+	m := &member{p: p, addr: addr, conns: make([]*repl.FetchConn, p.cfg.ConnsPerReplica), queued: make([]int64, p.cfg.ConnsPerReplica),
+		up: mReplicaUp.WithLabelValues(db, addr), latency: mReplicaLatency.WithLabelValues(db, addr),
+		applied: mReplicaApplied.WithLabelValues(db, addr), requests: mReplicaRequests.MustCurryWith(prometheus.Labels{"db": db, "replica": addr})}
+	m.fallback.Store(fallback)
+	m.up.Set(1)
+	return m
+}
+
+// snapshot is the members in service now.
+func (p *Pool) snapshot() []*member { return *p.members.Load() }
 
 // Close closes every connection and waits for their goroutines.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	p.mu.closed = true
 	p.mu.Unlock()
-	for _, m := range p.members {
+	p.memberMu.Lock()
+	all := slices.Concat(p.snapshot(), slices.Collect(maps.Values(p.draining)))
+	p.memberMu.Unlock()
+	for _, m := range all {
 		m.closeConns()
 	}
 }
@@ -218,7 +238,11 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 			case <-ctx.Done():
 				t.Stop()
 				p.fetchFail.Inc()
-				if lastErr == nil {
+				switch {
+				case lastErr != nil:
+				case len(p.snapshot()) == 0:
+					lastErr = errors.New("the pool has no member yet (none configured or found)")
+				default:
 					lastErr = fmt.Errorf("no member has applied index %d", need)
 				}
 				return fmt.Errorf("%d keys as of %d, %d attempts: %w (last: %v)", len(pending), asOf, attempts, ctx.Err(), lastErr)
@@ -230,7 +254,7 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 		if attempts > 0 {
 			p.retry.Inc()
 		}
-		if m.fallback {
+		if m.fallback.Load() {
 			p.fallback.Inc()
 		}
 		attempts++
@@ -260,7 +284,7 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 func (p *Pool) pick(need, asOf uint64, tried map[*member]bool) *member {
 	now := time.Now()
 	var tiers [4][]*member
-	for _, m := range p.members {
+	for _, m := range p.snapshot() {
 		if tried[m] {
 			continue
 		}
@@ -272,7 +296,7 @@ func (p *Pool) pick(need, asOf uint64, tried map[*member]bool) *member {
 		switch {
 		case sidelined:
 			tiers[3] = append(tiers[3], m)
-		case m.fallback:
+		case m.fallback.Load():
 			tiers[2] = append(tiers[2], m)
 		case behind:
 			tiers[1] = append(tiers[1], m)
@@ -300,7 +324,7 @@ func (p *Pool) pick(need, asOf uint64, tried map[*member]bool) *member {
 type member struct {
 	p        *Pool
 	addr     string
-	fallback bool
+	fallback atomic.Bool
 	inflight atomic.Int64
 
 	up, latency, applied prometheus.Gauge
@@ -317,6 +341,11 @@ type member struct {
 	lastApplied    uint64
 	lastHorizon    uint64
 	seen           time.Time // of the last answer
+	// active counts the requests between begin and end; a retired member
+	// takes no new one, and closes its connections after the last.
+	active   int
+	retired  bool
+	finished bool // retired, drained and closed: never used again
 }
 
 func (m *member) score() float64 {
@@ -428,6 +457,10 @@ func expectedBytes(items []store.FetchItem, idx []int) int64 {
 // ask sends the items at idx to the member and fills those it answers
 // with the asked version. It returns the indexes still pending.
 func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, idx []int) ([]int, error) {
+	if !m.begin() {
+		return idx, errRetired
+	}
+	defer m.end()
 	cfg := &m.p.cfg
 	want := expectedBytes(items, idx)
 	slot, ahead := m.reserve(want)
@@ -623,10 +656,11 @@ type MemberStatus struct {
 // Status returns the members' states.
 func (p *Pool) Status() []MemberStatus {
 	now := time.Now()
-	out := make([]MemberStatus, 0, len(p.members))
-	for _, m := range p.members {
+	members := p.snapshot()
+	out := make([]MemberStatus, 0, len(members))
+	for _, m := range members {
 		m.mu.Lock()
-		out = append(out, MemberStatus{Addr: m.addr, Fallback: m.fallback, Up: !now.Before(m.sidelinedUntil),
+		out = append(out, MemberStatus{Addr: m.addr, Fallback: m.fallback.Load(), Up: !now.Before(m.sidelinedUntil),
 			AppliedIndex: m.lastApplied, LatencySeconds: m.ewma, Failures: m.fails})
 		m.mu.Unlock()
 	}

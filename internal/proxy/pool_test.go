@@ -416,7 +416,8 @@ func TestPickOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	relay1, relay2, fallback := p.members[0], p.members[1], p.members[2]
+	ms := p.snapshot()
+	relay1, relay2, fallback := ms[0], ms[1], ms[2]
 	set := func(m *member, applied uint64, sidelined bool) {
 		m.mu.Lock()
 		m.lastApplied, m.seen = applied, time.Now()

@@ -62,6 +62,7 @@ type Server struct {
 	reports        *reports                    // the tree and read samples (reports.go)
 	overlay        *discovery.Overlay          // nil: no gossip overlay
 	agents         map[string]*discovery.Agent // of replicated databases, with the overlay
+	discovered     sync.Map                    // name → *discoveredPool: proxies whose pool the overlay gives
 
 	// waiting are new replicas that learn their database id from a
 	// source during Start (see wait.go).
@@ -201,6 +202,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
 	var pf *repl.Prefetcher
+	var dp *discoveredPool
 	if d.IsProxy() {
 		// A proxy with relays fetches through them; its replicas and
 		// sources are asked only when no relay answers.
@@ -208,10 +210,15 @@ func (s *Server) openDatabase(d config.Database) error {
 		if len(d.Relays) > 0 {
 			members, fallback = d.Relays, append(append([]string(nil), d.Replicas...), sources...)
 		}
+		discovered := s.discoversPool(d)
 		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: members, Fallback: fallback, Dial: s.replDial(),
-			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate}, s.log)
+			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate, Dynamic: discovered}, s.log)
 		if err != nil {
 			return err
+		}
+		if discovered {
+			// Neither relays nor replicas configured: the overlay's.
+			dp = s.newDiscoveredPool(d, st.DBID(), pool, sources)
 		}
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
@@ -256,6 +263,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			if s.cfg.Shards > 0 {
 				m["cache"].(map[string]any)["shard"] = shardStatus(s.cfg.NodeName, s.cfg.Shards)
 			}
+			poolSource(m, dp)
 		} else {
 			m["history"] = historyStatus(st)
 		}
@@ -501,6 +509,9 @@ func (s *Server) StartContext(ctx context.Context) error {
 			if a := s.agents[name]; a != nil {
 				s.goFunc(func() { a.Run(replCtx, replicaView{r}) })
 			}
+			if dp, ok := s.discovered.Load(name); ok {
+				s.goFunc(func() { s.followPool(replCtx, dp.(*discoveredPool)) })
+			}
 		}
 		hub := s.dbs[name].Watch
 		s.goFunc(func() { hub.Run(replCtx) })
@@ -710,11 +721,13 @@ func (t *connTracker) waitQuiet(ctx context.Context) {
 }
 
 // isRelay reports whether database db is a proxy configured as the relay
-// of its data centre (it answers the fetches of the proxies that name it).
+// of its data centre (it answers the fetches of the proxies that name
+// it), or one whose pool comes from the overlay that its data centre's
+// proxies elected relay now.
 func (s *Server) isRelay(db string) bool {
 	for _, d := range s.cfg.Databases {
 		if d.Name == db {
-			return d.IsProxy() && d.Relay
+			return d.IsProxy() && d.Relay || s.discoveredRelay(db)
 		}
 	}
 	return false

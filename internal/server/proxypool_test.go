@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// notifier is a change notification like discovery.Overlay.Changed.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+	n  int // channels handed out
+}
+
+func (n *notifier) changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	n.n++
+	return n.ch
+}
+
+func (n *notifier) fire() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+}
+
+func (n *notifier) handedOut() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.n
+}
+
+// TestSettle: settle returns once no change came for the quiet time; a
+// change meanwhile makes it wait again; a stream of changes cannot hold
+// it past its limit; it reports false when its context ends.
+func TestSettle(t *testing.T) {
+	var n notifier
+	if !settle(context.Background(), n.changed, time.Millisecond, time.Hour) {
+		t.Fatal("no change: settle did not return true")
+	}
+
+	// Each change makes settle wait again: it asks for the next
+	// notification after each (with an hour's quiet time, it returns only
+	// when its context ends).
+	var m notifier
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	done := make(chan bool, 1)
+	go func() { done <- settle(ctx0, m.changed, time.Hour, time.Hour) }()
+	for i := 0; i < 5; i++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for m.handedOut() < i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("settle did not wait for notification %d", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		m.fire()
+	}
+	cancel0()
+	if <-done {
+		t.Fatal("settle whose context ended returned true")
+	}
+	if m.handedOut() < 5 {
+		t.Fatalf("settle asked for %d notifications during a burst of 5", m.handedOut())
+	}
+
+	// An endless stream of changes: the limit ends the wait.
+	var e notifier
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			e.fire()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if !settle(context.Background(), e.changed, time.Hour, 50*time.Millisecond) {
+		t.Fatal("settle under endless changes returned false")
+	}
+
+	// The context ends first.
+	ended, stopNow := context.WithCancel(context.Background())
+	stopNow()
+	if settle(ended, e.changed, time.Hour, time.Hour) {
+		t.Fatal("settle after its context ended returned true")
+	}
+}
