@@ -389,14 +389,37 @@ func TestProxyKill9UnderWrites(t *testing.T) {
 		}
 	}()
 
+	// Each kill comes after some writes and reads since the last restart
+	// (counted, not timed, so that a loaded machine only slows the test).
+	progress := func(writes, reads0 int) {
+		t.Helper()
+		mu.Lock()
+		w0, r0 := acked, reads
+		mu.Unlock()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			mu.Lock()
+			w, r, werr := acked, reads, writeErr
+			mu.Unlock()
+			switch {
+			case werr != nil:
+				return // reported below
+			case w-w0 >= writes && r-r0 >= reads0:
+				return
+			case time.Now().After(deadline):
+				t.Fatalf("%d writes and %d reads in two minutes since the last restart, want %d and %d", w-w0, r-r0, writes, reads0)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 3; round++ {
-		time.Sleep(time.Duration(400+rng.IntN(800)) * time.Millisecond)
+		progress(30+rng.IntN(60), 20)
 		px.kill()
 		px = startQS(t, pxDir, pxArgs...)
 		pxAddr.Store(px.Addr["http"])
 	}
-	time.Sleep(time.Second)
+	progress(30, 40) // with the rounds: at least 100 of each, checked below
 	stopWriting()
 	wg.Wait()
 	if writeErr != nil {
