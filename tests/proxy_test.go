@@ -391,26 +391,21 @@ func TestProxyKill9UnderWrites(t *testing.T) {
 
 	// Each kill comes after some writes and reads since the last restart
 	// (counted, not timed, so that a loaded machine only slows the test).
-	progress := func(writes, reads0 int) {
-		t.Helper()
-		mu.Lock()
-		w0, r0 := acked, reads
-		mu.Unlock()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+	count := func(n *int) func() int {
+		return func() int {
 			mu.Lock()
-			w, r, werr := acked, reads, writeErr
-			mu.Unlock()
-			switch {
-			case werr != nil:
-				return // reported below
-			case w-w0 >= writes && r-r0 >= reads0:
-				return
-			case time.Now().After(deadline):
-				t.Fatalf("%d writes and %d reads in two minutes since the last restart, want %d and %d", w-w0, r-r0, writes, reads0)
+			defer mu.Unlock()
+			if writeErr != nil {
+				return 1 << 30 // reported below
 			}
-			time.Sleep(10 * time.Millisecond)
+			return *n
 		}
+	}
+	writes, readsDone := count(&acked), count(&reads)
+	progress := func(w, r int) {
+		t.Helper()
+		waitCount(t, "acknowledged writes since the last restart", writes()+w, writes)
+		waitCount(t, "reads through the proxy since the last restart", readsDone()+r, readsDone)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 3; round++ {

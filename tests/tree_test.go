@@ -81,12 +81,22 @@ func TestTreeKillIntermediateMidStream(t *testing.T) {
 		}
 	}()
 
-	time.Sleep(1500 * time.Millisecond)
+	// Each step waits for a number of acknowledged writes (counted, not
+	// timed, so that a loaded machine only slows the test).
+	written := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		if writeErr != nil {
+			return 1 << 30 // reported below
+		}
+		return acked
+	}
+	waitCount(t, "acknowledged writes before the kill", 40, written)
 	mids[0].kill() // mid-stream: its two leaves move to their secondaries
 	killedDir := mids[0].Dir
-	time.Sleep(2 * time.Second)
+	waitCount(t, "acknowledged writes while the intermediate is down", written()+40, written)
 	mids[0] = startQS(t, killedDir, "--upstream", root.Addr["repl"])
-	time.Sleep(1500 * time.Millisecond)
+	waitCount(t, "acknowledged writes after its restart", written()+40, written)
 	stopWriting()
 	wg.Wait()
 	if writeErr != nil {
