@@ -1,13 +1,21 @@
 # Obvious targets. CI runs .ci/run.
 GO ?= go
 
-.PHONY: build test race fuzz lint bench bench-raft ci
+.PHONY: build test race fuzz lint bench bench-raft ci image-static
 
 build:
 	$(GO) build -o qs ./cmd/qs
 
 test:
 	$(GO) test ./...
+
+# The container image from a static binary built here, on an empty base
+# (deploy/container/Containerfile.static): no base image to pull.
+DOCKER ?= docker
+image-static:
+	mkdir -p deploy/container/rootfs/usr/local/bin deploy/container/rootfs/var/lib/qs
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o deploy/container/rootfs/usr/local/bin/qs ./cmd/qs
+	$(DOCKER) build -f deploy/container/Containerfile.static -t qs:static deploy/container
 
 race:
 	$(GO) test -race -short ./internal/...

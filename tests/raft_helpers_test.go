@@ -102,7 +102,7 @@ func (c *raftCluster) start(m *raftMember, env ...string) {
 	c.t.Helper()
 	cfg := writeConfig(c.t, c.t.TempDir(), fmt.Sprintf("[[database]]\nname = \"default\"\ndb_id = %q\n%s", c.dbid, c.toml))
 	args := append([]string{"serve", "--config", cfg, "--data", m.dir, "--http", m.http, "--memcache", "127.0.0.1:0", "--repl", m.repl,
-		"--log-level", "warn", "--node-id", fmt.Sprint(m.id), "--raft", m.raft, "--raft-peers", m.peers}, c.extra...)
+		"--log-level", "warn", "--node-id", fmt.Sprint(m.id), "--node-name", fmt.Sprint("member-", m.id), "--raft", m.raft, "--raft-peers", m.peers}, c.extra...)
 	cmd := m.command(args...)
 	cmd.Env = append(cmd.Env, env...)
 	m.p = startCmd(c.t, m.dir, cmd, 4)

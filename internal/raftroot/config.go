@@ -71,6 +71,10 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Listener wraps the transport's listener (TLS). Default: none.
 	Listener func(net.Listener) net.Listener
+	// Describe, when set, makes this member's description, answered to a
+	// peer's DescribeMembers (at most MaxDescription bytes). Nil: an empty
+	// one.
+	Describe func() []byte
 	// Ln, when set, is the transport's listener, already listening on
 	// Listen (inherited by socket activation, so a restart drops no peer
 	// connection). Nil: Start listens on Listen.

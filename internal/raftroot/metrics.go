@@ -23,9 +23,13 @@ const (
 	kindQueueFull    = "queue_full"    // a peer's send queue overflowed; messages dropped
 	kindInboxFull    = "inbox_full"    // received faster than the node consumes; dropped
 	kindCommand      = "bad_command"   // a committed entry's data was not a command (skipped)
+	kindDescription  = "description"   // this member's description was over MaxDescription (not answered)
 )
 
 var (
+	mDescriptions = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "descriptions_total",
+		Help: "Members' descriptions (HTTP address, replication subtree) exchanged, by outcome: ok and failed (asked of a peer), answered (to a peer)."}, []string{"db", "outcome"}))
 	mLeaderChanges = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "leader_changes_total",
 		Help: "Times this member saw the leader change (including to no leader)."}, []string{"db"}))

@@ -60,6 +60,7 @@ func connectTCP(cfg Config, cluster [16]byte, in inbound, log *slog.Logger) (mes
 	tr := newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, cfg.Dial, log)
 	tr.deliver, tr.known, tr.memberAddr = in.deliver, in.known, in.memberAddr
 	tr.unreachable, tr.snapshotled = in.unreachable, in.snapshotDone
+	tr.describe = cfg.Describe
 	ln := cfg.Ln
 	if ln == nil {
 		var err error

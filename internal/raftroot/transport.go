@@ -125,7 +125,7 @@ func readFrame(r io.Reader, buf []byte, limit uint32) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
-	if hdr[0] != frameHello && hdr[0] != frameMessage {
+	if hdr[0] < frameHello || hdr[0] > frameAnswer {
 		return 0, nil, fmt.Errorf("%w: unknown type %d", errFrame, hdr[0])
 	}
 	if n > limit {
@@ -160,6 +160,9 @@ type transport struct {
 	memberAddr  func(id uint64) string   // member id's Raft address ("" if none)
 	unreachable func(id uint64)
 	snapshotled func(id uint64, ok bool)
+	// describe is this member's description, answered to a peer's ask
+	// (describe.go); nil answers an empty one.
+	describe func() []byte
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -360,6 +363,14 @@ func (t *transport) serve(ln net.Listener) {
 			continue
 		}
 		t.mu.Lock()
+		select {
+		case <-t.quit:
+			// close ran between Accept and here: it did not see c.
+			t.mu.Unlock()
+			c.Close()
+			return
+		default:
+		}
 		t.mu.conns[c] = struct{}{}
 		t.mu.Unlock()
 		t.wg.Add(1)
@@ -396,7 +407,7 @@ func (t *transport) receive(c net.Conn, peer clusterauth.Peer) error {
 		}
 		return err
 	}
-	if typ != frameHello {
+	if typ != frameHello && typ != frameAsk {
 		t.errorf(kindBadHello)
 		return fmt.Errorf("%w: first frame is not a hello", errFrame)
 	}
@@ -405,25 +416,17 @@ func (t *transport) receive(c net.Conn, peer clusterauth.Peer) error {
 		t.errorf(kindBadHello)
 		return err
 	}
+	if typ == frameAsk {
+		return t.answerAsk(c, h, peer)
+	}
 	if h.to == 0 && h.cluster == ([16]byte{}) {
 		// A question: who are you?
 		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		me := helloMsg{cluster: t.cluster, from: t.self, repl: t.repl}
 		return writeFrame(c, frameHello, me.encode())
 	}
-	switch {
-	case h.cluster != t.cluster:
-		t.errorf(kindWrongCluster)
-		return fmt.Errorf("qs: raft peer %d belongs to cluster %x, this is %x", h.from, h.cluster, t.cluster)
-	case h.to != t.self:
-		t.errorf(kindWrongPeer)
-		return fmt.Errorf("qs: raft peer %d addressed node %d, this is %d", h.from, h.to, t.self)
-	case !t.known(h.from):
-		t.errorf(kindUnknownPeer)
-		return fmt.Errorf("qs: raft peer %d is not a member", h.from)
-	case peer.Authenticated && !peer.Has(clusterauth.RaftClaim(h.from)):
-		t.errorf(kindUnauthorized)
-		return fmt.Errorf("qs: raft connection authenticated as %v says it is member %d", peer.Claims, h.from)
+	if err := t.checkHello(h, peer); err != nil {
+		return err
 	}
 	t.mu.Lock()
 	if old, ok := t.mu.inbound[h.from]; ok {
@@ -456,7 +459,7 @@ func (t *transport) receive(c net.Conn, peer clusterauth.Peer) error {
 		}
 		if typ != frameMessage {
 			t.errorf(kindBadFrame)
-			return fmt.Errorf("%w: hello after hello", errFrame)
+			return fmt.Errorf("%w: frame of type %d after the hello", errFrame, typ)
 		}
 		buf = b[:cap(b)]
 		m := &pb.Message{}

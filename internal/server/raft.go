@@ -88,6 +88,7 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Liste
 			return r.Bootstrap(ctx, src, minIndex)
 		},
 		AfterPersist: failpointAfterPersist(st),
+		Describe:     s.describe(db, s.raftNodes[d.Name]),
 		// The cluster key and repl_tls authenticate the Raft transport too.
 		Dial:     s.auth.Dialer(clusterauth.RaftClaim(d.Raft.NodeID)),
 		Listener: func(ln net.Listener) net.Listener { return s.auth.Listener(ln, "raft", maxRaftConns) },
@@ -107,7 +108,10 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Liste
 // raftSlot holds a database's Raft member once it started: HTTP and
 // memcached requests can arrive before (the listeners start first), and
 // must never write the store directly.
-type raftSlot struct{ atomic.Pointer[raftroot.Node] }
+type raftSlot struct {
+	atomic.Pointer[raftroot.Node]
+	peers clusterTree // what the member learned of its peers (clustertree.go)
+}
 
 var errRaftStarting = fmt.Errorf("%w: raft member starting", store.ErrUnavailable)
 

@@ -172,6 +172,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		slot := &raftSlot{}
 		s.raftNodes[d.Name] = slot
 		db.Propose, db.Members = slot.Write, slot
+		s.attachCluster(db, slot)
 	}
 	if d.Bridged {
 		s.openBridged(d, db)
@@ -524,6 +525,10 @@ func (s *Server) StartContext(ctx context.Context) error {
 		if hb := d.Heartbeat.Duration; hb > 0 && !d.IsReplica() && !d.Raft.Enabled() && !d.Bridged {
 			db := s.dbs[d.Name]
 			s.goFunc(func() { s.heartbeatLoop(db, hb) })
+		}
+		if slot := s.raftNodes[d.Name]; slot != nil {
+			db := s.dbs[d.Name]
+			s.goFunc(func() { s.runClusterTree(replCtx, db, slot) })
 		}
 		if !d.IsReplica() {
 			db, leads := s.dbs[d.Name], leadsFor(s.raftNodes[d.Name])

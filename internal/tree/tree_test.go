@@ -192,3 +192,51 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestClusterPutsTheLeaderOnTop(t *testing.T) {
+	m1 := Member{ID: 1, Node: Node{Name: "m1", Role: "root", State: "follower", Children: []Node{{Name: "r1", Role: "replica"}}}}
+	m2 := Member{ID: 2, Node: Node{Name: "m2", Role: "root", State: "leader", Children: []Node{{Name: "r2", Role: "replica"}}}}
+	m3 := Member{ID: 3, Node: Node{Name: "m3", Role: "root", State: "follower"}}
+	for _, self := range []Member{m1, m2, m3} {
+		var peers []Member
+		for _, m := range []Member{m3, m2, m1} {
+			if m.ID != self.ID {
+				peers = append(peers, m)
+			}
+		}
+		rows := Flatten(Cluster(self, peers, 2))
+		var got []string
+		for _, r := range rows {
+			got = append(got, fmt.Sprintf("%s/%d/%s", r.Name, r.Depth, r.Parent))
+		}
+		want := "m2/0/ m1/1/m2 r1/2/m1 m3/1/m2 r2/1/m2"
+		if strings.Join(got, " ") != want {
+			t.Fatalf("asked of %s: %v, want %s", self.Node.Name, got, want)
+		}
+	}
+}
+
+func TestClusterWithoutLeaderShowsSelfOnTop(t *testing.T) {
+	self := Member{ID: 3, Node: Node{Name: "m3", Role: "root", State: "candidate"}}
+	peers := []Member{{ID: 1, Node: Node{Name: "m1", Role: "root", State: "unreachable"}}}
+	for _, leader := range []uint64{0, 7} { // none, or one not among the members
+		rows := Flatten(Cluster(self, peers, leader))
+		if len(rows) != 2 || rows[0].Name != "m3" || rows[1].Name != "m1" || rows[1].Parent != "m3" {
+			t.Fatalf("leader %d: %+v", leader, rows)
+		}
+	}
+}
+
+func TestClusterIsCutToTheBounds(t *testing.T) {
+	big := Node{Name: "m2", Role: "root"}
+	for i := range MaxNodes {
+		big.Children = append(big.Children, Node{Name: fmt.Sprint("r", i), Role: "replica"})
+	}
+	n := Cluster(Member{ID: 1, Node: Node{Name: "m1", Role: "root", State: "leader"}}, []Member{{ID: 2, Node: big}}, 1)
+	if Size(&n) != MaxNodes+2 || len(Flatten(n)) != MaxNodes {
+		t.Fatalf("size %d, %d rows", Size(&n), len(Flatten(n)))
+	}
+	if r := (Report{Version: 1, Node: n}); r.Validate() != nil {
+		t.Fatalf("cut cluster tree invalid: %v", r.Validate())
+	}
+}
