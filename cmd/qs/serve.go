@@ -244,6 +244,9 @@ wait:
 		case s := <-sig:
 			if s == syscall.SIGHUP {
 				reloadProducers(srv, log)
+				if err := srv.ReloadKeys(); err != nil {
+					log.Error("SIGHUP: keys and certificates not reloaded; those in force stay", "err", err)
+				}
 				continue
 			}
 			log.Info("shutting down", "signal", s.String())

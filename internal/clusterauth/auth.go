@@ -17,6 +17,9 @@ import (
 type Options struct {
 	// Key is the cluster key; zero: none.
 	Key Key
+	// MoreKeys are keys accepted from peers besides Key, during a
+	// rotation (a key file of several keys: the first is Key).
+	MoreKeys []Key
 	// ServerTLS and ClientTLS are the TLS configurations of listeners and
 	// dialers; nil: no TLS. Mutual TLS needs a ServerTLS that requires and
 	// verifies client certificates (LoadTLS makes both).
@@ -25,54 +28,95 @@ type Options struct {
 	HandshakeTimeout time.Duration
 }
 
-// Auth authenticates the internal connections of one process.
+// Auth authenticates the internal connections of one process. Its keys
+// and certificates can be replaced while it runs (Reload): connections
+// authenticate with those in force when they start.
 type Auth struct {
-	key       []byte // handshake key; nil: none
+	cur     atomic.Pointer[authState]
+	timeout time.Duration
+}
+
+// authState is what one Reload puts in force.
+type authState struct {
+	keys      [][]byte // handshake keys, the one this node proves with first; nil: none
 	serverTLS *tls.Config
 	clientTLS *tls.Config
-	timeout   time.Duration
 	gossip    []byte
+}
+
+func stateOf(o Options) *authState {
+	st := &authState{serverTLS: o.ServerTLS, clientTLS: o.ClientTLS}
+	if !o.Key.IsZero() {
+		st.keys = append(st.keys, o.Key.handshakeKey())
+		st.gossip = o.Key.GossipKey()
+		for _, k := range o.MoreKeys {
+			if !k.IsZero() {
+				st.keys = append(st.keys, k.handshakeKey())
+			}
+		}
+	}
+	return st
 }
 
 // New returns the Auth of o.
 func New(o Options) *Auth {
-	a := &Auth{serverTLS: o.ServerTLS, clientTLS: o.ClientTLS, timeout: o.HandshakeTimeout}
-	if !o.Key.IsZero() {
-		a.key = o.Key.handshakeKey()
-		a.gossip = o.Key.GossipKey()
-	}
+	a := &Auth{timeout: o.HandshakeTimeout}
+	a.cur.Store(stateOf(o))
 	if a.timeout <= 0 {
 		a.timeout = 10 * time.Second
 	}
 	return a
 }
 
-// Authenticated reports whether every connection accepted is
-// authenticated: by the cluster key, or by mutual TLS.
-func (a *Auth) Authenticated() bool {
-	return a.key != nil || (a.serverTLS != nil && a.serverTLS.ClientAuth == tls.RequireAndVerifyClientCert)
+// ErrReloadMode: a reload would change how the internal ports
+// authenticate (add or remove the cluster key, TLS or mutual TLS), which
+// the peers of a running node cannot follow; it needs a restart.
+var ErrReloadMode = errors.New("qs: reloaded keys and certificates change the authentication mode; restart to change it")
+
+// Reload puts o's keys and certificates in force for the connections
+// that start from now on; those open keep theirs. It refuses a change of
+// Mode (ErrReloadMode), keeping the keys in force.
+func (a *Auth) Reload(o Options) error {
+	st := stateOf(o)
+	if got, want := st.mode(), a.Mode(); got != want {
+		return fmt.Errorf("%w: %s, in force %s", ErrReloadMode, got, want)
+	}
+	a.cur.Store(st)
+	return nil
 }
 
-// Mode names the authentication: "mtls", "cluster-key", "mtls+cluster-key",
-// "tls" (server certificate only: clients are not authenticated) or "none".
-func (a *Auth) Mode() string {
-	mtls := a.serverTLS != nil && a.serverTLS.ClientAuth == tls.RequireAndVerifyClientCert
+func (st *authState) mtls() bool {
+	return st.serverTLS != nil && st.serverTLS.ClientAuth == tls.RequireAndVerifyClientCert
+}
+
+func (st *authState) mode() string {
 	switch {
-	case mtls && a.key != nil:
+	case st.mtls() && st.keys != nil:
 		return "mtls+cluster-key"
-	case mtls:
+	case st.mtls():
 		return "mtls"
-	case a.key != nil:
+	case st.keys != nil:
 		return "cluster-key"
-	case a.serverTLS != nil:
+	case st.serverTLS != nil:
 		return "tls"
 	}
 	return "none"
 }
 
-// GossipKey is the gossip encryption key derived from the cluster key, or
-// nil without one.
-func (a *Auth) GossipKey() []byte { return a.gossip }
+// Authenticated reports whether every connection accepted is
+// authenticated: by the cluster key, or by mutual TLS.
+func (a *Auth) Authenticated() bool {
+	st := a.cur.Load()
+	return st.keys != nil || st.mtls()
+}
+
+// Mode names the authentication: "mtls", "cluster-key", "mtls+cluster-key",
+// "tls" (server certificate only: clients are not authenticated) or "none".
+func (a *Auth) Mode() string { return a.cur.Load().mode() }
+
+// GossipKey is the gossip encryption key derived from the cluster key
+// this node proves itself with, or nil without one.
+func (a *Auth) GossipKey() []byte { return a.cur.Load().gossip }
 
 // Peer is who a connection authenticated as.
 type Peer struct {
@@ -103,6 +147,7 @@ func RaftClaim(id uint64) string { return fmt.Sprintf("raft-node/%d", id) }
 // claiming claim in a keyed handshake ("" claims nothing).
 func (a *Auth) Dialer(claim string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		st := a.cur.Load()
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
@@ -113,13 +158,13 @@ func (a *Auth) Dialer(claim string) func(ctx context.Context, network, addr stri
 			deadline = d
 		}
 		c.SetDeadline(deadline)
-		if a.clientTLS != nil {
+		if st.clientTLS != nil {
 			host, _, err := net.SplitHostPort(addr)
 			if err != nil {
 				c.Close()
 				return nil, err
 			}
-			cfg := a.clientTLS.Clone()
+			cfg := st.clientTLS.Clone()
 			cfg.ServerName = host
 			tc := tls.Client(c, cfg)
 			if err := tc.HandshakeContext(ctx); err != nil {
@@ -132,8 +177,8 @@ func (a *Auth) Dialer(claim string) func(ctx context.Context, network, addr stri
 			}
 			c = tc
 		}
-		if a.key != nil {
-			if err := clientHandshake(c, a.key, claim); err != nil {
+		if st.keys != nil {
+			if err := clientHandshake(c, st.keys, claim); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("%s: %w", addr, err)
 			}
@@ -205,6 +250,7 @@ func (c *Conn) Handshake() (Peer, error) {
 
 func (c *Conn) handshake() {
 	a := c.l.a
+	st := a.cur.Load()
 	c.authing.Store(true)
 	c.raw.SetDeadline(time.Now().Add(a.timeout))
 	result := resultOK
@@ -227,9 +273,9 @@ func (c *Conn) handshake() {
 		}
 		result, c.err = r, fmt.Errorf("authenticate %s: %w", c.raw.RemoteAddr(), err)
 	}
-	peer := Peer{Authenticated: a.Authenticated()}
-	if a.serverTLS != nil {
-		tc := tls.Server(c.raw, a.serverTLS)
+	peer := Peer{Authenticated: st.keys != nil || st.mtls()}
+	if st.serverTLS != nil {
+		tc := tls.Server(c.raw, st.serverTLS)
 		if err := tc.Handshake(); err != nil {
 			fail(resultBadCert, err)
 			return
@@ -243,8 +289,8 @@ func (c *Conn) handshake() {
 			}
 		}
 	}
-	if a.key != nil {
-		claim, err := serverHandshake(c.Conn, a.key)
+	if st.keys != nil {
+		claim, err := serverHandshake(c.Conn, st.keys)
 		switch {
 		case errors.Is(err, ErrBadKey):
 			fail(resultBadKey, err)

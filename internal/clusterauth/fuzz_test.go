@@ -23,7 +23,7 @@ func FuzzServerHandshake(f *testing.F) {
 	k := testKey(f, 7).handshakeKey()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := &rw{in: bytes.NewReader(data)}
-		claim, err := serverHandshake(c, k)
+		claim, err := serverHandshake(c, [][]byte{k})
 		if err == nil {
 			t.Fatalf("accepted a client without the key (claim %q)", claim)
 		}
@@ -42,7 +42,7 @@ func FuzzClientHandshake(f *testing.F) {
 	k := testKey(f, 7).handshakeKey()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := &rw{in: bytes.NewReader(data)}
-		if err := clientHandshake(c, k, "raft-node/1"); err == nil {
+		if err := clientHandshake(c, [][]byte{k}, "raft-node/1"); err == nil {
 			t.Fatal("accepted a server without the key")
 		}
 	})
@@ -63,13 +63,13 @@ func TestHandshakeRoundTrip(t *testing.T) {
 		claim, err := serverHandshake(struct {
 			io.Reader
 			io.Writer
-		}{sr, sw}, k)
+		}{sr, sw}, [][]byte{k})
 		done <- res{claim, err}
 	}()
 	if err := clientHandshake(struct {
 		io.Reader
 		io.Writer
-	}{cr, cw}, k, "raft-node/9"); err != nil {
+	}{cr, cw}, [][]byte{k}, "raft-node/9"); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.err != nil || r.claim != "raft-node/9" {

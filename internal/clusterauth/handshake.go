@@ -16,7 +16,11 @@ import (
 //	client → server  HMAC(k, "qs client" || client_nonce || server_nonce || len(1) || claim) len(1) claim
 //	server → client  0x01
 //
-// k is the handshake key derived from the cluster key. The server reveals
+// k is the handshake key derived from the cluster key. During a rotation a
+// node holds several keys, the one it proves itself with first: a server
+// proves itself with its first key and accepts a client's MAC under any
+// of its keys; a client accepts a server's proof under any of its keys and
+// answers under the key that verified it. The server reveals
 // only a random nonce and a MAC over nonces before the client proves it
 // holds the key; it closes without a word on a bad MAC. The direction
 // labels keep a MAC of one side from being replayed as the other's.
@@ -61,9 +65,10 @@ func nonce() []byte {
 	return b
 }
 
-// clientHandshake proves to the server at rw that this side holds k, checks
-// that the server does too, and sends claim under the MAC.
-func clientHandshake(rw io.ReadWriter, k []byte, claim string) error {
+// clientHandshake proves to the server at rw that this side holds one of
+// keys, checks that the server holds one of them too, and sends claim
+// under the MAC of the key they share.
+func clientHandshake(rw io.ReadWriter, keys [][]byte, claim string) error {
 	if len(claim) > maxClaimLen {
 		return fmt.Errorf("qs: cluster key handshake: claim of %d bytes over %d", len(claim), maxClaimLen)
 	}
@@ -78,8 +83,16 @@ func clientHandshake(rw io.ReadWriter, k []byte, claim string) error {
 	sn, smac := resp[:nonceLen], resp[nonceLen:]
 	c := []byte{byte(len(claim))}
 	c = append(c, claim...)
+	k := keys[0]
+	shared := false
+	for _, kk := range keys {
+		if hmac.Equal(smac, mac(kk, "qs server", cn, sn)) {
+			k, shared = kk, true
+			break
+		}
+	}
 	out := append(mac(k, "qs client", cn, sn, c), c...)
-	if !hmac.Equal(smac, mac(k, "qs server", cn, sn)) {
+	if !shared {
 		// Answer anyway, without the claim, so that the server sees (and
 		// counts) a wrong key rather than a dropped connection.
 		rw.Write(mac(k, "qs client", cn, sn, []byte{0}))
@@ -106,9 +119,11 @@ func refusedOr(err error) error {
 	return err
 }
 
-// serverHandshake checks that the client at rw holds k and returns the
-// claim it sent. It reads at most MaxPreAuthBytes.
-func serverHandshake(rw io.ReadWriter, k []byte) (string, error) {
+// serverHandshake proves this side holds keys[0], checks that the client
+// at rw holds one of keys and returns the claim it sent. It reads at most
+// MaxPreAuthBytes.
+func serverHandshake(rw io.ReadWriter, keys [][]byte) (string, error) {
+	k := keys[0]
 	var hello [len(keyMagic) + nonceLen]byte
 	if _, err := io.ReadFull(rw, hello[:]); err != nil {
 		return "", err
@@ -130,7 +145,14 @@ func serverHandshake(rw io.ReadWriter, k []byte) (string, error) {
 	if _, err := io.ReadFull(rw, c[1:]); err != nil {
 		return "", err
 	}
-	if !hmac.Equal(head[:macLen], mac(k, "qs client", cn, sn, c)) {
+	ok := false
+	for _, kk := range keys {
+		if hmac.Equal(head[:macLen], mac(kk, "qs client", cn, sn, c)) {
+			ok = true
+			break
+		}
+	}
+	if !ok {
 		return "", ErrBadKey
 	}
 	if _, err := rw.Write([]byte{acceptByte}); err != nil {

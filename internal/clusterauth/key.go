@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // MinKeyBytes is the least secret a cluster key file must hold.
@@ -37,17 +38,63 @@ func ParseKey(b []byte) (Key, error) {
 	return Key{secret: bytes.Clone(secret)}, nil
 }
 
-// LoadKey reads a cluster key file.
+// LoadKey reads a cluster key file and returns the key this node proves
+// itself with (the first of the file: LoadKeys).
 func LoadKey(path string) (Key, error) {
-	b, err := os.ReadFile(path)
+	ks, err := LoadKeys(path)
 	if err != nil {
-		return Key{}, fmt.Errorf("cluster key: %w", err)
+		return Key{}, err
+	}
+	return ks[0], nil
+}
+
+// ParseKeys reads the keys of a key file's content. A file whose
+// non-empty lines are all hex keys (as written by qs cert key) holds one
+// key per line, for a rotation: the first is the key this node proves
+// itself with, the others are accepted from peers as well. Any other
+// content is one key (ParseKey).
+func ParseKeys(b []byte) ([]Key, error) {
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 1 {
+		keys := make([]Key, 0, len(lines))
+		for i, l := range lines {
+			if _, err := hex.DecodeString(l); err != nil {
+				keys = nil
+				break
+			}
+			k, err := ParseKey([]byte(l))
+			if err != nil {
+				return nil, fmt.Errorf("key %d of %d: %w", i+1, len(lines), err)
+			}
+			keys = append(keys, k)
+		}
+		if keys != nil {
+			return keys, nil
+		}
 	}
 	k, err := ParseKey(b)
 	if err != nil {
-		return Key{}, fmt.Errorf("cluster key %s: %w", path, err)
+		return nil, err
 	}
-	return k, nil
+	return []Key{k}, nil
+}
+
+// LoadKeys reads a cluster key file (ParseKeys).
+func LoadKeys(path string) ([]Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key: %w", err)
+	}
+	ks, err := ParseKeys(b)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key %s: %w", path, err)
+	}
+	return ks, nil
 }
 
 // IsZero reports whether k holds no key.

@@ -27,6 +27,10 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections",
 		Help: "Connections open on the internal ports, authenticated or not yet, by port."},
 		[]string{"port"}))
+	mReloads = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reloads_total",
+		Help: "Reloads of the cluster key, certificates and root public keys (SIGHUP), by result: ok, error (a file did not load: the keys in force stay)."},
+		[]string{"result"}))
 	mInsecure = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "insecure",
 		Help: "1 while internal ports listen beyond loopback without authentication (--insecure)."}))
@@ -40,3 +44,16 @@ func SetInsecure(on bool) {
 	}
 	mInsecure.Set(v)
 }
+
+// CountReload counts a reload of the keys and certificates: ok, or not
+// (the keys in force stay).
+func CountReload(ok bool) {
+	if ok {
+		mReloads.WithLabelValues("ok").Inc()
+		return
+	}
+	mReloads.WithLabelValues("error").Inc()
+}
+
+// ReloadErrors is the counter of failed reloads (for tests of callers).
+func ReloadErrors() prometheus.Counter { return mReloads.WithLabelValues("error") }

@@ -36,7 +36,10 @@ type Config struct {
 	// Key encrypts and authenticates the overlay (16, 24 or 32 bytes; see
 	// GossipKey). Without it the overlay binds only to loopback, unless
 	// Insecure.
-	Key      []byte
+	Key []byte
+	// MoreKeys are keys accepted besides Key during a rotation of the
+	// cluster key (SetKeys changes them while the overlay runs).
+	MoreKeys [][]byte
 	Insecure bool
 	// ProbeInterval is how often a member probes another one (and so
 	// measures a round trip). Default: memberlist's preset, 1s.
@@ -119,10 +122,11 @@ type Member struct {
 
 // Overlay is this process's membership of the gossip overlay.
 type Overlay struct {
-	cfg   Config
-	ml    *memberlist.Memberlist
-	coord *coordinate.Client
-	log   *slog.Logger
+	cfg     Config
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring // nil without a key
+	coord   *coordinate.Client
+	log     *slog.Logger
 
 	leave sync.Once
 	left  error
@@ -196,7 +200,11 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	}
 	mc.Transport = newMeteredTransport(nt, cfg.Link)
 	if len(cfg.Key) > 0 {
-		mc.SecretKey = cfg.Key
+		if o.keyring, err = memberlist.NewKeyring(cfg.MoreKeys, cfg.Key); err != nil {
+			nt.Shutdown()
+			return nil, fmt.Errorf("discovery: gossip keys: %w", err)
+		}
+		mc.Keyring = o.keyring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	d := &delegate{o: o}
@@ -491,3 +499,31 @@ func (l *memberlistLog) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = (*memberlistLog)(nil)
+
+// SetKeys replaces the overlay's keys while it runs: messages are sealed
+// with primary from now on, and opened with primary or any of more.
+func (o *Overlay) SetKeys(primary []byte, more [][]byte) error {
+	if o.keyring == nil {
+		return errors.New("discovery: the overlay runs without a key; restart to add one")
+	}
+	for _, k := range append([][]byte{primary}, more...) {
+		if err := o.keyring.AddKey(k); err != nil {
+			return fmt.Errorf("discovery: gossip key: %w", err)
+		}
+	}
+	if err := o.keyring.UseKey(primary); err != nil {
+		return err
+	}
+	keep := map[string]bool{string(primary): true}
+	for _, k := range more {
+		keep[string(k)] = true
+	}
+	for _, k := range o.keyring.GetKeys() {
+		if !keep[string(k)] {
+			if err := o.keyring.RemoveKey(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

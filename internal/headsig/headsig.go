@@ -1,6 +1,7 @@
 package headsig
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -9,10 +10,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
+)
+
+// PublicKey and PrivateKey are the Ed25519 keys of signed heads.
+type (
+	PublicKey  = ed25519.PublicKey
+	PrivateKey = ed25519.PrivateKey
 )
 
 // SigSize is the size of a head signature.
@@ -42,37 +51,60 @@ func message(db store.DBID, index uint64, hash wal.Hash) []byte {
 	return append(b, hash[:]...)
 }
 
-// Verifier checks heads with the cluster's public key.
+// Verifier checks heads with the cluster's public keys: a signature by
+// any of them verifies (during a rotation of the signing key, the old and
+// the new). Its keys can be replaced while it runs (SetKeys). Safe for
+// concurrent use.
 type Verifier struct {
-	pub ed25519.PublicKey
+	pubs atomic.Pointer[[]ed25519.PublicKey]
 }
 
-// NewVerifier returns a verifier for pub.
-func NewVerifier(pub ed25519.PublicKey) (*Verifier, error) {
-	if len(pub) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("headsig: public key of %d bytes, want %d", len(pub), ed25519.PublicKeySize)
+// NewVerifier returns a verifier for pubs (at least one).
+func NewVerifier(pubs ...ed25519.PublicKey) (*Verifier, error) {
+	v := &Verifier{}
+	if err := v.SetKeys(pubs...); err != nil {
+		return nil, err
 	}
-	return &Verifier{pub: pub}, nil
+	return v, nil
+}
+
+// SetKeys replaces the public keys heads are verified with (at least
+// one); heads verified from now on need a signature by one of them.
+func (v *Verifier) SetKeys(pubs ...ed25519.PublicKey) error {
+	if len(pubs) == 0 {
+		return errors.New("headsig: no public key")
+	}
+	for _, pub := range pubs {
+		if len(pub) != ed25519.PublicKeySize {
+			return fmt.Errorf("headsig: public key of %d bytes, want %d", len(pub), ed25519.PublicKeySize)
+		}
+	}
+	keys := slices.Clone(pubs)
+	v.pubs.Store(&keys)
+	return nil
 }
 
 // Verify reports whether h is the root's signature of its index and hash
 // in database db; ErrBadSignature if not.
 func (v *Verifier) Verify(db store.DBID, h Head) error {
-	if !ed25519.Verify(v.pub, message(db, h.Index, h.Hash), h.Sig[:]) {
-		return fmt.Errorf("%w: index %d", ErrBadSignature, h.Index)
+	msg := message(db, h.Index, h.Hash)
+	for _, pub := range *v.pubs.Load() {
+		if ed25519.Verify(pub, msg, h.Sig[:]) {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: index %d", ErrBadSignature, h.Index)
 }
 
 // Signer signs heads with the root's private key. It remembers its most
 // recent signatures, so the many streams of one server sending the same
-// head sign it once. Safe for concurrent use.
+// head sign it once. Its key can be replaced while it runs (SetKey).
+// Safe for concurrent use.
 type Signer struct {
-	priv ed25519.PrivateKey
-	pub  ed25519.PublicKey
-
 	mu struct {
 		sync.Mutex
+		priv   ed25519.PrivateKey
+		pub    ed25519.PublicKey
 		recent [recentHeads]cached
 		next   int
 	}
@@ -88,14 +120,31 @@ type cached struct {
 
 // NewSigner returns a signer for priv.
 func NewSigner(priv ed25519.PrivateKey) (*Signer, error) {
-	if len(priv) != ed25519.PrivateKeySize {
-		return nil, fmt.Errorf("headsig: private key of %d bytes, want %d", len(priv), ed25519.PrivateKeySize)
+	s := &Signer{}
+	if err := s.SetKey(priv); err != nil {
+		return nil, err
 	}
-	return &Signer{priv: priv, pub: priv.Public().(ed25519.PublicKey)}, nil
+	return s, nil
+}
+
+// SetKey replaces the private key heads are signed with from now on.
+func (s *Signer) SetKey(priv ed25519.PrivateKey) error {
+	if len(priv) != ed25519.PrivateKeySize {
+		return fmt.Errorf("headsig: private key of %d bytes, want %d", len(priv), ed25519.PrivateKeySize)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.priv, s.mu.pub = priv, priv.Public().(ed25519.PublicKey)
+	s.mu.recent, s.mu.next = [recentHeads]cached{}, 0
+	return nil
 }
 
 // Public is the signer's public key.
-func (s *Signer) Public() ed25519.PublicKey { return s.pub }
+func (s *Signer) Public() ed25519.PublicKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.pub
+}
 
 // Sign returns the signed head of index and hash in database db.
 func (s *Signer) Sign(db store.DBID, index uint64, hash wal.Hash) Head {
@@ -108,10 +157,15 @@ func (s *Signer) Sign(db store.DBID, index uint64, hash wal.Hash) Head {
 			return h
 		}
 	}
+	priv := s.mu.priv
 	s.mu.Unlock()
 	h := Head{Index: index, Hash: hash}
-	copy(h.Sig[:], ed25519.Sign(s.priv, message(db, index, hash)))
+	copy(h.Sig[:], ed25519.Sign(priv, message(db, index, hash)))
 	s.mu.Lock()
+	if !s.mu.priv.Equal(priv) {
+		s.mu.Unlock() // the key changed meanwhile: do not remember
+		return h
+	}
 	s.mu.recent[s.mu.next] = cached{db: db, head: h}
 	s.mu.next = (s.mu.next + 1) % recentHeads
 	s.mu.Unlock()
@@ -160,6 +214,10 @@ func ParsePublicKey(b []byte) (ed25519.PublicKey, error) {
 	if blk == nil || blk.Type != "PUBLIC KEY" {
 		return nil, errors.New("no PEM \"PUBLIC KEY\" block")
 	}
+	return parsePublicBlock(blk)
+}
+
+func parsePublicBlock(blk *pem.Block) (ed25519.PublicKey, error) {
 	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
 	if err != nil {
 		return nil, err
@@ -171,8 +229,61 @@ func ParsePublicKey(b []byte) (ed25519.PublicKey, error) {
 	return pub, nil
 }
 
+// ParsePublicKeys decodes every PEM "PUBLIC KEY" block of b (at least
+// one): a file of several keys, during a rotation of the signing key.
+// Anything but PEM blocks and white space between them is refused.
+func ParsePublicKeys(b []byte) ([]ed25519.PublicKey, error) {
+	var pubs []ed25519.PublicKey
+	rest := b
+	for {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("key %d: a PEM %q block, want \"PUBLIC KEY\"", len(pubs)+1, blk.Type)
+		}
+		pub, err := parsePublicBlock(blk)
+		if err != nil {
+			return nil, fmt.Errorf("key %d: %w", len(pubs)+1, err)
+		}
+		pubs = append(pubs, pub)
+	}
+	if len(pubs) == 0 {
+		return nil, errors.New("no PEM \"PUBLIC KEY\" block")
+	}
+	if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, fmt.Errorf("%d bytes after key %d that are not a PEM block", len(bytes.TrimSpace(rest)), len(pubs))
+	}
+	return pubs, nil
+}
+
 // LoadSigner reads the root's private key file.
 func LoadSigner(path string) (*Signer, error) {
+	priv, err := LoadPrivateKey(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewSigner(priv)
+}
+
+// LoadPublicKeys reads the cluster's public key file: one key, or
+// several during a rotation (ParsePublicKeys).
+func LoadPublicKeys(path string) ([]ed25519.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("root public key: %w", err)
+	}
+	pubs, err := ParsePublicKeys(b)
+	if err != nil {
+		return nil, fmt.Errorf("root public key %s: %w", path, err)
+	}
+	return pubs, nil
+}
+
+// LoadPrivateKey reads the root's private key file.
+func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("root signing key: %w", err)
@@ -181,21 +292,22 @@ func LoadSigner(path string) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("root signing key %s: %w", path, err)
 	}
-	return NewSigner(priv)
+	return priv, nil
 }
 
 // LoadVerifier reads the cluster's public key file.
 func LoadVerifier(path string) (*Verifier, error) {
-	b, err := os.ReadFile(path)
+	pubs, err := LoadPublicKeys(path)
 	if err != nil {
-		return nil, fmt.Errorf("root public key: %w", err)
+		return nil, err
 	}
-	pub, err := ParsePublicKey(b)
-	if err != nil {
-		return nil, fmt.Errorf("root public key %s: %w", path, err)
-	}
-	return NewVerifier(pub)
+	return NewVerifier(pubs...)
 }
 
 // Matches reports whether v verifies what s signs.
-func (v *Verifier) Matches(s *Signer) bool { return v.pub.Equal(s.pub) }
+func (v *Verifier) Matches(s *Signer) bool { return Trusts(*v.pubs.Load(), s.Public()) }
+
+// Trusts reports whether pub is one of pubs.
+func Trusts(pubs []ed25519.PublicKey, pub ed25519.PublicKey) bool {
+	return slices.ContainsFunc(pubs, func(p ed25519.PublicKey) bool { return p.Equal(pub) })
+}

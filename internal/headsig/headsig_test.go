@@ -1,6 +1,7 @@
 package headsig
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -146,5 +147,89 @@ func BenchmarkVerify(b *testing.B) {
 		if err := v.Verify(db, h); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// During a rotation of the signing key the public key file holds the old
+// and the new key: heads signed by either verify. Once the old key is
+// removed (SetKeys, as a reload does), heads it signs are refused and the
+// new key's still verify.
+func TestVerifierRotation(t *testing.T) {
+	oldPriv, oldPub := keyFiles(t)
+	newPriv, newPub := keyFiles(t)
+	sOld, err := LoadSigner(oldPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sNew, err := LoadSigner(newPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(oldPub)
+	b, _ := os.ReadFile(newPub)
+	both := filepath.Join(t.TempDir(), "both.pem")
+	if err := os.WriteFile(both, append(append([]byte{}, a...), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadVerifier(both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := store.DBID{4}
+	hash := wal.Hash{7}
+	for name, s := range map[string]*Signer{"old": sOld, "new": sNew} {
+		if err := v.Verify(db, s.Sign(db, 10, hash)); err != nil {
+			t.Fatalf("%s key during the overlap: %v", name, err)
+		}
+		if !v.Matches(s) {
+			t.Fatalf("%s signer does not match the overlap", name)
+		}
+	}
+	pubs, err := LoadPublicKeys(newPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.SetKeys(pubs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Verify(db, sOld.Sign(db, 11, hash)); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("removed key: %v, want ErrBadSignature", err)
+	}
+	if err := v.Verify(db, sNew.Sign(db, 11, hash)); err != nil {
+		t.Fatalf("new key after the reload: %v", err)
+	}
+	if v.Matches(sOld) {
+		t.Fatal("the removed key's signer still matches")
+	}
+	// A signer given the new key signs with it from then on, forgetting
+	// what it signed with the old one.
+	h := sOld.Sign(db, 12, hash)
+	np, _ := LoadPrivateKey(newPriv)
+	if err := sOld.SetKey(np); err != nil {
+		t.Fatal(err)
+	}
+	if h2 := sOld.Sign(db, 12, hash); h2.Sig == h.Sig || v.Verify(db, h2) != nil {
+		t.Fatal("the signer kept signing with its old key")
+	}
+	if err := v.SetKeys(); err == nil {
+		t.Fatal("a verifier without keys")
+	}
+}
+
+func TestParsePublicKeysRefusesJunk(t *testing.T) {
+	_, pub := keyFiles(t)
+	b, _ := os.ReadFile(pub)
+	for name, doc := range map[string][]byte{
+		"empty":         nil,
+		"trailing junk": append(append([]byte{}, b...), "not pem"...),
+		"a private key": []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"),
+		"a damaged key": []byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"),
+	} {
+		if _, err := ParsePublicKeys(doc); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if pubs, err := ParsePublicKeys(append(append([]byte{}, b...), b...)); err != nil || len(pubs) != 2 {
+		t.Fatalf("two keys: %d %v", len(pubs), err)
 	}
 }

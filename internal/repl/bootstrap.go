@@ -547,6 +547,7 @@ func (d *download) install(ctx context.Context, snap *Snapshot) error {
 	// Not cancellable: once submitted the install happens, and a shutdown
 	// racing it must not report an installed snapshot as failed.
 	r.book.Reset() // heads of the replaced log no longer describe the store
+	r.dropHead()
 	if err := r.st.Replace(context.WithoutCancel(ctx)); err != nil {
 		return &streamError{kindApply, fmt.Errorf("install snapshot %s: %w", snap.ID, err)}
 	}

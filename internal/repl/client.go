@@ -207,6 +207,10 @@ type Replica struct {
 	relay   *relay     // set by Run
 	legacy  sync.Map   // sources that refused ReportVersion: address → when
 	book    headsig.Book
+	// The head file (headfile.go): the index saved, and when. Used by
+	// the session goroutine of Run only, and before it by NewReplica.
+	saved   uint64
+	savedAt time.Time
 
 	mu struct {
 		sync.Mutex
@@ -229,7 +233,9 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}, nil
+	r := &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}
+	r.loadHead()
+	return r, nil
 }
 
 // Book holds the signed heads this replica verified, for a server to
@@ -277,6 +283,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		return errors.New("repl: replica already running")
 	}
 	defer r.running.Unlock()
+	defer r.saveHead(true)
 	db := r.cfg.Database
 	mForked.WithLabelValues(db).Set(0)
 	// Children streaming from this store get each verified batch while
@@ -673,6 +680,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			// Before the apply: a server of this node that sees the new
 			// entries finds the head that covers them.
 			r.book.Add(*vouch)
+			r.saveHead(false)
 			r.update(func(s *ReplicaState) { s.SignedIndex = max(s.SignedIndex, vouch.Index) })
 			mSignedIndex.WithLabelValues(db).Set(float64(vouch.Index))
 		}

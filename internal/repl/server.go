@@ -564,6 +564,16 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 	cfg := cn.s.cfg
 	idle := time.NewTimer(cfg.ProgressInterval)
 	defer idle.Stop()
+	// The newest head this node holds for its applied index, at once: a
+	// child that restarted, or this node after a restart (its saved head),
+	// need not wait for the next idle Progress to have one.
+	if h, err := appliedSignedHead(heads, st); err != nil {
+		return err
+	} else if h != nil {
+		if err := cn.send(h); err != nil {
+			return err
+		}
+	}
 	for {
 		if stop > 0 && next > stop {
 			return cn.send(&Done{LastIndex: stop})

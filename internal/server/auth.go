@@ -23,14 +23,8 @@ const insecureWarnEvery = time.Minute
 // loopback without it unless insecure is set. It returns those addresses
 // (to warn about) when insecure lets them listen.
 func loadAuth(c *config.Config) (*clusterauth.Auth, []string, error) {
-	var o clusterauth.Options
-	var err error
-	if c.ClusterKey != "" {
-		if o.Key, err = clusterauth.LoadKey(c.ClusterKey); err != nil {
-			return nil, nil, err
-		}
-	}
-	if o.ServerTLS, o.ClientTLS, err = clusterauth.LoadTLS(c.ReplTLS.Cert, c.ReplTLS.Key, c.ReplTLS.CA); err != nil {
+	o, err := authOptions(c)
+	if err != nil {
 		return nil, nil, err
 	}
 	a := clusterauth.New(o)
@@ -39,6 +33,22 @@ func loadAuth(c *config.Config) (*clusterauth.Auth, []string, error) {
 		return nil, nil, err
 	}
 	return a, open, nil
+}
+
+// authOptions reads the cluster key file (every key of it: the first is
+// the one this node proves itself with) and repl_tls.
+func authOptions(c *config.Config) (clusterauth.Options, error) {
+	var o clusterauth.Options
+	if c.ClusterKey != "" {
+		ks, err := clusterauth.LoadKeys(c.ClusterKey)
+		if err != nil {
+			return o, err
+		}
+		o.Key, o.MoreKeys = ks[0], ks[1:]
+	}
+	var err error
+	o.ServerTLS, o.ClientTLS, err = clusterauth.LoadTLS(c.ReplTLS.Cert, c.ReplTLS.Key, c.ReplTLS.CA)
+	return o, err
 }
 
 // replDial is the dialer of this node's replicas, proxies and snapshot

@@ -23,15 +23,16 @@ func (s *Server) startOverlay() error {
 		return nil
 	}
 	var key []byte
+	var more [][]byte
 	if s.cfg.ClusterKey != "" {
-		k, err := clusterauth.LoadKey(s.cfg.ClusterKey)
+		ks, err := clusterauth.LoadKeys(s.cfg.ClusterKey)
 		if err != nil {
 			return err
 		}
-		key = k.Derive("gossip")
+		key, more = gossipKeys(ks)
 	}
 	o, err := discovery.Start(discovery.Config{NodeName: s.cfg.NodeName, Bind: s.cfg.Gossip, Join: s.cfg.Join,
-		Key: key, Insecure: s.cfg.Insecure, RelaysPerDC: s.cfg.RelaysPerDC, Log: s.log,
+		Key: key, MoreKeys: more, Insecure: s.cfg.Insecure, RelaysPerDC: s.cfg.RelaysPerDC, Log: s.log,
 		GossipInterval: s.cfg.GossipInterval.Duration, ProbeInterval: s.cfg.ProbeInterval.Duration},
 		discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC})
 	if err != nil {
@@ -40,6 +41,15 @@ func (s *Server) startOverlay() error {
 	s.overlay = o
 	s.agents = map[string]*discovery.Agent{}
 	return nil
+}
+
+// gossipKeys are the overlay keys derived from the cluster keys ks: the
+// first seals, all open.
+func gossipKeys(ks []clusterauth.Key) (primary []byte, more [][]byte) {
+	for _, k := range ks[1:] {
+		more = append(more, k.GossipKey())
+	}
+	return ks[0].GossipKey(), more
 }
 
 // learnDBIDFromOverlay waits (up to 30s) for members that serve database

@@ -66,11 +66,17 @@ func (rp *reports) attach(db *httpapi.Database, replica bool) error {
 
 // self is this node's own line in the tree of db, from its status.
 func self(db *httpapi.Database) tree.Node {
-	n := tree.Node{Name: db.Node, Role: "root", AppliedIndex: db.Store.AppliedIndex()}
-	if db.Status == nil {
-		return n
+	var st map[string]any
+	if db.Status != nil {
+		st = db.Status()
 	}
-	st := db.Status()
+	return nodeOf(db.Node, db.Store.AppliedIndex(), st)
+}
+
+// nodeOf is the tree line of the node named name at applied index
+// applied, from its status st (nil: a root without one).
+func nodeOf(name string, applied uint64, st map[string]any) tree.Node {
+	n := tree.Node{Name: name, Role: "root", AppliedIndex: applied}
 	if v, ok := st["role"].(string); ok && v != "" && len(v) <= tree.MaxWord {
 		n.Role = v
 	}
@@ -80,8 +86,10 @@ func self(db *httpapi.Database) tree.Node {
 	if v, ok := st["source"].(string); ok && len(v) <= tree.MaxName {
 		n.Source = v
 	}
-	if v, ok := st["lag_seconds"].(float64); ok && v >= 0 {
-		n.LagSeconds = v
+	if v, ok := st["lag_seconds"].(float64); ok && v == v {
+		// Below 0 (unknown: the log is dated in this node's future) it is
+		// reported as it is, never as 0.
+		n.LagSeconds = min(max(v, -tree.MaxLagSeconds), tree.MaxLagSeconds)
 	}
 	if n.Name == "" {
 		n.Name = "(unnamed)"

@@ -21,8 +21,14 @@ import (
 // tests/.)
 func startNode(t *testing.T, name, extra string) (*Server, string) {
 	t.Helper()
+	return startNodeWith(t, name, "", extra)
+}
+
+// startNodeWith is startNode with top-level configuration lines top.
+func startNodeWith(t *testing.T, name, top, extra string) (*Server, string) {
+	t.Helper()
 	dir := t.TempDir()
-	text := fmt.Sprintf("data = %q\nhttp = \"127.0.0.1:0\"\nrepl = \"127.0.0.1:0\"\nnode_name = %q\n[[database]]\nname = \"default\"\nballast_bytes = -1\n%s", filepath.Join(dir, "data"), name, extra)
+	text := fmt.Sprintf("data = %q\nhttp = \"127.0.0.1:0\"\nrepl = \"127.0.0.1:0\"\nnode_name = %q\n%s\n[[database]]\nname = \"default\"\nballast_bytes = -1\n%s", filepath.Join(dir, "data"), name, top, extra)
 	cfg, err := config.Parse([]byte(text), "test")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package statuspage
 
 import (
 	"net/http/httptest"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -65,5 +67,39 @@ func TestPageIsSelfContained(t *testing.T) {
 		if strings.Contains(body, ext) {
 			t.Errorf("page refers to something outside itself: %q", ext)
 		}
+	}
+}
+
+// The page shows a lag below 0 (the node's last entry is dated in its
+// future) as unknown, with the figure, never as 0. Its lag functions run
+// under Node.js, without a browser.
+func TestPageShowsNegativeLagAsUnknown(t *testing.T) {
+	nodejs, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node (Node.js) not installed: the page's lag text is not checked")
+	}
+	src := string(page)
+	start := strings.Index(src, "function lagText(s) {")
+	end := strings.Index(src[start:], "\n}\n")
+	cls := regexp.MustCompile(`(?m)^const lagClass = .*$`).FindString(src)
+	if start < 0 || end < 0 || cls == "" {
+		t.Fatal("lagText or lagClass not found in the page")
+	}
+	script := src[start:start+end+3] + cls + `
+for (const s of [-3600, -0.25, 0, 0.5, 30]) console.log(JSON.stringify([s, lagText(s), lagClass(s)]));
+`
+	out, err := exec.Command(nodejs, "-e", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	want := []string{
+		`[-3600,"unknown (dated 60.0 min ahead)","lag-bad"]`,
+		`[-0.25,"unknown (dated 250 ms ahead)","lag-bad"]`,
+		`[0,"0 ms","lag-ok"]`,
+		`[0.5,"500 ms","lag-ok"]`,
+		`[30,"30.0 s","lag-warn"]`,
+	}
+	if got := strings.TrimSpace(string(out)); got != strings.Join(want, "\n") {
+		t.Fatalf("lag text:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
 	}
 }

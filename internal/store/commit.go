@@ -52,6 +52,8 @@ type committer struct {
 	// values of applied sets as the node's role does (placement.go).
 	eval  evaluator
 	place placement
+	// clock stamps a root's entries (rootclock.go).
+	clock rootClock
 
 	// Raft apply (raftapply.go): the last applied Raft index; whether the
 	// store applies a Raft log.
@@ -184,7 +186,7 @@ func (c *committer) commit(group []*request) {
 	for _, r := range group {
 		switch r.kind {
 		case reqWrite:
-			groupErr = c.evalWrite(r, command{batch: r.batch, time: s.opts.Now().UnixNano()}, rootRole{})
+			groupErr = c.evalWrite(r, command{batch: r.batch, time: c.stamp()}, rootRole{})
 		case reqApply:
 			groupErr = c.prepareApply(r)
 		case reqRaft:
@@ -192,7 +194,7 @@ func (c *committer) commit(group []*request) {
 		case reqRaftReset:
 			c.raftIndex = 0
 		case reqHeartbeat:
-			groupErr = c.evalWrite(r, command{heartbeat: true, time: s.opts.Now().UnixNano()}, rootRole{})
+			groupErr = c.evalWrite(r, command{heartbeat: true, time: c.stamp()}, rootRole{})
 		case reqCache:
 			groupErr = c.place.cache(c, r)
 		case reqCompact:
@@ -308,9 +310,14 @@ func (c *committer) commit(group []*request) {
 	}
 }
 
-// now is the root's clock for the log: it never goes back.
-func (c *committer) now() int64 {
-	return max(c.s.opts.Now().UnixNano(), c.last.time)
+// stamp is the time of the root's next entry (rootClock): never before
+// the last entry's, never further ahead of it than real time allows.
+func (c *committer) stamp() int64 {
+	t, clamped := c.clock.stamp(c.s.opts.Now().UnixNano(), c.s.opts.Elapsed(), c.last.time)
+	if clamped {
+		c.s.m.clockClamped.Inc()
+	}
+	return t
 }
 
 // prepareApply appends replicated entries after checking they continue the

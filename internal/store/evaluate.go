@@ -35,7 +35,8 @@ type command struct {
 	time int64
 	// proposed: time comes from another node's clock (a Raft proposal or
 	// heartbeat), which may be far ahead; the entry's time is then at
-	// most maxProposedClockStep past the last entry's (boundTime).
+	// most maxProposedClockStep past the last entry's (boundTime). A
+	// single root's own times are bounded before (rootClock).
 	proposed bool
 }
 

@@ -14,7 +14,8 @@ import (
 // batch as the write, and answers a batch whose ID it has seen with the
 // first outcome instead of applying it again: a write retried after a
 // timeout, a lost answer or a failover is applied once. Outcomes are kept
-// for IdempotencyWindow by the root's clock, then expired in the
+// for IdempotencyWindow by the log's clock (the entries' times, which a
+// jump of a clock cannot move far: rootClock, boundTime), then expired in the
 // background of later commits. A batch refused (a failed condition, an
 // error) records nothing: its retry is evaluated afresh.
 //
@@ -102,13 +103,10 @@ func (c *committer) writeBatchIDs() error {
 		return nil
 	}
 	c.lastIDExpiry = now
-	logNow := c.now()
-	if c.raft {
-		// The log's own clock: an outcome is removed only once every
-		// member judges it expired, whatever its local clock says.
-		logNow = c.last.time
-	}
-	cutoff := logNow - c.s.opts.IdempotencyWindow.Nanoseconds()
+	// The log's own clock (bounded: rootClock, boundTime), never local
+	// time: an outcome is removed only once every member judges it
+	// expired, and a jump of a clock does not expire it early.
+	cutoff := c.last.time - c.s.opts.IdempotencyWindow.Nanoseconds()
 	if cutoff <= 0 {
 		return nil
 	}

@@ -43,7 +43,7 @@ var (
 		Help: "Integrity check failures (value CRC, chunk CRC, log block), never served."}, []string{"db", "kind"}))
 	mClockClamped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "entry_time_clamped_total",
-		Help: "Proposed entries dated further ahead of the log's clock than one entry may move it; their time was bounded."}, []string{"db"}))
+		Help: "Entries whose proposed time (or a root's wall clock) was further ahead than the log's clock may move; their time was bounded."}, []string{"db"}))
 	mDiskFull = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "disk_full",
 		Help: "1 while writes are refused for lack of disk space."}, []string{"db"}))

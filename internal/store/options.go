@@ -84,6 +84,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock stamped on entries. Default time.Now.
 	Now func() time.Time
+	// Elapsed is real time since a fixed point, unmoved by changes of
+	// the wall clock; a root bounds its stamps by it (rootclock.go).
+	// Default: Go's monotonic clock, or, when only Now is given, Now's
+	// own time (its readings are then taken as they are).
+	Elapsed func() time.Duration
 
 	// For tests: the size of a log segment (default 64 MiB), how often
 	// unreferenced segments are looked for (default every second), and
@@ -181,11 +186,21 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Elapsed == nil && o.Now != nil {
+		now := o.Now
+		o.Elapsed = func() time.Duration { return time.Duration(now().UnixNano()) }
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Elapsed == nil {
+		o.Elapsed = func() time.Duration { return time.Since(processStart) }
+	}
 	return o
 }
+
+// processStart is the fixed point of the default Elapsed.
+var processStart = time.Now()
 
 // Validate reports the first invalid field.
 func (o *Options) Validate() error {

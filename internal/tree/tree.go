@@ -24,7 +24,15 @@ const (
 	MaxWord = 32
 	// MaxReads is the most sampled keys one report carries.
 	MaxReads = 16384
+	// MaxLagSeconds bounds a node's lag, either way (a lag below 0 is
+	// unknown, LagUnknown): a hundred years.
+	MaxLagSeconds = 100 * 365 * 24 * 3600
 )
+
+// LagUnknown reports whether a lag of lagSeconds is unknown: below 0, the
+// last entry is dated in the node's future, so how far behind the node
+// is cannot be told (its clock or the root's is wrong).
+func LagUnknown(lagSeconds float64) bool { return lagSeconds < 0 }
 
 // ErrInvalid is wrapped by every error of Decode and Validate.
 var ErrInvalid = errors.New("qs: invalid tree report")
@@ -40,10 +48,14 @@ type Node struct {
 	// empty for a root.
 	State string `json:"state,omitempty"`
 	// Source is the address a replica streams from; empty for a root.
-	Source       string  `json:"source,omitempty"`
-	AppliedIndex uint64  `json:"applied_index"`
-	LagSeconds   float64 `json:"lag_seconds"`
-	Children     []Node  `json:"children,omitempty"`
+	Source       string `json:"source,omitempty"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// LagSeconds is the node's lag (its status's lag_seconds). Below 0,
+	// the lag is unknown: the node's last entry is dated that far in its
+	// future (its clock or the root's is wrong). It is reported as it
+	// is, never as 0.
+	LagSeconds float64 `json:"lag_seconds"`
+	Children   []Node  `json:"children,omitempty"`
 	// Truncated counts the nodes below this one left out to bound the
 	// report.
 	Truncated int `json:"truncated,omitempty"`
@@ -129,7 +141,7 @@ func validateNode(nd *Node, depth int, count *int) error {
 		return fmt.Errorf("%w: source of node %q over %d bytes or not UTF-8", ErrInvalid, nd.Name, MaxName)
 	case nd.Role == "" || len(nd.Role) > MaxWord || len(nd.State) > MaxWord || !utf8.ValidString(nd.Role) || !utf8.ValidString(nd.State):
 		return fmt.Errorf("%w: role %q or state %q of node %q", ErrInvalid, clip(nd.Role), clip(nd.State), nd.Name)
-	case nd.LagSeconds < 0 || nd.LagSeconds != nd.LagSeconds:
+	case nd.LagSeconds != nd.LagSeconds || nd.LagSeconds > MaxLagSeconds || nd.LagSeconds < -MaxLagSeconds:
 		return fmt.Errorf("%w: lag %v of node %q", ErrInvalid, nd.LagSeconds, nd.Name)
 	case nd.Truncated < 0 || nd.Truncated > 1<<30:
 		return fmt.Errorf("%w: truncated %d of node %q", ErrInvalid, nd.Truncated, nd.Name)
@@ -215,6 +227,8 @@ type Row struct {
 	Parent       string  `json:"parent,omitempty"`
 	AppliedIndex uint64  `json:"applied_index"`
 	LagSeconds   float64 `json:"lag_seconds"`
+	// LagUnknown: LagSeconds is below 0 (LagUnknown).
+	LagUnknown bool `json:"lag_unknown,omitempty"`
 	// Truncated counts nodes below this one that reports left out.
 	Truncated int `json:"truncated,omitempty"`
 }
@@ -226,7 +240,7 @@ func Flatten(n Node) []Row {
 	var walk func(n *Node, depth int, parent string)
 	walk = func(n *Node, depth int, parent string) {
 		rows = append(rows, Row{Name: n.Name, Role: n.Role, State: n.State, Source: n.Source, Depth: depth, Parent: parent,
-			AppliedIndex: n.AppliedIndex, LagSeconds: n.LagSeconds, Truncated: n.Truncated})
+			AppliedIndex: n.AppliedIndex, LagSeconds: n.LagSeconds, LagUnknown: LagUnknown(n.LagSeconds), Truncated: n.Truncated})
 		for i := range n.Children {
 			walk(&n.Children[i], depth+1, n.Name)
 		}

@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -49,23 +50,24 @@ func TestDecodeRefusesBadReports(t *testing.T) {
 	big := Report{Version: 1, Node: wide(MaxNodes)}
 	manyReads := Report{Version: 1, Node: Node{Name: "x", Role: "replica"}, Reads: make([]Sample, MaxReads+1)}
 	for name, doc := range map[string]string{
-		"not json":        `{"v":1,`,
-		"no version":      `{"node":{"name":"x","role":"replica"}}`,
-		"no name":         `{"v":1,"node":{"role":"replica"}}`,
-		"no role":         `{"v":1,"node":{"name":"x"}}`,
-		"long name":       `{"v":1,"node":{"name":"` + strings.Repeat("a", MaxName+1) + `","role":"replica"}}`,
-		"long role":       `{"v":1,"node":{"name":"x","role":"` + strings.Repeat("r", MaxWord+1) + `"}}`,
-		"long source":     `{"v":1,"node":{"name":"x","role":"replica","source":"` + strings.Repeat("s", MaxName+1) + `"}}`,
-		"negative lag":    `{"v":1,"node":{"name":"x","role":"replica","lag_seconds":-1}}`,
-		"negative cut":    `{"v":1,"node":{"name":"x","role":"replica","truncated":-1}}`,
-		"short sample":    `{"v":1,"node":{"name":"x","role":"replica"},"reads":[[1]]}`,
-		"long sample":     `{"v":1,"node":{"name":"x","role":"replica"},"reads":[[1,2,3]]}`,
-		"child no name":   `{"v":1,"node":{"name":"x","role":"replica","children":[{"role":"replica"}]}}`,
-		"deep":            mustJSON(t, deep),
-		"too many nodes":  mustJSON(t, big),
-		"too many reads":  mustJSON(t, manyReads),
-		"negative index":  `{"v":1,"node":{"name":"x","role":"replica","applied_index":-1}}`,
-		"children object": `{"v":1,"node":{"name":"x","role":"replica","children":{}}}`,
+		"not json":              `{"v":1,`,
+		"no version":            `{"node":{"name":"x","role":"replica"}}`,
+		"no name":               `{"v":1,"node":{"role":"replica"}}`,
+		"no role":               `{"v":1,"node":{"name":"x"}}`,
+		"long name":             `{"v":1,"node":{"name":"` + strings.Repeat("a", MaxName+1) + `","role":"replica"}}`,
+		"long role":             `{"v":1,"node":{"name":"x","role":"` + strings.Repeat("r", MaxWord+1) + `"}}`,
+		"long source":           `{"v":1,"node":{"name":"x","role":"replica","source":"` + strings.Repeat("s", MaxName+1) + `"}}`,
+		"lag ahead of all time": `{"v":1,"node":{"name":"x","role":"replica","lag_seconds":-1e10}}`,
+		"lag beyond all time":   `{"v":1,"node":{"name":"x","role":"replica","lag_seconds":1e308}}`,
+		"negative cut":          `{"v":1,"node":{"name":"x","role":"replica","truncated":-1}}`,
+		"short sample":          `{"v":1,"node":{"name":"x","role":"replica"},"reads":[[1]]}`,
+		"long sample":           `{"v":1,"node":{"name":"x","role":"replica"},"reads":[[1,2,3]]}`,
+		"child no name":         `{"v":1,"node":{"name":"x","role":"replica","children":[{"role":"replica"}]}}`,
+		"deep":                  mustJSON(t, deep),
+		"too many nodes":        mustJSON(t, big),
+		"too many reads":        mustJSON(t, manyReads),
+		"negative index":        `{"v":1,"node":{"name":"x","role":"replica","applied_index":-1}}`,
+		"children object":       `{"v":1,"node":{"name":"x","role":"replica","children":{}}}`,
 	} {
 		if _, err := Decode([]byte(doc)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
@@ -109,6 +111,43 @@ func nodeJSON(n Node) string {
 		s += "]"
 	}
 	return s + "}"
+}
+
+// A lag below 0 (the node's last entry is dated in its future: a clock is
+// wrong) travels as it is and is flagged unknown in the flattened tree,
+// never shown as 0.
+func TestNegativeLagIsReportedAsUnknown(t *testing.T) {
+	r := Report{Node: Node{Name: "mid", Role: "replica", LagSeconds: 0.5,
+		Children: []Node{{Name: "leaf", Role: "replica", LagSeconds: -3600}}}}
+	b, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag := got.Node.Children[0].LagSeconds; lag != -3600 {
+		t.Fatalf("negative lag decoded as %v", lag)
+	}
+	rows := Flatten(got.Node)
+	if rows[0].LagUnknown || !rows[1].LagUnknown || rows[1].LagSeconds != -3600 {
+		t.Fatalf("rows %+v: want the leaf's lag unknown at -3600 s, the mid's known", rows)
+	}
+	b, err = json.Marshal(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc []map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc[1]["lag_unknown"] != true || doc[1]["lag_seconds"] != -3600.0 {
+		t.Fatalf("JSON of the leaf: %v", doc[1])
+	}
+	if _, ok := doc[0]["lag_unknown"]; ok {
+		t.Fatalf("JSON of a node with a known lag says unknown: %v", doc[0])
+	}
 }
 
 func TestCutKeepsNearestAndCountsTheRest(t *testing.T) {

@@ -1,0 +1,124 @@
+package store
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRootClockStamp(t *testing.T) {
+	const sec = int64(time.Second)
+	const t0 = int64(1_700_000_000) * sec
+	day := 24 * 3600 * sec
+	var rc rootClock
+	step := func(name string, wall int64, elapsed time.Duration, last, want int64, wantClamped bool) {
+		t.Helper()
+		if got, c := rc.stamp(wall, elapsed, last); got != want || c != wantClamped {
+			t.Errorf("%s: %d %v, want %d %v", name, got, c, want, wantClamped)
+		}
+	}
+	step("the first stamp takes the wall clock, however far ahead", t0+day, 0, t0, t0+day, false)
+	rc = rootClock{}
+	step("first", t0, 0, 0, t0, false)
+	step("time passing", t0+sec, time.Second, t0, t0+sec, false)
+	step("within the step ahead of real time", t0+2*sec+maxProposedClockStep, 2*time.Second, t0+sec, t0+2*sec+maxProposedClockStep, false)
+	// The anchor moved to the last reading: t0+2s+step at elapsed 2s.
+	base := t0 + 2*sec + maxProposedClockStep
+	step("a jump of a day: real time elapsed, and a sixteenth", base+day, 18*time.Second, base, base+16*sec+sec, true)
+	step("still ahead: the anchor keeps real time", base+day+sec, 34*time.Second, base+17*sec, base+34*sec, true)
+	step("the clock set back: the log never goes back", t0, 35*time.Second, base+34*sec, base+34*sec, false)
+	step("time passes after the set-back", t0+6*sec, 41*time.Second, base+34*sec, base+34*sec, false)
+	step("elapsed going back counts as none", t0+day, 30*time.Second, base+34*sec, base+34*sec, true)
+}
+
+// fakeClocks is a wall clock and a real-time (monotonic) clock a test
+// moves apart: a jump of the wall clock moves only the first.
+type fakeClocks struct{ wall, elapsed atomic.Int64 }
+
+func (f *fakeClocks) now() time.Time            { return time.Unix(0, f.wall.Load()) }
+func (f *fakeClocks) since() time.Duration      { return time.Duration(f.elapsed.Load()) }
+func (f *fakeClocks) pass(d time.Duration)      { f.wall.Add(int64(d)); f.elapsed.Add(int64(d)) }
+func (f *fakeClocks) jump(d time.Duration)      { f.wall.Add(int64(d)) }
+func (f *fakeClocks) options(o Options) Options { o.Now, o.Elapsed = f.now, f.since; return o }
+
+// A root whose wall clock jumps a day ahead keeps dating its entries by
+// real time: a write retried with its batch ID is answered from its
+// outcome, not applied again over a newer value, and history within the
+// retention stays, while outcomes and versions older than the window (by
+// real time) still expire.
+func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
+	clocks := &fakeClocks{}
+	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	const window = 2 * time.Hour
+	s := openTest(t, clocks.options(Options{Name: "root-clock-jump", IdempotencyWindow: window,
+		History: HistoryOptions{Retention: window}, Logger: quietLogger()}))
+	clamped := counterValue(t, mClockClamped.WithLabelValues(s.Name()))
+
+	// Older than the window once 2.5 h of real time have passed.
+	if _, err := writeID(t, s, "old", nil, set("g", "1")); err != nil {
+		t.Fatal(err)
+	}
+	gone := mustWrite(t, s, set("g", "2")).Index
+	clocks.pass(90 * time.Minute)
+	first, err := writeID(t, s, "retried", nil, set("k", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := mustWrite(t, s, set("k", "newer")).Index
+
+	clocks.jump(24 * time.Hour)
+	clocks.pass(time.Hour)
+	r, err := writeID(t, s, "retried", nil, set("k", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Duplicate || r.Index != first.Index {
+		t.Fatalf("retry after the clock jumped a day: %+v, want the outcome of index %d", r, first.Index)
+	}
+	if v, idx, _ := get(t, s, "k"); v != "newer" || idx != newer {
+		t.Fatalf("k = %q at %d after the retry, want the newer value at %d", v, idx, newer)
+	}
+	if ahead := s.AppliedTime().Sub(time.Unix(0, clocks.wall.Load())); ahead > -23*time.Hour {
+		t.Fatalf("log clock %v from the jumped wall clock: the jump moved it", ahead)
+	}
+	if got := counterValue(t, mClockClamped.WithLabelValues(s.Name())); got <= clamped {
+		t.Errorf("bounded stamps not counted: %v -> %v", clamped, got)
+	}
+
+	// Expiry passes run at most once a second of real time: write until
+	// the outcome and the version older than the window are gone, which
+	// shows a pass ran after the jump.
+	deadline := time.Now().Add(60 * time.Second)
+	for countPrefix(t, s, prefixBatchID) != 1 || mustHistory(t, s).Horizon < gone {
+		if time.Now().After(deadline) {
+			t.Fatalf("outcomes %d, history horizon %d: older than the window, not expired", countPrefix(t, s, prefixBatchID), mustHistory(t, s).Horizon)
+		}
+		mustWrite(t, s, set("tick", time.Now().String()))
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r, err := writeID(t, s, "retried", nil, set("k", "first")); err != nil || !r.Duplicate {
+		t.Fatalf("retry after the expiry passes: %+v %v", r, err)
+	}
+	v, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if val, _, found, err := v.GetAt([]byte("k"), newer-1); err != nil || !found || string(val) != "first" {
+		t.Fatalf("k as of %d after the jump: %q %v %v, want the first value kept by history", newer-1, val, found, err)
+	}
+	if _, _, _, err := v.GetAt([]byte("g"), gone-1); !errors.Is(err, ErrHistoryTruncated) {
+		t.Fatalf("g as of %d, older than the retention: %v, want it expired", gone-1, err)
+	}
+	mustVerify(t, s)
+}
+
+func mustHistory(t *testing.T, s *Store) History {
+	t.Helper()
+	h, err := s.History()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
