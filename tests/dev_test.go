@@ -15,6 +15,11 @@ import (
 	"time"
 )
 
+// devNodes is the number of nodes of qs dev: the tree (root, 2
+// intermediates, 4 leaves, a proxy) and its data centre (a relay, 3
+// proxies).
+const devNodes = 12
+
 // devTree is a running qs dev.
 type devTree struct {
 	cmd    *exec.Cmd
@@ -78,8 +83,8 @@ func startDev(t *testing.T, data, rootHTTP string) *devTree {
 		pid, _ := strconv.Atoi(f)
 		d.pids = append(d.pids, pid)
 	}
-	if len(d.pids) != 8 {
-		t.Fatalf("pid file lists %d nodes, want 8: %q", len(d.pids), raw)
+	if len(d.pids) != devNodes {
+		t.Fatalf("pid file lists %d nodes, want %d: %q", len(d.pids), devNodes, raw)
 	}
 	return d
 }
@@ -156,6 +161,48 @@ func TestDevStopsAStaleTree(t *testing.T) {
 	}
 	if !strings.Contains(d.out.String(), "stopped 1 qs serve processes a previous qs dev left running") {
 		t.Errorf("qs dev did not say it stopped the stale tree:\n%s", d.out.String())
+	}
+	d.cmd.Process.Signal(syscall.SIGINT)
+	<-d.done
+	d.waitNodesGone(t)
+}
+
+var devDCProxyRE = regexp.MustCompile(`(?m)^dc1-p1\s+http (\S+)`)
+
+// TestDevDataCentreServesARead: qs dev starts its data centre beside the
+// tree, says where its nodes are, and a key written at the root is read
+// through a proxy of that data centre.
+func TestDevDataCentreServesARead(t *testing.T) {
+	rootHTTP := freeAddr(t)
+	d := startDev(t, t.TempDir(), rootHTTP)
+	m := devDCProxyRE.FindStringSubmatch(d.out.String())
+	if m == nil {
+		t.Fatalf("qs dev printed no address for dc1-p1:\n%s", d.out.String())
+	}
+	proxy := m[1]
+	for _, want := range []string{"relay of dc1 fetching from leaf3, leaf4", "proxy of dc1 fetching through dc1-relay", "/v1/default/status"} {
+		if !strings.Contains(d.out.String(), want) {
+			t.Errorf("qs dev did not print %q:\n%s", want, d.out.String())
+		}
+	}
+	if out, code := runQS(t, "put", "--addr", rootHTTP, "greeting", "hello"); code != 0 {
+		t.Fatalf("put: %d %s", code, out)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, code := runQS(t, "get", "--addr", proxy, "greeting")
+		if code == 0 && strings.TrimSpace(out) == "hello" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dc1-p1 did not answer hello within 60s: %d %s", code, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The proxy's status shows its shard of the data centre.
+	out, code := runQS(t, "status", "--addr", proxy)
+	if code != 0 || !strings.Contains(out, "shard") {
+		t.Errorf("status of dc1-p1: %d %s", code, out)
 	}
 	d.cmd.Process.Signal(syscall.SIGINT)
 	<-d.done

@@ -20,12 +20,16 @@ func init() {
 
 const benchUsage = `usage: qs bench <scenario>... [flags]
 
-Scenarios (see internal/bench/doc.go): readlat, get, write, or all.
+Scenarios (see internal/bench/doc.go): readlat, get, write, getput,
+propagation, or all; and tiers (a data centre of proxies, relays and
+replicas on this machine; needs --spawn, not part of all).
 
 Against servers that already run:
   qs bench readlat get --target qs=127.0.0.1:11311,http=127.0.0.1:8080 --target mc=127.0.0.1:11211 --baseline mc
 Starting a qs server and a memcached baseline for this run only (the usual way):
   qs bench all --spawn --markdown --out bench-out/run.json --svg bench-out
+The cache tiers of a data centre, on 100,000 keys:
+  qs bench tiers --spawn --keys 100000 --markdown --svg bench-out
 
 Flags:
 `
@@ -61,7 +65,10 @@ func cmdBench(args []string) error {
 	fs.IntVar(&cfg.ReadLatWriteRate, "readlat-write-rate", cfg.ReadLatWriteRate, "readlat: cap on the writes/s of a phase, all writers together (0: each writer writes again as soon as its last value is stored); measures a baseline under the target's write load")
 	fs.StringVar(&cfg.ReadLatReader, "readlat-reader", cfg.ReadLatReader, "readlat: how the reader waits for answers: thread (blocked in read(2) on a thread of its own; Linux) or poller (a goroutine in Go's network poller)")
 	fs.StringVar(&cfg.ReadLatVia, "readlat-via", cfg.ReadLatVia, "readlat: what the reader reads through: memcache, or http (GET /v1/{db}/keys/{key}; targets without an HTTP address are skipped; the writers still use memcache)")
-	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "get: number of keys loaded and read")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "get and tiers: number of keys loaded and read (tiers: default 1000000)")
+	fs.Var((*bench.StringList)(&cfg.TiersStages), "tiers-stages", "tiers: stages to run, comma-separated (default all: "+tierStageNames()+")")
+	fs.Var((*bench.StringList)(&cfg.TiersWorkloads), "tiers-workloads", "tiers: workloads to run, comma-separated (default zipf,regional)")
+	fs.DurationVar(&cfg.TiersWarmup, "tiers-warmup", cfg.TiersWarmup, "tiers: how long the readers fill the caches before each measurement")
 	fs.IntVar(&cfg.ValueSize, "value-size", cfg.ValueSize, "get, write, getput and propagation: value size in bytes")
 	fs.IntVar(&cfg.MultiKeys, "multi-keys", cfg.MultiKeys, "get: keys per multi-get")
 	fs.IntVar(&cfg.MultiPct, "multi-pct", cfg.MultiPct, "get: percentage of requests that are multi-gets (the rest are single gets)")
@@ -88,6 +95,11 @@ func cmdBench(args []string) error {
 		scenarios = append(scenarios, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "keys" {
+			cfg.TiersKeys = cfg.Keys
+		}
+	})
 	cfg.Scenarios = bench.ExpandScenarios(scenarios)
 	if len(cfg.Scenarios) == 0 {
 		fs.Usage()
@@ -149,6 +161,14 @@ func cmdBench(args []string) error {
 		return fmt.Errorf("%d requests failed during the run (see ERRORS in the report)", rep.Errors())
 	}
 	return nil
+}
+
+func tierStageNames() string {
+	var names []string
+	for _, s := range bench.TierStages {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ",")
 }
 
 // benchInterrupted exits 130, as a shell does for a command ended by Ctrl-C.

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register("dev", "start a local tree (root, 2 intermediates, 4 leaves, a proxy) on loopback and show each node's index and lag; --ha: a 3-member Raft root", cmdDev)
+	register("dev", "start a local tree (root, 2 intermediates, 4 leaves, a proxy, a data centre of a relay and 3 proxies) on loopback and show each node's index and lag; --ha: a 3-member Raft root", cmdDev)
 }
 
 // devNode is one qs serve child process of the dev tree.
@@ -28,6 +28,11 @@ type devNode struct {
 	name     string
 	upstream []string // names of its sources, in order
 	replicas []string // proxy: names of the replicas it fetches from
+	// relay: the proxy is the relay of its data centre (dc); relays: a
+	// proxy of a data centre fetches through these relays (names).
+	relay  bool
+	relays []string
+	dc     string
 	// gossip: the node joins the overlay (a replica: through the first
 	// node, and finds its source itself).
 	gossip bool
@@ -45,7 +50,10 @@ var devAnnounce = regexp.MustCompile(`^(\w+) listening on (\S+)`)
 // well-known ports, intermediates replicate from it, leaves from an
 // intermediate (the other intermediate and the root as fall-backs), and a
 // proxy follows an intermediate and fetches what it does not keep from
-// two leaves. Every node is a real `qs serve` process with its
+// two leaves. Beside the tree runs a data centre (devDC): a relay that
+// fetches from two leaves and proxies, each owning a shard of the data
+// centre, that fetch through it and take its prefetch stream. Every node
+// is a real `qs serve` process with its
 // data under --data; Ctrl-C stops them all and keeps the data.
 func cmdDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
@@ -106,6 +114,13 @@ func cmdDev(args []string) error {
 			{name: "proxy1", upstream: []string{"mid1", "mid2", "root1"}, replicas: []string{"leaf1", "leaf2"}},
 		}
 	}
+	if *gossipN == 0 {
+		root := "root"
+		if *ha {
+			root = "root1"
+		}
+		nodes = append(nodes, devDC(root)...)
+	}
 	if *gossipN > 0 {
 		if *ha {
 			return errors.New("--replicas and --ha do not go together")
@@ -161,6 +176,19 @@ func cmdDev(args []string) error {
 			}
 			a = append(a, "--role", "proxy", "--replicas", strings.Join(rs, ","), "--cache-bytes", "16777216", "--window", "1000")
 		}
+		if n.dc != "" {
+			a = append(a, "--dc", n.dc, "--node-name", n.name, "--shards", strconv.Itoa(devShards), "--transient-bytes", strconv.Itoa(devTransientBytes))
+		}
+		if n.relay {
+			a = append(a, "--relay")
+		}
+		if len(n.relays) > 0 {
+			var rs []string
+			for _, r := range n.relays {
+				rs = append(rs, byName[r].addr["repl"])
+			}
+			a = append(a, "--relays", strings.Join(rs, ","))
+		}
 		err := n.start(self, a, filepath.Join(*data, n.name+".log"))
 		if rerr := recordDevPids(*data, nodes); rerr != nil && err == nil {
 			err = rerr
@@ -169,11 +197,16 @@ func cmdDev(args []string) error {
 			return fmt.Errorf("start %s: %w", n.name, err)
 		}
 		byName[n.name] = n
-		fmt.Printf("%-6s http %-21s memcache %-21s repl %-21s", n.name, n.addr["http"], n.addr["memcache"], n.addr["repl"])
+		fmt.Printf("%-9s http %-21s memcache %-21s repl %-21s", n.name, n.addr["http"], n.addr["memcache"], n.addr["repl"])
 		if len(n.upstream) > 0 {
 			fmt.Printf(" from %s", strings.Join(n.upstream, " > "))
 		}
-		if len(n.replicas) > 0 {
+		switch {
+		case n.relay:
+			fmt.Printf(", relay of %s fetching from %s", n.dc, strings.Join(n.replicas, ", "))
+		case len(n.relays) > 0:
+			fmt.Printf(", proxy of %s fetching through %s", n.dc, strings.Join(n.relays, ", "))
+		case len(n.replicas) > 0:
 			fmt.Printf(", proxy fetching from %s", strings.Join(n.replicas, ", "))
 		}
 		fmt.Println()
@@ -197,8 +230,14 @@ Write at the root, read anywhere:
   qs get --addr %s --min-index <index from put> greeting
 Read through the proxy (it keeps recent and recently read values, fetches the rest):
   qs get --addr %s --min-index <index from put> greeting
-Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
-`, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"], *data, *data)
+Read in data centre %s, whose proxies fetch through its relay (which alone
+asks the leaves) and hold what the relay publishes:
+  qs get --addr %s --min-index <index from put> greeting
+  qs status --addr %s      (cache: hits, fetches, prefetched, shard)
+Status pages of the data centre (GET, JSON; /metrics beside them):
+%sNode logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
+`, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"],
+			devDCName, byName[devDCProxy].addr["http"], byName[devDCProxy].addr["http"], devDCStatus(nodes), *data, *data)
 	}
 	if used, err := diskUsage(*data); err == nil {
 		fmt.Printf("Disk: %.1f MiB in %s for %d nodes, about 25 MiB a node once written to (the storage engine's\n"+
@@ -232,6 +271,40 @@ Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 		case <-t.C:
 		}
 	}
+}
+
+// The data centre qs dev runs beside its tree.
+const (
+	devDCName         = "dc1"
+	devDCProxy        = "dc1-p1" // the proxy the hints read through
+	devShards         = 4
+	devTransientBytes = 4 << 20
+)
+
+// devDC is the data centre of the dev tree: a relay that fetches from
+// leaf3 and leaf4, and 3 proxies that fetch through it, each the owner of
+// a shard of the data centre. They follow the intermediates like proxy1.
+func devDC(root string) []*devNode {
+	ups := []string{"mid2", "mid1", root}
+	leaves := []string{"leaf3", "leaf4"}
+	nodes := []*devNode{{name: devDCName + "-relay", upstream: ups, replicas: leaves, relay: true, dc: devDCName}}
+	for i := range 3 {
+		nodes = append(nodes, &devNode{name: fmt.Sprintf("%s-p%d", devDCName, i+1), upstream: ups, replicas: leaves,
+			relays: []string{devDCName + "-relay"}, dc: devDCName})
+	}
+	return nodes
+}
+
+// devDCStatus lists the status page of every node of the data centre,
+// one per line.
+func devDCStatus(nodes []*devNode) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		if n.dc != "" {
+			fmt.Fprintf(&b, "  %-9s http://%s/v1/default/status\n", n.name, n.addr["http"])
+		}
+	}
+	return b.String()
 }
 
 // devState is "index" for the root ("index*" for the Raft leader) and

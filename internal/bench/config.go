@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,10 +16,15 @@ const (
 	ScenarioWrite       = "write"
 	ScenarioGetPut      = "getput"
 	ScenarioPropagation = "propagation"
+	ScenarioTiers       = "tiers"
 )
 
 // Scenarios lists every scenario, in the order "all" runs them.
 var Scenarios = []string{ScenarioReadLat, ScenarioGet, ScenarioWrite, ScenarioGetPut, ScenarioPropagation}
+
+// ExtraScenarios are run only when named: "all" leaves them out. tiers
+// starts a data centre of 13 processes and loads a million keys.
+var ExtraScenarios = []string{ScenarioTiers}
 
 // Ways to pre-load the keys of the get scenario (Config.LoadVia).
 const (
@@ -135,6 +141,18 @@ type Config struct {
 	// Keys is the number of keys ("k%06d") the get scenario loads and
 	// reads. Default 100000.
 	Keys int `json:"keys"`
+	// TiersKeys is the number of 1 KiB keys the tiers scenario loads.
+	// Default 1,000,000 (--keys sets it too).
+	TiersKeys int `json:"tiers_keys"`
+	// TiersWarmup is how long the tiers scenario reads before each
+	// measurement, to fill the caches. Default 20s.
+	TiersWarmup time.Duration `json:"tiers_warmup_ns"`
+	// TiersStages names the stages of TierStages the tiers scenario runs
+	// (a stage's base need not run). Default all of them.
+	TiersStages []string `json:"tiers_stages,omitempty"`
+	// TiersWorkloads names the workloads the tiers scenario runs. Default
+	// both (zipf, regional).
+	TiersWorkloads []string `json:"tiers_workloads,omitempty"`
 	// ValueSize is the value size of the get and write scenarios.
 	// Default 100.
 	ValueSize int `json:"value_size"`
@@ -176,6 +194,8 @@ func DefaultConfig() Config {
 		ReadLatVia:       ReadViaMemcache,
 		GetVia:           ReadViaMemcache,
 		Keys:             100_000,
+		TiersKeys:        1_000_000,
+		TiersWarmup:      20 * time.Second,
 		ValueSize:        100,
 		MultiKeys:        100,
 		MultiPct:         50,
@@ -196,12 +216,15 @@ const maxValueSize = 1<<20 - 1024
 // Validate returns an error naming the first invalid field.
 func (c *Config) Validate() error {
 	if len(c.Scenarios) == 0 {
-		return errors.New("no scenario given (one or more of: " + strings.Join(Scenarios, ", ") + ", all)")
+		return errors.New("no scenario given (one or more of: " + strings.Join(slices.Concat(Scenarios, ExtraScenarios), ", ") + ", all)")
 	}
 	for _, s := range c.Scenarios {
 		if !isScenario(s) {
-			return fmt.Errorf("unknown scenario %q (want %s or all)", s, strings.Join(Scenarios, ", "))
+			return fmt.Errorf("unknown scenario %q (want %s or all)", s, strings.Join(slices.Concat(Scenarios, ExtraScenarios), ", "))
 		}
+	}
+	if slices.Contains(c.Scenarios, ScenarioTiers) && !c.Spawn {
+		return errors.New("the tiers scenario starts its own data centre: pass --spawn")
 	}
 	if !c.Spawn && len(c.Targets) == 0 {
 		return errors.New("nothing to measure: pass --spawn or at least one --target")
@@ -256,6 +279,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("get via %q: want %s or %s", c.GetVia, ReadViaMemcache, ReadViaHTTP)
 	case c.Keys < 1 || c.Keys > 1_000_000:
 		return fmt.Errorf("keys %d out of range 1..1000000 (keys are k%%06d)", c.Keys)
+	case c.TiersKeys < 1000 || c.TiersKeys > 1_000_000:
+		return fmt.Errorf("tiers keys %d out of range 1000..1000000", c.TiersKeys)
+	case c.TiersWarmup < 0:
+		return errors.New("tiers warm-up must not be negative")
 	case c.ValueSize < 1 || c.ValueSize > maxValueSize:
 		return fmt.Errorf("value size %d out of range 1..%d", c.ValueSize, maxValueSize)
 	case c.MultiKeys < 1 || c.MultiKeys > c.Keys:
@@ -271,6 +298,20 @@ func (c *Config) Validate() error {
 	case c.DB == "" || strings.ContainsAny(c.DB, "/?#% "):
 		return fmt.Errorf("database name %q is empty or not URL-safe", c.DB)
 	}
+	for _, name := range c.TiersStages {
+		if !slices.ContainsFunc(TierStages, func(s TierStage) bool { return s.Name == name }) {
+			var names []string
+			for _, s := range TierStages {
+				names = append(names, s.Name)
+			}
+			return fmt.Errorf("tiers stage %q: want one of %s", name, strings.Join(names, ", "))
+		}
+	}
+	for _, w := range c.TiersWorkloads {
+		if !slices.Contains(tierWorkloads, w) {
+			return fmt.Errorf("tiers workload %q: want %s", w, strings.Join(tierWorkloads, " or "))
+		}
+	}
 	for _, w := range c.ReadLatWriters {
 		if w < 0 || w > 256 {
 			return fmt.Errorf("readlat writers %d out of range 0..256", w)
@@ -285,12 +326,7 @@ func (c *Config) Validate() error {
 }
 
 func isScenario(s string) bool {
-	for _, x := range Scenarios {
-		if s == x {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(Scenarios, s) || slices.Contains(ExtraScenarios, s)
 }
 
 // ExpandScenarios replaces "all" by every scenario and drops repeats.
@@ -338,6 +374,28 @@ func (l *IntList) Set(v string) error {
 			return fmt.Errorf("not a comma-separated list of integers: %q", v)
 		}
 		out = append(out, n)
+	}
+	*l = out
+	return nil
+}
+
+// StringList is a flag.Value for a comma-separated list of names.
+type StringList []string
+
+func (l *StringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+// Set replaces the list; empty items are dropped.
+func (l *StringList) Set(v string) error {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
 	}
 	*l = out
 	return nil

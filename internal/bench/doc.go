@@ -4,8 +4,9 @@
 //
 // # Scenarios
 //
-// Each scenario is a function (ReadLat, Get, Write, GetPut, Propagation)
-// that runs a list of phases against every target and returns a Result.
+// Each scenario is a function (ReadLat, Get, Write, GetPut, Propagation,
+// Tiers) that runs a list of phases against every target and returns a
+// Result.
 //
 // readlat: one connection gets 20 two-byte keys (with two-byte values) one
 // at a time, in a cycle, for --duration, while 0, then 1, then 2 other
@@ -79,6 +80,25 @@
 // --propagation-rate writes/s (default 100) and after each
 // acknowledgement gets it on the leaf until it reads the new value:
 // "write" is the root's acknowledgement, "visible" the whole trip.
+//
+// tiers (only when named: "all" leaves it out; needs --spawn): the cache
+// tiers of a data centre. It starts a root, loads --keys values of 1 KiB
+// (default 1,000,000), and 2 replicas behind a 20 ms round-trip link
+// (delayLink: a loopback relay in this process, one per replica for the
+// proxies and one for the relays, which counts the connections it
+// holds). For each workload (Zipf s = 1.1 over every key; regional: Zipf
+// over a twentieth of the keys, 1% uniform outside) and each stage of
+// TierStages (replicas, relays, prefetch, transient: each a base stage
+// plus the flags it adds) it starts 8 fresh proxies and, if the stage
+// has them, 2 relays, reads for --tiers-warmup, then measures for
+// --duration: L1 and L1+L2 hit rates and the proxies' fetches from
+// their status pages, keys the storage nodes sent from their /metrics,
+// the most replica connections held at once by proxies and by relays,
+// bytes written to the disk caches, read latency, the load average. The
+// report has a row per stage and workload (Result.Tiers) and notes that
+// state each target and whether it is met (tierChecks). The workload
+// generators, the stage list and the report's arithmetic are pure
+// (tiersplan.go).
 //
 // # Targets and fresh servers
 //

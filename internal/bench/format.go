@@ -93,6 +93,10 @@ func (r *Report) write(w io.Writer, md bool) error {
 		if len(res.Phases) > 0 {
 			table(ew, phaseHeader, phaseRows(res))
 		}
+		if len(res.Tiers) > 0 {
+			p("\nThe data centre in each stage, from the nodes' counters over the measurement: L1, the share of reads a proxy answered itself; L1+L2, with those the owner of the key's shard answered (- without that tier); remote, keys fetched from the storage nodes per 1,000 reads; replica conns, the most connections the replicas held at once from proxies / from relays; cache writes, value bytes written to the disk caches of proxies and relays; load, the machine's 1-minute load average at the end:\n\n")
+			table(ew, tierHeader, tierRows(res))
+		}
 		if rows := cpuRows(res); len(rows) > 0 {
 			p("\nThe machine during each phase. CPU in cores (CPU seconds per second of the phase); per request: server CPU time per completed request of any kind, and its ratio to the baseline's in the same phase; others: everything but the server and this tool (the idle target excluded), i.e. the rest of the machine's load; fsync 4 KiB: median time to write and fsync 4 KiB in the servers' work directory just before the phase, the disk's floor under a durable commit:\n\n")
 			table(ew, cpuHeader, rows)
@@ -136,6 +140,25 @@ func (r *Report) write(w io.Writer, md bool) error {
 		p("\n%d failed requests in this run: the numbers above are not clean.\n", n)
 	}
 	return ew.err
+}
+
+var tierHeader = []string{"stage", "workload", "reads", "L1", "L1+L2", "remote /1000", "replica conns", "cache writes", "p50", "p99", "p99.9", "load"}
+
+func tierRows(r *Result) [][]string {
+	var rows [][]string
+	for _, t := range r.Tiers {
+		l2 := "-"
+		if t.L1L2 >= 0 {
+			l2 = fmt.Sprintf("%.3f%%", t.L1L2)
+		}
+		l := t.Latency
+		rows = append(rows, []string{
+			t.Stage, t.Workload, fmt.Sprint(t.Reads), fmt.Sprintf("%.3f%%", t.L1), l2,
+			fmt.Sprintf("%.2f", t.RemotePer1000), fmt.Sprintf("%d / %d", t.ReplicaConnsProxies, t.ReplicaConnsRelays),
+			fmtBytes(t.CacheWriteBytes), fmtUs(l.P50), fmtUs(l.P99), fmtUs(l.P999), fmt.Sprintf("%.2f", t.Load1),
+		})
+	}
+	return rows
 }
 
 var phaseHeader = []string{"phase", "target", "op", "ops/s", "keys/s", "MB/s", "p50", "p90", "p99", "p99.9", "max", "errors"}

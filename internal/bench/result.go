@@ -73,6 +73,8 @@ type Result struct {
 	Phases      []Phase  `json:"phases"`
 	Ratios      []Ratio  `json:"ratios,omitempty"`
 	Notes       []string `json:"notes,omitempty"`
+	// Tiers has a row per stage and workload of the tiers scenario.
+	Tiers []TierRow `json:"tiers,omitempty"`
 	// Failures name the targets that could not run (part of) the scenario:
 	// loading failed, or a spawned server died.
 	Failures []string `json:"failures,omitempty"`

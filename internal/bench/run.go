@@ -14,7 +14,12 @@ var scenarioFuncs = map[string]func(context.Context, Config, []*Target, Logf) (*
 	ScenarioWrite:       Write,
 	ScenarioGetPut:      GetPut,
 	ScenarioPropagation: Propagation,
+	ScenarioTiers:       Tiers,
 }
+
+// ownServers are the scenarios that start every server they measure:
+// no qs or baseline is spawned for them.
+var ownServers = map[string]bool{ScenarioTiers: true}
 
 // Run runs the scenarios against every target and returns the report.
 // command is the command line, recorded in the report.
@@ -37,7 +42,11 @@ func Run(ctx context.Context, cfg Config, command string, logf Logf) (*Report, e
 	for _, name := range cfg.Scenarios {
 		var targets []*Target
 		var res *Result
-		targets, err = setUp(ctx, &cfg, rep, logf)
+		if ownServers[name] {
+			targets = nil
+		} else {
+			targets, err = setUp(ctx, &cfg, rep, logf)
+		}
 		if err == nil {
 			res, err = scenarioFuncs[name](ctx, cfg, targets, logf)
 		}

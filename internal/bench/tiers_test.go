@@ -1,0 +1,331 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestKeyOfRankIsABijection(t *testing.T) {
+	for _, n := range []int{1, 2, 7, 1000, 5000, 99_991, 100_000} {
+		seen := make([]bool, n)
+		for rank := range n {
+			k := keyOfRank(rank, n)
+			if k < 0 || k >= n || seen[k] {
+				t.Fatalf("n=%d: rank %d gives key %d (out of range or seen)", n, rank, k)
+			}
+			seen[k] = true
+			if r := rankOfKey(k, n); r != rank {
+				t.Fatalf("n=%d: rankOfKey(%d) = %d, want %d", n, k, r, rank)
+			}
+		}
+	}
+}
+
+func TestKeyPickerZipf(t *testing.T) {
+	const keys, draws = 10_000, 200_000
+	p, err := newKeyPicker(WorkloadZipf, keys, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, keys)
+	for range draws {
+		counts[rankOfKey(p.next(), keys)]++
+	}
+	// Zipf: the first ranks are drawn far more often than the tail.
+	if !(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[1000]) {
+		t.Errorf("counts by rank 0, 1, 10, 1000: %d %d %d %d: not decreasing", counts[0], counts[1], counts[10], counts[1000])
+	}
+	top := 0
+	for _, c := range counts[:keys/10] {
+		top += c
+	}
+	if share := float64(top) / draws; share < 0.6 {
+		t.Errorf("the top tenth of the keys got %.2f of the reads, want most", share)
+	}
+	// Same seed and stream, same sequence; another stream, another one.
+	a, _ := newKeyPicker(WorkloadZipf, keys, 7, 3)
+	b, _ := newKeyPicker(WorkloadZipf, keys, 7, 3)
+	c, _ := newKeyPicker(WorkloadZipf, keys, 7, 4)
+	same, differ := true, false
+	for range 1000 {
+		x, y, z := a.next(), b.next(), c.next()
+		same = same && x == y
+		differ = differ || x != z
+	}
+	if !same || !differ {
+		t.Errorf("same seed and stream gave the same sequence: %v; another stream a different one: %v", same, differ)
+	}
+}
+
+func TestKeyPickerRegional(t *testing.T) {
+	const keys, draws = 100_000, 200_000
+	region := regionSize(keys)
+	if region != 5000 {
+		t.Fatalf("region of %d keys: %d, want 5000", keys, region)
+	}
+	if regionSize(1_000_000) != 50_000 || regionSize(10) != 1 {
+		t.Errorf("regions of 1M and 10 keys: %d, %d; want 50000, 1", regionSize(1_000_000), regionSize(10))
+	}
+	p, err := newKeyPicker(WorkloadRegional, keys, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := 0
+	for range draws {
+		if rankOfKey(p.next(), keys) >= region {
+			outside++
+		}
+	}
+	// 1% uniform outside the region (a fixed seed: the count is the same
+	// every run; the bounds only say it is about 1%).
+	if share := float64(outside) / draws; share < 0.008 || share > 0.012 {
+		t.Errorf("%.4f of the reads outside the region, want about 0.01", share)
+	}
+}
+
+func TestNewKeyPickerRejects(t *testing.T) {
+	if _, err := newKeyPicker("uniform", 100, 1, 0); err == nil || !strings.Contains(err.Error(), "unknown workload") {
+		t.Errorf("unknown workload: %v", err)
+	}
+	if _, err := newKeyPicker(WorkloadZipf, 0, 1, 0); err == nil {
+		t.Error("0 keys accepted")
+	}
+}
+
+func TestTierStagesResolve(t *testing.T) {
+	rs, err := resolveStages(TierStages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]resolvedStage{}
+	for _, r := range rs {
+		by[r.Name] = r
+	}
+	if got := by["replicas"]; got.Relays || !slices.Equal(got.proxy, []string{"--replicas", "{replicas}"}) {
+		t.Errorf("replicas: %+v", got)
+	}
+	pf := by["prefetch"]
+	if !pf.Relays || !slices.Equal(pf.proxy, []string{"--replicas", "{replicas}", "--relays", "{relays}", "--transient-bytes", "{transient-bytes}"}) ||
+		!slices.Equal(pf.relay, []string{"--transient-bytes", "{transient-bytes}"}) {
+		t.Errorf("prefetch: relays %v, proxy %q, relay %q", pf.Relays, pf.proxy, pf.relay)
+	}
+	if tr := by["transient"]; tr.Relays || slices.Contains(tr.proxy, "--relays") {
+		t.Errorf("transient has relays: %+v", tr)
+	}
+	// A shard-cache stage is one more entry.
+	more := append(slices.Clone(TierStages), TierStage{Name: "l2", Base: "prefetch", About: "x",
+		Proxy: []string{"--dc-peers", "{dc-peers}", "--shard-cache-bytes", "{shard-cache-bytes}"}})
+	rs, err = resolveStages(more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2 := rs[len(rs)-1]
+	if !l2.Relays || len(l2.proxy) != len(pf.proxy)+4 || !slices.Equal(l2.relay, pf.relay) {
+		t.Errorf("l2: %+v", l2)
+	}
+}
+
+func TestTierStagesRejects(t *testing.T) {
+	for name, stages := range map[string][]TierStage{
+		"no name":        {{About: "x"}},
+		"defined twice":  {{Name: "a"}, {Name: "a"}},
+		"not an earlier": {{Name: "a", Base: "b"}, {Name: "b"}},
+		"no relays":      {{Name: "a", Relay: []string{"--x"}}},
+	} {
+		if _, err := resolveStages(stages); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestExpandFlags(t *testing.T) {
+	got, err := expandFlags([]string{"--a", "{x}", "--b={x},{y}", "plain"}, map[string]string{"x": "1", "y": "2"})
+	if err != nil || !slices.Equal(got, []string{"--a", "1", "--b=1,2", "plain"}) {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := expandFlags([]string{"{dc-peers}"}, map[string]string{}); err == nil || !strings.Contains(err.Error(), "no value for {dc-peers}") {
+		t.Errorf("missing variable: %v", err)
+	}
+	if _, err := expandFlags([]string{"{x"}, map[string]string{"x": "1"}); err == nil || !strings.Contains(err.Error(), "unterminated") {
+		t.Errorf("unterminated: %v", err)
+	}
+}
+
+func TestTierRow(t *testing.T) {
+	before := tierCounters{l1Hits: 100, fetched: 50, admissions: 10, remoteKeys: 40}
+	after := tierCounters{l1Hits: 100 + 9990, fetched: 50 + 10, admissions: 10 + 4, remoteKeys: 40 + 5}
+	r := tierRow("relays", WorkloadRegional, true, after.minus(before), 1024)
+	if r.Reads != 10_000 || r.L1 != 99.9 || r.L1L2 != -1 || r.RemotePer1000 != 0.5 || r.CacheWriteBytes != 4096 || !r.Relays {
+		t.Errorf("row %+v", r)
+	}
+	after.hasL2, after.l2Hits, after.fetched = true, 9, 50+1
+	r = tierRow("l2", WorkloadRegional, true, after.minus(before), 1024)
+	if r.Reads != 10_000 || r.L1 != 99.9 || r.L1L2 < 99.989 || r.L1L2 > 99.991 {
+		t.Errorf("with L2: %+v", r)
+	}
+	if r := tierRow("x", WorkloadZipf, false, tierCounters{}, 1024); r.Reads != 0 || r.L1 != 0 || r.RemotePer1000 != 0 {
+		t.Errorf("no reads: %+v", r)
+	}
+}
+
+func TestTierChecks(t *testing.T) {
+	rows := []TierRow{
+		{Stage: "replicas", Workload: WorkloadZipf, L1: 90, RemotePer1000: 100, ReplicaConnsProxies: 32, CacheWriteBytes: 1000},
+		{Stage: "relays", Workload: WorkloadZipf, Relays: true, L1: 90, RemotePer1000: 40, ReplicaConnsRelays: 4},
+		{Stage: "prefetch", Workload: WorkloadZipf, Relays: true, L1: 95, RemotePer1000: 15, ReplicaConnsRelays: 4},
+		{Stage: "transient", Workload: WorkloadZipf, L1: 89.95, RemotePer1000: 100, ReplicaConnsProxies: 32, CacheWriteBytes: 400},
+		{Stage: "replicas", Workload: WorkloadRegional, L1: 99, RemotePer1000: 10, ReplicaConnsProxies: 32, CacheWriteBytes: 1000},
+		{Stage: "prefetch", Workload: WorkloadRegional, Relays: true, L1: 99.5, L1L2: -1, ReplicaConnsProxies: 2, ReplicaConnsRelays: 4},
+		{Stage: "transient", Workload: WorkloadRegional, L1: 98, CacheWriteBytes: 400},
+	}
+	got := strings.Join(tierChecks(rows, "replicas", "prefetch", "replicas", "transient"), "\n")
+	for _, want := range []string{
+		"regional, stage prefetch: L1 99.500% (target ≥ 99.9%): NOT met",
+		"regional: L1+L2 (target ≥ 99.99%): not measured",
+		"zipf: remote fetches per 1,000 reads 15.0 (prefetch) vs 100.0 (replicas), 0.15× (target ≤ 0.20×): met",
+		"zipf: replicas held connections only from relays in stages relays, prefetch: met",
+		"regional: replicas held connections from proxies too in stages prefetch: NOT met",
+		"zipf: cache disk writes 0.4 kB (transient) vs 1.0 kB (replicas), 0.40× at L1 89.95% vs 90.00% (target ≤ 0.50× at ±0.1 points): met",
+		"regional: cache disk writes 0.4 kB (transient) vs 1.0 kB (replicas), 0.40× at L1 98.00% vs 99.00% (target ≤ 0.50× at ±0.1 points): NOT met (hit rates differ by 1.00 points",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	rows[4].CacheWriteBytes = 0
+	rows[0].RemotePer1000 = 0
+	got = strings.Join(tierChecks(rows, "replicas", "prefetch", "replicas", "transient"), "\n")
+	for _, want := range []string{"regional: no cache writes in stage replicas", "zipf: no remote fetch in stage replicas"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+}
+
+func TestTierConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Scenarios = []string{ScenarioTiers}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--spawn") {
+		t.Errorf("tiers without --spawn: %v", err)
+	}
+	cfg.Spawn = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ExpandScenarios([]string{"all"}), ScenarioTiers) {
+		t.Error("all includes tiers")
+	}
+	for name, mod := range map[string]func(c *Config){
+		"tiers stage":    func(c *Config) { c.TiersStages = []string{"relays", "l9"} },
+		"tiers workload": func(c *Config) { c.TiersWorkloads = []string{"uniform"} },
+		"tiers keys":     func(c *Config) { c.TiersKeys = 10 },
+		"warm-up":        func(c *Config) { c.TiersWarmup = -1 },
+	} {
+		c := cfg
+		mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestTierSizes(t *testing.T) {
+	s := sizesFor(1_000_000)
+	if s.proxyCache != 64_000_000 || s.relayCache != 256_000_000 || s.transient != 16_000_000 {
+		t.Errorf("1M keys: %+v", s)
+	}
+	if s := sizesFor(1000); s.proxyCache != tierMinCacheBytes || s.transient != tierMinCacheBytes {
+		t.Errorf("1000 keys: %+v", s)
+	}
+}
+
+func TestTierReportTable(t *testing.T) {
+	res := Result{Scenario: ScenarioTiers, Tiers: []TierRow{{Stage: "relays", Workload: WorkloadZipf, Reads: 1000, L1: 99.5, L1L2: -1,
+		RemotePer1000: 2.5, ReplicaConnsRelays: 4, CacheWriteBytes: 2_500_000, Latency: Latency{P50: 300, P99: 20_000, P999: 40_000}, Load1: 1.5}}}
+	rep := &Report{Results: []Result{res}}
+	var b bytes.Buffer
+	if err := rep.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "| relays | zipf | 1000 | 99.500% | - | 2.50 | 0 / 4 | 2.5 MB | 300.0µs | 20.00ms | 40.00ms | 1.50 |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("no row %q in:\n%s", want, b.String())
+	}
+}
+
+// TestDelayLink: bytes cross the link intact and in order both ways, and
+// the link counts the connections it holds.
+func TestDelayLink(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the listener and the link are closed
+	defer echo.Close()
+	wg.Go(func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { defer c.Close(); io.Copy(c, c) })
+		}
+	})
+	l, err := newDelayLink(echo.Addr().String(), 2*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var conns []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 8<<10) // 128 KiB: several chunks
+	for i, c := range conns {
+		go c.Write(payload)
+		got := make([]byte, len(payload))
+		if _, err := io.ReadFull(bufio.NewReader(c), got); err != nil {
+			t.Fatalf("conn %d: %v", i, err)
+		}
+		if !bytes.Equal(got, payload) {
+			t.Fatalf("conn %d: the echo differs", i)
+		}
+	}
+	if n := l.Open(); n != 3 {
+		t.Errorf("open %d, want 3", n)
+	}
+	conns[0].Close()
+	conns[1].Close()
+	waitFor(t, func() bool { return l.Open() == 1 })
+	if p := l.TakePeak(); p != 3 {
+		t.Errorf("peak %d, want 3", p)
+	}
+	if p := l.TakePeak(); p != 1 {
+		t.Errorf("peak after taking it %d, want the 1 still open", p)
+	}
+	conns[2].Close()
+}
+
+// waitFor polls cond for up to 30 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
