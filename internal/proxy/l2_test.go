@@ -58,6 +58,23 @@ func (c *cluster) l2Proxy(dbid store.DBID, m cache.ShardMap, name, replica, upst
 	c.t.Helper()
 	po := store.ProxyOptions{Window: 5, CacheBytes: -1, ShardCacheBytes: 8 << 20, Shards: m, NodeName: name, EvictInterval: 2 * time.Millisecond}
 	n := &l2Node{node: &node{st: c.open(store.Options{DBID: dbid, ChunkBytes: 4096, Proxy: &po}), pid: repl.NewProcessID()}, name: name}
+	c.serveNamed(n.node, name)
+	p, err := New(Config{Database: c.name, DBID: dbid, ProcessID: n.pid, Replicas: []string{replica}}, testLogger())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(p.Close)
+	n.pool = p
+	n.l3 = &countingFetcher{next: p}
+	n.st.SetFetcher(n.l3) // until startL2
+	c.follow(n.node, upstream)
+	return n
+}
+
+// serveNamed starts the replication server of n as node name: it
+// answers L2 requests.
+func (c *cluster) serveNamed(n *node, name string) {
+	c.t.Helper()
 	srv, err := repl.NewServer(repl.ServerConfig{ProcessID: n.pid, NodeName: name, ProgressInterval: 50 * time.Millisecond},
 		func(db string) (*store.Store, bool) { return n.st, db == n.st.Name() }, quiet)
 	if err != nil {
@@ -74,16 +91,32 @@ func (c *cluster) l2Proxy(dbid store.DBID, m cache.ShardMap, name, replica, upst
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	p, err := New(Config{Database: c.name, DBID: dbid, ProcessID: n.pid, Replicas: []string{replica}}, testLogger())
-	if err != nil {
-		c.t.Fatal(err)
+}
+
+// dcPeers makes proxies (named names) the L2 cache of one data centre:
+// each serves its L2 requests behind a link (added to cuts) and asks the
+// others before its pool.
+func (c *cluster) dcPeers(proxies []*node, m cache.ShardMap, names []string, cuts *[]*link) []*L2 {
+	c.t.Helper()
+	var peers []string
+	for i, p := range proxies {
+		c.serveNamed(p, names[i])
+		l := newLink(c.t, p.addr, 0)
+		*cuts = append(*cuts, l)
+		peers = append(peers, l.Addr())
 	}
-	c.t.Cleanup(p.Close)
-	n.pool = p
-	n.l3 = &countingFetcher{next: p}
-	n.st.SetFetcher(n.l3) // until startL2
-	c.follow(n.node, upstream)
-	return n
+	var out []*L2
+	for i, p := range proxies {
+		l, err := NewL2(L2Config{Database: c.name, DBID: p.st.DBID(), ProcessID: p.pid, Peers: peers, Shards: m, NodeName: names[i],
+			Next: p.pool, Count: p.st.CountTier, AttemptTimeout: 300 * time.Millisecond, SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond}, testLogger())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(l.Close)
+		p.st.SetFetcher(l)
+		out = append(out, l)
+	}
+	return out
 }
 
 // startL2 gives n its L2 tier over peers.
