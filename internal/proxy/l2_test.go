@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -398,4 +401,53 @@ func answerAll(c net.Conn, f *repl.Fetch, delta int, value string) {
 		ans.Results = append(ans.Results, repl.FetchResult{Status: repl.FetchOK, Index: uint64(int64(it.Index) + int64(delta)), Value: []byte(value)})
 	}
 	repl.WriteMessage(c, ans)
+}
+
+// TestL2HitLatencyBenchmark (QS_BENCH=1) measures single-key reads at a
+// proxy whose L1 holds none of the keys, each answered by the owner of
+// the key's shard (an L2 hit) on loopback, and the same reads answered by
+// the replica (L3, L2 off), in the same run. QS_BENCH_KEYS sets the keys
+// (default 2000).
+func TestL2HitLatencyBenchmark(t *testing.T) {
+	if os.Getenv("QS_BENCH") == "" {
+		t.Skip("set QS_BENCH=1")
+	}
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("QS_BENCH_KEYS")); err == nil && v > 0 {
+		n = v
+	}
+	c := newCluster(t)
+	root := c.root()
+	dbid := root.st.DBID()
+	replica := c.replica(dbid, root.addr)
+	m, _ := cache.NewShardMap(2)
+	names := shardNames(t, m, 2)
+	owner := c.l2Proxy(dbid, m, names[0], replica.addr, root.addr)
+	asker := c.l2Proxy(dbid, m, names[1], replica.addr, root.addr)
+	l3only := c.l2Proxy(dbid, m, names[1]+"-l3", replica.addr, root.addr)
+	keys := writeEvicted(t, root, []*node{owner.node, asker.node, l3only.node}, "key", 2*n)
+	var ofOwner []string
+	for _, k := range keys {
+		if m.Owns(names[0], []byte(k)) {
+			ofOwner = append(ofOwner, k)
+		}
+	}
+	readChecked(t, owner.node, ofOwner)
+	c.startL2(asker, m, 10*time.Second, owner.addr)
+	waitPeersUp(t, asker.l2, 1)
+	measure := func(p *node) []time.Duration {
+		var ds []time.Duration
+		for _, k := range ofOwner {
+			start := time.Now()
+			readChecked(t, p, []string{k})
+			ds = append(ds, time.Since(start))
+		}
+		slices.Sort(ds)
+		return ds
+	}
+	l2 := measure(asker.node)
+	l3 := measure(l3only.node)
+	q := func(ds []time.Duration, f float64) time.Duration { return ds[min(len(ds)-1, int(f*float64(len(ds))))] }
+	t.Logf("%d single-key reads each: L2 hit p50 %v p99 %v p99.9 %v; L3 (replica) p50 %v p99 %v p99.9 %v; L2 hits %d",
+		len(ofOwner), q(l2, .5), q(l2, .99), q(l2, .999), q(l3, .5), q(l3, .99), q(l3, .999), asker.l2.Hits())
 }
