@@ -43,6 +43,8 @@ func cmdServe(args []string) error {
 		relays   = fs.String("relays", "", "proxy: replication addresses of the relays of this data centre, comma-separated: misses are fetched through them, from --replicas only when no relay answers")
 		cacheB   = fs.Int64("cache-bytes", 0, "proxy: budget of stored values in bytes, the sliding window included (default 1 GiB)")
 		transB   = fs.Int64("transient-bytes", 0, "proxy: in-memory tier in bytes in front of the cache: fetched values are written to the cache only when read again while held there (default 0: none)")
+		dcPeers  = fs.String("dc-peers", "", "proxy: replication addresses of the proxies of this data centre, comma-separated (L2 cache): a miss is asked of the peer owning its key's shard (--shards, by --node-name) before the relays and replicas")
+		shardB   = fs.Int64("shard-cache-bytes", 0, "proxy: in-memory budget in bytes of the values of this node's own shard, answered to its --dc-peers (default 0: none)")
 		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
 		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
@@ -156,6 +158,12 @@ func cmdServe(args []string) error {
 	}
 	if *transB != 0 {
 		cfg.Databases[0].ProxyTransientBytes = *transB
+	}
+	if *dcPeers != "" {
+		cfg.Databases[0].DCPeers = splitList(*dcPeers)
+	}
+	if *shardB != 0 {
+		cfg.Databases[0].ProxyShardCacheBytes = *shardB
 	}
 	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
 		if *nodeID != 0 {

@@ -23,6 +23,10 @@
 //     logical shard is the top 10 bits of its XXH64; N physical shards
 //     group them (logical >> (10 − log2 N)), and a node owns the shard
 //     of its node name. Doubling N only splits shards.
+//   - ShardCache: the separate budget of the values of a node's own
+//     shard, which the other nodes of its data centre ask it for (L2).
+//     It answers only the exact version asked, and checks each value's
+//     CRC before handing it back.
 //
 // # Invariants
 //

@@ -219,6 +219,16 @@ type Database struct {
 	// and written to the cache only when read again while held. Default
 	// 0: none (every fetched value is written).
 	ProxyTransientBytes int64 `toml:"proxy_transient_bytes"`
+	// DCPeers (proxy only, flag --dc-peers) are the replication addresses
+	// of the proxies of this node's data centre (its own may be among
+	// them): the L2 cache. A value this proxy does not hold is asked of
+	// the peer owning its key's shard (Shards, by node name) before the
+	// relays and replicas. Needs Shards of at least 2.
+	DCPeers []string `toml:"dc_peers"`
+	// ProxyShardCacheBytes (proxy only, flag --shard-cache-bytes) is the
+	// in-memory budget of the values of this node's own shard, which it
+	// answers to its DCPeers. Default 0: none.
+	ProxyShardCacheBytes int64 `toml:"proxy_shard_cache_bytes"`
 	// ProxyWindow (proxy only, flag --window) is the sliding window in log
 	// entries: values written by the last ProxyWindow entries are never
 	// evicted, so replicas lagging less than that behind the proxy can
@@ -549,9 +559,18 @@ func (c *Config) Validate() error {
 			if d.Relay || len(d.Relays) > 0 {
 				errs = append(errs, fmt.Errorf("%s: relay and relays are for role = \"proxy\"", where))
 			}
+			if len(d.DCPeers) > 0 || d.ProxyShardCacheBytes != 0 {
+				errs = append(errs, fmt.Errorf("%s: dc_peers and proxy_shard_cache_bytes are for role = \"proxy\"", where))
+			}
 		case "proxy":
 			if !d.IsReplica() {
 				errs = append(errs, fmt.Errorf("%s: a proxy needs an upstream to replicate the log from", where))
+			}
+			if d.ProxyShardCacheBytes < 0 {
+				errs = append(errs, fmt.Errorf("%s: proxy_shard_cache_bytes %d below 0", where, d.ProxyShardCacheBytes))
+			}
+			if len(d.DCPeers) > 0 && c.Shards < 2 {
+				errs = append(errs, fmt.Errorf("%s: dc_peers need shards of at least 2 (the keys of a shard are asked of the peer owning it)", where))
 			}
 			if d.Relay && len(d.Replicas) == 0 {
 				errs = append(errs, fmt.Errorf("%s: a relay needs replicas to fetch from", where))
@@ -740,7 +759,12 @@ func (c *Config) StoreOptions(d Database) (store.Options, error) {
 	if d.IsProxy() {
 		o.Proxy = &store.ProxyOptions{Window: d.ProxyWindow, CacheBytes: d.ProxyCacheBytes,
 			SoftFreeBytes: d.ProxySoftFreeBytes, HardFreeBytes: d.ProxyHardFreeBytes, FetchTimeout: d.ProxyFetchTimeout.Duration,
-			TransientBytes: d.ProxyTransientBytes}
+			TransientBytes: d.ProxyTransientBytes, ShardCacheBytes: d.ProxyShardCacheBytes, NodeName: c.NodeName}
+		if c.Shards > 0 {
+			if o.Proxy.Shards, err = cache.NewShardMap(c.Shards); err != nil {
+				return o, err
+			}
+		}
 		if o.Retention.MaxEntries == 0 {
 			o.Retention.MaxEntries = max(d.ProxyWindow, 10000)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -41,6 +42,12 @@ type consistencyOpts struct {
 	// of four proxies, which fall back to the replicas and the root; its
 	// fetch connections are cut at random too.
 	relay bool
+	// l2: with relay, the four proxies are also the L2 cache of their
+	// data centre (four shards, one each, tiny shard budgets), asking
+	// each other through links cut at random; they follow different
+	// sources, so an owner's version of a key may be newer or older than
+	// the asking proxy's record.
+	l2 bool
 }
 
 type consistencyResult struct {
@@ -50,6 +57,7 @@ type consistencyResult struct {
 	retries, replicaErrs float64
 	historyReads         float64
 	relayOK, fallback    float64 // requests the relay answered ok; sent to fallback members
+	l2Hits               int64   // values the proxies' DC peers answered
 	entries              uint64
 	elapsed              time.Duration
 }
@@ -84,6 +92,7 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 	lp := newLink(t, root.addr, 50*time.Millisecond)
 	cuts := []*link{f1, f2, f3}
 	var proxies []*node
+	var l2s []*L2
 	if o.relay {
 		relay := c.relayProxy(dbid, po, pc, r1.addr)
 		rl := newLink(t, relay.addr, 0)
@@ -94,8 +103,17 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 		ppc.AttemptTimeout = 3 * pc.AttemptTimeout
 		// Proxies behind the relay (answered "gone" for versions it
 		// overwrote since), beside it, and ahead of it ("behind").
-		for _, up := range []string{lp.Addr(), r1.addr, lp.Addr(), root.addr} {
-			proxies = append(proxies, c.proxy(dbid, po, ppc, up))
+		shards, _ := cache.NewShardMap(4)
+		names := shardNames(t, shards, 4)
+		for i, up := range []string{lp.Addr(), r1.addr, lp.Addr(), root.addr} {
+			ppo := po
+			if o.l2 {
+				ppo.ShardCacheBytes, ppo.Shards, ppo.NodeName = 8000, shards, names[i]
+			}
+			proxies = append(proxies, c.proxy(dbid, ppo, ppc, up))
+		}
+		if o.l2 {
+			l2s = c.dcPeers(proxies, shards, names, &cuts)
 		}
 	} else {
 		proxies = []*node{c.proxy(dbid, po, pc, lp.Addr()), c.proxy(dbid, po, pc, r1.addr)}
@@ -244,6 +262,9 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 		res.relayOK = counter(t, mReplicaRequests.WithLabelValues(c.name, cuts[3].Addr(), "ok"))
 		res.fallback = counter(t, mFetches.WithLabelValues(c.name, "fallback"))
 	}
+	for _, l := range l2s {
+		res.l2Hits += l.Hits()
+	}
 	return res
 }
 
@@ -386,6 +407,34 @@ func TestRelayConsistency(t *testing.T) {
 	}
 	if r.reads < min(o.reads, 1000) || r.misses == 0 || relayed == 0 {
 		t.Fatalf("the run did not exercise the relay enough: %+v", r)
+	}
+}
+
+// TestL2Consistency is TestRelayConsistency with the four proxies also
+// the L2 cache of their data centre: owners that lag or lead the asking
+// proxy, tiny shard budgets, L2 connections cut at random. Every answer
+// must still be the version of its index.
+func TestL2Consistency(t *testing.T) {
+	o := consistencyOpts{reads: 8000, minTime: 5 * time.Second, maxTime: 40 * time.Second, window: 200, fetchWait: 5 * time.Second, relay: true, l2: true}
+	if os.Getenv("QS_BENCH") == "1" {
+		o.reads, o.minTime, o.maxTime = 120000, time.Minute, 10*time.Minute
+	} else if testing.Short() {
+		o.reads, o.minTime, o.maxTime = 1000, 3*time.Second, 90*time.Second
+	}
+	r := runConsistency(t, o)
+	logResult(t, "L2 consistency", r)
+	t.Logf("L2: %d values answered by DC peers; relay: %v requests answered ok; %v to fallback members", r.l2Hits, r.relayOK, r.fallback)
+	if r.report.Count != 0 {
+		t.Fatalf("%d violations", r.report.Count)
+	}
+	if allowed := r.reads / 50; r.errors > allowed {
+		t.Fatalf("%d reads failed (%d allowed)", r.errors, allowed)
+	}
+	// L2 answered some reads in the default run; under the race detector
+	// (-short in CI) every L2 attempt may miss its timeout, and the run
+	// checks correctness only.
+	if r.reads < min(o.reads, 1000) || r.misses == 0 || (!testing.Short() && r.l2Hits == 0) {
+		t.Fatalf("the run did not exercise the L2 cache enough: %+v", r)
 	}
 }
 

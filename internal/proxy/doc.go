@@ -5,6 +5,12 @@
 // with relays asks them first, with its replicas and sources as the
 // fall-back; each request to a fall-back member is counted.
 //
+// L2 (l2.go) is the data centre's tier in front of the pool: it asks the
+// proxy owning each key's shard (its --dc-peers, known by node name) for
+// exactly the version the proxy's record names, and passes every miss to
+// the pool. An answer that is not that version, or does not match the
+// record, is a miss; a peer that fails or stalls is sidelined.
+//
 // # Invariants
 //
 //   - A value is returned only if it is the version the proxy asked for:
@@ -44,5 +50,7 @@
 // replica_requests_total{replica, result} (ok, partial, error, timeout,
 // bad_answer, aborted), replica_up{replica}, replica_latency_seconds{replica},
 // replica_applied_index{replica}, member_changes_total{change} (added,
-// retired, retiered), members{tier} (preferred, fallback).
+// retired, retiered), members{tier} (preferred, fallback); for L2:
+// l2_requests_total{peer, result} (ok, error, timeout, bad_answer),
+// l2_skipped_total, l2_peer_up{peer}.
 package proxy

@@ -28,7 +28,9 @@ var ErrFetchConnClosedLocally = fmt.Errorf("%w by this process", ErrFetchConnClo
 type FetchConn struct {
 	c       net.Conn
 	Welcome Welcome
-	in      *progressReader
+	// Node is the server's node name, on an L2 connection.
+	Node string
+	in   *progressReader
 
 	wmu  sync.Mutex // serializes request writes
 	wbuf []byte
@@ -48,9 +50,13 @@ type FetchHello struct {
 	Database  string
 	DBID      store.DBID
 	ProcessID ProcessID
+	// Shard opens an L2 connection to a proxy of the same data centre
+	// (protocol_shard.go) instead of a fetch connection.
+	Shard bool
 }
 
-// DialFetch opens a fetch connection to addr and completes the handshake.
+// DialFetch opens a fetch connection to addr (an L2 connection with
+// h.Shard) and completes the handshake.
 func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string, h FetchHello) (*FetchConn, error) {
 	if dial == nil {
 		var d net.Dialer
@@ -66,7 +72,7 @@ func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr
 	// A context without a deadline still ends the handshake when it ends.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	hello := &Hello{Version: FetchVersion, Fetch: true, Database: h.Database, DBID: h.DBID, ProcessID: h.ProcessID}
+	hello := &Hello{Version: FetchVersion, Fetch: !h.Shard, Shard: h.Shard, Database: h.Database, DBID: h.DBID, ProcessID: h.ProcessID}
 	if err := WriteMessage(c, hello); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("send fetch hello: %w", err)
@@ -93,8 +99,22 @@ func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr
 		c.Close()
 		return nil, &RefusedError{Code: RefuseWrongDBID, Reason: fmt.Sprintf("%s serves database id %s, want %s", addr, w.DBID, h.DBID)}
 	}
+	var node string
+	if h.Shard {
+		m, err := ReadMessage(br)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("L2 handshake: %w", err)
+		}
+		n, ok := m.(*Node)
+		if !ok {
+			c.Close()
+			return nil, fmt.Errorf("%w: L2 welcome followed by %s, want node", ErrMalformed, m.Type())
+		}
+		node = n.Name
+	}
 	c.SetDeadline(time.Time{})
-	fc := &FetchConn{c: c, Welcome: *w, in: in, done: make(chan struct{}), stopped: make(chan struct{})}
+	fc := &FetchConn{c: c, Welcome: *w, Node: node, in: in, done: make(chan struct{}), stopped: make(chan struct{})}
 	fc.mu.pending = map[uint64]chan *Values{}
 	go fc.read(br)
 	return fc, nil

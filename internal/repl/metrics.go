@@ -107,7 +107,10 @@ var (
 		Help: "Keys of fetch requests answered error because their value is larger than an answer can carry (MaxFetchValueBytes); also counted in fetch_keys_total{result=\"error\"}."}))
 	mFetchRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_bad_requests_total",
-		Help: "Fetch connections closed for bad input, by reason (decode, crc, unexpected)."}, []string{"reason"}))
+		Help: "Fetch and L2 connections closed for bad input, by reason (decode, crc, unexpected)."}, []string{"reason"}))
+	mShardKeys = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "shard_keys_total",
+		Help: "Keys asked by L2 requests of the other proxies of this node's data centre, by result: hit (the version asked, answered from memory or disk), miss (not held here, or another version)."}, []string{"result"}))
 	mFetchSeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_seconds",
 		Help: "Time to answer one fetch request, on the server.", Buckets: metrics.LatencyBuckets}))

@@ -100,6 +100,8 @@ func (t MsgType) String() string {
 		return "report"
 	case MsgHead:
 		return "head"
+	case MsgNode:
+		return "node"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -193,7 +195,7 @@ type Message interface {
 // Hello opens a replication stream, or a bootstrap.
 //
 //	payload := magic "QSR1" version(2 BE) flags(1) dbid(16) pid(16) last(8 BE) stop(8 BE) namelen(uvarint) name [resume]
-//	flags   := bit 0 NewestOnly, bit 1 Bootstrap
+//	flags   := bit 0 NewestOnly, bit 1 Bootstrap, bit 2 Fetch, bit 3 Prefetch, bit 4 Shard
 //	resume  := snapshot(16) file(4 BE) offset(8 BE)   (present iff Bootstrap)
 type Hello struct {
 	Version   uint16
@@ -215,6 +217,10 @@ type Hello struct {
 	// values the relay resolves for the proxies of its data centre,
 	// instead of the log.
 	Prefetch bool
+	// Shard opens an L2 connection (version 2) to a proxy of the same
+	// data centre: requests for exact versions of the keys of the shard
+	// it owns (protocol_shard.go), instead of the log.
+	Shard bool
 	// Resume is where an interrupted download of a snapshot stopped; the
 	// zero value asks for a new snapshot.
 	Resume ResumePoint
@@ -346,6 +352,9 @@ func (m *Hello) AppendPayload(dst []byte) []byte {
 	if m.Prefetch {
 		flags |= 8
 	}
+	if m.Shard {
+		flags |= 16
+	}
 	dst = append(dst, flags)
 	dst = append(dst, m.DBID[:]...)
 	dst = append(dst, m.ProcessID[:]...)
@@ -372,13 +381,14 @@ func decodeHello(p []byte) (*Hello, error) {
 	}
 	m := &Hello{Version: binary.BigEndian.Uint16(p[4:])}
 	flags := p[6]
-	if flags&^15 != 0 || flags&6 == 6 || (flags&8 != 0 && flags&6 != 0) {
+	if flags&^31 != 0 || flags&6 == 6 || (flags&8 != 0 && flags&6 != 0) || (flags&16 != 0 && flags&14 != 0) {
 		return nil, fmt.Errorf("%w: unknown hello flags %#x", ErrMalformed, flags)
 	}
 	m.NewestOnly = flags&1 != 0
 	m.Bootstrap = flags&2 != 0
 	m.Fetch = flags&4 != 0
 	m.Prefetch = flags&8 != 0
+	m.Shard = flags&16 != 0
 	copy(m.DBID[:], p[7:23])
 	copy(m.ProcessID[:], p[23:39])
 	m.LastIndex = binary.BigEndian.Uint64(p[39:])
@@ -658,6 +668,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeReport(p)
 	case MsgHead:
 		return decodeHead(p)
+	case MsgNode:
+		return decodeNode(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

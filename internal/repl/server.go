@@ -74,6 +74,11 @@ type ServerConfig struct {
 	// Heads gives the signed heads sent with the log of database db to
 	// clients of HeadVersion or later (heads.go). Nil: none are sent.
 	Heads func(db string) HeadSource
+	// NodeName is this node's name in its data centre, sent to the
+	// clients of L2 connections (protocol_shard.go): it decides which
+	// shard of the data centre's L2 cache the node owns. Empty: L2
+	// connections are refused.
+	NodeName string
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -134,6 +139,8 @@ func (c *ServerConfig) Validate() error {
 		return fmt.Errorf("repl: FetchIdleTimeout %v below 1ms", c.FetchIdleTimeout)
 	case c.MaxChildren < 0:
 		return fmt.Errorf("repl: MaxChildren %d is negative", c.MaxChildren)
+	case len(c.NodeName) > MaxNodeName:
+		return fmt.Errorf("repl: NodeName of %d bytes over %d", len(c.NodeName), MaxNodeName)
 	}
 	return nil
 }
@@ -208,7 +215,7 @@ func (s *Server) Children(db string) int {
 // isChild reports whether a Hello opens a replica's log stream: the
 // connections that make a node a child of this one in the tree.
 func isChild(h *Hello) bool {
-	return !h.NewestOnly && !h.Fetch && !h.Prefetch && !h.Bootstrap && h.StopIndex == 0
+	return !h.NewestOnly && !h.Fetch && !h.Prefetch && !h.Shard && !h.Bootstrap && h.StopIndex == 0
 }
 
 // takeChild reserves a child slot for db; false if the server is full.
@@ -437,6 +444,14 @@ func (s *Server) handle(c net.Conn) {
 		cn.servePrefetch(ctx, r, st, hello)
 		return
 	}
+	if hello.Shard {
+		cn.log = cn.log.With("db", hello.Database, "client", hello.ProcessID.String())
+		if err := cn.send(&Node{Name: s.cfg.NodeName}); err != nil {
+			return
+		}
+		cn.serveFetch(ctx, r, st, hello)
+		return
+	}
 	// The client sends nothing after its Hello: anything it sends, or its
 	// hanging up, ends the stream at once rather than at the next write.
 	c.SetReadDeadline(time.Time{})
@@ -505,7 +520,11 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 		cn.refuse(RefuseBadRequest, "database %q has no prefetch stream here: this node is not one of its relays", h.Database)
 		return nil, 0, false
 	}
-	if (h.Fetch || h.Prefetch) && h.Version < FetchVersion {
+	if h.Shard && (!st.IsProxy() || s.cfg.NodeName == "") {
+		cn.refuse(RefuseBadRequest, "database %q has no L2 shard here: this node is not a proxy with a node name", h.Database)
+		return nil, 0, false
+	}
+	if (h.Fetch || h.Prefetch || h.Shard) && h.Version < FetchVersion {
 		cn.refuse(RefuseVersion, "fetch connections need protocol version %d, client sent %d", FetchVersion, h.Version)
 		return nil, 0, false
 	}
@@ -532,7 +551,7 @@ func (cn *conn) accept(h *Hello) (*store.Store, uint64, bool) {
 	}
 	next := h.LastIndex + 1
 	switch {
-	case h.NewestOnly, h.Fetch, h.Prefetch:
+	case h.NewestOnly, h.Fetch, h.Prefetch, h.Shard:
 		next = lr.Last + 1
 	case h.LastIndex > lr.Last:
 		cn.refuse(RefuseAhead, "client applied index %d is beyond this server's durable %d: ask again once it caught up", h.LastIndex, lr.Last)

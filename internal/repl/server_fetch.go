@@ -10,7 +10,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
-// serveFetch answers Fetch messages on a fetch connection, in order, until
+// serveFetch answers Fetch messages on a fetch or L2 connection, in order, until
 // the client hangs up, sends something else, or the server stops. Each
 // Fetch is answered from one view of the store (one applied index), so
 // the answer is consistent with itself. Answers are flushed when no
@@ -44,16 +44,22 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			return
 		}
 		m, err := decodeFetch(p)
+		if err == nil && hello.Shard {
+			err = checkShardFetch(m)
+		}
 		if err != nil {
 			cn.badFetch("decode", "%v", err)
 			return
 		}
 		start := time.Now()
 		var ans *Values
-		if st.IsProxy() {
+		switch {
+		case hello.Shard:
+			ans = answerShard(st, m)
+		case st.IsProxy():
 			ans = answerRelayFetch(st, m)
 			cn.s.prefetch.publish(hello.Database, hello.ProcessID, m, ans)
-		} else {
+		default:
 			ans = answerFetch(st, m)
 		}
 		mFetchSeconds.Observe(time.Since(start).Seconds())

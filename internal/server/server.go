@@ -51,6 +51,7 @@ type Server struct {
 	replicas       map[string]*repl.Replica
 	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
 	prefetchers    []*repl.Prefetcher        // subscriptions of proxies to their relays, closed with the pools
+	l2s            []*proxy.L2               // L2 tiers of proxies (their DC peers), closed with the pools
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
@@ -204,6 +205,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	var pool *proxy.Pool
 	var pf *repl.Prefetcher
 	var dp *discoveredPool
+	var l2 *proxy.L2
 	if d.IsProxy() {
 		// A proxy with relays fetches through them; its replicas and
 		// sources are asked only when no relay answers.
@@ -223,9 +225,13 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
-		if len(d.Relays) > 0 && d.ProxyTransientBytes > 0 {
-			// Prefetched values are held by the transient tier: a proxy
-			// without one has nowhere to keep them, and does not subscribe.
+		if l2, err = s.startL2(d, st, pool); err != nil {
+			return err
+		}
+		if len(d.Relays) > 0 && (d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0) {
+			// Prefetched values are held by the transient tier and the
+			// shard budget: a proxy with neither has nowhere to keep
+			// them, and does not subscribe.
 			pf = repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: d.Relays, Dial: s.replDial()}, st, s.log)
 			s.prefetchers = append(s.prefetchers, pf)
 		}
@@ -261,6 +267,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
 			m["cache"] = cacheStatus(st, d, pf)
+			addL2Status(m["cache"].(map[string]any), st, l2)
 			if s.cfg.Shards > 0 {
 				m["cache"].(map[string]any)["shard"] = shardStatus(s.cfg.NodeName, s.cfg.Shards)
 			}
@@ -463,7 +470,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -664,6 +671,10 @@ func (s *Server) closePools() {
 		p.Close()
 	}
 	s.prefetchers = nil
+	for _, l := range s.l2s {
+		l.Close()
+	}
+	s.l2s = nil
 	for _, p := range s.pools {
 		p.Close()
 	}

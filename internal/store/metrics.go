@@ -110,6 +110,18 @@ var (
 	mPxTransient = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_total",
 		Help: "Fetched values through a proxy's transient tier, by result: held (in memory, not stored), stored (its key was read twice recently: queued for the cache at once), too_large (larger than the tier), read_again (held and read again: queued for the cache), evicted (left the tier unread: no disk write), prefetched (published by a relay for another proxy's miss, held)."}, []string{"db", "result"}))
+	mPxShard = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_shard_cache_total",
+		Help: "Values through the budget of a proxy's own L2 shard, by result: put (held, from a fetch or the prefetch stream), evicted (left for room), served (an L2 request of another node answered), missed (an L2 request not answered: version not held), mismatch (a held value that does not match the key's record: dropped, never served)."}, []string{"db", "result"}))
+	mPxShardBytes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_shard_cache_bytes",
+		Help: "Bytes the budget of a proxy's own L2 shard holds in memory (keys, values and overhead)."}, []string{"db"}))
+	mPxTierLookups = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_tier_lookups_total",
+		Help: "Values a proxy read looked up in each cache tier (l1: this node's cache, window, transient tier and shard budget; l2: the owner of the key's shard in the data centre; l3: the replicas, through the relays), by result: hit or miss (an l3 miss is a failed fetch)."}, []string{"db", "tier", "result"}))
+	mPxTierSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_tier_fetch_seconds",
+		Help: "Time of one fetch from a cache tier beyond this node (l2: the owners of the keys' shards; l3: the replicas, through the relays).", Buckets: metrics.LatencyBuckets}, []string{"db", "tier"}))
 	mPxTransientValues = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "proxy_transient_values",
 		Help: "Values a proxy's transient tier holds in memory."}, []string{"db"}))
@@ -188,6 +200,9 @@ type storeMetrics struct {
 	pxHits, pxMisses, pxNegative, pxEvictions, pxEvictedBytes, pxReadErrors prometheus.Counter
 	pxAdmissions, pxTransient                                               *prometheus.CounterVec
 	pxTransientValues, pxTransientBytes                                     prometheus.Gauge
+	pxShard, pxTiers                                                        *prometheus.CounterVec
+	pxShardBytes                                                            prometheus.Gauge
+	pxTierSeconds                                                           prometheus.ObserverVec
 	pxCachedValues, pxCachedBytes, pxBudget, pxWindowEntries                prometheus.Gauge
 	pxSoftLimited, pxHardLimited                                            prometheus.Gauge
 	pxCompactions                                                           prometheus.Counter
@@ -229,6 +244,8 @@ func newStoreMetrics(db string) *storeMetrics {
 		pxSoftLimited: mPxDiskLimit.WithLabelValues(db, "soft"), pxHardLimited: mPxDiskLimit.WithLabelValues(db, "hard"),
 		pxCompactions: mPxCompactions.With(l), pxCompactSeconds: mPxCompactSeconds.With(l),
 		pxTransient: mPxTransient.MustCurryWith(l), pxTransientValues: mPxTransientValues.With(l), pxTransientBytes: mPxTransientBytes.With(l),
+		pxShard: mPxShard.MustCurryWith(l), pxShardBytes: mPxShardBytes.With(l),
+		pxTiers: mPxTierLookups.MustCurryWith(l), pxTierSeconds: mPxTierSeconds.MustCurryWith(l),
 
 		segments:          mSegments.With(l),
 		segmentsCreated:   mSegmentEvents.WithLabelValues(db, "created"),

@@ -72,6 +72,16 @@ type ProxyOptions struct {
 	// (internal/cache, Transient). Default 0: none, every fetched value
 	// is stored.
 	TransientBytes int64
+	// ShardCacheBytes is the budget of the values of this node's own
+	// shard of its data centre's L2 cache (Shards, NodeName): filled from its
+	// fetches and the prefetch stream, read by this node and served to
+	// the other nodes of its data centre (ShardValue). Default 0: none.
+	ShardCacheBytes int64
+	// Shards is the shard map of this node's data centre, and NodeName
+	// this node's name in it: the node's own shard is Shards.OfNode
+	// (NodeName). No name: no key is of this node's shard.
+	Shards   cache.ShardMap
+	NodeName string
 }
 
 func (p *ProxyOptions) ensureDefaults() {
@@ -112,6 +122,8 @@ func (p *ProxyOptions) validate() error {
 		return fmt.Errorf("store: proxy evict interval %v below 1ms", p.EvictInterval)
 	case p.TransientBytes < 0:
 		return fmt.Errorf("store: proxy transient tier of %d bytes below 0", p.TransientBytes)
+	case p.ShardCacheBytes < 0:
+		return fmt.Errorf("store: proxy shard cache of %d bytes below 0", p.ShardCacheBytes)
 	}
 	return nil
 }
@@ -170,6 +182,11 @@ type ProxyStats struct {
 	HardLimited  bool  // free disk below the hard limit: not admitting
 	// The transient tier: values held in memory, their bytes, the budget.
 	TransientValues, TransientBytes, TransientBudget int64
+	// The shard budget (values of this node's L2 shard): values held,
+	// their bytes, the budget; values served to other nodes (L2 hits
+	// answered) and the L2 requests it could not answer.
+	ShardValues, ShardBytes, ShardBudget int64
+	ShardServed, ShardMissed             int64
 	// Since the store opened: values read here (hits), fetched from
 	// elsewhere, and written to the cache after a fetch (admissions).
 	Hits, Fetched, Admitted int64
@@ -182,10 +199,13 @@ func (s *Store) ProxyStats() ProxyStats {
 		return ProxyStats{}
 	}
 	ts := p.transient.Stats()
+	ss := p.shard.Stats()
 	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
 		CacheBytes: p.budget(), Window: p.opts.Window,
 		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load(),
 		TransientValues: ts.Values, TransientBytes: ts.Bytes, TransientBudget: p.opts.TransientBytes,
+		ShardValues: ss.Values, ShardBytes: ss.Bytes, ShardBudget: ss.Budget,
+		ShardServed: p.shardServed.Load(), ShardMissed: p.shardMissed.Load(),
 		Hits: p.hits.Load(), Fetched: p.fetched.Load(), Admitted: p.admitted.Load()}
 }
 
@@ -219,12 +239,15 @@ type proxyState struct {
 	clock     *cache.Clock
 	admits    *cache.Queue[admission]
 	transient *cache.Transient
+	shard     *cache.ShardCache // values of this node's L2 shard
 
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
 	// Since open: values served from here, values fetched, values
 	// written to the cache by admissions.
 	hits, fetched, admitted atomic.Int64
+	// Since open: L2 requests of other nodes answered, and not.
+	shardServed, shardMissed atomic.Int64
 	// logDropped counts the log bytes retention dropped since the keeper
 	// last compacted the log's keyspace.
 	logDropped atomic.Int64
@@ -257,7 +280,12 @@ func newProxyState(o ProxyOptions) *proxyState {
 	return &proxyState{opts: o,
 		limits: cache.Limits{Budget: o.CacheBytes, SoftFree: o.SoftFreeBytes, HardFree: o.HardFreeBytes},
 		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue),
-		transient: cache.NewTransient(o.TransientBytes)}
+		transient: cache.NewTransient(o.TransientBytes), shard: cache.NewShardCache(o.ShardCacheBytes)}
+}
+
+// ownsShard reports whether the shard budget keeps key.
+func (p *proxyState) ownsShard(key []byte) bool {
+	return p.shard.Enabled() && p.opts.NodeName != "" && p.opts.Shards.Owns(p.opts.NodeName, key)
 }
 
 // budget is the value bytes the cache may hold.

@@ -46,8 +46,10 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 		copy(kv, it.Key)
 		copy(kv[len(it.Key):], it.Value)
 		s.offerFetched(admission{key: kv[:len(it.Key):len(it.Key)], index: it.Index, value: kv[len(it.Key):]})
+		s.putShard(kv[:len(it.Key):len(it.Key)], it.Index, kv[len(it.Key):])
 	}
 	s.m.pxMisses.Add(float64(len(items)))
+	s.m.pxTiers.WithLabelValues("l1", "miss").Add(float64(len(items)))
 	p.fetched.Add(int64(len(items)))
 	return nil
 }
@@ -183,6 +185,7 @@ func (s *Store) countProxy(key []byte, index uint64, found, fetched bool) {
 		s.px.clock.Touch(key)
 	default:
 		s.m.pxHits.Inc()
+		s.m.pxTiers.WithLabelValues("l1", "hit").Inc()
 		s.px.hits.Add(1)
 		s.px.clock.Touch(key)
 		s.promoteTransient(key, index)
@@ -277,6 +280,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key []byte, it
 				v.s.px.clock.Touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
+				v.s.m.pxTiers.WithLabelValues("l1", "hit").Inc()
 				v.s.px.hits.Add(1)
 				v.s.px.clock.Touch(it.key)
 			}

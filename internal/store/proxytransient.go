@@ -38,7 +38,9 @@ func (s *Store) takeTransient(key []byte, rec record) ([]byte, bool) {
 	p := s.px
 	val, ok := p.transient.Take(key, rec.index)
 	if !ok {
-		return nil, false
+		// A value of this node's own shard is held apart (the shard
+		// budget); it stays in memory.
+		return s.takeShard(key, rec)
 	}
 	if it := fetchItem(key, rec); !it.Check(val) {
 		s.m.integrityErrors.WithLabelValues("transient_value").Inc()
@@ -73,7 +75,8 @@ func (s *Store) publishTransient() {
 
 // OfferPrefetched gives the transient tier a value published by a relay
 // of this proxy's data centre: version index of key, read by another
-// proxy. It reports whether the tier holds it. Nothing is checked here,
+// proxy; a value of this node's own L2 shard goes to the shard budget
+// instead. It reports whether either holds it. Nothing is checked here,
 // and nothing needs to be: the value is served only for a record naming
 // that version, after that record's length and CRC check (takeTransient),
 // so a value of a version this proxy has not applied yet, or has already
@@ -81,12 +84,16 @@ func (s *Store) publishTransient() {
 // value.
 func (s *Store) OfferPrefetched(key []byte, index uint64, value []byte) bool {
 	p := s.px
-	if p == nil || !p.transient.Enabled() || index == 0 {
+	if p == nil || !p.transient.Enabled() && !p.ownsShard(key) || index == 0 {
 		return false
 	}
 	kv := make([]byte, len(key)+len(value))
 	copy(kv, key)
 	copy(kv[len(key):], value)
+	if s.putShard(kv[:len(key):len(key)], index, kv[len(key):]) {
+		// Of this node's shard: held apart, for itself and the others.
+		return true
+	}
 	held, evicted := p.transient.Prefetch(kv[:len(key):len(key)], index, kv[len(key):])
 	if held {
 		s.m.pxTransient.WithLabelValues("prefetched").Inc()

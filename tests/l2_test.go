@@ -1,0 +1,99 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/cache"
+)
+
+// TestL2OverRealProcesses: two proxies of a data centre with two shards;
+// the second names the first in --dc-peers. Once the first read the keys
+// of its shard, the second's misses of them are answered by the first
+// (l2_hits in its status, l2_served in the first's), every value right.
+func TestL2OverRealProcesses(t *testing.T) {
+	shards, _ := cache.NewShardMap(2)
+	var names []string
+	for i := 0; len(names) < 2; i++ {
+		if n := fmt.Sprint("dc1-proxy-", i); len(names) == 0 || shards.OfNode(n) != shards.OfNode(names[0]) {
+			names = append(names, n)
+		}
+	}
+	root := startQS(t, t.TempDir())
+	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
+		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576"}
+	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
+	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"])...)
+	ctx := context.Background()
+	cacheOf := func(p *proc) map[string]any {
+		t.Helper()
+		st, err := p.client(t).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["cache"].(map[string]any)
+	}
+	pollFor(t, "the asker's L2 connection to the owner", func() bool {
+		peers := cacheOf(asker)["dc_peers"].([]any)
+		return len(peers) == 1 && peers[0].(map[string]any)["up"] == true && peers[0].(map[string]any)["name"] == names[0]
+	})
+
+	rc := root.client(t)
+	want := map[string]string{}
+	var ofOwner []string
+	var last uint64
+	for i := 0; i < 40; i++ {
+		k := fmt.Sprintf("app/k%02d", i)
+		r, err := rc.Put(ctx, k, []byte("value of "+k), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k], last = "value of "+k, r.Index
+		if shards.Owns(names[0], []byte(k)) {
+			ofOwner = append(ofOwner, k)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		r, err := rc.Put(ctx, fmt.Sprint("pad", i), []byte("x"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Index
+	}
+	for _, p := range []*proc{owner, asker} {
+		if _, err := p.client(t).Get(ctx, "pad9", client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		pollFor(t, "the proxy to keep only its window", func() bool {
+			st, err := p.client(t).Status(ctx)
+			return err == nil && st["proxy"].(map[string]any)["cached_values"].(float64) <= 5
+		})
+	}
+	oc, ac := owner.client(t), asker.client(t)
+	for _, k := range ofOwner {
+		if got, err := oc.Get(ctx, k, client.ReadOptions{MinIndex: last}); err != nil || string(got.Value) != want[k] {
+			t.Fatalf("%s at the owner: %v", k, err)
+		}
+	}
+	if c := cacheOf(owner); c["shard_values"] != float64(len(ofOwner)) {
+		t.Fatalf("the owner's shard budget holds %v values, want %d: %v", c["shard_values"], len(ofOwner), c)
+	}
+	for k, v := range want {
+		if got, err := ac.Get(ctx, k, client.ReadOptions{MinIndex: last}); err != nil || string(got.Value) != v {
+			t.Fatalf("%s at the asker: %v", k, err)
+		}
+	}
+	if c := cacheOf(asker); c["l2_hits"] != float64(len(ofOwner)) {
+		t.Fatalf("the asker's l2_hits %v, want the %d keys of the owner's shard: %v", c["l2_hits"], len(ofOwner), c)
+	}
+	if c := cacheOf(owner); c["l2_served"] != float64(len(ofOwner)) {
+		t.Fatalf("the owner served %v L2 requests, want %d: %v", c["l2_served"], len(ofOwner), c)
+	}
+	if got := metricValue(t, asker.Addr["http"], `qs_store_proxy_tier_lookups_total{db="default",result="hit",tier="l2"}`); got != float64(len(ofOwner)) {
+		t.Fatalf("the asker's metrics count %v L2 hits, want %d", got, len(ofOwner))
+	}
+}
