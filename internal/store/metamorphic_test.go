@@ -43,7 +43,10 @@ import (
 //
 // Each round is seeded; a failure prints the seed. Replay one with
 // -meta.seed=N (or QS_META_SEED=N); -meta.rounds=N (or QS_BENCH=1) runs
-// more rounds, -short fewer.
+// more rounds, -short fewer. The seed fixes the options, the operations
+// and the stream of fault decisions; which file operation draws each
+// decision also depends on background work, so a replay reproduces a
+// failure often, not always.
 
 var (
 	metaSeed   = flag.Uint64("meta.seed", 0, "run the metamorphic fault test with this seed only")
