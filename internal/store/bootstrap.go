@@ -103,6 +103,7 @@ type Bootstrap struct {
 	man     SnapshotManifest
 	left    uint64 // bytes of the snapshot not on disk yet
 	sy      *syncer
+	next    int // the file Receive takes next (files go in order)
 }
 
 // OpenBootstrap starts a bootstrap session: it loads the record of an
@@ -271,6 +272,7 @@ func (b *Bootstrap) Begin(m SnapshotManifest) (BootstrapResume, error) {
 		}
 		b.resume = BootstrapResume{Snapshot: m.Snapshot}
 	}
+	b.next = b.resume.File
 	b.sy = newSyncer(b)
 	return b.resume, nil
 }
@@ -342,14 +344,16 @@ const writebackBytes = 4 << 20
 
 // Receive writes file i of the snapshot from offset off (Resume's Offset
 // for the file it names, else 0) with body, and checks the whole file's
-// CRC-32C against the source's. A file that checks is synced in the
-// background and recorded complete once synced (Finish waits for that).
+// CRC-32C against the source's. Files are received in order, from
+// Resume's File on. A file that checks is synced in the background and
+// recorded complete once synced (Finish waits for that).
 // Errors: body's own read errors as they are; ErrSnapshotCRC (the file is
 // received again from its start next time); ErrDiskFull (space ran out
 // above the reserve); an I/O error of the store's filesystem otherwise.
 func (b *Bootstrap) Receive(i int, off uint64, body FileBody) (err error) {
-	if b.sy == nil || i < b.state.Done || i >= len(b.state.Files) {
-		return fmt.Errorf("%w: file %d of a snapshot of %d files, %d done", ErrInvalid, i, len(b.state.Files), b.state.Done)
+	// The syncer owns state.Done and the CRCs; the file list is fixed.
+	if b.sy == nil || i != b.next || i >= len(b.state.Files) {
+		return fmt.Errorf("%w: file %d of a snapshot of %d files, %d next", ErrInvalid, i, len(b.state.Files), b.next)
 	}
 	sf := b.state.Files[i]
 	path := b.fs.PathJoin(b.staging, sf.Name)
@@ -424,6 +428,7 @@ func (b *Bootstrap) Receive(i int, off uint64, body FileBody) (err error) {
 		return err
 	}
 	b.sy.add(f, i, crc)
+	b.next++
 	return nil
 }
 
