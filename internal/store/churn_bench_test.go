@@ -56,7 +56,7 @@ func TestChurnDisk(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go gcfloor.Run(ctx)
+	go gcfloor.Run(ctx, GoHeapEngineBytes)
 
 	dir := t.TempDir()
 	o.Dir = dir
