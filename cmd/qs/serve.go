@@ -17,6 +17,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/gcfloor"
 	"github.com/quicksilver-kv/qs/internal/server"
+	"github.com/quicksilver-kv/qs/internal/store"
 )
 
 func init() {
@@ -199,7 +200,7 @@ func cmdServe(args []string) error {
 	// internal/gcfloor); GOGC in the environment turns this off.
 	gcCtx, stopGC := context.WithCancel(context.Background())
 	gcDone := make(chan struct{})
-	go func() { defer close(gcDone); gcfloor.Run(gcCtx) }()
+	go func() { defer close(gcDone); gcfloor.Run(gcCtx, store.GoHeapEngineBytes) }()
 	defer func() { stopGC(); <-gcDone }()
 	if path := os.Getenv("QS_TRACE"); path != "" {
 		// For performance work: a runtime execution trace of the whole run

@@ -26,14 +26,22 @@ const (
 	pollInterval = 100 * time.Millisecond
 )
 
-// Percent returns the GOGC that makes the heap goal at least floor bytes
-// for a live heap of live bytes, and never less than base.
-func Percent(live, floor uint64, base int) int {
+// Percent returns the GOGC that makes the heap goal
+// cached + max(floor, (live−cached) × (1 + base/100)) for a live heap of
+// live bytes, of which cached bytes are long-lived caches of bounded size
+// (the storage engine's block cache and memtables, when they are in the Go
+// heap): the usual proportional rule, with the floor for small heaps,
+// applied to the rest of the heap. With cached 0, the result is never less
+// than base; it is at least 1.
+func Percent(live, cached, floor uint64, base int) int {
 	if live == 0 {
 		return maxPercent
 	}
-	p := int(min(floor*100/live, maxPercent+100)) - 100
-	return max(base, min(p, maxPercent))
+	cached = min(cached, live)
+	rest := live - cached
+	goal := cached + max(floor, rest*uint64(100+base)/100)
+	p := int(min(goal*100/live, maxPercent+100)) - 100
+	return max(1, min(p, maxPercent))
 }
 
 // Enabled reports whether Run will tune the collector: not if GOGC is set
@@ -41,8 +49,10 @@ func Percent(live, floor uint64, base int) int {
 func Enabled() bool { return os.Getenv("GOGC") == "" }
 
 // Run sets GOGC after every collection until ctx ends, then restores
-// GOGC's default. It returns at once if !Enabled().
-func Run(ctx context.Context) {
+// GOGC's default. It returns at once if !Enabled(). cached, if not nil,
+// reports the bytes of the live heap that are bounded long-lived caches
+// (see Percent).
+func Run(ctx context.Context, cached func() uint64) {
 	if !Enabled() {
 		return
 	}
@@ -55,9 +65,14 @@ func Run(ctx context.Context) {
 		metrics.Read(samples)
 		if cycles := samples[0].Value.Uint64(); cycles != lastCycle {
 			lastCycle = cycles
-			p := Percent(samples[1].Value.Uint64(), Floor, basePercent)
+			var c uint64
+			if cached != nil {
+				c = cached()
+			}
+			p := Percent(samples[1].Value.Uint64(), c, Floor, basePercent)
 			debug.SetGCPercent(p)
 			gcPercent.Set(float64(p))
+			gcCached.Set(float64(c))
 		}
 		select {
 		case <-ctx.Done():
@@ -70,4 +85,9 @@ func Run(ctx context.Context) {
 var gcPercent = qsmetrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 	Namespace: qsmetrics.Namespace, Subsystem: "gc", Name: "percent",
 	Help: "GOGC as last set by the heap floor (see internal/gcfloor); absent when GOGC is set in the environment.",
+}))
+
+var gcCached = qsmetrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
+	Namespace: qsmetrics.Namespace, Subsystem: "gc", Name: "cached_heap_bytes",
+	Help: "Bytes of the live Go heap held by the storage engine's block caches and memtables, left out of the collector's proportional headroom when GOGC was last set (0 in a build with cgo, where they are outside the Go heap).",
 }))

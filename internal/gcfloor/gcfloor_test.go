@@ -22,19 +22,47 @@ func TestPercent(t *testing.T) {
 		{48 << 20, basePercent},
 		{1 << 30, basePercent}, // large heap: GOGC's default
 	} {
-		if got := Percent(c.live, Floor, basePercent); got != c.want {
+		if got := Percent(c.live, 0, Floor, basePercent); got != c.want {
 			t.Errorf("Percent(%d) = %d, want %d", c.live, got, c.want)
 		}
 	}
 	// The heap goal the runtime derives from the percent: the floor for
 	// small heaps, twice the live heap for large ones.
 	for live := uint64(0); live < 4*Floor; live += 1 << 20 {
-		p := uint64(Percent(live, Floor, basePercent))
+		p := uint64(Percent(live, 0, Floor, basePercent))
 		goal := max(live*(100+p)/100, runtimeMinHeap*p/100)
 		want := max(uint64(Floor), 2*live)
 		if goal < want*95/100 || goal > want*105/100 {
 			t.Fatalf("live %d: GOGC %d gives a goal of %d, want about %d", live, p, goal, want)
 		}
+	}
+}
+
+// A bounded cache in the live heap (the engine's block cache and
+// memtables) adds itself to the heap goal once, not twice: the headroom
+// follows the rest of the heap.
+func TestPercentCached(t *testing.T) {
+	const mb = 1 << 20
+	for _, c := range []struct {
+		live, cached, goal uint64
+	}{
+		{live: 256 * mb, cached: 240 * mb, goal: 240*mb + Floor},  // small rest: the floor
+		{live: 320 * mb, cached: 240 * mb, goal: 240*mb + 160*mb}, // rest 80 MB: twice that
+		{live: 240 * mb, cached: 240 * mb, goal: 240*mb + Floor},  // all cache
+		{live: 100 * mb, cached: 300 * mb, goal: 100*mb + Floor},  // cache figure above live: capped
+		{live: 16 * mb, cached: 8 * mb, goal: 8*mb + Floor},
+		{live: 1 * mb, cached: 0, goal: Floor},
+	} {
+		p := uint64(Percent(c.live, c.cached, Floor, basePercent))
+		goal := max(c.live*(100+p)/100, runtimeMinHeap*p/100)
+		if goal < c.goal*98/100 || goal > c.goal*102/100 {
+			t.Errorf("live %d MB, cached %d MB: GOGC %d gives a goal of %.1f MB, want about %.1f MB",
+				c.live/mb, c.cached/mb, p, float64(goal)/mb, float64(c.goal)/mb)
+		}
+	}
+	// However large the cache, GOGC stays a positive percent.
+	if p := Percent(64<<30, 64<<30-1, Floor, basePercent); p != 1 {
+		t.Errorf("Percent with a 64 GiB cache = %d, want 1", p)
 	}
 }
 
@@ -71,7 +99,7 @@ func TestRunFewerCollections(t *testing.T) {
 	without := collections()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { Run(ctx); close(done) }()
+	go func() { Run(ctx, nil); close(done) }()
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if metrics.Read(gogc); gogc[0].Value.Uint64() != basePercent {

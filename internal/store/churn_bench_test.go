@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +30,10 @@ import (
 // ballast) against the live value bytes, and samples the process's RSS,
 // Go heap and Pebble's block cache and memtables every QS_CHURN_SAMPLE
 // (default 10 s).
+//
+// QS_CHURN_PROFILE_DIR, if set, receives a heap profile (heap-NNNN.pprof,
+// seconds since the start, taken after a collection) at every sample, to
+// compare with `go tool pprof -base`.
 //
 // QS_CHURN_DURATION (default 4m) sets the run's length; QS_CHURN_RATE
 // caps the writes per second of all writers together (default: no cap);
@@ -56,7 +63,7 @@ func TestChurnDisk(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go gcfloor.Run(ctx)
+	go gcfloor.Run(ctx, GoHeapEngineBytes)
 
 	dir := t.TempDir()
 	o.Dir = dir
@@ -230,16 +237,21 @@ type memSample struct {
 	rss, heap, total         int64
 	blockCache, memtables    int64
 	heapGoal, released, idle int64
+	live                     int64 // the heap marked live by the last collection
+	goroutines               int
+	load                     string // the 1-minute load average
 }
 
 // sampleMemory samples memory every `every` until stop.
 func sampleMemory(t *testing.T, s *Store, start, stop time.Time, every time.Duration) []memSample {
 	names := []string{"/memory/classes/heap/objects:bytes", "/memory/classes/total:bytes",
-		"/gc/heap/goal:bytes", "/memory/classes/heap/released:bytes", "/memory/classes/heap/free:bytes"}
+		"/gc/heap/goal:bytes", "/memory/classes/heap/released:bytes", "/memory/classes/heap/free:bytes",
+		"/gc/heap/live:bytes"}
 	ms := make([]metrics.Sample, len(names))
 	for i, n := range names {
 		ms[i].Name = n
 	}
+	profDir := os.Getenv("QS_CHURN_PROFILE_DIR")
 	var out []memSample
 	for time.Now().Before(stop) {
 		time.Sleep(min(every, time.Until(stop)))
@@ -249,17 +261,43 @@ func sampleMemory(t *testing.T, s *Store, start, stop time.Time, every time.Dura
 			at: time.Since(start), rss: readRSS(t),
 			heap: int64(ms[0].Value.Uint64()), total: int64(ms[1].Value.Uint64()),
 			heapGoal: int64(ms[2].Value.Uint64()), released: int64(ms[3].Value.Uint64()),
-			idle:       int64(ms[4].Value.Uint64()),
+			idle: int64(ms[4].Value.Uint64()), live: int64(ms[5].Value.Uint64()),
 			blockCache: pm.BlockCache.Size, memtables: int64(pm.MemTable.Size),
 		}
-		t.Logf("mem t=%s rss=%.1fMB heap_objects=%.1fMB heap_goal=%.1fMB go_total=%.1fMB heap_free=%.1fMB heap_released=%.1fMB block_cache=%.1fMB memtables=%.1fMB",
-			m.at.Round(time.Second), mbf(m.rss), mbf(m.heap), mbf(m.heapGoal), mbf(m.total), mbf(m.idle), mbf(m.released), mbf(m.blockCache), mbf(m.memtables))
+		m.goroutines, m.load = runtime.NumGoroutine(), readLoad()
+		if profDir != "" {
+			writeHeapProfile(t, filepath.Join(profDir, fmt.Sprintf("heap-%04d.pprof", int(m.at.Seconds()))))
+		}
+		t.Logf("mem t=%s load=%s goroutines=%d rss=%.1fMB heap_live=%.1fMB heap_objects=%.1fMB heap_goal=%.1fMB go_total=%.1fMB heap_free=%.1fMB heap_released=%.1fMB block_cache=%.1fMB memtables=%.1fMB",
+			m.at.Round(time.Second), m.load, m.goroutines, mbf(m.rss), mbf(m.live), mbf(m.heap), mbf(m.heapGoal), mbf(m.total), mbf(m.idle), mbf(m.released), mbf(m.blockCache), mbf(m.memtables))
 		out = append(out, m)
 	}
 	return out
 }
 
+// writeHeapProfile writes the heap profile as of a fresh collection.
+func writeHeapProfile(t *testing.T, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mbf(n int64) float64 { return float64(n) / 1e6 }
+
+// readLoad returns the 1-minute load average (Linux), or "?".
+func readLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
 
 // readRSS returns the resident set of this process (Linux), or 0.
 func readRSS(t *testing.T) int64 {
@@ -279,35 +317,53 @@ func readRSS(t *testing.T) int64 {
 	return 0
 }
 
-// reportMemory reports RSS after warm-up (the first fifth of the run):
-// its range and spread.
+// reportMemory reports RSS, the live Go heap and the heap goal after
+// warm-up (the first fifth of the run): first, last, min and max, and the
+// spread of each (max − min, in % of min); and the load average's range.
 func reportMemory(t *testing.T, samples []memSample) {
 	if len(samples) == 0 {
 		return
 	}
 	warm := samples[len(samples)-1].at / 5
-	var lo, hi, first, last memSample
-	n := 0
+	var after []memSample
 	for _, m := range samples {
-		if m.at < warm {
-			continue
+		if m.at >= warm {
+			after = append(after, m)
 		}
-		if n == 0 {
-			lo, hi, first = m, m, m
-		}
-		if m.rss < lo.rss {
-			lo = m
-		}
-		if m.rss > hi.rss {
-			hi = m
-		}
-		last = m
-		n++
 	}
-	if n == 0 || lo.rss == 0 {
+	if len(after) == 0 {
 		return
 	}
-	t.Logf("rss after %s of warm-up (%d samples): first %.1f MB, last %.1f MB, min %.1f MB at %s, max %.1f MB at %s, spread %.1f%% of min",
-		warm.Round(time.Second), n, mbf(first.rss), mbf(last.rss), mbf(lo.rss), lo.at.Round(time.Second),
-		mbf(hi.rss), hi.at.Round(time.Second), 100*float64(hi.rss-lo.rss)/float64(lo.rss))
+	t.Logf("after %s of warm-up (%d samples):", warm.Round(time.Second), len(after))
+	for _, f := range []struct {
+		name string
+		of   func(memSample) int64
+	}{
+		{"rss", func(m memSample) int64 { return m.rss }},
+		{"heap live", func(m memSample) int64 { return m.live }},
+		{"heap goal", func(m memSample) int64 { return m.heapGoal }},
+	} {
+		lo, hi := after[0], after[0]
+		for _, m := range after {
+			if f.of(m) < f.of(lo) {
+				lo = m
+			}
+			if f.of(m) > f.of(hi) {
+				hi = m
+			}
+		}
+		if f.of(lo) <= 0 {
+			continue
+		}
+		t.Logf("  %s: first %.1f MB, last %.1f MB, min %.1f MB at %s, max %.1f MB at %s, spread %.1f%% of min",
+			f.name, mbf(f.of(after[0])), mbf(f.of(after[len(after)-1])), mbf(f.of(lo)), lo.at.Round(time.Second),
+			mbf(f.of(hi)), hi.at.Round(time.Second), 100*float64(f.of(hi)-f.of(lo))/float64(f.of(lo)))
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, m := range after {
+		if l, err := strconv.ParseFloat(m.load, 64); err == nil {
+			lo, hi = min(lo, l), max(hi, l)
+		}
+	}
+	t.Logf("  load average (1 min) at the samples: %.1f–%.1f", lo, hi)
 }

@@ -663,3 +663,36 @@ func TestSegmentCapacityGrows(t *testing.T) {
 		t.Fatalf("a store's first segment: %d bytes", def)
 	}
 }
+
+// A segment compaction copies out at most maxBytesPerCompaction of live
+// values a run (one block past it at most), and never fewer than one
+// block, however large.
+func TestCompactionTakes(t *testing.T) {
+	for _, c := range []struct {
+		blocks int
+		live   int64
+		want   bool
+	}{
+		{0, 0, true},
+		{0, 1 << 30, true}, // the first block, whatever it holds
+		{1, 64 << 10, true},
+		{100, maxBytesPerCompaction - 1, true},
+		{100, maxBytesPerCompaction, false},
+		{1, 16 << 20, false}, // one block of a quarter segment's values
+		{maxBlocksPerCompaction - 1, 0, true},
+		{maxBlocksPerCompaction, 0, false},
+	} {
+		if got := compactionTakes(c.blocks, c.live); got != c.want {
+			t.Errorf("compactionTakes(%d blocks, %d bytes) = %v, want %v", c.blocks, c.live, got, c.want)
+		}
+	}
+	// Taking blocks of 1 MiB of live values each stops at the bound.
+	var n int
+	var live int64
+	for ; compactionTakes(n, live) && n < 1000; n++ {
+		live += 1 << 20
+	}
+	if live != maxBytesPerCompaction {
+		t.Fatalf("took %d blocks, %d bytes of live values, want %d", n, live, maxBytesPerCompaction)
+	}
+}

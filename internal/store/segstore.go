@@ -513,8 +513,8 @@ func (s *Store) compactSegment(seq uint64) error {
 
 // compactRetired frees the retired blocks in segment seq: their live
 // values are copied out (inline records) and the blocks deleted, so that
-// the segment is removed at the next collection. At most
-// maxBlocksPerCompaction a run; the next run does the rest.
+// the segment is removed at the next collection. A run takes blocks
+// while compactionTakes allows; the next run does the rest.
 func (c *committer) compactRetired(seq uint64) error {
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
 	if err != nil {
@@ -526,7 +526,8 @@ func (c *committer) compactRetired(seq uint64) error {
 		rec retiredRecord
 	}
 	var mine []retired
-	for ok := it.First(); ok && len(mine) < maxBlocksPerCompaction; ok = it.Next() {
+	var live int64
+	for ok := it.First(); ok && compactionTakes(len(mine), live); ok = it.Next() {
 		b, valid := retiredKeyBlock(it.Key())
 		if !valid {
 			continue
@@ -547,6 +548,7 @@ func (c *committer) compactRetired(seq uint64) error {
 			return err
 		}
 		mine = append(mine, retired{b, rec})
+		live += rec.liveBytes
 	}
 	if err := it.Error(); err != nil {
 		return err
@@ -566,7 +568,23 @@ func (c *committer) compactRetired(seq uint64) error {
 	return nil
 }
 
-const maxBlocksPerCompaction = 4096
+const (
+	maxBlocksPerCompaction = 4096
+	// maxBytesPerCompaction bounds the live values a run copies out. They
+	// all go into the group's one engine batch, which would otherwise
+	// reach the live bytes of a quarter segment (16 MiB by default): a
+	// batch that size is allocated by doubling, and one of half a
+	// memtable or more is held as a memtable of its own until flushed,
+	// which under churn kept tens of MB of heap for each compaction.
+	maxBytesPerCompaction = 4 << 20
+)
+
+// compactionTakes reports whether a segment compaction that has taken
+// blocks blocks, holding live bytes of live values, takes another: always
+// a first one, then while both stay under their bounds.
+func compactionTakes(blocks int, live int64) bool {
+	return blocks == 0 || blocks < maxBlocksPerCompaction && live < maxBytesPerCompaction
+}
 
 // prepareSpare has the segments write a spare if they need one. It does
 // not hold the engine lock while it writes (a Replace would make readers
