@@ -67,7 +67,7 @@ func dial(t *testing.T, network, addr string) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	nc.SetDeadline(time.Now().Add(60 * time.Second)) // a bound on a stuck test, wide enough for a loaded machine
 	t.Cleanup(func() { nc.Close() })
 	return &client{t: t, nc: nc, r: bufio.NewReader(nc)}
 }
