@@ -344,10 +344,16 @@ func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolv
 			dc.stop()
 		}
 	}()
-	// The proxies' replication ports are chosen first, so that a stage
-	// can name them ({dc-peers}).
+	// The proxies' replication ports are chosen first when a stage names
+	// them ({dc-peers}); another process may take one in between, so
+	// the caller starts the data centre again on "address already in
+	// use". Other stages let the kernel choose.
 	peers := make([]string, tierProxies)
 	for i := range peers {
+		peers[i] = "127.0.0.1:0"
+		if !namesVar(st.proxy, "dc-peers") && !namesVar(st.relay, "dc-peers") {
+			continue
+		}
 		p, err := freePort()
 		if err != nil {
 			return dc, err
@@ -402,6 +408,16 @@ func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolv
 		}
 	}
 	return dc, nil
+}
+
+// namesVar reports whether flags name {name}.
+func namesVar(flags []string, name string) bool {
+	for _, f := range flags {
+		if strings.Contains(f, "{"+name+"}") {
+			return true
+		}
+	}
+	return false
 }
 
 func linkAddrs(ls []*delayLink) string {
@@ -480,6 +496,9 @@ func fetchKeysAnswered(ctx context.Context, httpAddr string) (int64, error) {
 func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resolvedStage, workload string, keys int, sz tierSizes, logf Logf) (TierRow, Phase, error) {
 	logf("tiers: %s, stage %s: starting the data centre", workload, st.Name)
 	dc, err := startTierDC(ctx, cfg, store, st, keys, sz)
+	for try := 1; try < 3 && err != nil && strings.Contains(err.Error(), "address already in use"); try++ {
+		dc, err = startTierDC(ctx, cfg, store, st, keys, sz)
+	}
 	if err != nil {
 		return TierRow{}, Phase{}, err
 	}

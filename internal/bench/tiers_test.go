@@ -329,3 +329,16 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNamesVar: only stages that name {dc-peers} need ports chosen before
+// their proxies start.
+func TestNamesVar(t *testing.T) {
+	if !namesVar([]string{"--relays", "{relays}", "--dc-peers", "{dc-peers}"}, "dc-peers") {
+		t.Fatal("{dc-peers} not found")
+	}
+	for _, flags := range [][]string{nil, {"--relays", "{relays}"}, {"--dc-peers", "dc-peers"}} {
+		if namesVar(flags, "dc-peers") {
+			t.Fatalf("%q: found {dc-peers}", flags)
+		}
+	}
+}
