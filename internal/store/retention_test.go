@@ -209,6 +209,29 @@ func TestRetentionByAgeIgnoresClockJump(t *testing.T) {
 	}
 }
 
+// A replica whose clock is a day ahead of its root's keeps the log its
+// root keeps: the age of an entry is the log's, not the replica's.
+func TestRetentionByAgeOnReplicaAhead(t *testing.T) {
+	rootClock := &fakeClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	replicaClock := &fakeClock{t: rootClock.t.Add(24 * time.Hour)}
+	retention := Retention{MaxEntries: -1, MaxBytes: -1, MaxAge: time.Hour}
+	root := openTest(t, Options{Name: "retention-root", Now: rootClock.Now, Retention: retention, Logger: quietLogger()})
+	replica := openTest(t, Options{Name: "retention-replica", DBID: root.DBID(), Now: replicaClock.Now, Retention: retention, Logger: quietLogger()})
+	for i := range 9 {
+		mustWrite(t, root, set("k", fmt.Sprint(i)))
+		replicate(t, root, replica, 1)
+		want, got := checkRetained(t, root), checkRetained(t, replica)
+		if got != want {
+			t.Fatalf("after %d entries 10 minutes apart: replica retains %d..%d, root %d..%d", i+1, got.First, got.Last, want.First, want.Last)
+		}
+		rootClock.Advance(10 * time.Minute)
+		replicaClock.Advance(10 * time.Minute)
+	}
+	if lr := checkRetained(t, root); lr.First == 1 {
+		t.Fatal("nothing older than an hour was dropped")
+	}
+}
+
 // TestReadLogRanges: ReadLog returns exactly the requested range, whatever
 // blocks the entries are stored in, bounded by entries and by bytes.
 func TestReadLogRanges(t *testing.T) {
