@@ -35,7 +35,9 @@ type committer struct {
 	sumBuf     []byte // a block summary (summary.go)
 	// blocks dropped from the log by retention, by what was read
 	droppedBySummary, droppedByBlock prometheus.Counter
-	lastGC                           time.Time
+	// when retention last ran (Options.Elapsed), if it has
+	lastGC time.Duration
+	gcRan  bool
 	// ids are the outcomes of the group's batches with an ID.
 	ids          map[string]batchOutcome
 	lastIDExpiry time.Time

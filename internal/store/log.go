@@ -161,19 +161,25 @@ func (c *committer) pointsInto(key []byte, blockFirst uint64) bool {
 // truncateLog drops the oldest log blocks, inside the group's batch, while
 // the retained log exceeds a retention limit. The block the group is
 // writing is never dropped, so the log always holds the newest entries.
-// It runs at most once a second, and drops a bounded number of blocks per
-// run so a commit never stalls on it.
+// It runs at most once a second of real time, and drops a bounded number
+// of blocks per run so a commit never stalls on it.
+//
+// A block's age is measured by the log's own clock (the time of the last
+// entry, bounded: rootClock, boundTime), never local time: a node whose
+// wall clock jumps ahead drops nothing early (lagging replicas would
+// otherwise have to bootstrap), and a replica drops what its source
+// drops, whatever its own clock says.
 func (c *committer) truncateLog() error {
 	r := c.s.opts.Retention
-	now := c.s.opts.Now() // the clock that stamps the entries it ages
 	count := int64(c.last.index - c.log.first + 1)
 	over := func(count, bytes int64) bool {
 		return (r.MaxEntries > 0 && count > r.MaxEntries) || (r.MaxBytes > 0 && bytes > r.MaxBytes)
 	}
-	if !over(count, c.log.bytes) && now.Sub(c.lastGC) < time.Second {
+	elapsed := c.s.opts.Elapsed()
+	if !over(count, c.log.bytes) && c.gcRan && elapsed-c.lastGC < time.Second && elapsed >= c.lastGC {
 		return nil
 	}
-	c.lastGC = now
+	c.gcRan, c.lastGC = true, elapsed
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.blockFirst)})
 	if err != nil {
 		return err
@@ -182,7 +188,7 @@ func (c *committer) truncateLog() error {
 	var cut []byte
 	var base wal.Hash // of the last entry of the last block handled
 	first, bytes := c.log.first, c.log.bytes
-	cutoff := now.Add(-r.MaxAge).UnixNano()
+	cutoff := c.last.time - r.MaxAge.Nanoseconds()
 	const maxBlocksPerRun = 4096
 	n, bySummary := 0, 0
 	// A block that cannot be handled stays, and so do the ones after it:

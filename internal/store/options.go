@@ -109,7 +109,9 @@ type Retention struct {
 	MaxEntries int64
 	// MaxBytes default 1 GiB.
 	MaxBytes int64
-	// MaxAge default 24h.
+	// MaxAge: a block is dropped once its last entry is dated this long
+	// before the log's newest entry (the log's clock, never local time).
+	// Default 24h.
 	MaxAge time.Duration
 }
 

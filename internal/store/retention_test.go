@@ -160,6 +160,78 @@ func TestRetentionByAge(t *testing.T) {
 	}
 }
 
+// A root whose wall clock jumps a day ahead drops no log entry for it:
+// retention by age goes by the log's clock, which keeps real time. With
+// honest time passing afterwards, entries older than MaxAge by that clock
+// are dropped and the younger ones kept.
+func TestRetentionByAgeIgnoresClockJump(t *testing.T) {
+	clocks := &fakeClocks{}
+	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	const maxAge = 2 * time.Hour
+	s := openTest(t, clocks.options(Options{Name: "retention-clock-jump", Logger: quietLogger(),
+		Retention: Retention{MaxEntries: -1, MaxBytes: -1, MaxAge: maxAge}}))
+	stamps := map[uint64]int64{} // entry index -> the log's time for it
+	write := func(v string) LogRange {
+		t.Helper()
+		r := mustWrite(t, s, set("k", v))
+		stamps[r.Index] = s.AppliedTime().UnixNano()
+		return checkRetained(t, s)
+	}
+	for i := range 5 {
+		write(fmt.Sprint("before ", i))
+		clocks.pass(10 * time.Minute)
+	}
+	clocks.jump(24 * time.Hour)
+	for i := range 3 {
+		clocks.pass(time.Minute)
+		if lr := write(fmt.Sprint("after the jump ", i)); lr.First != 1 {
+			t.Fatalf("the wall clock jumped a day ahead: log starts at %d, want every entry of the last hour kept", lr.First)
+		}
+	}
+
+	// Honest time: an entry every 20 minutes for 3 hours.
+	var lr LogRange
+	for i := range 9 {
+		clocks.pass(20 * time.Minute)
+		lr = write(fmt.Sprint("later ", i))
+		cutoff := stamps[lr.Last] - maxAge.Nanoseconds()
+		for idx := lr.First; idx < lr.Last; idx++ {
+			if stamps[idx] < cutoff {
+				t.Fatalf("entry %d dated %v retained; the log's clock is at %v", idx, time.Unix(0, stamps[idx]), time.Unix(0, stamps[lr.Last]))
+			}
+		}
+		if lr.First > 1 && stamps[lr.First-1] >= cutoff {
+			t.Fatalf("entry %d dated %v dropped, younger than %v by the log's clock (%v)", lr.First-1, time.Unix(0, stamps[lr.First-1]), maxAge, time.Unix(0, stamps[lr.Last]))
+		}
+	}
+	if lr.First <= 8 {
+		t.Fatalf("after 3 hours, log starts at %d: entries older than %v by the log's clock not dropped", lr.First, maxAge)
+	}
+}
+
+// A replica whose clock is a day ahead of its root's keeps the log its
+// root keeps: the age of an entry is the log's, not the replica's.
+func TestRetentionByAgeOnReplicaAhead(t *testing.T) {
+	rootClock := &fakeClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	replicaClock := &fakeClock{t: rootClock.t.Add(24 * time.Hour)}
+	retention := Retention{MaxEntries: -1, MaxBytes: -1, MaxAge: time.Hour}
+	root := openTest(t, Options{Name: "retention-root", Now: rootClock.Now, Retention: retention, Logger: quietLogger()})
+	replica := openTest(t, Options{Name: "retention-replica", DBID: root.DBID(), Now: replicaClock.Now, Retention: retention, Logger: quietLogger()})
+	for i := range 9 {
+		mustWrite(t, root, set("k", fmt.Sprint(i)))
+		replicate(t, root, replica, 1)
+		want, got := checkRetained(t, root), checkRetained(t, replica)
+		if got != want {
+			t.Fatalf("after %d entries 10 minutes apart: replica retains %d..%d, root %d..%d", i+1, got.First, got.Last, want.First, want.Last)
+		}
+		rootClock.Advance(10 * time.Minute)
+		replicaClock.Advance(10 * time.Minute)
+	}
+	if lr := checkRetained(t, root); lr.First == 1 {
+		t.Fatal("nothing older than an hour was dropped")
+	}
+}
+
 // TestReadLogRanges: ReadLog returns exactly the requested range, whatever
 // blocks the entries are stored in, bounded by entries and by bytes.
 func TestReadLogRanges(t *testing.T) {
