@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -19,7 +20,8 @@ import (
 )
 
 // The metamorphic fault test runs random operations (batches of writes
-// and deletes, reads, restarts, compactions) on stores with random options
+// and deletes, conditional writes, batches with an ID retried, reads,
+// restarts, compactions) on stores with random options
 // (chunk sizes, history on or off, small log segments, retention,
 // compression, read cache) while random I/O faults are injected (reads of
 // any file, writes and syncs of Pebble's tables and the store's log
@@ -276,7 +278,7 @@ func metaRound(t *testing.T, seed uint64, nops int) {
 			inj.set(faults)
 		}
 		switch r := rng.IntN(100); {
-		case r < 55:
+		case r < 50:
 			n := 1 + rng.IntN(4)
 			ops := make([]wal.Op, n)
 			for j := range ops {
@@ -288,6 +290,57 @@ func metaRound(t *testing.T, seed uint64, nops int) {
 				}
 			}
 			_, err := s.Write(ctx, Batch{Ops: ops})
+			if err == nil {
+				acked++
+			} else {
+				failed++
+				if !faults {
+					t.Fatalf("op %d: write without faults: %v", op, err)
+				}
+			}
+			model.apply(ops, err == nil)
+		case r < 62:
+			// Compare-and-swap on the index just read: it holds unless a
+			// failed write changed the key since (then the refusal
+			// changes nothing); without faults it must hold.
+			k := []byte(keys[rng.IntN(len(keys))])
+			var idx uint64
+			if _, err := s.Lookup([][]byte{k}, func(_ uint64, _ int, v []byte, index uint64, found bool) error {
+				check(op, string(k), found, v)
+				idx = index
+				return nil
+			}); err != nil {
+				if !faults {
+					t.Fatalf("op %d: read of %s without faults: %v", op, k, err)
+				}
+				continue
+			}
+			ops := []wal.Op{{Type: wal.OpSet, Key: k, Value: value(op * 10)}}
+			_, err := s.Write(ctx, Batch{Ops: ops, Conds: []Cond{{Key: k, Index: idx}}})
+			switch {
+			case err == nil:
+				acked++
+				model.apply(ops, true)
+			case errors.Is(err, ErrConditionFailed):
+				if !faults {
+					t.Fatalf("op %d: condition on %s at index %d refused without faults", op, k, idx)
+				}
+			default:
+				failed++
+				if !faults {
+					t.Fatalf("op %d: write without faults: %v", op, err)
+				}
+				model.apply(ops, false)
+			}
+		case r < 68:
+			// A batch with an ID, retried at once if it failed: the
+			// retry applies it or reports the first attempt's outcome.
+			ops := []wal.Op{{Type: wal.OpSet, Key: []byte(keys[rng.IntN(len(keys))]), Value: value(op * 10)}}
+			b := Batch{Ops: ops, ID: []byte(fmt.Sprintf("batch-%d", op))}
+			_, err := s.Write(ctx, b)
+			if err != nil {
+				_, err = s.Write(ctx, b)
+			}
 			if err == nil {
 				acked++
 			} else {

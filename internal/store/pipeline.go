@@ -162,21 +162,36 @@ func (p *pipeline) failQueued(err error) {
 
 // storeEnv is the store's commitEnv: its committer, reopened after each
 // snapshot install. While the committer cannot be opened every request
-// fails with ErrWriteFailed.
+// fails with ErrWriteFailed; each group tries to open it again, so a
+// transient read error while opening it does not leave the store refusing
+// writes until a restart.
 type storeEnv struct {
 	s       *Store
 	c       *committer
 	openErr error
+	// newCommitter opens the committer (tests replace it).
+	newCommitter func(*Store) (*committer, error)
 }
 
 func (e *storeEnv) open() {
-	if e.c, e.openErr = newCommitter(e.s); e.openErr != nil {
+	if e.newCommitter == nil {
+		e.newCommitter = newCommitter
+	}
+	if e.c, e.openErr = e.newCommitter(e.s); e.openErr != nil {
 		e.s.opts.Logger.Error("store cannot accept writes", "db", e.s.opts.Name, "err", e.openErr)
 	}
 }
 
-func (e *storeEnv) commit(group []*request) {
+// ready opens the committer if an earlier attempt failed.
+func (e *storeEnv) ready() bool {
 	if e.c == nil {
+		e.open()
+	}
+	return e.c != nil
+}
+
+func (e *storeEnv) commit(group []*request) {
+	if !e.ready() {
 		e.fail(group)
 		return
 	}
@@ -184,7 +199,7 @@ func (e *storeEnv) commit(group []*request) {
 }
 
 func (e *storeEnv) replace(r *request) {
-	if e.c == nil {
+	if !e.ready() {
 		e.fail([]*request{r})
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -189,16 +190,27 @@ func TestPipelineClose(t *testing.T) {
 }
 
 // A store whose committer cannot be opened fails every request with
-// ErrWriteFailed, a snapshot install included.
+// ErrWriteFailed, a snapshot install included, and each request tries to
+// open it again: a transient read error while it was opened (at Open,
+// or after an install) left the store refusing every write until a
+// restart (TestMetamorphicFaults, seed 5122473270499533048).
 func TestStoreEnvWithoutCommitter(t *testing.T) {
-	env := &storeEnv{openErr: errors.New("meta record unreadable")}
+	var opens atomic.Int32
+	env := &storeEnv{s: &Store{opts: Options{Name: "t", Logger: quietLogger()}}, openErr: errors.New("meta record unreadable"),
+		newCommitter: func(*Store) (*committer, error) {
+			opens.Add(1)
+			return nil, errors.New("meta record unreadable")
+		}}
 	reqs, _ := startPipeline(t, env, 1<<20)
-	rs := []*request{req("a", reqWrite, 1), req("r", reqReplace, 0)}
-	for _, r := range rs {
+	rs := []*request{req("a", reqWrite, 1), req("r", reqReplace, 0), req("b", reqWrite, 1)}
+	for i, r := range rs {
 		reqs <- r
 		waitDone(t, r)
 		if !errors.Is(r.err, ErrWriteFailed) || !strings.Contains(r.err.Error(), "meta record unreadable") {
 			t.Fatalf("request %s: %v", r.batch.ID, r.err)
+		}
+		if got := opens.Load(); got != int32(i+1) {
+			t.Fatalf("after %d requests the committer was opened %d times: want one attempt per request", i+1, got)
 		}
 	}
 }
