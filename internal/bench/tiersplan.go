@@ -117,8 +117,11 @@ type TierStage struct {
 // TierStages are the stages the tiers scenario compares, in order. A
 // proxy subscribes to its relays' prefetch streams only when it has a
 // transient tier, where it holds what they send: prefetch comes with the
-// tier. The last stage isolates the tier: against "replicas", the disk
-// writes it saves at (nearly) the same hit rate.
+// tier. Every proxy runs with --shards and its own --node-name; only in
+// the "l2" stage does it hold a shard budget and know its DC peers, so
+// only there is the L1+L2 hit rate measured. The last stage isolates the
+// transient tier: against "replicas", the disk writes it saves at
+// (nearly) the same hit rate.
 var TierStages = []TierStage{
 	{Name: "replicas", About: "proxies fetch their misses straight from the replicas",
 		Proxy: []string{"--replicas", "{replicas}"}},
@@ -126,6 +129,8 @@ var TierStages = []TierStage{
 		Proxy: []string{"--relays", "{relays}"}, Relays: true},
 	{Name: "prefetch", Base: "relays", About: "relays publish what they resolve; proxies hold it in a transient tier",
 		Proxy: []string{"--transient-bytes", "{transient-bytes}"}, Relay: []string{"--transient-bytes", "{transient-bytes}"}},
+	{Name: "l2", Base: "prefetch", About: "each proxy keeps its shard's values and answers its DC peers for them: a proxy asks the key's owner before the relays",
+		Proxy: []string{"--dc-peers", "{dc-peers}", "--shard-cache-bytes", "{shard-cache-bytes}"}},
 	{Name: "transient", Base: "replicas", About: "the transient tier alone, no relays: fetched values reach the disk cache only when read again",
 		Proxy: []string{"--transient-bytes", "{transient-bytes}"}},
 }
@@ -167,6 +172,23 @@ func resolveStages(stages []TierStage) ([]resolvedStage, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// fullestStage is the stage with every tier on, the one the targets
+// judge: the one with relays and the most flags (proxies' and relays'),
+// the first of those on a tie; "" for no stage.
+func fullestStage(stages []resolvedStage) string {
+	best, most := "", -1
+	for _, st := range stages {
+		n := len(st.proxy) + len(st.relay)
+		if !st.Relays {
+			n = -1
+		}
+		if best == "" || n > most {
+			best, most = st.Name, n
+		}
+	}
+	return best
 }
 
 // expandFlags fills the {name} variables of flags from vars; a variable
