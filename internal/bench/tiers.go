@@ -513,7 +513,7 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 			return TierRow{}, Phase{}, exit
 		}
 	}
-	row := tierRow(st.Name, workload, st.Relays, after.minus(before), tierValueSize)
+	row := tierRow(st.TierStage, workload, after.minus(before), tierValueSize)
 	for _, l := range store.proxyLinks {
 		row.ReplicaConnsProxies += l.TakePeak()
 	}

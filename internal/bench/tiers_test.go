@@ -123,13 +123,13 @@ func TestTierStagesResolve(t *testing.T) {
 	// budget and its DC peers; no other stage has either.
 	l2 := by["l2"]
 	wantL2 := append(slices.Clone(pf.proxy), "--dc-peers", "{dc-peers}", "--shard-cache-bytes", "{shard-cache-bytes}")
-	if !l2.Relays || !slices.Equal(l2.proxy, wantL2) || !slices.Equal(l2.relay, pf.relay) {
+	if !l2.Relays || !l2.L2 || !slices.Equal(l2.proxy, wantL2) || !slices.Equal(l2.relay, pf.relay) {
 		t.Errorf("l2: relays %v, proxy %q, relay %q", l2.Relays, l2.proxy, l2.relay)
 	}
 	var names []string
 	for _, r := range rs {
 		names = append(names, r.Name)
-		if r.Name != "l2" && (slices.Contains(r.proxy, "--dc-peers") || slices.Contains(r.proxy, "--shard-cache-bytes")) {
+		if r.Name != "l2" && (r.L2 || slices.Contains(r.proxy, "--dc-peers") || slices.Contains(r.proxy, "--shard-cache-bytes")) {
 			t.Errorf("%s has an L2 flag: %q", r.Name, r.proxy)
 		}
 	}
@@ -228,16 +228,21 @@ func TestExpandFlags(t *testing.T) {
 func TestTierRow(t *testing.T) {
 	before := tierCounters{l1Hits: 100, fetched: 50, admissions: 10, remoteKeys: 40}
 	after := tierCounters{l1Hits: 100 + 9990, fetched: 50 + 10, admissions: 10 + 4, remoteKeys: 40 + 5}
-	r := tierRow("relays", WorkloadRegional, true, after.minus(before), 1024)
+	r := tierRow(TierStage{Name: "relays", Relays: true}, WorkloadRegional, after.minus(before), 1024)
 	if r.Reads != 10_000 || r.L1 != 99.9 || r.L1L2 != -1 || r.RemotePer1000 != 0.5 || r.CacheWriteBytes != 4096 || !r.Relays {
 		t.Errorf("row %+v", r)
 	}
 	after.hasL2, after.l2Hits, after.fetched = true, 9, 50+1
-	r = tierRow("l2", WorkloadRegional, true, after.minus(before), 1024)
+	r = tierRow(TierStage{Name: "l2", Relays: true, L2: true}, WorkloadRegional, after.minus(before), 1024)
 	if r.Reads != 10_000 || r.L1 != 99.9 || r.L1L2 < 99.989 || r.L1L2 > 99.991 {
 		t.Errorf("with L2: %+v", r)
 	}
-	if r := tierRow("x", WorkloadZipf, false, tierCounters{}, 1024); r.Reads != 0 || r.L1 != 0 || r.RemotePer1000 != 0 {
+	// Proxies with shards report L2 counters in every stage; only a stage
+	// with the tier has an L1+L2 figure.
+	if r := tierRow(TierStage{Name: "relays", Relays: true}, WorkloadRegional, after.minus(before), 1024); r.L1L2 != -1 {
+		t.Errorf("L1+L2 of a stage without L2: %+v", r)
+	}
+	if r := tierRow(TierStage{Name: "x"}, WorkloadZipf, tierCounters{}, 1024); r.Reads != 0 || r.L1 != 0 || r.RemotePer1000 != 0 {
 		t.Errorf("no reads: %+v", r)
 	}
 }
