@@ -88,7 +88,7 @@
 // proxies and one for the relays, which counts the connections it
 // holds). For each workload (Zipf s = 1.1 over every key; regional: Zipf
 // over a twentieth of the keys, 1% uniform outside) and each stage of
-// TierStages (replicas, relays, prefetch, transient: each a base stage
+// TierStages (replicas, relays, prefetch, l2, transient: each a base stage
 // plus the flags it adds) it starts 8 fresh proxies and, if the stage
 // has them, 2 relays, reads for --tiers-warmup, then measures for
 // --duration: L1 and L1+L2 hit rates and the proxies' fetches from

@@ -145,13 +145,7 @@ func Tiers(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Resu
 			s.res.Phases = append(s.res.Phases, ph)
 		}
 	}
-	last := stages[len(stages)-1].Name
-	for _, st := range stages {
-		if st.Relays && len(st.relay) > 0 {
-			last = st.Name // the stage with the most tiers on
-		}
-	}
-	for _, c := range tierChecks(s.res.Tiers, stages[0].Name, last, "replicas", "transient") {
+	for _, c := range tierChecks(s.res.Tiers, stages[0].Name, fullestStage(stages), "replicas", "transient") {
 		s.note("%s", c)
 	}
 	return s.res, nil
@@ -538,7 +532,7 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 			return TierRow{}, Phase{}, exit
 		}
 	}
-	row := tierRow(st.Name, workload, st.Relays, after.minus(before), tierValueSize)
+	row := tierRow(st.TierStage, workload, after.minus(before), tierValueSize)
 	for _, l := range store.proxyLinks {
 		row.ReplicaConnsProxies += l.TakePeak()
 	}

@@ -119,16 +119,83 @@ func TestTierStagesResolve(t *testing.T) {
 	if tr := by["transient"]; tr.Relays || slices.Contains(tr.proxy, "--relays") {
 		t.Errorf("transient has relays: %+v", tr)
 	}
-	// A shard-cache stage is one more entry.
-	more := append(slices.Clone(TierStages), TierStage{Name: "l2", Base: "prefetch", About: "x",
-		Proxy: []string{"--dc-peers", "{dc-peers}", "--shard-cache-bytes", "{shard-cache-bytes}"}})
-	rs, err = resolveStages(more)
+	// L2 is prefetch (relays, transient tiers) plus each proxy's shard
+	// budget and its DC peers; no other stage has either.
+	l2 := by["l2"]
+	wantL2 := append(slices.Clone(pf.proxy), "--dc-peers", "{dc-peers}", "--shard-cache-bytes", "{shard-cache-bytes}")
+	if !l2.Relays || !l2.L2 || !slices.Equal(l2.proxy, wantL2) || !slices.Equal(l2.relay, pf.relay) {
+		t.Errorf("l2: relays %v, proxy %q, relay %q", l2.Relays, l2.proxy, l2.relay)
+	}
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.Name)
+		if r.Name != "l2" && (r.L2 || slices.Contains(r.proxy, "--dc-peers") || slices.Contains(r.proxy, "--shard-cache-bytes")) {
+			t.Errorf("%s has an L2 flag: %q", r.Name, r.proxy)
+		}
+	}
+	if want := []string{"replicas", "relays", "prefetch", "l2", "transient"}; !slices.Equal(names, want) {
+		t.Errorf("stages %q, want %q", names, want)
+	}
+}
+
+func TestTierStagesExpand(t *testing.T) {
+	rs, err := resolveStages(TierStages)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2 := rs[len(rs)-1]
-	if !l2.Relays || len(l2.proxy) != len(pf.proxy)+4 || !slices.Equal(l2.relay, pf.relay) {
-		t.Errorf("l2: %+v", l2)
+	// The variables the data centre provides (startTierDC): every flag
+	// of every stage expands, and none is left with a brace.
+	vars := map[string]string{"replicas": "r1,r2", "relays": "y1,y2", "dc-peers": "p1,p2",
+		"transient-bytes": "1", "shard-cache-bytes": "2"}
+	for _, r := range rs {
+		for _, flags := range [][]string{r.proxy, r.relay} {
+			got, err := expandFlags(flags, vars)
+			if err != nil {
+				t.Errorf("%s: %v", r.Name, err)
+			}
+			for _, f := range got {
+				if strings.ContainsAny(f, "{}") {
+					t.Errorf("%s: %q left unexpanded", r.Name, f)
+				}
+			}
+		}
+	}
+	l2 := rs[slices.IndexFunc(rs, func(r resolvedStage) bool { return r.Name == "l2" })]
+	got, _ := expandFlags(l2.proxy, vars)
+	if i := slices.Index(got, "--dc-peers"); i < 0 || got[i+1] != "p1,p2" {
+		t.Errorf("l2 proxy flags %q: --dc-peers not the peers", got)
+	}
+	// Without the peers' addresses the stage cannot start.
+	delete(vars, "dc-peers")
+	if _, err := expandFlags(l2.proxy, vars); err == nil || !strings.Contains(err.Error(), "{dc-peers}") {
+		t.Errorf("l2 without dc-peers: %v", err)
+	}
+}
+
+func TestFullestStage(t *testing.T) {
+	rs, err := resolveStages(TierStages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fullestStage(rs); got != "l2" {
+		t.Errorf("fullest of the tier stages: %q, want l2", got)
+	}
+	noRelays, err := resolveStages([]TierStage{{Name: "a"}, {Name: "b", Proxy: []string{"--x", "1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fullestStage(noRelays); got != "a" {
+		t.Errorf("without relays: %q, want the first stage", got)
+	}
+	tie, err := resolveStages([]TierStage{{Name: "a", Relays: true, Proxy: []string{"--x"}}, {Name: "b", Relays: true, Proxy: []string{"--y"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fullestStage(tie); got != "a" {
+		t.Errorf("on a tie: %q, want the first", got)
+	}
+	if got := fullestStage(nil); got != "" {
+		t.Errorf("no stage: %q", got)
 	}
 }
 
@@ -161,16 +228,21 @@ func TestExpandFlags(t *testing.T) {
 func TestTierRow(t *testing.T) {
 	before := tierCounters{l1Hits: 100, fetched: 50, admissions: 10, remoteKeys: 40}
 	after := tierCounters{l1Hits: 100 + 9990, fetched: 50 + 10, admissions: 10 + 4, remoteKeys: 40 + 5}
-	r := tierRow("relays", WorkloadRegional, true, after.minus(before), 1024)
+	r := tierRow(TierStage{Name: "relays", Relays: true}, WorkloadRegional, after.minus(before), 1024)
 	if r.Reads != 10_000 || r.L1 != 99.9 || r.L1L2 != -1 || r.RemotePer1000 != 0.5 || r.CacheWriteBytes != 4096 || !r.Relays {
 		t.Errorf("row %+v", r)
 	}
 	after.hasL2, after.l2Hits, after.fetched = true, 9, 50+1
-	r = tierRow("l2", WorkloadRegional, true, after.minus(before), 1024)
+	r = tierRow(TierStage{Name: "l2", Relays: true, L2: true}, WorkloadRegional, after.minus(before), 1024)
 	if r.Reads != 10_000 || r.L1 != 99.9 || r.L1L2 < 99.989 || r.L1L2 > 99.991 {
 		t.Errorf("with L2: %+v", r)
 	}
-	if r := tierRow("x", WorkloadZipf, false, tierCounters{}, 1024); r.Reads != 0 || r.L1 != 0 || r.RemotePer1000 != 0 {
+	// Proxies with shards report L2 counters in every stage; only a stage
+	// with the tier has an L1+L2 figure.
+	if r := tierRow(TierStage{Name: "relays", Relays: true}, WorkloadRegional, after.minus(before), 1024); r.L1L2 != -1 {
+		t.Errorf("L1+L2 of a stage without L2: %+v", r)
+	}
+	if r := tierRow(TierStage{Name: "x"}, WorkloadZipf, tierCounters{}, 1024); r.Reads != 0 || r.L1 != 0 || r.RemotePer1000 != 0 {
 		t.Errorf("no reads: %+v", r)
 	}
 }
