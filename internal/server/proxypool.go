@@ -78,6 +78,12 @@ func (s *Server) refreshPool(dp *discoveredPool) {
 
 // followPool keeps dp in step with the overlay until ctx ends.
 func (s *Server) followPool(ctx context.Context, dp *discoveredPool) {
+	s.followOverlay(ctx, func() { s.refreshPool(dp) })
+}
+
+// followOverlay calls refresh after each settled burst of membership
+// changes and every poolResync until ctx ends.
+func (s *Server) followOverlay(ctx context.Context, refresh func()) {
 	t := time.NewTicker(poolResync)
 	defer t.Stop()
 	for {
@@ -91,7 +97,7 @@ func (s *Server) followPool(ctx context.Context, dp *discoveredPool) {
 				return
 			}
 		}
-		s.refreshPool(dp)
+		refresh()
 	}
 }
 

@@ -64,6 +64,7 @@ type Server struct {
 	overlay        *discovery.Overlay          // nil: no gossip overlay
 	agents         map[string]*discovery.Agent // of replicated databases, with the overlay
 	discovered     sync.Map                    // name → *discoveredPool: proxies whose pool the overlay gives
+	discoveredL2   map[string]*proxy.L2        // proxies whose L2 peers the overlay gives (set before Start)
 
 	// waiting are new replicas that learn their database id from a
 	// source during Start (see wait.go).
@@ -267,7 +268,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
 			m["cache"] = cacheStatus(st, d, pf)
-			addL2Status(m["cache"].(map[string]any), st, l2)
+			addL2Status(m["cache"].(map[string]any), st, l2, s.discoveredL2[d.Name] != nil)
 			if s.cfg.Shards > 0 {
 				m["cache"].(map[string]any)["shard"] = shardStatus(s.cfg.NodeName, s.cfg.Shards)
 			}
@@ -519,6 +520,9 @@ func (s *Server) StartContext(ctx context.Context) error {
 			}
 			if dp, ok := s.discovered.Load(name); ok {
 				s.goFunc(func() { s.followPool(replCtx, dp.(*discoveredPool)) })
+			}
+			if l2 := s.discoveredL2[name]; l2 != nil {
+				s.goFunc(func() { s.followL2(replCtx, name, l2) })
 			}
 		}
 		hub := s.dbs[name].Watch
