@@ -50,7 +50,7 @@ type Server struct {
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
 	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
-	prefetchers    []*repl.Prefetcher        // subscriptions of proxies to their relays, closed with the pools
+	prefetchers    []subscription            // subscriptions of proxies to their relays, closed with the pools
 	l2s            []*proxy.L2               // L2 tiers of proxies (their DC peers), closed with the pools
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
@@ -204,7 +204,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
-	var pf *repl.Prefetcher
+	var pf subscription
 	var dp *discoveredPool
 	var l2 *proxy.L2
 	if d.IsProxy() {
@@ -222,7 +222,16 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		if discovered {
 			// Neither relays nor replicas configured: the overlay's.
-			dp = s.newDiscoveredPool(d, st.DBID(), pool, sources)
+			var ps *prefetchSet
+			if d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0 {
+				// Subscribed to the relays elected now (refreshPool).
+				ps = newPrefetchSet(func(relay string) subscription {
+					return repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: []string{relay}, Dial: s.replDial()}, st, s.log)
+				})
+				pf = ps
+				s.prefetchers = append(s.prefetchers, ps)
+			}
+			dp = s.newDiscoveredPool(d, st.DBID(), pool, sources, ps)
 		}
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
@@ -316,7 +325,7 @@ func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[strin
 
 // cacheStatus is the "cache" object of a proxy's status: its tiers, and
 // what they served since the process started.
-func cacheStatus(st *store.Store, d config.Database, pf *repl.Prefetcher) map[string]any {
+func cacheStatus(st *store.Store, d config.Database, pf subscription) map[string]any {
 	ps := st.ProxyStats()
 	var prefetched int64 // values received from the relays and held
 	if pf != nil {
