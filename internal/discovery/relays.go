@@ -163,8 +163,12 @@ func (o *Overlay) DC(db, dc string) DCView {
 func (o *Overlay) DCRelays(db, dc string) []string { return repls(o.DC(db, dc).Relays) }
 
 // DCPeers are the replication addresses of the other proxies of database
-// db in data centre dc, lowest rank first.
-func (o *Overlay) DCPeers(db, dc string) []string { return repls(o.DC(db, dc).Peers) }
+// db in data centre dc that are not suspect, lowest rank first. Unlike DC
+// it sets no gauge: a proxy whose relays are configured may still take
+// its peers from here.
+func (o *Overlay) DCPeers(db, dc string) []string {
+	return repls(ViewDC(o.Members(), db, dc, o.cfg.relaysPerDC()).Peers)
+}
 
 func repls(es []Endpoint) []string {
 	var out []string

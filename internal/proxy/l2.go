@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,11 +116,14 @@ var (
 type L2 struct {
 	cfg   L2Config
 	log   *slog.Logger
-	self  int // this node's shard
-	peers []*peer
+	self  int                     // this node's shard
+	peers atomic.Pointer[[]*peer] // replaced whole by SetPeers
 	hits  atomic.Int64
 
+	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
+	setMu  sync.Mutex // serializes SetPeers and Close
+	closed bool
 	wg     sync.WaitGroup
 	rr     atomic.Uint64 // spreads keys over the owners of one shard
 }
@@ -129,6 +133,7 @@ type L2 struct {
 type peer struct {
 	addr string
 	up   prometheus.Gauge
+	stop context.CancelFunc // ends its keeper: it left the peer set
 
 	mu struct {
 		sync.Mutex
@@ -150,19 +155,59 @@ func NewL2(cfg L2Config, log *slog.Logger) (*L2, error) {
 		cfg.Dial = d.DialContext
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &L2{cfg: cfg, log: log.With("db", cfg.Database), self: cfg.Shards.OfNode(cfg.NodeName), cancel: cancel}
-	for _, a := range cfg.Peers {
-		p := &peer{addr: a, up: mL2PeerUp.WithLabelValues(cfg.Database, a)}
+	l := &L2{cfg: cfg, log: log.With("db", cfg.Database), self: cfg.Shards.OfNode(cfg.NodeName), ctx: ctx, cancel: cancel}
+	l.peers.Store(&[]*peer{})
+	l.SetPeers(cfg.Peers)
+	return l, nil
+}
+
+// SetPeers makes addrs the peer set, in that order: a peer already in
+// the set keeps its connection, a new one is connected, and one no
+// longer named is disconnected (a request in flight to it ends as a
+// miss, fetched from the next tier). An address named twice counts
+// once. A proxy whose peers come from the overlay calls it when its data
+// centre changes; after Close it does nothing.
+func (l *L2) SetPeers(addrs []string) {
+	l.setMu.Lock()
+	defer l.setMu.Unlock()
+	if l.closed {
+		return
+	}
+	old := map[string]*peer{}
+	for _, p := range *l.peers.Load() {
+		old[p.addr] = p
+	}
+	next := make([]*peer, 0, len(addrs))
+	for _, a := range addrs {
+		if p, ok := old[a]; ok {
+			next = append(next, p)
+			delete(old, a)
+			continue
+		}
+		if slices.ContainsFunc(next, func(p *peer) bool { return p.addr == a }) {
+			continue
+		}
+		ctx, stop := context.WithCancel(l.ctx)
+		p := &peer{addr: a, up: mL2PeerUp.WithLabelValues(l.cfg.Database, a), stop: stop}
 		p.up.Set(0)
-		l.peers = append(l.peers, p)
+		next = append(next, p)
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); l.keep(ctx, p) }()
 	}
-	return l, nil
+	l.peers.Store(&next)
+	for _, p := range old {
+		p.stop()
+		// Its keeper may still set the removed series: it is no longer
+		// the one exported.
+		mL2PeerUp.DeleteLabelValues(l.cfg.Database, p.addr)
+	}
 }
 
 // Close stops the tier and closes its connections.
 func (l *L2) Close() {
+	l.setMu.Lock()
+	l.closed = true
+	l.setMu.Unlock()
 	l.cancel()
 	l.wg.Wait()
 }
@@ -179,10 +224,11 @@ type PeerStatus struct {
 	Self  bool // this node itself (never asked)
 }
 
-// Status returns the peers, in configured order.
+// Status returns the peers, in the order they were given.
 func (l *L2) Status() []PeerStatus {
-	out := make([]PeerStatus, 0, len(l.peers))
-	for _, p := range l.peers {
+	peers := *l.peers.Load()
+	out := make([]PeerStatus, 0, len(peers))
+	for _, p := range peers {
 		p.mu.Lock()
 		s := PeerStatus{Addr: p.addr, Name: p.mu.name, Shard: -1, Up: p.mu.fc != nil, Self: p.mu.name == l.cfg.NodeName}
 		if s.Name != "" {
@@ -251,10 +297,11 @@ func (l *L2) keep(ctx context.Context, p *peer) {
 
 // owner returns a connection to a peer owning shard s, or nil.
 func (l *L2) owner(s int) (*peer, *repl.FetchConn) {
-	n := len(l.peers)
+	peers := *l.peers.Load()
+	n := len(peers)
 	start := int(l.rr.Add(1) % uint64(max(n, 1)))
 	for i := range n {
-		p := l.peers[(start+i)%n]
+		p := peers[(start+i)%n]
 		p.mu.Lock()
 		fc, shard := p.mu.fc, p.mu.shard
 		p.mu.Unlock()

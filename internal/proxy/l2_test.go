@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/cache"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -450,4 +451,124 @@ func TestL2HitLatencyBenchmark(t *testing.T) {
 	q := func(ds []time.Duration, f float64) time.Duration { return ds[min(len(ds)-1, int(f*float64(len(ds))))] }
 	t.Logf("%d single-key reads each: L2 hit p50 %v p99 %v p99.9 %v; L3 (replica) p50 %v p99 %v p99.9 %v; L2 hits %d",
 		len(ofOwner), q(l2, .5), q(l2, .99), q(l2, .999), q(l3, .5), q(l3, .99), q(l3, .999), asker.l2.Hits())
+}
+
+// l2PeerExported reports whether the l2_peer_up series of peer is
+// exported for db.
+func l2PeerExported(t *testing.T, db, peer string) bool {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "qs_proxy_l2_peer_up" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["db"] == db && labels["peer"] == peer {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func statusAddrs(l *L2) []string {
+	var out []string
+	for _, p := range l.Status() {
+		out = append(out, p.Addr)
+	}
+	return out
+}
+
+// TestL2SetPeersFollowsThePeerSet: a proxy's peer set changes at run
+// time. A peer added is connected and asked for its shard's keys; a
+// peer kept keeps its connection; a peer removed is disconnected, its
+// l2_peer_up series is no longer exported, and its shard's keys are
+// fetched from the next tier. After Close, SetPeers does nothing.
+func TestL2SetPeersFollowsThePeerSet(t *testing.T) {
+	c := newCluster(t)
+	root := c.root()
+	dbid := root.st.DBID()
+	replica := c.replica(dbid, root.addr)
+	m, _ := cache.NewShardMap(4)
+	names := shardNames(t, m, 3)
+	var ps []*l2Node
+	var nodes []*node
+	for _, name := range names {
+		p := c.l2Proxy(dbid, m, name, replica.addr, root.addr)
+		ps, nodes = append(ps, p), append(nodes, p.node)
+	}
+	p0, p1, p2 := ps[0], ps[1], ps[2]
+	c.startL2(p0, m, 10*time.Second, p1.addr)
+	waitPeersUp(t, p0.l2, 1)
+
+	// A new peer joins (an address named twice counts once); the kept one
+	// keeps its connection.
+	p0.l2.SetPeers([]string{p1.addr, p2.addr, p1.addr})
+	if got, want := statusAddrs(p0.l2), []string{p1.addr, p2.addr}; !slices.Equal(got, want) {
+		t.Fatalf("peers after adding one: %v, want %v", got, want)
+	}
+	waitPeersUp(t, p0.l2, 2)
+
+	keys := writeEvicted(t, root, nodes, "key", 200)
+	owned := map[*l2Node][]string{}
+	for _, k := range keys {
+		for _, p := range ps {
+			if m.Owns(p.name, []byte(k)) {
+				owned[p] = append(owned[p], k)
+			}
+		}
+	}
+	if len(owned[p1]) == 0 || len(owned[p2]) == 0 {
+		t.Fatalf("no keys in the shards of %s or %s", p1.name, p2.name)
+	}
+	readChecked(t, p1.node, owned[p1]) // the owners warm their shards
+	readChecked(t, p2.node, owned[p2])
+	readChecked(t, p0.node, append(slices.Clone(owned[p1]), owned[p2]...))
+	if got, want := p0.l2.Hits(), int64(len(owned[p1])+len(owned[p2])); got != want {
+		t.Fatalf("L2 hits %d after reading both peers' shards, want %d", got, want)
+	}
+
+	// A peer leaves: disconnected, its series gone, its shard's keys
+	// fetched from the next tier.
+	if !l2PeerExported(t, c.name, p1.addr) {
+		t.Fatalf("l2_peer_up of %s not exported while it is a peer", p1.addr)
+	}
+	p0.l2.SetPeers([]string{p2.addr})
+	if got, want := statusAddrs(p0.l2), []string{p2.addr}; !slices.Equal(got, want) {
+		t.Fatalf("peers after removing one: %v, want %v", got, want)
+	}
+	if l2PeerExported(t, c.name, p1.addr) {
+		t.Fatalf("l2_peer_up of removed peer %s still exported", p1.addr)
+	}
+	waitPeersUp(t, p0.l2, 1)
+	// Keys p0 never read, warmed at the removed peer: p0 fetches them
+	// from the next tier, not from that peer.
+	var late []string
+	for _, k := range writeEvicted(t, root, nodes, "late", 100) {
+		if m.Owns(p1.name, []byte(k)) {
+			late = append(late, k)
+		}
+	}
+	readChecked(t, p1.node, late)
+	hits, l3 := p0.l2.Hits(), p0.l3.keys.Load()
+	readChecked(t, p0.node, late)
+	if p0.l2.Hits() != hits {
+		t.Fatalf("keys of removed peer %s answered by L2", p1.addr)
+	}
+	if got := p0.l3.keys.Load() - l3; got != int64(len(late)) {
+		t.Fatalf("%d keys of removed peer %s fetched from the next tier, want %d", got, p1.addr, len(late))
+	}
+
+	p0.l2.Close()
+	p0.l2.SetPeers([]string{p1.addr})
+	if got, want := statusAddrs(p0.l2), []string{p2.addr}; !slices.Equal(got, want) {
+		t.Fatalf("peers changed after Close: %v, want %v", got, want)
+	}
 }

@@ -1,37 +1,77 @@
 package server
 
 import (
+	"context"
+	"slices"
+
 	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
+// discoversDCPeers reports whether proxy database d takes its L2 peers
+// (the other proxies of its data centre) from the overlay: the overlay
+// is on, the configuration names no dc_peers (which take precedence),
+// the data centre is sharded (shards of at least 2) and d keeps a budget
+// for its own shard, which it answers to its peers. Pure.
+func discoversDCPeers(d config.Database, shards int, overlay bool) bool {
+	return overlay && d.IsProxy() && len(d.DCPeers) == 0 && shards >= 2 && d.ProxyShardCacheBytes > 0
+}
+
 // startL2 puts the L2 tier of a proxy with DC peers in front of its pool:
-// its misses are asked of the peer owning each key's shard first. It
-// returns nil for a proxy without peers.
+// its misses are asked of the peer owning each key's shard first. Its
+// peers are the configured ones or, for a proxy that discovers them, the
+// overlay's (followed by followL2 once the server starts). It returns
+// nil for a proxy without peers.
 func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (*proxy.L2, error) {
-	if len(d.DCPeers) == 0 {
+	discovered := discoversDCPeers(d, s.cfg.Shards, s.overlay != nil)
+	peers := d.DCPeers
+	if discovered {
+		peers = s.overlay.DCPeers(d.Name, s.cfg.DC)
+	} else if len(peers) == 0 {
 		return nil, nil
 	}
 	m, err := cache.NewShardMap(s.cfg.Shards) // checked by Config.Validate
 	if err != nil {
 		return nil, err
 	}
-	l2, err := proxy.NewL2(proxy.L2Config{Database: d.Name, DBID: st.DBID(), Peers: d.DCPeers, Shards: m, NodeName: s.cfg.NodeName,
+	l2, err := proxy.NewL2(proxy.L2Config{Database: d.Name, DBID: st.DBID(), Peers: peers, Shards: m, NodeName: s.cfg.NodeName,
 		Next: pool, Count: st.CountTier, Dial: s.replDial()}, s.log)
 	if err != nil {
 		return nil, err
 	}
 	st.SetFetcher(l2)
 	s.l2s = append(s.l2s, l2)
+	if discovered {
+		if s.discoveredL2 == nil {
+			s.discoveredL2 = map[string]*proxy.L2{}
+		}
+		s.discoveredL2[d.Name] = l2
+	}
 	return l2, nil
+}
+
+// followL2 keeps the peers of db's L2 tier those the overlay shows in
+// this node's data centre until ctx ends.
+func (s *Server) followL2(ctx context.Context, db string, l2 *proxy.L2) {
+	last := s.overlay.DCPeers(db, s.cfg.DC)
+	s.followOverlay(ctx, func() {
+		peers := s.overlay.DCPeers(db, s.cfg.DC)
+		if slices.Equal(peers, last) {
+			return
+		}
+		s.log.Info("L2 peers changed", "db", db, "peers", peers, "before", last)
+		l2.SetPeers(peers)
+		last = peers
+	})
 }
 
 // addL2Status adds the L2 cache to a proxy's "cache" status object: the
 // values its peers answered (l2_hits), its own shard budget and what it
-// answered them, and its peers.
-func addL2Status(c map[string]any, st *store.Store, l2 *proxy.L2) {
+// answered them, its peers, and where they come from (dc_peers_source:
+// "flags" or "discovery"; absent without peers).
+func addL2Status(c map[string]any, st *store.Store, l2 *proxy.L2, discovered bool) {
 	ps := st.ProxyStats()
 	c["shard_values"], c["shard_bytes"], c["shard_budget_bytes"] = ps.ShardValues, ps.ShardBytes, ps.ShardBudget
 	c["l2_served"], c["l2_missed"] = ps.ShardServed, ps.ShardMissed
@@ -41,6 +81,10 @@ func addL2Status(c map[string]any, st *store.Store, l2 *proxy.L2) {
 		hits = l2.Hits()
 		for _, p := range l2.Status() {
 			peers = append(peers, map[string]any{"addr": p.Addr, "name": p.Name, "shard": p.Shard, "up": p.Up, "self": p.Self})
+		}
+		c["dc_peers_source"] = "flags"
+		if discovered {
+			c["dc_peers_source"] = "discovery"
 		}
 	}
 	c["l2_hits"], c["dc_peers"] = hits, peers

@@ -34,6 +34,8 @@ type discoveredPool struct {
 	relay   atomic.Bool
 	mu      sync.Mutex
 	relays  []string // the relays asked now
+	// prefetch, if not nil, subscribes to the relays asked now.
+	prefetch *prefetchSet
 }
 
 // discoversPool reports whether proxy database d takes its pool's
@@ -45,9 +47,10 @@ func (s *Server) discoversPool(d config.Database) bool {
 }
 
 // newDiscoveredPool registers the discovered pool of d and gives it the
-// members the overlay shows now.
-func (s *Server) newDiscoveredPool(d config.Database, id store.DBID, pool *proxy.Pool, sources []string) *discoveredPool {
-	dp := &discoveredPool{db: d.Name, id: id, pool: pool, sources: sources}
+// members the overlay shows now; prefetch, if not nil, follows its
+// relays.
+func (s *Server) newDiscoveredPool(d config.Database, id store.DBID, pool *proxy.Pool, sources []string, prefetch *prefetchSet) *discoveredPool {
+	dp := &discoveredPool{db: d.Name, id: id, pool: pool, sources: sources, prefetch: prefetch}
 	s.discovered.Store(d.Name, dp)
 	s.refreshPool(dp)
 	return dp
@@ -71,6 +74,14 @@ func (s *Server) refreshPool(dp *discoveredPool) {
 		dp.relays = p.Preferred
 	}
 	dp.mu.Unlock()
+	if dp.prefetch != nil {
+		// A relay asks the replicas, which publish no prefetch stream.
+		if p.Relay {
+			dp.prefetch.set(nil)
+		} else {
+			dp.prefetch.set(p.Preferred)
+		}
+	}
 	if p.Relay {
 		dp.relay.Store(true)
 	}
@@ -78,6 +89,12 @@ func (s *Server) refreshPool(dp *discoveredPool) {
 
 // followPool keeps dp in step with the overlay until ctx ends.
 func (s *Server) followPool(ctx context.Context, dp *discoveredPool) {
+	s.followOverlay(ctx, func() { s.refreshPool(dp) })
+}
+
+// followOverlay calls refresh after each settled burst of membership
+// changes and every poolResync until ctx ends.
+func (s *Server) followOverlay(ctx context.Context, refresh func()) {
 	t := time.NewTicker(poolResync)
 	defer t.Stop()
 	for {
@@ -91,7 +108,7 @@ func (s *Server) followPool(ctx context.Context, dp *discoveredPool) {
 				return
 			}
 		}
-		s.refreshPool(dp)
+		refresh()
 	}
 }
 
@@ -127,8 +144,8 @@ func (s *Server) discoveredRelay(db string) bool {
 
 // poolSource completes a proxy's status with where its pool's members
 // come from ("flags": the configuration; "discovery": the overlay) and,
-// for a discovered pool, whether it is a relay now and the relays it
-// asks.
+// for a discovered pool, whether it is a relay now, the relays it asks
+// and, with prefetch, those it is subscribed to.
 func poolSource(m map[string]any, dp *discoveredPool) {
 	px, _ := m["proxy"].(map[string]any)
 	c, _ := m["cache"].(map[string]any)
@@ -147,4 +164,7 @@ func poolSource(m map[string]any, dp *discoveredPool) {
 		relays = []string{}
 	}
 	c["relay"], c["relays"] = dp.relay.Load(), relays
+	if dp.prefetch != nil {
+		c["prefetch_relays"] = dp.prefetch.relays()
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quicksilver-kv/qs/internal/config"
 )
 
 // notifier is a change notification like discovery.Overlay.Changed.
@@ -92,5 +94,25 @@ func TestSettle(t *testing.T) {
 	stopNow()
 	if settle(ended, e.changed, time.Hour, time.Hour) {
 		t.Fatal("settle after its context ended returned true")
+	}
+}
+
+// TestAnswersElected: a proxy whose pool is fixed by flags answers as an
+// elected relay only if its pool asks replicas, never relays.
+func TestAnswersElected(t *testing.T) {
+	for _, c := range []struct {
+		what string
+		d    config.Database
+		want bool
+	}{
+		{"replicas only", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Replicas: []string{"r:1"}}, true},
+		{"relays and replicas", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Relays: []string{"x:1"}, Replicas: []string{"r:1"}}, false},
+		{"relays only", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Relays: []string{"x:1"}}, false},
+		{"neither (its pool is the overlay's)", config.Database{Role: "proxy", Discover: true}, false},
+		{"a replica", config.Database{Upstream: []string{"u:1"}, Replicas: []string{"r:1"}}, false},
+	} {
+		if got := answersElected(c.d); got != c.want {
+			t.Errorf("%s: answersElected = %v, want %v", c.what, got, c.want)
+		}
 	}
 }

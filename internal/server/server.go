@@ -50,7 +50,7 @@ type Server struct {
 	repl           *repl.Server
 	replicas       map[string]*repl.Replica
 	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
-	prefetchers    []*repl.Prefetcher        // subscriptions of proxies to their relays, closed with the pools
+	prefetchers    []subscription            // subscriptions of proxies to their relays, closed with the pools
 	l2s            []*proxy.L2               // L2 tiers of proxies (their DC peers), closed with the pools
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
@@ -64,6 +64,7 @@ type Server struct {
 	overlay        *discovery.Overlay          // nil: no gossip overlay
 	agents         map[string]*discovery.Agent // of replicated databases, with the overlay
 	discovered     sync.Map                    // name → *discoveredPool: proxies whose pool the overlay gives
+	discoveredL2   map[string]*proxy.L2        // proxies whose L2 peers the overlay gives (set before Start)
 
 	// waiting are new replicas that learn their database id from a
 	// source during Start (see wait.go).
@@ -203,7 +204,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	s.replicas[d.Name] = r
 	var pool *proxy.Pool
-	var pf *repl.Prefetcher
+	var pf subscription
 	var dp *discoveredPool
 	var l2 *proxy.L2
 	if d.IsProxy() {
@@ -221,7 +222,16 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		if discovered {
 			// Neither relays nor replicas configured: the overlay's.
-			dp = s.newDiscoveredPool(d, st.DBID(), pool, sources)
+			var ps *prefetchSet
+			if d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0 {
+				// Subscribed to the relays elected now (refreshPool).
+				ps = newPrefetchSet(func(relay string) subscription {
+					return repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: []string{relay}, Dial: s.replDial()}, st, s.log)
+				})
+				pf = ps
+				s.prefetchers = append(s.prefetchers, ps)
+			}
+			dp = s.newDiscoveredPool(d, st.DBID(), pool, sources, ps)
 		}
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
@@ -267,7 +277,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		if pool != nil {
 			m["proxy"] = proxyStatus(st, pool, d.Replicas)
 			m["cache"] = cacheStatus(st, d, pf)
-			addL2Status(m["cache"].(map[string]any), st, l2)
+			addL2Status(m["cache"].(map[string]any), st, l2, s.discoveredL2[d.Name] != nil)
 			if s.cfg.Shards > 0 {
 				m["cache"].(map[string]any)["shard"] = shardStatus(s.cfg.NodeName, s.cfg.Shards)
 			}
@@ -315,7 +325,7 @@ func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[strin
 
 // cacheStatus is the "cache" object of a proxy's status: its tiers, and
 // what they served since the process started.
-func cacheStatus(st *store.Store, d config.Database, pf *repl.Prefetcher) map[string]any {
+func cacheStatus(st *store.Store, d config.Database, pf subscription) map[string]any {
 	ps := st.ProxyStats()
 	var prefetched int64 // values received from the relays and held
 	if pf != nil {
@@ -519,6 +529,9 @@ func (s *Server) StartContext(ctx context.Context) error {
 			}
 			if dp, ok := s.discovered.Load(name); ok {
 				s.goFunc(func() { s.followPool(replCtx, dp.(*discoveredPool)) })
+			}
+			if l2 := s.discoveredL2[name]; l2 != nil {
+				s.goFunc(func() { s.followL2(replCtx, name, l2) })
 			}
 		}
 		hub := s.dbs[name].Watch
@@ -738,13 +751,38 @@ func (t *connTracker) waitQuiet(ctx context.Context) {
 
 // isRelay reports whether database db is a proxy configured as the relay
 // of its data centre (it answers the fetches of the proxies that name
-// it), or one whose pool comes from the overlay that its data centre's
-// proxies elected relay now.
+// it), or one its data centre's proxies elected relay now (electedRelay).
 func (s *Server) isRelay(db string) bool {
 	for _, d := range s.cfg.Databases {
 		if d.Name == db {
-			return d.IsProxy() && d.Relay || s.discoveredRelay(db)
+			return d.IsProxy() && (d.Relay || s.electedRelay(d))
 		}
 	}
 	return false
+}
+
+// electedRelay reports whether proxy database d is an elected relay of
+// its data centre that answers now. A proxy whose pool comes from the
+// overlay answers once its pool asks the replicas (discoveredRelay). A
+// proxy whose pool is fixed to replicas by flags (--replicas, no
+// --relays) is elected like any other proxy with a replication address
+// and answers as soon as it is: it fetches for the others from its
+// replicas, as an elected relay does. A proxy whose pool names relays
+// never answers as an elected one: it would ask those relays, and two
+// proxies naming each other would ask each other in turn.
+func (s *Server) electedRelay(d config.Database) bool {
+	if s.overlay == nil {
+		return false
+	}
+	if s.discoversPool(d) {
+		return s.discoveredRelay(d.Name)
+	}
+	return answersElected(d) && s.overlay.DC(d.Name, s.cfg.DC).Relay
+}
+
+// answersElected reports whether proxy database d, whose pool is fixed by
+// its configuration, answers other proxies' fetches when elected relay:
+// only if its pool asks replicas, never relays. Pure.
+func answersElected(d config.Database) bool {
+	return d.IsProxy() && len(d.Relays) == 0 && len(d.Replicas) > 0
 }

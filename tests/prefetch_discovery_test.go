@@ -1,0 +1,102 @@
+package tests
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/discovery"
+)
+
+// TestPrefetchFollowsElectedRelays: two proxies of data centre "a" are
+// elected relays; two readers with a transient tier and only a gossip
+// seed subscribe to both relays' prefetch streams, so a key one reader
+// missed is prefetched by the other. When a relay dies, the readers
+// close its subscription and keep the other's, without a restart.
+func TestPrefetchFollowsElectedRelays(t *testing.T) {
+	root := startGossipQS(t, "root", "--dc", "b")
+	seed := root.Addr["gossip"]
+	startGossipQS(t, "replica-1", "--join", seed, "--dc", "a")
+	cache := []string{"--join", seed, "--dc", "a", "--role", "proxy", "--cache-bytes", "1", "--window", "5",
+		"--transient-bytes", "16777216"}
+	names := []string{"pf-relay-x", "pf-relay-y"}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(discovery.RelayRank(a), discovery.RelayRank(b)) })
+	relays := map[string]*proc{}
+	for _, name := range names {
+		relays[name] = startGossipQS(t, name, cache...)
+	}
+	var readers []*proc
+	for i := range 2 {
+		dir := t.TempDir()
+		args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off",
+			"--gossip", "127.0.0.1:0", "--node-name", fmt.Sprint("pf-reader-", i), "--log-level", "warn"}, cache...)
+		readers = append(readers, startCmd(t, dir, exec.Command(qsBin, args...), 3))
+	}
+	ctx := context.Background()
+	cacheOf := func(p *proc) map[string]any {
+		st, err := p.client(t).Status(ctx)
+		if err != nil {
+			return nil
+		}
+		return st["cache"].(map[string]any)
+	}
+	subscribed := func(p *proc) []string {
+		c := cacheOf(p)
+		if c == nil {
+			return nil
+		}
+		l, ok := c["prefetch_relays"].([]any)
+		if !ok {
+			t.Fatalf("%s: no prefetch_relays in the cache status", p.Addr["http"])
+		}
+		var out []string
+		for _, a := range l {
+			out = append(out, a.(string))
+		}
+		return out
+	}
+	relayRepl := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, relays[n].Addr["repl"])
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, r := range readers {
+		pollFor(t, r.Addr["http"]+" subscribed to both relays", func() bool {
+			return slices.Equal(subscribed(r), relayRepl(names...))
+		})
+	}
+	for _, name := range names {
+		pollFor(t, "relay "+name+" to subscribe to none", func() bool {
+			c := cacheOf(relays[name])
+			return c != nil && c["relay"] == true && len(subscribed(relays[name])) == 0
+		})
+	}
+
+	// A key the first reader misses is prefetched by the second.
+	want, last := writeEvicted(t, root, readers, "pf/", 20)
+	prefetched := func(p *proc) float64 { f, _ := cacheOf(p)["prefetched"].(float64); return f }
+	before := prefetched(readers[1])
+	c := readers[0].client(t)
+	for k, v := range want {
+		got, err := c.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second})
+		if err != nil || string(got.Value) != v {
+			t.Fatalf("%s: %q, %v", k, got.Value, err)
+		}
+	}
+	pollFor(t, "the second reader to receive the first's misses", func() bool { return prefetched(readers[1]) > before })
+
+	relays[names[0]].kill()
+	for _, r := range readers {
+		pollFor(t, r.Addr["http"]+" subscribed to the relay left", func() bool {
+			return slices.Equal(subscribed(r), relayRepl(names[1]))
+		})
+	}
+}
