@@ -25,7 +25,9 @@ import (
 // the source's before it is kept, and recorded: a resumed download checks
 // the files it completed against it first. Complete, the directory is synced,
 // renamed to store.ReadyDir and swapped in by store.Replace; the replica
-// then streams the log from the snapshot's index on.
+// then streams the log from the snapshot's index on. With the cluster's
+// public key, the files are first checked against the root's seal
+// (seal.go, checkSeal): nothing the root did not seal is installed.
 
 // errNeedBootstrap: a new replica is far behind; a snapshot is cheaper
 // than replaying the log.
@@ -91,9 +93,12 @@ func (r *Replica) bootstrap(ctx context.Context, src string, minIndex uint64) (p
 
 	d := &download{r: r, src: src, staging: store.StagingDir(r.st.Options().Dir), minIndex: minIndex}
 	progressed, err = d.run(ctx)
+	var se *streamError
 	switch {
 	case err == nil:
 		mBootstraps.WithLabelValues(db, "installed").Inc()
+	case errors.As(err, &se) && se.kind == kindSeal:
+		mBootstraps.WithLabelValues(db, "seal_refused").Inc()
 	case progressed:
 		mBootstraps.WithLabelValues(db, "interrupted").Inc()
 	default:
@@ -160,7 +165,11 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
-	hello := &Hello{Version: streamVersion, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
+	version := streamVersion
+	if r.cfg.Verifier != nil {
+		version = SealVersion // install only what the root sealed
+	}
+	hello := &Hello{Version: version, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
 		LastIndex: max(r.st.AppliedIndex(), d.minIndex), Bootstrap: true, Resume: resume}
 	if err := WriteMessage(c, hello); err != nil {
 		return false, fmt.Errorf("send hello to %s: %w", d.src, err)
@@ -257,11 +266,63 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	if m, err = ReadMessage(br); err != nil {
 		return progressed, fmt.Errorf("bootstrap end from %s: %w", d.src, err)
 	}
+	seal, sealed := m.(*Seal)
+	if sealed {
+		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		if m, err = ReadMessage(br); err != nil {
+			return progressed, fmt.Errorf("bootstrap end from %s: %w", d.src, err)
+		}
+	}
 	if done, ok := m.(*Done); !ok || done.LastIndex != snap.Index {
 		return progressed, fmt.Errorf("%w: expected done at %d, got %s", ErrMalformed, snap.Index, m.Type())
 	}
 	c.Close()
+	if err := d.checkSeal(snap, seal); err != nil {
+		return false, err // the download is discarded: nothing progressed
+	}
 	return true, d.install(ctx, snap)
+}
+
+// checkSeal verifies, when the replica has the cluster's public key, that
+// the received snapshot is the root's before it is installed: the root
+// sealed the snapshot's head and the digest of the files as they are on
+// disk now (seal.go). A snapshot without a seal, or whose seal does not
+// verify, is removed (every file is received again, from the next
+// source), logged and counted (bootstraps_total{result="seal_refused"},
+// errors_total{kind="snapshot_seal"}).
+func (d *download) checkSeal(snap *Snapshot, seal *Seal) error {
+	r := d.r
+	if r.cfg.Verifier == nil {
+		return nil
+	}
+	err := d.verifySeal(snap, seal)
+	if err == nil {
+		r.log.Info("snapshot sealed by the root", "source", d.src, "snapshot", snap.ID.String(), "index", snap.Index)
+		return nil
+	}
+	r.log.Error("refusing a snapshot that is not the root's; discarding it", "source", d.src,
+		"snapshot", snap.ID.String(), "index", snap.Index, "err", err)
+	if rerr := os.RemoveAll(d.staging); rerr != nil {
+		r.log.Warn("cannot remove a refused snapshot", "dir", d.staging, "err", rerr)
+	}
+	return &streamError{kindSeal, err}
+}
+
+func (d *download) verifySeal(snap *Snapshot, seal *Seal) error {
+	if seal == nil {
+		return fmt.Errorf("qs: source %s sent snapshot %s without the root's seal", d.src, snap.ID)
+	}
+	sums := make([]fileSum, len(snap.Files))
+	for i, f := range snap.Files {
+		var err error
+		if sums[i], err = sumFile(filepath.Join(d.staging, f.Name), f.Size); err != nil {
+			return err
+		}
+	}
+	if err := d.r.cfg.Verifier.VerifySeal(d.r.st.DBID(), snap.Index, snap.Hash, filesDigest(snap.Files, sums), seal.Sig); err != nil {
+		return fmt.Errorf("snapshot %s from %s at index %d: %w", snap.ID, d.src, snap.Index, err)
+	}
+	return nil
 }
 
 // checkManifest refuses file names that could escape the staging

@@ -102,6 +102,8 @@ func (t MsgType) String() string {
 		return "head"
 	case MsgNode:
 		return "node"
+	case MsgSeal:
+		return "seal"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -670,6 +672,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeHead(p)
 	case MsgNode:
 		return decodeNode(p)
+	case MsgSeal:
+		return decodeSeal(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }
