@@ -17,14 +17,20 @@ import (
 
 // bootstrap answers a bootstrap Hello: Welcome, the snapshot's manifest,
 // its files from the resume point on (Chunk… FileEnd per file), the
-// seal when asked (seal.go), Done. Reading the snapshot's files holds
+// seal when asked (seal.go), Done. A replica relays a bootstrap that asks
+// for a seal to its own source (seal_relay.go). Reading the snapshot's files holds
 // nothing open in the live database.
 func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error {
 	s := cn.s
 	var signer *headsig.Signer
 	if h.Version >= SealVersion {
+		var heads HeadSource
 		if s.cfg.Heads != nil {
-			signer = s.cfg.Heads(h.Database).Signer
+			heads = s.cfg.Heads(h.Database)
+		}
+		signer = heads.Signer
+		if signer == nil && heads.Upstream != nil {
+			return cn.relayBootstrap(ctx, h, heads.Upstream)
 		}
 		if signer == nil {
 			mSnapshotsServed.WithLabelValues("unsealable").Inc()
