@@ -319,3 +319,40 @@ func TestBootstrapSealRelayCycle(t *testing.T) {
 		t.Fatalf("a sealed bootstrap relayed back to the same server: %v", m)
 	}
 }
+
+// A sealed bootstrap cut off halfway resumes and still verifies: the seal
+// covers every file, the ones received before the cut included, and the
+// root reads again the file it sent in part.
+func TestBootstrapSealedResumesAfterCut(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	src := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.ChunkBytes = 64 << 10
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "b", 3000, 1000)
+	cp := filepath.Join(t.TempDir(), "probe")
+	if _, err := root.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	addr, cut := cuttingProxy(t, src, int(dirSize(t, cp)/2))
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	waitFor(t, "sealed bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	waitCaughtUp(t, rep, root)
+	assertSame(t, rep, root)
+	if !cut() {
+		t.Fatal("the proxy never cut the transfer")
+	}
+	if bootstrapsOf(name, "interrupted") != 1 || value(mBootstrapResumedBytes.WithLabelValues(name)) == 0 {
+		t.Fatalf("bootstraps: %v interrupted, %v bytes resumed", bootstrapsOf(name, "interrupted"), value(mBootstrapResumedBytes.WithLabelValues(name)))
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
