@@ -247,6 +247,16 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	// Files are fsynced in the background, in order, while the next ones
 	// arrive; the record counts a file done only once it is synced.
 	sy := newSyncer(d)
+	// With the public key, each complete file is hashed for the seal in
+	// the background while the next ones arrive.
+	var sums *sealHasher
+	if r.cfg.Verifier != nil {
+		sums = newSealHasher(d.staging, snap.Files)
+		defer sums.stop()
+		for i := range d.state.Done {
+			sums.add(i)
+		}
+	}
 	for i := d.state.Done; i < len(snap.Files); i++ {
 		off := uint64(0)
 		if i == int(resume.File) {
@@ -258,6 +268,9 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 			return progressed, errors.Join(err, sy.wait())
 		}
 		sy.add(f, i, crc)
+		if sums != nil {
+			sums.add(i)
+		}
 	}
 	if err := sy.wait(); err != nil {
 		return progressed, err
@@ -277,7 +290,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		return progressed, fmt.Errorf("%w: expected done at %d, got %s", ErrMalformed, snap.Index, m.Type())
 	}
 	c.Close()
-	if err := d.checkSeal(snap, seal); err != nil {
+	if err := d.checkSeal(snap, seal, sums); err != nil {
 		return false, err // the download is discarded: nothing progressed
 	}
 	return true, d.install(ctx, snap)
@@ -285,17 +298,17 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 
 // checkSeal verifies, when the replica has the cluster's public key, that
 // the received snapshot is the root's before it is installed: the root
-// sealed the snapshot's head and the digest of the files as they are on
-// disk now (seal.go). A snapshot without a seal, or whose seal does not
+// sealed the snapshot's head and the digest of the files as they were
+// read back from disk (sums, seal.go). A snapshot without a seal, or whose seal does not
 // verify, is removed (every file is received again, from the next
 // source), logged and counted (bootstraps_total{result="seal_refused"},
 // errors_total{kind="snapshot_seal"}).
-func (d *download) checkSeal(snap *Snapshot, seal *Seal) error {
+func (d *download) checkSeal(snap *Snapshot, seal *Seal, sums *sealHasher) error {
 	r := d.r
 	if r.cfg.Verifier == nil {
 		return nil
 	}
-	err := d.verifySeal(snap, seal)
+	err := d.verifySeal(snap, seal, sums)
 	if err == nil {
 		r.log.Info("snapshot sealed by the root", "source", d.src, "snapshot", snap.ID.String(), "index", snap.Index)
 		return nil
@@ -308,16 +321,13 @@ func (d *download) checkSeal(snap *Snapshot, seal *Seal) error {
 	return &streamError{kindSeal, err}
 }
 
-func (d *download) verifySeal(snap *Snapshot, seal *Seal) error {
+func (d *download) verifySeal(snap *Snapshot, seal *Seal, hasher *sealHasher) error {
 	if seal == nil {
 		return fmt.Errorf("qs: source %s sent snapshot %s without the root's seal", d.src, snap.ID)
 	}
-	sums := make([]fileSum, len(snap.Files))
-	for i, f := range snap.Files {
-		var err error
-		if sums[i], err = sumFile(filepath.Join(d.staging, f.Name), f.Size); err != nil {
-			return err
-		}
+	sums, err := hasher.wait()
+	if err != nil {
+		return err
 	}
 	if err := d.r.cfg.Verifier.VerifySeal(d.r.st.DBID(), snap.Index, snap.Hash, filesDigest(snap.Files, sums), seal.Sig); err != nil {
 		return fmt.Errorf("snapshot %s from %s at index %d: %w", snap.ID, d.src, snap.Index, err)

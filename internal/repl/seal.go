@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sync"
 
 	"github.com/quicksilver-kv/qs/internal/headsig"
 )
@@ -91,4 +93,61 @@ func sumFile(path string, size uint64) (fileSum, error) {
 		return fileSum{}, fmt.Errorf("%s: %d bytes, the manifest says %d", path, n, size)
 	}
 	return fileSum(h.Sum(nil)), nil
+}
+
+// sealHasher reads back and hashes the files of a download in the
+// background, each once it is complete (add), while the next ones
+// arrive: the seal check then waits only for the last file's hash.
+type sealHasher struct {
+	dir   string
+	files []SnapshotFile
+	next  chan int
+	done  chan struct{}
+	once  sync.Once
+	// Written by the hashing goroutine, read after done.
+	sums   []fileSum
+	summed []bool
+	err    error
+}
+
+func newSealHasher(dir string, files []SnapshotFile) *sealHasher {
+	h := &sealHasher{dir: dir, files: files, next: make(chan int, len(files)), done: make(chan struct{}),
+		sums: make([]fileSum, len(files)), summed: make([]bool, len(files))}
+	go func() {
+		defer close(h.done)
+		for i := range h.next {
+			if h.err != nil || h.summed[i] {
+				continue // drain
+			}
+			f := h.files[i]
+			if h.sums[i], h.err = sumFile(filepath.Join(h.dir, f.Name), f.Size); h.err == nil {
+				h.summed[i] = true
+			}
+		}
+	}()
+	return h
+}
+
+// add hashes file i (complete on disk) in the background.
+func (h *sealHasher) add(i int) { h.next <- i }
+
+// stop ends the hashing; the files added so far are hashed first.
+func (h *sealHasher) stop() {
+	h.once.Do(func() { close(h.next) })
+	<-h.done
+}
+
+// wait returns the hash of every file, each of which must have been
+// added.
+func (h *sealHasher) wait() ([]fileSum, error) {
+	h.stop()
+	if h.err != nil {
+		return nil, h.err
+	}
+	for i, ok := range h.summed {
+		if !ok {
+			return nil, fmt.Errorf("snapshot file %s was not hashed", h.files[i].Name)
+		}
+	}
+	return h.sums, nil
 }
