@@ -39,3 +39,35 @@ func TestSimLeaderClockAheadIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A member restarted with its wall clock a day ahead, leading, dates its
+// heartbeats from the log's time and the real time since: a minute of
+// heartbeats moves the log's clock about a minute, not 30 s with each.
+func TestSimLeaderHeartbeatsAfterRestartClockAhead(t *testing.T) {
+	var c *simCluster
+	var skew time.Duration
+	c = newSimClusterStopped(t, 1, 22, func(cfg *Config) {
+		cfg.Heartbeat = time.Second
+		cfg.Now = func() time.Time { return c.clock.Now().Add(skew) }
+	})
+	m := c.start(1)
+	c.leader()
+	c.tick(30)
+	if m.st.AppliedIndex() == 0 {
+		t.Fatal("no heartbeat before the restart")
+	}
+	m.stop()
+	skew = 24 * time.Hour
+	m = c.start(1)
+	c.leader()
+	start, began, first := m.st.AppliedTime(), c.clock.Now(), m.st.AppliedIndex()
+	c.tick(600) // a minute
+	elapsed := c.clock.Since(began)
+	if got, limit := m.st.AppliedTime().Sub(start), elapsed+elapsed/16+30*time.Second; got > limit {
+		t.Fatalf("%d heartbeats in a minute after a restart with the clock a day ahead moved the log's clock %v, want at most %v",
+			m.st.AppliedIndex()-first, got, limit)
+	}
+	if m.st.AppliedIndex() < first+30 {
+		t.Fatalf("%d heartbeats in a minute", m.st.AppliedIndex()-first)
+	}
+}

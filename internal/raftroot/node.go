@@ -400,7 +400,7 @@ func (n *Node) maybeHeartbeat() {
 		return
 	}
 	now := n.clock.Now()
-	if now.Sub(n.st.AppliedTime()) < hb || now.Sub(n.lastHeartbeat) < hb {
+	if n.wall().Sub(n.st.AppliedTime()) < hb || now.Sub(n.lastHeartbeat) < hb {
 		return
 	}
 	n.lastHeartbeat = now
@@ -417,11 +417,15 @@ func (n *Node) maybeHeartbeat() {
 // (a new leader's first heartbeat, a write after a restart) cannot date
 // the log ahead (store.Store.ProposalTime).
 func (n *Node) proposalTime() int64 {
-	wall := n.clock.Now()
+	return n.st.ProposalTime(n.wall(), n.clock.Since(n.started))
+}
+
+// wall is the wall clock proposals are dated by (Config.Now).
+func (n *Node) wall() time.Time {
 	if n.cfg.Now != nil {
-		wall = n.cfg.Now()
+		return n.cfg.Now()
 	}
-	return n.st.ProposalTime(wall, n.clock.Since(n.started))
+	return n.clock.Now()
 }
 
 func (n *Node) updateStatus() {
