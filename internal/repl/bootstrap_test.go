@@ -360,7 +360,7 @@ func TestSnapshotsRemovedAtShutdown(t *testing.T) {
 	if ents, _ := os.ReadDir(snaps); len(ents) != 1 {
 		t.Fatalf("%d snapshots held while fresh, want 1", len(ents))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)

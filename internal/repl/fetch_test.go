@@ -207,7 +207,7 @@ func TestFetchRefusals(t *testing.T) {
 	fr, _ := AppendFrame(nil, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("a")}}})
 	fr[len(fr)-1] ^= 1
 	c.Write(fr)
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
 	if _, err := ReadMessage(c); err == nil {
 		t.Fatal("corrupt frame answered")
 	}
