@@ -144,9 +144,9 @@ func TestLookupConsistentUnderWrites(t *testing.T) {
 					}
 				}
 			}
-			hits, misses := counterValue(t, s.m.cacheHits), counterValue(t, s.m.cacheMisses)
+			hits, misses := s.Metrics().ReadCacheHits, s.Metrics().ReadCacheMisses
 			t.Logf("%d reads over %d entries checked; cache hits %v, misses %v, refused %v, evictions %v",
-				len(reads), len(entries), hits, misses, counterValue(t, s.m.cacheRefused), counterValue(t, s.m.cacheEvictions))
+				len(reads), len(entries), hits, misses, s.Metrics().ReadCacheRefused, s.Metrics().ReadCacheEvictions)
 			if len(reads) < 1000 || len(entries) < 50 {
 				t.Fatalf("too little traffic to check anything: %d reads, %d entries", len(reads), len(entries))
 			}
@@ -174,8 +174,8 @@ func TestLookupAfterReplace(t *testing.T) {
 		return got, a
 	}
 	look()
-	if v, _ := look(); v != "old" || counterValue(t, rep.m.cacheHits) == 0 {
-		t.Fatalf("before: %q, hits %v", v, counterValue(t, rep.m.cacheHits))
+	if v, _ := look(); v != "old" || rep.Metrics().ReadCacheHits == 0 {
+		t.Fatalf("before: %q, hits %v", v, rep.Metrics().ReadCacheHits)
 	}
 	mustWrite(t, root, set("k", "new"))
 	cp := filepath.Join(t.TempDir(), "cp")
@@ -289,7 +289,7 @@ func checkShard(t *testing.T, s *cacheShard, want int, model func(key string) (u
 // The cache keeps to its budget, answers what it holds, and never holds a
 // value other than the last one put.
 func TestReadCacheBudget(t *testing.T) {
-	m := newStoreMetrics("cache-budget-test")
+	m := newStoreMetrics()
 	c := newReadCache(cacheShards*4096, m)
 	want := map[string]string{}
 	for i := range 20000 {
@@ -321,8 +321,8 @@ func TestReadCacheBudget(t *testing.T) {
 			t.Fatalf("%s: got %q found=%v, want %q", k, got, found, v)
 		}
 	}
-	if held != n || n == 0 || counterValue(t, m.cacheEvictions) == 0 {
-		t.Errorf("%d entries held, %d answered, %v evictions", n, held, counterValue(t, m.cacheEvictions))
+	if held != n || n == 0 || m.cacheEvictions.value() == 0 {
+		t.Errorf("%d entries held, %d answered, %v evictions", n, held, m.cacheEvictions.value())
 	}
 	for i := range c.shards {
 		checkShard(t, &c.shards[i], c.shards[i].n, func(key string) (uint64, string, bool) {

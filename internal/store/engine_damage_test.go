@@ -98,13 +98,13 @@ func TestDamagedTableIsCountedNotFatal(t *testing.T) {
 	valueOf := func(i int) []byte { return []byte(fmt.Sprintf("value %d of a small key", i)) }
 	path := damagedStore(t, o, n, valueOf, ".sst")
 
-	before := integrityErrors(t, db, "engine")
 	s := openTest(t, o)
+	before := integrityErrors(s, "engine")
 	served, corrupt := readKeys(t, s, n, valueOf)
 	if corrupt == 0 || served == 0 {
 		t.Fatalf("%d keys served, %d damaged: want both", served, corrupt)
 	}
-	if got := integrityErrors(t, db, "engine"); got <= before {
+	if got := integrityErrors(s, "engine"); got <= before {
 		t.Errorf("engine integrity errors %v -> %v", before, got)
 	}
 	// A compaction over the damage (a newer value of an intact key above
@@ -114,11 +114,11 @@ func TestDamagedTableIsCountedNotFatal(t *testing.T) {
 	if _, err := s.Write(t.Context(), Batch{Ops: []wal.Op{setb(fmt.Sprintf("key-%05d", last), []byte("a newer value"))}}); err != nil {
 		t.Fatal(err)
 	}
-	compactions := integrityErrors(t, db, "compaction")
+	compactions := integrityErrors(s, "compaction")
 	if err := s.Compact(); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("compaction over a damaged table: %v, want ErrCorrupt", err)
 	}
-	if got := integrityErrors(t, db, "compaction"); got <= compactions {
+	if got := integrityErrors(s, "compaction"); got <= compactions {
 		t.Errorf("compaction integrity errors %v -> %v", compactions, got)
 	}
 	valueOf = func(i int) []byte {
@@ -160,14 +160,14 @@ func TestDamagedBlobFileIsIntegrity(t *testing.T) {
 	valueOf := func(i int) []byte { return pattern(i, 3000) }
 	damagedStore(t, o, n, valueOf, ".blob")
 
-	before := integrityErrors(t, db, "engine") + integrityErrors(t, db, "chunk_crc")
 	s := openTest(t, o)
+	before := integrityErrors(s, "engine") + integrityErrors(s, "chunk_crc")
 	served, corrupt := readKeys(t, s, n, valueOf)
 	if corrupt == 0 || served == 0 {
 		t.Fatalf("%d keys served, %d damaged: want both", served, corrupt)
 	}
 	// Pebble's block checksum or the chunk's own CRC catches it.
-	if got := integrityErrors(t, db, "engine") + integrityErrors(t, db, "chunk_crc"); got <= before {
+	if got := integrityErrors(s, "engine") + integrityErrors(s, "chunk_crc"); got <= before {
 		t.Errorf("integrity errors %v -> %v", before, got)
 	}
 }

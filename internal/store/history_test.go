@@ -219,7 +219,7 @@ func TestHistoryGCBySize(t *testing.T) {
 	if horizons[len(horizons)-1] == 0 {
 		t.Fatalf("horizon never rose: %v", horizons)
 	}
-	if c := counterValue(t, s.m.historyCollected); c == 0 {
+	if c := s.Metrics().HistoryCollected; c == 0 {
 		t.Fatal("no version collected")
 	}
 }

@@ -75,7 +75,7 @@ func historyRecordAt(t *testing.T, s *Store, key string, until uint64) record {
 // return it.
 func TestHistoryPointsIntoTheLog(t *testing.T) {
 	s := openTest(t, Options{Name: "hist-ref"})
-	refs := counterValue(t, newRetiredMetrics(s.Name()).historyRefs)
+	refs := s.Metrics().HistoryLogReferences
 	big := pattern(1, 5000)
 	w := mustWrite(t, s, setb("a", big))
 	o := mustWrite(t, s, set("a", "small"))
@@ -88,7 +88,7 @@ func TestHistoryPointsIntoTheLog(t *testing.T) {
 	if rec := historyRecordAt(t, s, "b", d.Index+1); rec.kind != recInLog {
 		t.Fatalf("version of deleted b: kind %d, want in-log", rec.kind)
 	}
-	if n := counterValue(t, newRetiredMetrics(s.Name()).historyRefs) - refs; n != 2 {
+	if n := s.Metrics().HistoryLogReferences - refs; n != 2 {
 		t.Fatalf("history_log_references_total rose by %v, want 2", n)
 	}
 	v, err := s.View()
@@ -117,7 +117,6 @@ func TestHistoryRefsAcrossRetention(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Name: "hist-retire", Dir: dir, Compression: wal.CompressNone, Retention: Retention{MaxEntries: 6}, Logger: quietLogger()}
 	s := openTest(t, o)
-	freed := counterValue(t, newRetiredMetrics(o.Name).freed)
 	rng := rand.New(rand.NewPCG(3, 4))
 	m := versionLog{}
 	sizes := []int{50, 1500, 3000, 9000}
@@ -184,7 +183,7 @@ func TestHistoryRefsAcrossRetention(t *testing.T) {
 	}
 	checkVersions(t, s, m)
 	mustVerify(t, s)
-	if counterValue(t, newRetiredMetrics(o.Name).freed) == freed {
+	if s.Metrics().RetiredBlocksFreed == 0 { // since the reopen
 		t.Fatal("no retired block freed once its versions were collected")
 	}
 }
@@ -220,7 +219,7 @@ func TestHistoryRefDamagedBlock(t *testing.T) {
 			s := openTest(t, Options{Name: "hist-damage", Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2}, Logger: quietLogger()})
 			b, until := setupRetiredForHistory(t, s)
 			c.damage(t, s, b)
-			before := integrityErrors(t, "hist-damage", "log_value_crc")
+			before := integrityErrors(s, "log_value_crc")
 			v, err := s.View()
 			if err != nil {
 				t.Fatal(err)
@@ -230,7 +229,7 @@ func TestHistoryRefDamagedBlock(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("read of the damaged version: %d bytes, err %v; want ErrCorrupt", len(val), err)
 			}
-			if c.name == "bit flip" && integrityErrors(t, "hist-damage", "log_value_crc") != before+1 {
+			if c.name == "bit flip" && integrityErrors(s, "log_value_crc") != before+1 {
 				t.Fatal("integrity error not counted")
 			}
 			r, err := s.Verify()
@@ -251,7 +250,6 @@ func TestHistoryOffRecountsRetired(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Name: "hist-off", Dir: dir, Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2}, Logger: quietLogger()}
 	s := openTest(t, o)
-	recounts := counterValue(t, newRetiredMetrics(o.Name).recounts)
 	b, _ := setupRetiredForHistory(t, s)
 	s.Close()
 	o.History = noHistory
@@ -269,7 +267,7 @@ func TestHistoryOffRecountsRetired(t *testing.T) {
 		t.Fatalf("retired totals %+v, want none", tot)
 	}
 	mustVerify(t, s)
-	if n := counterValue(t, newRetiredMetrics(o.Name).recounts) - recounts; n != 0 {
+	if n := s.Metrics().RetiredRecounts; n != 0 { // since the reopen
 		t.Fatalf("%v counts corrected by the committer, want 0 (the open recounted)", n)
 	}
 }
@@ -323,7 +321,7 @@ func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
 	if r := recs[block]; r.live != 2 {
 		t.Fatalf("block %d: %+v, want 2 live versions", block, r)
 	}
-	copied := counterValue(t, s.m.materialized)
+	copied := s.Metrics().ValuesMaterialized
 	advance(31 * time.Minute) // b's version is now past the retention
 	deadline := time.Now().Add(60 * time.Second)
 	for blockExists(t, s, block) {
@@ -337,7 +335,7 @@ func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
 	if rec := historyRecordAt(t, s, "a", ua); rec.kind != recInline {
 		t.Fatalf("a's version after its block went: kind %d, want inline", rec.kind)
 	}
-	if counterValue(t, s.m.materialized) != copied+1 {
+	if s.Metrics().ValuesMaterialized != copied+1 {
 		t.Fatal("copy not counted")
 	}
 	v, err := s.View()

@@ -162,7 +162,7 @@ func TestBatchIDCorruptOutcomeFailsOnlyItsRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	rawSet(t, s, batchIDKey([]byte("x")), []byte("not an outcome"))
-	before := integrityErrors(t, s.Name(), "batch_outcome")
+	before := integrityErrors(s, "batch_outcome")
 	res, errs := tryInOneGroup(s,
 		Batch{Ops: []wal.Op{set("a", "2")}, ID: []byte("x")},
 		Batch{Ops: []wal.Op{set("b", "1")}})
@@ -175,7 +175,7 @@ func TestBatchIDCorruptOutcomeFailsOnlyItsRetry(t *testing.T) {
 	if v, idx, _ := get(t, s, "a"); v != "1" || idx != first.Index {
 		t.Fatalf("a = %q at %d: the retry was applied", v, idx)
 	}
-	if n := integrityErrors(t, s.Name(), "batch_outcome"); n != before+1 {
+	if n := integrityErrors(s, "batch_outcome"); n != before+1 {
 		t.Fatalf("integrity errors %v → %v, want one more", before, n)
 	}
 }

@@ -104,7 +104,7 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := counterValue(t, mIntegrityErrors.WithLabelValues(s.Name(), "log_value_crc"))
+			before := s.Metrics().IntegrityErrors["log_value_crc"]
 			v, verr := s.View()
 			if verr != nil {
 				t.Fatal(verr)
@@ -114,7 +114,7 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 			if !errors.Is(gerr, ErrCorrupt) || got != nil {
 				t.Fatalf("read of a damaged in-log value: %q, %v", got, gerr)
 			}
-			if counterValue(t, mIntegrityErrors.WithLabelValues(s.Name(), "log_value_crc")) != before+1 {
+			if s.Metrics().IntegrityErrors["log_value_crc"] != before+1 {
 				t.Fatal("integrity metric not incremented")
 			}
 			rep, err := s.Verify()

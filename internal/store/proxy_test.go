@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -175,7 +173,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 	if f.keys.Load() != 40 {
 		t.Fatalf("fetched %d keys, want 40", f.keys.Load())
 	}
-	waitFor(t, "admissions", func() bool { return counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")) == 40 })
+	waitFor(t, "admissions", func() bool { return px.Metrics().ProxyAdmissions["admitted"] == 40 })
 	waitFor(t, "evictions", func() bool { return px.ProxyStats().CachedBytes <= 20_000 })
 	st := px.ProxyStats()
 	if st.CachedValues < 10 {
@@ -189,7 +187,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 	}
 	// Counted once the keeper has the committer's answer, just after the
 	// counters moved.
-	waitFor(t, "evictions counted", func() bool { return counterValue(t, px.m.pxEvictions) > 0 })
+	waitFor(t, "evictions counted", func() bool { return px.Metrics().ProxyEvictions > 0 })
 	mustVerify(t, px)
 	// Everything still reads right.
 	_, got := lookupAll(t, px, keys...)
@@ -366,16 +364,16 @@ func proxyConsistency(t *testing.T, readCache, transient int64) {
 			total++
 		}
 	}
-	if total < 100 || counterValue(t, px.m.pxEvictions) == 0 || counterValue(t, px.m.pxMisses) == 0 {
-		t.Fatalf("%d reads, %v evictions, %v misses: the test did not exercise the cache", total, counterValue(t, px.m.pxEvictions), counterValue(t, px.m.pxMisses))
+	if total < 100 || px.Metrics().ProxyEvictions == 0 || px.Metrics().ProxyMisses == 0 {
+		t.Fatalf("%d reads, %v evictions, %v misses: the test did not exercise the cache", total, px.Metrics().ProxyEvictions, px.Metrics().ProxyMisses)
 	}
 	if transient > 0 {
-		again, evicted := counterValue(t, px.m.pxTransient.WithLabelValues("read_again")), counterValue(t, px.m.pxTransient.WithLabelValues("evicted"))
+		again, evicted := px.Metrics().ProxyTransient["read_again"], px.Metrics().ProxyTransient["evicted"]
 		if again == 0 || evicted == 0 {
 			t.Fatalf("%v values read again, %v evicted from the transient tier: the test did not exercise it", again, evicted)
 		}
 	}
-	t.Logf("%d reads checked; %v misses, %v evictions, %v admissions", total, counterValue(t, px.m.pxMisses), counterValue(t, px.m.pxEvictions), counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")))
+	t.Logf("%d reads checked; %v misses, %v evictions, %v admissions", total, px.Metrics().ProxyMisses, px.Metrics().ProxyEvictions, px.Metrics().ProxyAdmissions["admitted"])
 	mustVerify(t, px)
 }
 
@@ -555,7 +553,7 @@ func TestProxyDiskLimits(t *testing.T) {
 	}
 	fs.free.Store(80 << 20) // below the soft limit
 	waitFor(t, "evictions below the soft limit", func() bool { return px.ProxyStats().CachedBytes < full*8/10 })
-	if !px.ProxyStats().SoftLimited || gaugeValue(t, px.m.pxSoftLimited) != 1 {
+	if !px.ProxyStats().SoftLimited || px.Metrics().ProxySoftLimited != 1 {
 		t.Fatal("soft limit not reported")
 	}
 	fs.free.Store(40 << 20) // below the hard limit
@@ -568,7 +566,7 @@ func TestProxyDiskLimits(t *testing.T) {
 	if _, got := lookupAll(t, px, keys...); len(got) != 200 {
 		t.Fatalf("%d keys read below the hard limit", len(got))
 	}
-	waitFor(t, "refused admissions", func() bool { return counterValue(t, px.m.pxAdmissions.WithLabelValues("refused_hard_limit")) > 0 })
+	waitFor(t, "refused admissions", func() bool { return px.Metrics().ProxyAdmissions["refused_hard_limit"] > 0 })
 	if px.ProxyStats().CachedBytes > before {
 		t.Fatal("values admitted below the hard limit")
 	}
@@ -576,15 +574,6 @@ func TestProxyDiskLimits(t *testing.T) {
 	waitFor(t, "limits lifted", func() bool { s := px.ProxyStats(); return !s.SoftLimited && !s.HardLimited })
 	px.Lookup([][]byte{[]byte("k000")}, func(uint64, int, []byte, uint64, bool) error { return nil })
 	mustVerify(t, px)
-}
-
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
 }
 
 // TestProxyAdmissionOwnsItsKey: a caller may reuse its key buffer as soon
@@ -598,14 +587,14 @@ func TestProxyAdmissionOwnsItsKey(t *testing.T) {
 	}
 	px, _ := openProxy(t, root, ProxyOptions{Window: 1, CacheBytes: 1 << 20, EvictInterval: time.Hour})
 	replicate(t, root, px, 20)
-	admitted0 := counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted"))
+	admitted0 := px.Metrics().ProxyAdmissions["admitted"]
 	buf := []byte("k05")
 	if _, err := px.Lookup([][]byte{buf}, func(uint64, int, []byte, uint64, bool) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	copy(buf, "k06") // the caller's next request
 	waitFor(t, "the admission", func() bool {
-		return counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")) == admitted0+1
+		return px.Metrics().ProxyAdmissions["admitted"] == admitted0+1
 	})
 	for _, k := range []string{"k05", "k06"} {
 		rec, err := decodeRecord(rawGet(t, px, dataKey(nil, []byte(k))))
@@ -637,12 +626,12 @@ func TestProxyFetchTooLargeIsFinal(t *testing.T) {
 	replicate(t, root, px, 10)
 	waitFor(t, "eviction down to the window", func() bool { return px.ProxyStats().CachedValues == 1 })
 	px.SetFetcher(tooLargeFetcher{})
-	before := counterValue(t, px.m.pxReadErrors)
+	before := px.Metrics().ProxyReadErrors
 	_, err := px.Lookup([][]byte{[]byte("big")}, func(uint64, int, []byte, uint64, bool) error { return nil })
 	if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("read of a value too large to fetch: %v, want ErrTooLarge only", err)
 	}
-	if n := counterValue(t, px.m.pxReadErrors) - before; n != 1 {
+	if n := px.Metrics().ProxyReadErrors - before; n != 1 {
 		t.Fatalf("read errors counted %v, want 1", n)
 	}
 }

@@ -126,7 +126,7 @@ func TestProxyRefusesForgedFetchedValue(t *testing.T) {
 		t.Fatal("the forged value does not even pass length and CRC: the test proves nothing")
 	}
 
-	before := integrityErrors(t, px.Name(), "remote_value")
+	before := integrityErrors(px, "remote_value")
 	px.SetFetcher(forger{t: t, src: root})
 	_, err = px.Lookup([][]byte{[]byte("a")}, func(_ uint64, _ int, v []byte, _ uint64, _ bool) error {
 		return fmt.Errorf("served %q", v)
@@ -134,7 +134,7 @@ func TestProxyRefusesForgedFetchedValue(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("forged value: %v", err)
 	}
-	if got := integrityErrors(t, px.Name(), "remote_value"); got != before+1 {
+	if got := integrityErrors(px, "remote_value"); got != before+1 {
 		t.Fatalf("remote_value errors %v, want %v", got, before+1)
 	}
 	if px.ProxyStats().CachedValues != 1 { // b, the window

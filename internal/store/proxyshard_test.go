@@ -125,7 +125,7 @@ func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
 	if v, ok := px.ShardValue([]byte(own[0]), idx); ok {
 		t.Fatalf("L2 request answered a value that does not match the record: %q", v)
 	}
-	if n := counterValue(t, px.m.pxShard.WithLabelValues("mismatch")); n != 1 {
+	if n := px.Metrics().ProxyShardCache["mismatch"]; n != 1 {
 		t.Fatalf("proxy_shard_cache_total{mismatch} = %v, want 1", n)
 	}
 	px.OfferPrefetched([]byte(own[0]), idx, []byte("the wrong value"))
@@ -135,7 +135,7 @@ func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
 	if f.keys.Load() != 1 {
 		t.Fatalf("%d fetches, want 1", f.keys.Load())
 	}
-	if n := counterValue(t, px.m.integrityErrors.WithLabelValues("shard_value")); n != 2 {
+	if n := px.Metrics().IntegrityErrors["shard_value"]; n != 2 {
 		t.Fatalf("integrity errors of shard values %v, want 2", n)
 	}
 }

@@ -237,7 +237,7 @@ func TestFutureDatedProposalCannotBreakIdempotency(t *testing.T) {
 	t0 := time.Now().UnixNano()
 	day := int64(24 * time.Hour)
 	write := Batch{Ops: []wal.Op{set("k", "old")}, ID: []byte("retried")}
-	clamped := counterValue(t, mClockClamped.WithLabelValues(db))
+	clamped := s.Metrics().EntryTimeClamped
 	cmds := []RaftCommand{
 		{RaftIndex: 1, Time: t0, Batch: write},
 		{RaftIndex: 2, Time: t0 + day, Heartbeat: true},
@@ -263,7 +263,7 @@ func TestFutureDatedProposalCannotBreakIdempotency(t *testing.T) {
 	if lag := s.AppliedTime().UnixNano() - t0; lag > 2*maxProposedClockStep {
 		t.Fatalf("log clock moved %v by two future-dated entries", time.Duration(lag))
 	}
-	if got := counterValue(t, mClockClamped.WithLabelValues(db)); got < clamped+2 {
+	if got := s.Metrics().EntryTimeClamped; got < clamped+2 {
 		t.Errorf("clamped entries counted %v -> %v", clamped, got)
 	}
 }

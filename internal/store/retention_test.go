@@ -49,7 +49,7 @@ func checkRetained(t *testing.T, s *Store) LogRange {
 func TestRetentionByEntries(t *testing.T) {
 	const max = 10
 	s := openTest(t, Options{Name: "retain-entries", Retention: Retention{MaxEntries: max, MaxBytes: -1, MaxAge: -1}})
-	truncated := counterValue(t, mLogTruncated.WithLabelValues("retain-entries"))
+	truncated := s.Metrics().LogTruncatedEntries
 	for i := 1; i <= 35; i++ {
 		mustWrite(t, s, set("k", fmt.Sprint(i))) // one entry per block
 		lr := checkRetained(t, s)
@@ -57,7 +57,7 @@ func TestRetentionByEntries(t *testing.T) {
 			t.Fatalf("after %d entries the log holds %d..%d, want %d entries", i, lr.First, lr.Last, want)
 		}
 	}
-	if got := counterValue(t, mLogTruncated.WithLabelValues("retain-entries")) - truncated; got != 35-max {
+	if got := s.Metrics().LogTruncatedEntries - truncated; got != 35-max {
 		t.Fatalf("%v entries counted as truncated, want %d", got, 35-max)
 	}
 

@@ -76,7 +76,7 @@ func TestRetiredBlocks(t *testing.T) {
 			t.Fatalf("entry %d at index %d", b, r.Index)
 		}
 	}
-	materialized := counterValue(t, s.m.materialized)
+	materialized := s.Metrics().ValuesMaterialized
 	recs, tot := retiredOnDisk(t, s)
 	if len(recs) != 2 || tot.blocks != 2 || materialized != 0 {
 		t.Fatalf("after 6 blocks with a 4-entry log: %d retired records %+v, totals %+v, %v values copied out", len(recs), recs, tot, materialized)
@@ -102,7 +102,7 @@ func TestRetiredBlocks(t *testing.T) {
 	if _, ok := recs[1]; ok || blockExists(t, s, 1) {
 		t.Fatalf("block 1, half live, still kept: %+v", recs[1])
 	}
-	if got := counterValue(t, s.m.materialized); got != materialized+2 {
+	if got := s.Metrics().ValuesMaterialized; got != materialized+2 {
 		t.Fatalf("%v values copied out, want 2", got-materialized)
 	}
 	for j := 2; j < 4; j++ {
@@ -111,13 +111,13 @@ func TestRetiredBlocks(t *testing.T) {
 		}
 	}
 	// Block 2: all four overwritten in one batch: deleted, nothing copied.
-	before := counterValue(t, s.m.materialized)
+	before := s.Metrics().ValuesMaterialized
 	var ops []wal.Op
 	for j := range 4 {
 		ops = append(ops, set(key(2, j), "new"))
 	}
 	mustWrite(t, s, ops...)
-	if blockExists(t, s, 2) || counterValue(t, s.m.materialized) != before {
+	if blockExists(t, s, 2) || s.Metrics().ValuesMaterialized != before {
 		t.Fatal("block 2, all overwritten, still kept or copied from")
 	}
 	recs, tot = retiredOnDisk(t, s)
@@ -167,7 +167,7 @@ func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
 	if rep, err := s.Verify(); err != nil || rep.Clean() {
 		t.Fatalf("verify missed the wrong count: %v %+v", err, rep)
 	}
-	recounts := counterValue(t, newRetiredMetrics(s.Name()).recounts)
+	recounts := s.Metrics().RetiredRecounts
 	// Overwriting a brings the count to 0: the block must not go, b lives
 	// in it.
 	mustWrite(t, s, set("a", "small"))
@@ -177,7 +177,7 @@ func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
 	if v, _, ok := get(t, s, "b"); !ok || v != string(pattern(2, 4000)) {
 		t.Fatalf("b reads %d bytes (found %v)", len(v), ok)
 	}
-	if counterValue(t, newRetiredMetrics(s.Name()).recounts) != recounts+1 {
+	if s.Metrics().RetiredRecounts != recounts+1 {
 		t.Fatal("recount not counted")
 	}
 	mustVerify(t, s)

@@ -53,7 +53,7 @@ func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
 	const window = 2 * time.Hour
 	s := openTest(t, clocks.options(Options{Name: "root-clock-jump", IdempotencyWindow: window,
 		History: HistoryOptions{Retention: window}, Logger: quietLogger()}))
-	clamped := counterValue(t, mClockClamped.WithLabelValues(s.Name()))
+	clamped := s.Metrics().EntryTimeClamped
 
 	// Older than the window once 2.5 h of real time have passed.
 	if _, err := writeID(t, s, "old", nil, set("g", "1")); err != nil {
@@ -82,7 +82,7 @@ func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
 	if ahead := s.AppliedTime().Sub(time.Unix(0, clocks.wall.Load())); ahead > -23*time.Hour {
 		t.Fatalf("log clock %v from the jumped wall clock: the jump moved it", ahead)
 	}
-	if got := counterValue(t, mClockClamped.WithLabelValues(s.Name())); got <= clamped {
+	if got := s.Metrics().EntryTimeClamped; got <= clamped {
 		t.Errorf("bounded stamps not counted: %v -> %v", clamped, got)
 	}
 

@@ -89,7 +89,7 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 	o := Options{Name: "seg-rotate", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
-	created := counterValue(t, s.m.segmentsCreated)
+	created := s.Metrics().LogSegmentEvents["created"]
 	// A value never rewritten keeps its block, retired, and its segment.
 	mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
 	const n = 300
@@ -98,11 +98,11 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 		// with nothing live, and their segments go.
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 3000)))
 	}
-	if got := counterValue(t, s.m.segmentsCreated) - created; got < 20 {
+	if got := s.Metrics().LogSegmentEvents["created"] - created; got < 20 {
 		t.Fatalf("%v segments created for %d kB", got, n*3)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for counterValue(t, s.m.segmentsRemoved) == 0 {
+	for s.Metrics().LogSegmentEvents["removed"] == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no segment removed")
 		}
@@ -288,15 +288,14 @@ func TestSegmentSyncFailure(t *testing.T) {
 	if ref := segmentRef(t, s, b2.Index); ref.seq != segmentRef(t, s, a.Index).seq+1 {
 		t.Fatalf("block after a failed fsync in segment %d, want a new one", ref.seq)
 	}
-	failures := counterValue(t, s.m.segmentFailures)
+	failures := s.Metrics().LogSegmentEvents["failed"]
 	if failures < 1 {
 		t.Fatal("segment failure not counted")
 	}
 	// Power loss: only what was synced survives; Pebble synced nothing
 	// since the database was created.
-	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
 	s2 := crashReopen(t, s, mem, o)
-	if got := counterValue(t, mReplayed.WithLabelValues(o.Name)) - replayed; got != 2 {
+	if got := s2.Metrics().LogReplayedEntries; got != 2 {
 		t.Fatalf("%v entries replayed, want 2", got)
 	}
 	if s2.AppliedIndex() != b2.Index {
@@ -382,13 +381,13 @@ func TestSegmentBlockDamaged(t *testing.T) {
 	r := mustWrite(t, s, set("b", "2"))
 	mustWrite(t, s, set("c", "3"))
 	flipSegmentByte(t, s, r.Index, 3)
-	before := integrityErrors(t, "seg-damaged", "log_block")
+	before := integrityErrors(s, "log_block")
 	if _, err := s.ReadLog(r.Index, 10, 1<<20); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("ReadLog of a damaged block: %v", err)
 	}
 	// Counted, as a block that fails to decode is: a source hitting it
 	// only ends the stream, which says nothing about the damage.
-	if got := integrityErrors(t, "seg-damaged", "log_block"); got != before+1 {
+	if got := integrityErrors(s, "log_block"); got != before+1 {
 		t.Errorf("log_block integrity errors %v -> %v", before, got)
 	}
 	rep, err := s.Verify()
@@ -489,9 +488,8 @@ func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
 	s2 := crashReopen(t, s, mem, o)
-	if counterValue(t, mReplayed.WithLabelValues(o.Name)) == replayed {
+	if s2.Metrics().LogReplayedEntries == 0 {
 		t.Fatal("nothing replayed: the test does not reach the replay")
 	}
 	mustWrite(t, s2, set("k", "2"))
@@ -546,14 +544,14 @@ func TestCheckpointHoldsSegments(t *testing.T) {
 	}
 	// The source goes on: its old segments are removed, and recycled
 	// unless the checkpoint links them.
-	recycled := counterValue(t, s.m.segmentsRecycled)
+	recycled := s.Metrics().LogSegmentEvents["recycled"]
 	for i := 40; i < 400; i++ {
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 2000)))
 		if i%5 == 0 {
 			time.Sleep(3 * time.Millisecond) // the collector's turn
 		}
 	}
-	if counterValue(t, s.m.segmentsRecycled) == recycled {
+	if s.Metrics().LogSegmentEvents["recycled"] == recycled {
 		t.Fatal("no segment recycled: the test does not reach recycling")
 	}
 	s.Close()
@@ -585,8 +583,8 @@ func TestSegmentCompaction(t *testing.T) {
 	}
 	pinned := mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
 	seq := segmentRef(t, s, pinned.Index).seq
-	compacted := counterValue(t, s.m.segmentsCompacted)
-	materialized := counterValue(t, s.m.materialized)
+	compacted := s.Metrics().LogSegmentEvents["compacted"]
+	materialized := s.Metrics().ValuesMaterialized
 	deadline := time.Now().Add(60 * time.Second)
 	for i := 0; ; i++ {
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%4), pattern(i, 3000)))
@@ -600,7 +598,7 @@ func TestSegmentCompaction(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
-	if counterValue(t, s.m.segmentsCompacted) == compacted || counterValue(t, s.m.materialized) == materialized {
+	if s.Metrics().LogSegmentEvents["compacted"] == compacted || s.Metrics().ValuesMaterialized == materialized {
 		t.Fatal("segment removed without a compaction")
 	}
 	raw, err := decodeRecord(rawGet(t, s, dataKey(nil, []byte("pinned"))))
