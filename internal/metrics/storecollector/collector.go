@@ -1,9 +1,3 @@
-// Package storecollector exports the metrics of the process's open stores
-// to Prometheus. A store counts for itself ((*store.Store).Metrics returns
-// a snapshot, as a Pebble DB's Metrics does); this collector, registered
-// with the process registry, reads the snapshot of every store added to
-// it at each scrape and turns it into the qs_store_* families, one series
-// per database (label db).
 package storecollector
 
 import (

@@ -86,9 +86,8 @@ func metricValue(m *dto.Metric) float64 {
 	return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 }
 
-// A root store reports every family it reported before its metrics moved
-// out of the process-global registry, with the same types: the dashboard
-// and the alert rules name them.
+// A root store reports the families listed in testdata, with their types
+// and help texts: the dashboard and the alert rules name them.
 func TestRootStoreFamilies(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "families", store.Options{})
@@ -99,7 +98,7 @@ func TestRootStoreFamilies(t *testing.T) {
 	c.Add(s)
 	var got []string
 	for _, mf := range gather(t, c) {
-		got = append(got, mf.GetName()+" "+strings.ToLower(mf.GetType().String()))
+		got = append(got, mf.GetName()+" "+strings.ToLower(mf.GetType().String())+" "+mf.GetHelp())
 	}
 	slices.Sort(got)
 	b, err := os.ReadFile("testdata/root_families.txt")
