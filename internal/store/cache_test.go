@@ -31,6 +31,7 @@ type lookupRead struct {
 // It runs without a cache, with one too small for the keyspace (constant
 // eviction and refused inserts) and with a large one.
 func TestLookupConsistentUnderWrites(t *testing.T) {
+	t.Parallel()
 	for _, budget := range []int64{-1, 3 << 10, 64 << 20} {
 		t.Run(fmt.Sprint("cache ", budget), func(t *testing.T) {
 			s := openTest(t, Options{ReadCacheBytes: budget})
@@ -160,6 +161,7 @@ func TestLookupConsistentUnderWrites(t *testing.T) {
 // After a snapshot replaces the database, nothing cached from the old one
 // is served.
 func TestLookupAfterReplace(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	mustWrite(t, root, set("k", "old"))
 	dir := filepath.Join(t.TempDir(), "replica")
@@ -197,6 +199,7 @@ func TestLookupAfterReplace(t *testing.T) {
 // entry the model holds is found at a slot its probe reaches, and nothing
 // else is held.
 func TestCacheShardTable(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 3))
 		var s cacheShard
@@ -289,6 +292,7 @@ func checkShard(t *testing.T, s *cacheShard, want int, model func(key string) (u
 // The cache keeps to its budget, answers what it holds, and never holds a
 // value other than the last one put.
 func TestReadCacheBudget(t *testing.T) {
+	t.Parallel()
 	m := newStoreMetrics()
 	c := newReadCache(cacheShards*4096, m)
 	want := map[string]string{}

@@ -40,6 +40,7 @@ func getCorrupt(t *testing.T, s *Store, key string) {
 }
 
 func TestCorruptValuesNeverServedAndRepairedByWrite(t *testing.T) {
+	t.Parallel()
 	const db = "corrupt-values"
 	dir := t.TempDir()
 	o := Options{Name: db, Dir: dir, ChunkBytes: 1024, Compression: wal.CompressZstd}
@@ -113,6 +114,7 @@ func TestCorruptValuesNeverServedAndRepairedByWrite(t *testing.T) {
 }
 
 func TestCorruptLogBlock(t *testing.T) {
+	t.Parallel()
 	const db = "corrupt-log"
 	for _, c := range []wal.Compression{wal.CompressNone, wal.CompressZstd, wal.CompressSnappy} {
 		s := openTest(t, Options{Name: db, Compression: c})
@@ -163,6 +165,7 @@ func TestCorruptLogBlock(t *testing.T) {
 // still decodes is caught by the hash chain: Verify names its index and a
 // replica refuses it, so it cannot spread.
 func TestCorruptLogEntryRejectedByReplica(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Compression: wal.CompressNone})
 	for i := 0; i < 4; i++ {
 		mustWrite(t, root, set("k", string(rune('a'+i))))
@@ -199,6 +202,7 @@ func TestCorruptLogEntryRejectedByReplica(t *testing.T) {
 // the lost changes without a word, and sources would serve the gap. An
 // overlapping block (an entry twice) is refused alike.
 func TestReadLogRefusesMissingBlock(t *testing.T) {
+	t.Parallel()
 	const db = "readlog-hole"
 	s := openTest(t, Options{Name: db})
 	for i := 0; i < 6; i++ {

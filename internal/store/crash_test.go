@@ -32,6 +32,7 @@ import (
 // deleted key per writer, whose expected state is exact too), so the check
 // needs no model of interleavings.
 func TestPowerLoss(t *testing.T) {
+	t.Parallel()
 	rounds := 30
 	if testing.Short() {
 		rounds = 5

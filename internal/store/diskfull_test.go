@@ -19,6 +19,7 @@ import (
 )
 
 func TestQuotaFS(t *testing.T) {
+	t.Parallel()
 	fs := newQuotaFS(vfs.NewMem(), 100)
 	f, err := fs.Create("/a", vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -59,6 +60,7 @@ func ballastSize(t *testing.T, fs vfs.FS, s *Store) int64 {
 // (a) Free space below the reserve: writes are refused before anything is
 // written, reads go on, and writes resume once space returns.
 func TestDiskFullReserve(t *testing.T) {
+	t.Parallel()
 	const db = "diskfull-reserve"
 	const reserve, ballast = 1 << 20, 256 << 10
 	fs := newQuotaFS(vfs.NewMem(), 1<<30)
@@ -117,6 +119,7 @@ func TestDiskFullReserve(t *testing.T) {
 // finish, further writes are refused until space returns, then writes
 // resume and the ballast comes back.
 func TestDiskFullBallast(t *testing.T) {
+	t.Parallel()
 	const db = "diskfull-ballast"
 	const ballast = 4 << 20
 	fs := newQuotaFS(vfs.NewMem(), 1<<30)
@@ -200,6 +203,7 @@ func TestDiskFullBallast(t *testing.T) {
 // the segments (their own ENOSPC fails the write cleanly:
 // TestDiskFullInSegment).
 func TestDiskFullWithoutBallastExits(t *testing.T) {
+	t.Parallel()
 	if dir := os.Getenv("QS_TEST_DISKFULL_CHILD"); dir != "" {
 		diskFullChild(dir)
 		return
@@ -303,6 +307,7 @@ func spillBatch(b int) []wal.Op {
 // that is not an engine error (a bug, or not an error at all) go on; an
 // engine error's panic ends the process (TestDiskFullWithoutBallastExits).
 func TestEngineWritePanics(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Dir: t.TempDir()})
 	want := errors.New("refused")
 	if err := s.engineWrite(func() error { return want }); err != want {
@@ -333,6 +338,7 @@ func runtimeError() (err any) {
 // refusal and sets the disk_full gauge; with space back it lets writes
 // through, and the next write leaves disk-full mode.
 func TestCheckSpace(t *testing.T) {
+	t.Parallel()
 	fs := &freeFS{FS: vfs.NewMem()}
 	fs.free.Store(1 << 30)
 	name := dbName(t)
@@ -372,6 +378,7 @@ func TestCheckSpace(t *testing.T) {
 // touching the disk until the segment fits above the reserve; nothing
 // stored changes; then writes resume and the gauge is 0 again.
 func TestDiskFullSegmentLargerThanReserve(t *testing.T) {
+	t.Parallel()
 	const db = "diskfull-segment"
 	const reserve = 64 << 10
 	// A disk too small for spare segments (two above the reserve), so that

@@ -92,6 +92,7 @@ func damagedStore(t *testing.T, o Options, n int, valueOf func(i int) []byte, su
 }
 
 func TestDamagedTableIsCountedNotFatal(t *testing.T) {
+	t.Parallel()
 	const db = "damaged-table"
 	o := Options{Name: db, Dir: t.TempDir(), Logger: quietLogger()}
 	const n = 3000
@@ -153,6 +154,7 @@ func TestDamagedTableIsCountedNotFatal(t *testing.T) {
 }
 
 func TestDamagedBlobFileIsIntegrity(t *testing.T) {
+	t.Parallel()
 	const db = "damaged-blob"
 	// Chunks of 1 KiB go to the engine's blob files.
 	o := Options{Name: db, Dir: t.TempDir(), Logger: quietLogger(), ChunkBytes: 1024}

@@ -74,6 +74,7 @@ func historyRecordAt(t *testing.T, s *Store, key string, until uint64) record {
 // history: the version points at the log's copy, and reads as of its time
 // return it.
 func TestHistoryPointsIntoTheLog(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "hist-ref"})
 	refs := s.Metrics().HistoryLogReferences
 	big := pattern(1, 5000)
@@ -114,6 +115,7 @@ func TestHistoryPointsIntoTheLog(t *testing.T) {
 // dropped with few references left has them copied out inline. Reads as
 // of every index stay exact throughout, and Verify agrees with the counts.
 func TestHistoryRefsAcrossRetention(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "hist-retire", Dir: dir, Compression: wal.CompressNone, Retention: Retention{MaxEntries: 6}, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -208,6 +210,7 @@ func setupRetiredForHistory(t *testing.T, s *Store) (block, until uint64) {
 // A version whose block is damaged or gone reads as an integrity error,
 // never as a wrong value, and Verify reports it.
 func TestHistoryRefDamagedBlock(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		damage func(t *testing.T, s *Store, b uint64)
@@ -247,6 +250,7 @@ func TestHistoryRefDamagedBlock(t *testing.T) {
 // counted for: the next open recounts them (Verify agrees), and the next
 // commit frees the blocks left with nothing live.
 func TestHistoryOffRecountsRetired(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "hist-off", Dir: dir, Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2}, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -275,6 +279,7 @@ func TestHistoryOffRecountsRetired(t *testing.T) {
 // A database written with the previous storage format opens, reads, and
 // is marked with the current one; an unknown format is refused.
 func TestStorageFormatUpgrade(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "format", Dir: dir, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -303,6 +308,7 @@ func TestStorageFormatUpgrade(t *testing.T) {
 // half of it is live is dropped, the versions left copied out inline: they
 // read the same, and the history's size does not change.
 func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Unix(1_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -355,6 +361,7 @@ func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
 // blocks leave the log: the retired counts stay exact (Verify recounts
 // them), and every version from the horizon on reads without error.
 func TestHistoryRefsConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "hist-concurrent", Compression: wal.CompressNone, Retention: Retention{MaxEntries: 6},
 		History: HistoryOptions{MaxBytes: 48 << 10}, Logger: quietLogger()})
 	sizes := []int{40, 1100, 2500, 7000}
@@ -402,6 +409,7 @@ func TestHistoryRefsConcurrentWriters(t *testing.T) {
 // The GC entry of a version in a log block names the block, so that GC
 // counts it down without reading the version; Verify checks it.
 func TestHistoryGCEntryNamesTheBlock(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "hist-gc-entry", Logger: quietLogger()})
 	w := mustWrite(t, s, setb("a", pattern(3, 4000))).Index
 	u := mustWrite(t, s, set("a", "x")).Index

@@ -82,6 +82,7 @@ func lookupAll(t *testing.T, s *Store, keys ...string) (uint64, map[string]strin
 // reads give the same answers as the root, fetching only the remote
 // values; absent keys cost no fetch.
 func TestProxyWindowAndRemoteRecords(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	for i := 0; i < 20; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 10+i*500)))
@@ -159,6 +160,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // budget the keeper evicts values outside the window, never inside; the
 // counters stay exact.
 func TestProxyAdmitsAndEvicts(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	for i := 0; i < 50; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 1000)))
@@ -202,6 +204,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 // longer fits the key's record (a newer write, an index inside the window)
 // changes nothing.
 func TestProxyCacheChangesCheckTheRecord(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("a", "old"))
 	for i := 0; i < 5; i++ {
@@ -242,6 +245,7 @@ func TestProxyCacheChangesCheckTheRecord(t *testing.T) {
 // the window, and every answer must equal the log's state at the index it
 // was read at, with a reader's indexes never going back.
 func TestProxyLookupConsistentUnderApply(t *testing.T) {
+	t.Parallel()
 	for _, readCache := range []int64{64 << 20, -1} {
 		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache, 0) })
 	}
@@ -250,6 +254,7 @@ func TestProxyLookupConsistentUnderApply(t *testing.T) {
 // TestProxyLookupConsistentWithTransientTier is the same with a transient
 // tier small enough that values come and go from it all the time.
 func TestProxyLookupConsistentWithTransientTier(t *testing.T) {
+	t.Parallel()
 	for _, readCache := range []int64{64 << 20, -1} {
 		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache, 8000) })
 	}
@@ -381,6 +386,7 @@ func proxyConsistency(t *testing.T, readCache, transient int64) {
 // (its history dropped, its values counted as stored); a proxy's data
 // refuses to open as a full node.
 func TestProxyRoleChanges(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := openTest(t, Options{Dir: dir, Logger: quietLogger()})
 	mustWrite(t, s, set("a", "1"))
@@ -404,6 +410,7 @@ func TestProxyRoleChanges(t *testing.T) {
 // TestProxyReadFailsWithoutReplicas: a remote value that cannot be fetched
 // is an ErrUnavailable error, never a wrong answer.
 func TestProxyReadFailsWithoutReplicas(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("a", "1"))
 	mustWrite(t, root, set("b", "2"))
@@ -444,6 +451,7 @@ var dbSeq atomic.Int64
 // TestProxyOptionsDefaultsTwice: filling defaults is idempotent (the
 // configuration fills them, then Open again).
 func TestProxyOptionsDefaultsTwice(t *testing.T) {
+	t.Parallel()
 	o := Options{Dir: "x", Proxy: &ProxyOptions{CacheBytes: -1}}
 	o.EnsureDefaults()
 	first := *o.Proxy
@@ -458,6 +466,7 @@ func TestProxyOptionsDefaultsTwice(t *testing.T) {
 // dropped, every value counted as stored, then evicted down to the
 // budget; reads stay exact. A proxy's data verifies read-only (qs verify).
 func TestProxyBootstrapFromSnapshot(t *testing.T) {
+	t.Parallel()
 	for _, ret := range []Retention{{}, {MaxEntries: 20, MaxBytes: -1, MaxAge: -1}} {
 		t.Run(fmt.Sprintf("retain_entries=%d", ret.MaxEntries), func(t *testing.T) { proxyBootstrap(t, ret) })
 	}
@@ -537,6 +546,7 @@ func (f *freeFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
 // beyond the budget; below the hard limit reads still work (by fetching)
 // but nothing is admitted; both are visible in metrics.
 func TestProxyDiskLimits(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	for i := 0; i < 200; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%03d", i), pattern(i, 1000)))
@@ -581,6 +591,7 @@ func TestProxyDiskLimits(t *testing.T) {
 // request line); the admission queued by the fetch stores the key that
 // was read, not what the buffer holds by then.
 func TestProxyAdmissionOwnsItsKey(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	for i := 0; i < 20; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 1000)))
@@ -619,6 +630,7 @@ func (tooLargeFetcher) Fetch(context.Context, uint64, []FetchItem) error {
 // reader as ErrTooLarge (a final answer), not as ErrUnavailable (a 503 to
 // retry), and is counted as a read error.
 func TestProxyFetchTooLargeIsFinal(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	mustWrite(t, root, setb("big", pattern(1, 1000)))
 	mustWrite(t, root, setb("other", pattern(2, 10)))
@@ -641,6 +653,7 @@ func TestProxyFetchTooLargeIsFinal(t *testing.T) {
 // value the record held if it was stored here, and nothing if it was
 // remote, so the cache counters stay exact (qs verify recounts them).
 func TestProxyCorruptRecordOverwriteKeepsCounts(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("remote", "value fetched from replicas"))
 	for i := 0; i < 5; i++ {

@@ -41,6 +41,7 @@ func keyIndex(t *testing.T, s *Store, key string) uint64 {
 // shards are not held, a value not here is not fetched for the asker,
 // and another version is a miss.
 func TestProxyShardBudgetKeepsOwnShard(t *testing.T) {
+	t.Parallel()
 	m, err := cache.NewShardMap(4)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +110,7 @@ func TestProxyShardBudgetKeepsOwnShard(t *testing.T) {
 // the record's version) is neither read nor answered to an L2 request;
 // it is dropped and counted, and the read fetches the right value.
 func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
+	t.Parallel()
 	m, _ := cache.NewShardMap(2)
 	own, _ := shardKeys(t, m, "n0", 1)
 	root := openTest(t, Options{Logger: quietLogger()})
@@ -141,6 +143,7 @@ func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
 }
 
 func TestProxyShardOptionValidated(t *testing.T) {
+	t.Parallel()
 	po := (&ProxyOptions{ShardCacheBytes: -1}).withDefaults()
 	if err := po.validate(); err == nil {
 		t.Fatal("a negative shard budget was accepted")

@@ -9,6 +9,7 @@ import (
 // fetched once is held in memory and never queued for the disk cache; a
 // value read again while held is stored, and then read from disk.
 func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
+	t.Parallel()
 	for _, readCache := range []int64{-1, 1 << 20} {
 		t.Run(fmt.Sprintf("read_cache_%v", readCache > 0), func(t *testing.T) {
 			root := openTest(t, Options{Logger: quietLogger()})
@@ -82,6 +83,7 @@ func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
 // after its value was fetched is read as the new version; the held old
 // one is neither served nor stored.
 func TestProxyTransientHeldValueOfAnOldVersionIsNotServed(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("k", "old value"))
 	for i := 0; i < 5; i++ {
@@ -109,6 +111,7 @@ func TestProxyTransientHeldValueOfAnOldVersionIsNotServed(t *testing.T) {
 }
 
 func TestProxyTransientOptionValidated(t *testing.T) {
+	t.Parallel()
 	po := (&ProxyOptions{TransientBytes: -1}).withDefaults()
 	if err := po.validate(); err == nil {
 		t.Fatal("a negative transient tier was accepted")

@@ -54,6 +54,7 @@ func blockExists(t *testing.T, s *Store, b uint64) bool {
 // out; overwrites and deletes count them down; a block is deleted once
 // less than half of it is live, its last live values copied out then.
 func TestRetiredBlocks(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired", Compression: wal.CompressZstd, Retention: Retention{MaxEntries: 4}, History: noHistory})
 	// A replica follows entry by entry: it retires and frees blocks the
 	// same way and ends with the same data.
@@ -151,6 +152,7 @@ func TestRetiredBlocks(t *testing.T) {
 // A retired block's count that is too low is caught before the block is
 // deleted: the records are counted again and the block kept.
 func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired-recount", Retention: Retention{MaxEntries: 2}, History: noHistory})
 	mustWrite(t, s, setb("a", pattern(1, 1500)), setb("b", pattern(2, 4000)))
 	for i := range 3 {
@@ -185,6 +187,7 @@ func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
 
 // Verify reports retired block records that disagree with the database.
 func TestVerifyRetiredProblems(t *testing.T) {
+	t.Parallel()
 	for _, damage := range []string{"record without block", "count", "totals", "block without record"} {
 		t.Run(damage, func(t *testing.T) {
 			s := openTest(t, Options{Name: "retired-verify", Retention: Retention{MaxEntries: 1}})
@@ -230,6 +233,7 @@ func TestVerifyRetiredProblems(t *testing.T) {
 // exactly the writes up to its applied index, which covers every
 // acknowledged one.
 func TestPowerLossRetiredBlocks(t *testing.T) {
+	t.Parallel()
 	rounds := 12
 	if testing.Short() {
 		rounds = 3
@@ -344,6 +348,7 @@ func touched(ops []wal.Op, k string) bool {
 // Two sets of one key in one batch: only the last one's value is live in
 // the block, and the block's count says so.
 func TestRetiredBlockKeyTwiceInAnEntry(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired-twice", Retention: Retention{MaxEntries: 1}})
 	mustWrite(t, s, setb("k", pattern(1, 3000)), setb("k", pattern(2, 3500)), setb("j", pattern(3, 3000)))
 	mustWrite(t, s, set("f", "x"))
@@ -361,6 +366,7 @@ func TestRetiredBlockKeyTwiceInAnEntry(t *testing.T) {
 // freed (here: gone from the database) does not keep the other blocks
 // the same group counted down from being settled.
 func TestRetiredSettleGoesPastABadBlock(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired-bad", Retention: Retention{MaxEntries: 2}, History: noHistory, Logger: quietLogger()})
 	mustWrite(t, s, setb("a", pattern(1, 3000)), setb("b", pattern(2, 3000))) // block 1
 	mustWrite(t, s, setb("c", pattern(3, 3000)), setb("d", pattern(4, 3000))) // block 2

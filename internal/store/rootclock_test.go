@@ -8,6 +8,7 @@ import (
 )
 
 func TestRootClockStamp(t *testing.T) {
+	t.Parallel()
 	const sec = int64(time.Second)
 	const t0 = int64(1_700_000_000) * sec
 	day := 24 * 3600 * sec
@@ -48,6 +49,7 @@ func (f *fakeClocks) options(o Options) Options { o.Now, o.Elapsed = f.now, f.si
 // retention stays, while outcomes and versions older than the window (by
 // real time) still expire.
 func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
+	t.Parallel()
 	clocks := &fakeClocks{}
 	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	const window = 2 * time.Hour

@@ -16,6 +16,7 @@ import (
 )
 
 func TestBlockRefRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := blockRef{seq: 7, off: 1 << 40, n: 81920, payloadAt: 17}
 	got, ok, err := decodeBlockRef(r.encode(nil))
 	if err != nil || !ok || got != r {
@@ -41,6 +42,7 @@ func TestBlockRefRoundTrip(t *testing.T) {
 }
 
 func TestSegTailRoundTrip(t *testing.T) {
+	t.Parallel()
 	tl := segTail{seq: 3, off: 12345}
 	if got, err := decodeSegTail(tl.encode()); err != nil || got != tl {
 		t.Fatalf("%+v %v", got, err)
@@ -55,6 +57,7 @@ func TestSegTailRoundTrip(t *testing.T) {
 // TestReadGate: quiesce waits for the readers that entered before it, not
 // for those that enter after, and gives up on a reader that stays.
 func TestReadGate(t *testing.T) {
+	t.Parallel()
 	var g readGate
 	quit := make(chan struct{})
 	if !g.quiesce(time.Second, quit) {
@@ -85,6 +88,7 @@ func TestReadGate(t *testing.T) {
 // segments fill, new ones open, and those no block key points into any
 // more are removed; every value stays readable, through restarts.
 func TestSegmentRotationAndCollection(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-rotate", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond, History: noHistory}
@@ -250,6 +254,7 @@ func writeThenFailSync(t *testing.T, name string, noNewSegment bool) (*Store, *v
 // blocks end; a restart before one is created must still not replay the
 // abandoned block, whose write was answered with an error.
 func TestSegmentFailNoNewSegment(t *testing.T) {
+	t.Parallel()
 	s, mem, o, a := writeThenFailSync(t, "seg-fail-nonew", true)
 	if _, err := writeBatch(t.Context(), s, setb("c", pattern(3, 2000))); err == nil {
 		t.Fatal("a write succeeded with no segment to write to")
@@ -277,6 +282,7 @@ func TestSegmentFailNoNewSegment(t *testing.T) {
 // acknowledged block, never the abandoned one, even though the abandoned
 // one reached the disk whole.
 func TestSegmentSyncFailure(t *testing.T) {
+	t.Parallel()
 	s, mem, o, a := writeThenFailSync(t, "seg-syncfail", false)
 	if _, _, ok := get(t, s, "b"); ok {
 		t.Fatal("the failed write is visible")
@@ -320,6 +326,7 @@ func TestSegmentSyncFailure(t *testing.T) {
 // segment whose creation a crash interrupted) are ignored at open and
 // overwritten; nothing acknowledged is lost.
 func TestSegmentTornTail(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-torn", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -376,6 +383,7 @@ func TestSegmentTornTail(t *testing.T) {
 // the block's frame check: the log read fails with ErrCorrupt and Verify
 // names the block.
 func TestSegmentBlockDamaged(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "seg-damaged", Compression: wal.CompressNone})
 	mustWrite(t, s, set("a", "1"))
 	r := mustWrite(t, s, set("b", "2"))
@@ -402,6 +410,7 @@ func TestSegmentBlockDamaged(t *testing.T) {
 // TestSegmentMissing: a store whose segment holding the log tail is gone
 // does not open (it would reuse indexes); the error says which.
 func TestSegmentMissing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-missing", Dir: dir, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -420,6 +429,7 @@ func TestSegmentMissing(t *testing.T) {
 // write cleanly (507 upstream), reads go on, and writes resume when space
 // returns; nothing stored is damaged.
 func TestDiskFullInSegment(t *testing.T) {
+	t.Parallel()
 	fs := newQuotaFS(vfs.NewMem(), 1<<30)
 	o := Options{Name: "seg-full", Dir: "/db", FS: fs, MinFreeBytes: 1, BallastBytes: -1,
 		Compression: wal.CompressNone, Logger: quietLogger(), segmentBytes: 1 << 20}
@@ -455,6 +465,7 @@ func TestDiskFullInSegment(t *testing.T) {
 // TestNoSegmentsForUnsyncedGroups: Raft commands (made durable by the
 // Raft log) keep their blocks in Pebble.
 func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "seg-raft"})
 	c := &committer{s: s}
 	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
@@ -477,6 +488,7 @@ func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
 // Pebble batch a power loss took is restored by the replay, so a retry of
 // it is answered with the first outcome, not applied again.
 func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := Options{Name: "seg-ids", Dir: "/data/db", FS: mem, MinFreeBytes: 1, BallastBytes: -1,
 		Logger: quietLogger(), collectEvery: time.Hour}
@@ -507,6 +519,7 @@ func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
 }
 
 func TestBatchIDFrame(t *testing.T) {
+	t.Parallel()
 	ids := map[string]batchOutcome{"a": {index: 7, time: 99, changed: true}, "bb": {index: 8, time: 100}}
 	enc := encodeIDs(nil, 42, ids)
 	binary.LittleEndian.PutUint32(enc[idsCRCAt:], 0xfeedbeef) // as append does
@@ -530,6 +543,7 @@ func TestBatchIDFrame(t *testing.T) {
 // own with every value, and is not changed by the source writing on,
 // removing and recycling segments afterwards.
 func TestCheckpointHoldsSegments(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-checkpoint", Dir: dir + "/src", Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 16 << 10, collectEvery: 2 * time.Millisecond}
@@ -573,6 +587,7 @@ func TestCheckpointHoldsSegments(t *testing.T) {
 // segment removed, instead of being kept whole for as long as the value
 // lives.
 func TestSegmentCompaction(t *testing.T) {
+	t.Parallel()
 	o := Options{Name: "seg-compact", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 2 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
@@ -618,6 +633,7 @@ func TestSegmentCompaction(t *testing.T) {
 }
 
 func TestSparseSegment(t *testing.T) {
+	t.Parallel()
 	each := func(n int64) func(uint64) int64 { return func(uint64) int64 { return n } }
 	used := map[uint64]segUse{1: {1, 100}, 2: {5, 5000}, 3: {1, 50}, 7: {1, 10}, 9: {1, 10}}
 	// 3 is the sparsest below both the tail (9) and the log (7).
@@ -641,6 +657,7 @@ func TestSparseSegment(t *testing.T) {
 // TestSegmentCapacityGrows: a store's first segment is small, and each
 // next one twice the last, up to the configured size.
 func TestSegmentCapacityGrows(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "seg-grow", Compression: wal.CompressNone, Logger: quietLogger(), segmentBytes: 256 << 10})
 	var caps []int64
 	var seq uint64
@@ -666,6 +683,7 @@ func TestSegmentCapacityGrows(t *testing.T) {
 // values a run (one block past it at most), and never fewer than one
 // block, however large.
 func TestCompactionTakes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		blocks int
 		live   int64

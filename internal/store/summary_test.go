@@ -26,6 +26,7 @@ func summaryOnDisk(t *testing.T, s *Store, block uint64) []byte {
 // Every block is committed with a summary that agrees with it; a damaged
 // summary does not decode.
 func TestBlockSummary(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "summary"})
 	r := mustWrite(t, s, setb("big-a", pattern(1, 3000)), set("small", "x"), setb("big-b", pattern(2, 2000)))
 	mustWrite(t, s, setb("big-a", pattern(3, 1500))) // a new block
@@ -80,6 +81,7 @@ func TestBlockSummary(t *testing.T) {
 // reads their summaries or, for blocks without one (written before
 // summaries existed) or with a damaged one, the blocks themselves.
 func TestRetentionWithAndWithoutSummaries(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"summary", "missing", "damaged"} {
 		t.Run(mode, func(t *testing.T) {
 			s := openTest(t, Options{Name: "summary-" + mode, Retention: Retention{MaxEntries: 3}, History: noHistory})
@@ -155,6 +157,7 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 // qs verify reports a summary that disagrees with its block, one that does
 // not decode, and one whose block is gone.
 func TestVerifySummaryProblems(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		damage func(t *testing.T, s *Store)

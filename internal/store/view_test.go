@@ -10,6 +10,7 @@ import (
 // after the View opened must still read as it was, and must not be
 // mistaken for corruption.
 func TestViewReadsChunksAtItsIndex(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "view-chunks", ChunkBytes: 1024})
 	v1 := pattern(1, 5000) // 5 chunks
 	mustWrite(t, s, setb("big", v1), setb("doomed", v1))
