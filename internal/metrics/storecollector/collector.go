@@ -20,11 +20,10 @@ var Stores = metrics.MustRegister(New())
 type Collector struct {
 	mu     sync.Mutex
 	stores []*store.Store // in the order added
-	now    func() time.Time
 }
 
 // New returns a collector of no stores (register it with a registry).
-func New() *Collector { return &Collector{now: time.Now} }
+func New() *Collector { return &Collector{} }
 
 // Add reports s from the next scrape on.
 func (c *Collector) Add(s *store.Store) {
@@ -72,7 +71,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	now := c.now()
+	now := time.Now()
 	for _, m := range c.snapshots() {
 		collectStore(ch, &m, now)
 		if m.Engine != nil {
