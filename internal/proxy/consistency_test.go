@@ -250,11 +250,12 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 	}
 	res := consistencyResult{report: checker.Check(m, all), reads: len(all), errors: int(failed.Load()), entries: last, elapsed: elapsed}
 	for _, p := range proxies {
-		res.misses += metricValue(t, "qs_store_proxy_lookups_total", map[string]string{"db": p.st.Name(), "result": "miss"})
-		res.evictions += metricValue(t, "qs_store_proxy_evictions_total", map[string]string{"db": p.st.Name()})
+		m := p.st.Metrics()
+		res.misses += m.ProxyMisses
+		res.evictions += m.ProxyEvictions
 	}
 	res.retries = counter(t, mFetches.WithLabelValues(c.name, "retried"))
-	res.historyReads = metricValue(t, "qs_store_history_reads_total", map[string]string{"db": c.name})
+	res.historyReads = c.storeSum(func(m store.Metrics) float64 { return m.HistoryReads })
 	for _, a := range members {
 		res.replicaErrs += counter(t, mReplicaRequests.WithLabelValues(c.name, a, "error"))
 	}

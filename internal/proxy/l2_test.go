@@ -249,7 +249,8 @@ func TestL2ServesReadsInsideTheDataCentre(t *testing.T) {
 	if want := int64(3 * len(keys)); hits != want {
 		t.Fatalf("L2 hits %d, want %d (every key at the three proxies not owning it)", hits, want)
 	}
-	if got := metricValue(t, "qs_store_proxy_tier_lookups_total", map[string]string{"db": c.name, "tier": "l2", "result": "hit"}); got != float64(hits) {
+	l2Hits := func(m store.Metrics) float64 { return m.ProxyTierLookups[store.TierResult{Tier: "l2", Result: "hit"}] }
+	if got := c.storeSum(l2Hits); got != float64(hits) {
 		t.Fatalf("proxy_tier_lookups_total{l2,hit} = %v, want %d", got, hits)
 	}
 	if s := ps[0].l2.Status(); len(s) != 4 || !s[0].Self || s[1].Name != names[1] || s[1].Shard != m.OfNode(names[1]) {

@@ -20,6 +20,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/metrics/storecollector"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
@@ -163,6 +164,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	if err != nil {
 		return err
 	}
+	storecollector.Stores.Add(st)
 	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget}, s.log.With("db", d.Name))
 	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
@@ -705,6 +707,7 @@ func (s *Server) closeStores() error {
 	s.closePools()
 	var errs []error
 	for _, name := range s.order {
+		storecollector.Stores.Remove(s.dbs[name].Store)
 		if err := s.dbs[name].Store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", name, err))
 		}

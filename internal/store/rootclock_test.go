@@ -8,6 +8,7 @@ import (
 )
 
 func TestRootClockStamp(t *testing.T) {
+	t.Parallel()
 	const sec = int64(time.Second)
 	const t0 = int64(1_700_000_000) * sec
 	day := 24 * 3600 * sec
@@ -48,12 +49,13 @@ func (f *fakeClocks) options(o Options) Options { o.Now, o.Elapsed = f.now, f.si
 // retention stays, while outcomes and versions older than the window (by
 // real time) still expire.
 func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
+	t.Parallel()
 	clocks := &fakeClocks{}
 	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	const window = 2 * time.Hour
 	s := openTest(t, clocks.options(Options{Name: "root-clock-jump", IdempotencyWindow: window,
 		History: HistoryOptions{Retention: window}, Logger: quietLogger()}))
-	clamped := counterValue(t, mClockClamped.WithLabelValues(s.Name()))
+	clamped := s.Metrics().EntryTimeClamped
 
 	// Older than the window once 2.5 h of real time have passed.
 	if _, err := writeID(t, s, "old", nil, set("g", "1")); err != nil {
@@ -82,7 +84,7 @@ func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
 	if ahead := s.AppliedTime().Sub(time.Unix(0, clocks.wall.Load())); ahead > -23*time.Hour {
 		t.Fatalf("log clock %v from the jumped wall clock: the jump moved it", ahead)
 	}
-	if got := counterValue(t, mClockClamped.WithLabelValues(s.Name())); got <= clamped {
+	if got := s.Metrics().EntryTimeClamped; got <= clamped {
 		t.Errorf("bounded stamps not counted: %v -> %v", clamped, got)
 	}
 
