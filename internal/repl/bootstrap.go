@@ -20,9 +20,10 @@ import (
 // protocol here and hands each file's body to the store (store.Bootstrap),
 // which writes it on its own filesystem into store.StagingDir, keeping a
 // record of the completed files there; a broken connection or a restart
-// resumes from the last byte on disk of the file in progress. Each file's
-// CRC-32C is checked against the source's before it is kept, and recorded:
-// a resumed download checks the files it completed against it first.
+// resumes from the synced and recorded prefix of the file in progress.
+// Each file's CRC-32C is checked against the source's before it is kept,
+// and recorded: a resumed download checks the files it completed (and the
+// prefix) against it first, and receives again any that fails.
 // Complete, the store makes it ready (store.ReadyDir, the commit point) and
 // swaps it in (store.Replace); the replica then streams the log from the
 // snapshot's index on.

@@ -32,10 +32,11 @@ import (
 // The record of the download (BootstrapRecord in StagingDir) lists the
 // files and how many are complete, checked and synced, and how much of the
 // file in progress is synced (its CRC-32C so far); it is replaced
-// atomically (temporary file, sync, rename, directory sync). Nothing
-// counts as received until it is synced and recorded: a resumed download
-// checks every completed file again and goes on from the recorded prefix
-// of the file in progress, whatever else a crash left on disk. A crash at
+// atomically (temporary file, sync, directory sync, rename, directory
+// sync). Nothing counts as received until it is synced and recorded: a
+// resumed download checks every completed file again and goes on from the
+// recorded prefix of the file in progress, whatever else a crash left on
+// disk. A crash at
 // any step leaves the old database in service, and either a partial
 // download to resume or a ready snapshot the next Open installs.
 
@@ -379,7 +380,10 @@ func (b *Bootstrap) start(m SnapshotManifest, files []snapshotFile) error {
 }
 
 // save replaces the record durably. Once the syncer runs, it is called
-// with b.mu held.
+// with b.mu held. The staging directory is synced before the rename: the
+// names of the files the new record counts (created since the last sync)
+// are durable before the record that counts them, which a filesystem
+// may otherwise keep without them.
 func (b *Bootstrap) save() error {
 	data, err := json.Marshal(b.state)
 	if err != nil {
@@ -387,6 +391,9 @@ func (b *Bootstrap) save() error {
 	}
 	tmp := b.fs.PathJoin(b.staging, BootstrapRecord+".tmp")
 	if err := writeSynced(b.fs, tmp, data); err != nil {
+		return err
+	}
+	if err := syncDir(b.fs, b.staging); err != nil {
 		return err
 	}
 	if err := b.fs.Rename(tmp, b.fs.PathJoin(b.staging, BootstrapRecord)); err != nil {
@@ -591,8 +598,8 @@ func (s *Store) DropPartialBootstrap() (bool, error) {
 
 // syncer fsyncs received files in order and records them as done. The
 // record is saved once for all the files synced since the last save (each
-// save costs two fsyncs), so a disk slower than the network does not pay
-// three fsyncs per file.
+// save costs three fsyncs), so a disk slower than the network does not pay
+// four fsyncs per file.
 type syncer struct {
 	b    *Bootstrap
 	next chan syncJob

@@ -69,16 +69,16 @@ func (src *snapshotSource) body(i int, off uint64) bytesBody {
 // receiveAll runs a whole bootstrap session into s from src.
 func receiveAll(t *testing.T, s *Store, src *snapshotSource) error {
 	t.Helper()
-	_, err := receiveAllEvery(t, s, src, 0)
+	_, err := receiveAllEvery(t, s, src, 0, BootstrapHooks{})
 	return err
 }
 
 // receiveAllEvery runs a whole bootstrap session into s from src,
 // recording the prefix of the file in progress every partialEvery bytes
 // (0: as a bootstrap does), and returns where it resumed from.
-func receiveAllEvery(t *testing.T, s *Store, src *snapshotSource, partialEvery uint64) (BootstrapResume, error) {
+func receiveAllEvery(t *testing.T, s *Store, src *snapshotSource, partialEvery uint64, h BootstrapHooks) (BootstrapResume, error) {
 	t.Helper()
-	b := s.OpenBootstrap(BootstrapHooks{})
+	b := s.OpenBootstrap(h)
 	if partialEvery > 0 {
 		b.partialEvery = partialEvery
 	}
@@ -410,7 +410,7 @@ func TestBootstrapCrashAtEveryStep(t *testing.T) {
 	// The prefix of the file in progress is recorded every 12 KiB (three
 	// of the crashable filesystem's blocks), so that images hold such
 	// records, and unsynced bytes after them, some lost and some kept.
-	_, err = receiveAllEvery(t, rep, src, 12<<10)
+	_, err = receiveAllEvery(t, rep, src, 12<<10, BootstrapHooks{})
 	mu.Lock()
 	armed = false
 	mu.Unlock()
@@ -441,7 +441,16 @@ func TestBootstrapCrashAtEveryStep(t *testing.T) {
 		mustVerify(t, s)
 		if s.AppliedIndex() == oldIndex {
 			// The partial download goes on and installs.
-			at, err := receiveAllEvery(t, s, src, 0)
+			// Nothing recorded was lost: no file, and no prefix, the
+			// record counts fails its check.
+			var damaged []string
+			at, err := receiveAllEvery(t, s, src, 0, BootstrapHooks{Damaged: func(name string, err error) {
+				damaged = append(damaged, fmt.Sprintf("%s: %v", name, err))
+			}})
+			if len(damaged) > 0 {
+				s.Close()
+				t.Fatalf("image %d: a resumed download found recorded data lost: %v", n, damaged)
+			}
 			if err != nil {
 				s.Close()
 				t.Fatalf("image %d: bootstrap after the crash (resumed at file %d, byte %d): %v", n, at.File, at.Offset, err)
