@@ -507,11 +507,14 @@ func (b *Bootstrap) Receive(i int, off uint64, body FileBody) (err error) {
 		return fmt.Errorf("%w: %s: %d of %d bytes", ErrInvalid, sf.Name, off, sf.Size)
 	}
 	if want := body.SourceCRC(); want != crc {
-		// Start this file over next time.
+		// Start this file over next time, from its start.
 		f.Close()
 		f = nil
-		b.fs.Remove(path)
 		err = fmt.Errorf("%w: %s: CRC %08x, source says %08x", ErrSnapshotCRC, sf.Name, crc, want)
+		if recorded > 0 {
+			err = errors.Join(err, b.dropPartial(i))
+		}
+		b.fs.Remove(path)
 		return err
 	}
 	b.sy.add(f, i, crc)
@@ -534,6 +537,17 @@ func (b *Bootstrap) recordPartial(f vfs.File, i int, off uint64, crc uint32) err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.state.Partial = &partialFile{File: i, Offset: off, CRC: crc}
+	return b.save()
+}
+
+// dropPartial forgets the recorded prefix of file i.
+func (b *Bootstrap) dropPartial(i int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.state.Partial; p == nil || p.File != i {
+		return nil
+	}
+	b.state.Partial = nil
 	return b.save()
 }
 

@@ -345,6 +345,55 @@ func TestBootstrapResumesFromTheSyncedPrefix(t *testing.T) {
 	}
 }
 
+// A file that fails the source's CRC after part of it was recorded is
+// received again from its start, its recorded prefix forgotten (not
+// reported as damage).
+func TestBootstrapCRCFailureForgetsThePrefix(t *testing.T) {
+	root := openTest(t, Options{})
+	rootHistory(t, root, 60)
+	src := checkpointSource(t, root, vfs.Default, t.TempDir()+"/cp")
+	k := 0 // the largest file
+	for i, d := range src.data {
+		if len(d) > len(src.data[k]) {
+			k = i
+		}
+	}
+	if len(src.data[k]) < 16<<10 {
+		t.Fatalf("largest file of the snapshot has %d bytes: want 16 KiB at least", len(src.data[k]))
+	}
+	rep := openTest(t, Options{Dir: "/db", FS: vfs.NewMem(), DBID: root.DBID()})
+	b := rep.OpenBootstrap(BootstrapHooks{})
+	b.partialEvery = 4 << 10
+	if _, err := b.Begin(src.man); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < k; i++ {
+		if err := b.Receive(i, 0, src.body(i, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong := src.body(k, 0)
+	wrong.crc ^= 1
+	if err := b.Receive(k, 0, wrong); !errors.Is(err, ErrSnapshotCRC) {
+		t.Fatalf("a file with a wrong CRC: %v, want ErrSnapshotCRC", err)
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	var damaged []string
+	b = rep.OpenBootstrap(BootstrapHooks{Damaged: func(name string, err error) { damaged = append(damaged, name) }})
+	if r := b.Resume(); r.File != k || r.Offset != 0 || len(damaged) > 0 {
+		t.Fatalf("resume after a CRC failure of file %d: %+v, damaged %v", k, r, damaged)
+	}
+	b.Finish()
+	if err := receiveAll(t, rep, src); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := digest(t, rep); got != src.hash {
+		t.Fatal("installed snapshot differs from the source's")
+	}
+}
+
 // A crash at every step of a bootstrap (each change to the filesystem:
 // the download, the record, the ready snapshot, the swap, the removal of
 // the old database), with any part of what was not synced lost, leaves
