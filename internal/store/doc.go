@@ -78,6 +78,9 @@
 //	expiry.go                           expiry index, the expiry policy
 //	idempotency.go, raftapply.go        batch IDs, Raft apply
 //	snapshot.go                         checkpoints, snapshot install
+//	bootstrap.go, bootstrap_sync.go     receiving a snapshot: download,
+//	                                    resume, checks, background syncs,
+//	                                    the ready switch
 //	proxy.go, proxykeep.go, proxyread.go  the proxy role
 //	verify.go, verify_log.go,           the offline check (qs verify)
 //	verify_history.go
