@@ -13,9 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The simulated data centre of the tiers scenario.
@@ -437,6 +434,11 @@ func sampleTiers(ctx context.Context, cfg *Config, store *tierStorage, dc *tierD
 		if slices.Contains(dc.relays, t) {
 			continue
 		}
+		mfs, err := scrapeMetrics(ctx, t.HTTP)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		c.hists = c.hists.plus(histsOf(mfs, cfg.DB))
 		c.l1Hits += st.Cache.L1Hits
 		c.fetched += st.Cache.RemoteFetches
 		if st.Cache.L2Hits != nil {
@@ -457,29 +459,14 @@ func sampleTiers(ctx context.Context, cfg *Config, store *tierStorage, dc *tierD
 // fetchKeysAnswered is qs_repl_fetch_keys_total{result="ok"} of the node
 // at httpAddr: the values it sent to proxies and relays.
 func fetchKeysAnswered(ctx context.Context, httpAddr string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	mfs, err := scrapeMetrics(ctx, httpAddr)
 	if err != nil {
 		return 0, err
-	}
-	resp, err := statusClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("metrics: http %d", resp.StatusCode)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("metrics: %w", err)
 	}
 	var n float64
 	for _, m := range mfs["qs_repl_fetch_keys_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "result" && l.GetValue() == "ok" {
-				n += m.GetCounter().GetValue()
-			}
+		if hasLabels(m, map[string]string{"result": "ok"}) {
+			n += m.GetCounter().GetValue()
 		}
 	}
 	return int64(n), nil
@@ -532,7 +519,9 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 			return TierRow{}, Phase{}, exit
 		}
 	}
-	row := tierRow(st.TierStage, workload, after.minus(before), tierValueSize)
+	d := after.minus(before)
+	row := tierRow(st.TierStage, workload, d, tierValueSize)
+	row.L2Latency, row.L3Latency = latencyOf(d.hists.l2), latencyOf(d.hists.l3)
 	for _, l := range store.proxyLinks {
 		row.ReplicaConnsProxies += l.TakePeak()
 	}
@@ -545,7 +534,11 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 	if op := ph.Op("read"); op != nil {
 		row.Latency = op.Latency
 	}
-	logf("tiers: %s, stage %s: L1 %.2f%%, %.1f remote fetches per 1,000 reads, p99 %s", workload, st.Name, row.L1, row.RemotePer1000, fmtUs(row.Latency.P99))
+	if h := run.hist("read"); h != nil {
+		row.L1Latency = l1Bound(h, row.L1/100)
+	}
+	logf("tiers: %s, stage %s: L1 %.2f%%, %.1f remote fetches per 1,000 reads, p99 %s (L2 fetch ≤ %s, L3 fetch ≤ %s)", workload, st.Name, row.L1, row.RemotePer1000,
+		fmtUs(row.Latency.P99), fmtUs(row.L2Latency.P99), fmtUs(row.L3Latency.P99))
 	return row, ph, nil
 }
 

@@ -321,12 +321,13 @@ func TestTierSizes(t *testing.T) {
 func TestTierReportTable(t *testing.T) {
 	res := Result{Scenario: ScenarioTiers, Tiers: []TierRow{{Stage: "relays", Workload: WorkloadZipf, Reads: 1000, L1: 99.5, L1L2: -1,
 		RemotePer1000: 2.5, ReplicaConnsRelays: 4, CacheWriteBytes: 2_500_000, Latency: Latency{P50: 300, P99: 20_000, P999: 40_000}, Load1: 1.5}}}
+	res.Tiers[0].L3Latency = TierLatency{Count: 5, P50: 17_800, P99: 31_600, P999: beyondBuckets}
 	rep := &Report{Results: []Result{res}}
 	var b bytes.Buffer
 	if err := rep.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := "| relays | zipf | 1000 | 99.500% | - | 2.50 | 0 / 4 | 2.5 MB | 300.0µs | 20.00ms | 40.00ms | 1.50 |"
+	want := "| relays | zipf | 1000 | 99.500% | - | 2.50 | 0 / 4 | 2.5 MB | 300.0µs / 20.00ms / 40.00ms | - | - | 17.80ms / 31.60ms / ∞ | 1.50 |"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("no row %q in:\n%s", want, b.String())
 	}
