@@ -37,7 +37,8 @@ func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (
 		return nil, err
 	}
 	l2, err := proxy.NewL2(proxy.L2Config{Database: d.Name, DBID: st.DBID(), Peers: peers, Shards: m, NodeName: s.cfg.NodeName,
-		Next: pool, Count: st.CountTier, Dial: s.replDial()}, s.log)
+		Next: pool, Count: st.CountTier, Dial: s.replDial(), AttemptTimeout: d.ProxyL2AttemptTimeout.Duration,
+		SidelineMin: d.ProxyL2SidelineMin.Duration, SidelineMax: d.ProxyL2SidelineMax.Duration}, s.log)
 	if err != nil {
 		return nil, err
 	}
