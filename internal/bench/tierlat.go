@@ -19,8 +19,9 @@ import (
 //
 //   - L2 and L3: the proxies' own histograms of one fetch from the tier
 //     (qs_store_proxy_tier_fetch_seconds{tier="l2"}, the owner of the
-//     key's shard asked, hit or miss; qs_proxy_fetch_seconds, the relays
-//     or replicas asked), summed over the proxies and differenced over
+//     key's shard asked, hit or miss; for the relays or replicas asked,
+//     {tier="l3"} with the L2 tier, qs_proxy_fetch_seconds without it),
+//     summed over the proxies and differenced over
 //     the measurement. Each reader reads one key per request, so one
 //     fetch is one read's wait for that tier. A histogram gives a
 //     quantile only to its bucket: the figure is the bucket's upper
@@ -199,12 +200,17 @@ func (t tierHists) minus(o tierHists) tierHists {
 }
 
 // histsOf picks the per-tier histograms of database db out of a node's
-// metrics.
-func histsOf(mfs map[string]*dto.MetricFamily, db string) tierHists {
-	return tierHists{
-		l2: histOf(mfs[metricL2Seconds], map[string]string{"db": db, "tier": "l2"}),
-		l3: histOf(mfs[metricL3Seconds], map[string]string{"db": db}),
+// metrics. With the L2 tier, L3 is the store's histogram of reads'
+// fetches from it (the pool's also times the shard budget's warm-up);
+// without, the pool's.
+func histsOf(mfs map[string]*dto.MetricFamily, db string, withL2 bool) tierHists {
+	h := tierHists{l2: histOf(mfs[metricL2Seconds], map[string]string{"db": db, "tier": "l2"})}
+	if withL2 {
+		h.l3 = histOf(mfs[metricL2Seconds], map[string]string{"db": db, "tier": "l3"})
+	} else {
+		h.l3 = histOf(mfs[metricL3Seconds], map[string]string{"db": db})
 	}
+	return h
 }
 
 // scrapeMetrics reads and parses the /metrics of the node at httpAddr.

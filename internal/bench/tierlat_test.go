@@ -56,7 +56,7 @@ func parseMetrics(t *testing.T, text string) map[string]*dto.MetricFamily {
 // tier, summed over nodes and differenced over a measurement; each
 // quantile is its bucket's bounds.
 func TestTierHists(t *testing.T) {
-	one := histsOf(parseMetrics(t, tierMetrics), "db")
+	one := histsOf(parseMetrics(t, tierMetrics), "db", false)
 	if one.l2.total() != 100 || one.l3.total() != 10 {
 		t.Fatalf("one node: l2 %d, l3 %d values", one.l2.total(), one.l3.total())
 	}
@@ -90,7 +90,11 @@ func TestTierHists(t *testing.T) {
 		t.Errorf("beyond the buckets: %v", err)
 	}
 	// No such family: empty, not an error.
-	if h := histsOf(parseMetrics(t, "# TYPE x counter\nx 1\n"), "db"); h.l2.total() != 0 || latencyOf(h.l3).Count != 0 {
+	// With the L2 tier, L3 is the store's tier="l3" histogram.
+	if w := histsOf(parseMetrics(t, tierMetrics), "db", true); w.l3.total() != 7 || w.l2.total() != 100 || latencyOf(w.l3).P50 != beyondBuckets {
+		t.Errorf("with L2: l3 %d values, %+v", w.l3.total(), latencyOf(w.l3))
+	}
+	if h := histsOf(parseMetrics(t, "# TYPE x counter\nx 1\n"), "db", false); h.l2.total() != 0 || latencyOf(h.l3).Count != 0 {
 		t.Errorf("absent families: %+v", h)
 	}
 }

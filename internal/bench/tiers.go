@@ -319,6 +319,7 @@ func waitApplied(ctx context.Context, t *Target, db string, index uint64, wait t
 // proxies.
 type tierDC struct {
 	relays, proxies []*Target
+	l2              bool // the proxies have the L2 tier
 }
 
 func (d *tierDC) stop() {
@@ -329,7 +330,7 @@ func (d *tierDC) stop() {
 // startTierDC starts the relays (if the stage has them) and the proxies
 // of stage st, and waits until every one has applied the loaded keys.
 func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolvedStage, keys int, sz tierSizes) (dc *tierDC, err error) {
-	dc = &tierDC{}
+	dc = &tierDC{l2: st.L2}
 	defer func() {
 		if err != nil {
 			dc.stop()
@@ -438,7 +439,7 @@ func sampleTiers(ctx context.Context, cfg *Config, store *tierStorage, dc *tierD
 		if err != nil {
 			return c, fmt.Errorf("%s: %w", t.Name, err)
 		}
-		c.hists = c.hists.plus(histsOf(mfs, cfg.DB))
+		c.hists = c.hists.plus(histsOf(mfs, cfg.DB, dc.l2))
 		c.l1Hits += st.Cache.L1Hits
 		c.fetched += st.Cache.RemoteFetches
 		if st.Cache.L2Hits != nil {

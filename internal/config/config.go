@@ -241,6 +241,13 @@ type Database struct {
 	// first, doubled at each failure in a row up to the second. Defaults
 	// 200ms (1ms to 1m) and 10s (the first to 1h).
 	ProxyL2SidelineMin Duration `toml:"proxy_l2_sideline_min"`
+	// ProxyShardWarmRate (proxy with a shard budget and shards of at
+	// least 2, flag --shard-warm-rate) is the most values a second the
+	// proxy fetches in the background to fill its shard budget with the
+	// values of its shard it does not hold. Default 0: 5000; -1: no
+	// warm-up (the budget fills from reads and the prefetch stream only);
+	// at most 1000000.
+	ProxyShardWarmRate int      `toml:"proxy_shard_warm_rate"`
 	ProxyL2SidelineMax Duration `toml:"proxy_l2_sideline_max"`
 	// ProxyWindow (proxy only, flag --window) is the sliding window in log
 	// entries: values written by the last ProxyWindow entries are never
@@ -408,6 +415,10 @@ func (c *Config) InternalListens() []string {
 	}
 	return out
 }
+
+// maxShardWarmRate bounds proxy_shard_warm_rate: a million 1 KiB values
+// a second is a gigabyte a second of fetches.
+const maxShardWarmRate = 1_000_000
 
 // defaultProxyFetchTimeout is proxy_fetch_timeout when unset (the proxy
 // store's default), against which the L2 attempt timeout is checked.
@@ -579,8 +590,8 @@ func (c *Config) Validate() error {
 			if len(d.DCPeers) > 0 || d.ProxyShardCacheBytes != 0 {
 				errs = append(errs, fmt.Errorf("%s: dc_peers and proxy_shard_cache_bytes are for role = \"proxy\"", where))
 			}
-			if d.ProxyL2AttemptTimeout.Duration != 0 || d.ProxyL2SidelineMin.Duration != 0 || d.ProxyL2SidelineMax.Duration != 0 {
-				errs = append(errs, fmt.Errorf("%s: proxy_l2_attempt_timeout and proxy_l2_sideline_min/max are for role = \"proxy\"", where))
+			if d.ProxyL2AttemptTimeout.Duration != 0 || d.ProxyL2SidelineMin.Duration != 0 || d.ProxyL2SidelineMax.Duration != 0 || d.ProxyShardWarmRate != 0 {
+				errs = append(errs, fmt.Errorf("%s: proxy_l2_attempt_timeout, proxy_l2_sideline_min/max and proxy_shard_warm_rate are for role = \"proxy\"", where))
 			}
 		case "proxy":
 			if !d.IsReplica() {
@@ -600,6 +611,9 @@ func (c *Config) Validate() error {
 			}
 			if d.ProxyMinFetchRate < 0 {
 				errs = append(errs, fmt.Errorf("%s: proxy_min_fetch_rate %d is negative", where, d.ProxyMinFetchRate))
+			}
+			if r := d.ProxyShardWarmRate; r < -1 || r > maxShardWarmRate {
+				errs = append(errs, fmt.Errorf("%s: proxy_shard_warm_rate %d: want -1 (off), 0 (the default) or up to %d values a second", where, r, maxShardWarmRate))
 			}
 			if err := cache.CheckL2Timing(d.ProxyL2AttemptTimeout.Duration, d.ProxyL2SidelineMin.Duration, d.ProxyL2SidelineMax.Duration,
 				cmp.Or(d.ProxyFetchTimeout.Duration, defaultProxyFetchTimeout)); err != nil {

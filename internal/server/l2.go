@@ -53,6 +53,23 @@ func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (
 	return l2, nil
 }
 
+// startShardWarmer starts the warm-up of a proxy's shard budget: a
+// proxy with a budget and a shard (shards of at least 2) fetches the
+// values of its own shard it does not hold from its pool, paced, until
+// the budget is full. A proxy_shard_warm_rate of -1 turns it off.
+func (s *Server) startShardWarmer(d config.Database, st *store.Store, pool *proxy.Pool) error {
+	if d.ProxyShardCacheBytes <= 0 || s.cfg.Shards < 2 || d.ProxyShardWarmRate < 0 {
+		return nil
+	}
+	w, err := proxy.StartShardWarmer(proxy.WarmConfig{Database: d.Name, Store: st, Next: pool, Rate: d.ProxyShardWarmRate,
+		FetchTimeout: d.ProxyFetchTimeout.Duration}, s.log)
+	if err != nil {
+		return err
+	}
+	s.warmers = append(s.warmers, w)
+	return nil
+}
+
 // followL2 keeps the peers of db's L2 tier those the overlay shows in
 // this node's data centre until ctx ends.
 func (s *Server) followL2(ctx context.Context, db string, l2 *proxy.L2) {
