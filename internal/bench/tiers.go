@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The simulated data centre of the tiers scenario.
@@ -37,12 +39,19 @@ const (
 	tierTransientCacheDiv = 64
 	// tierMinCacheBytes keeps the budgets of small runs workable.
 	tierMinCacheBytes = 1 << 20
+	// A proxy's shard budget holds its whole shard (1/tierShards of the
+	// keys) with room to spare for the shards' uneven sizes
+	// (tierShardSlackPct percent) and the budget's overhead per value
+	// (tierShardEntryOverhead bytes, the key included): the data
+	// centre's proxies together hold the dataset in memory.
+	tierShardSlackPct      = 10
+	tierShardEntryOverhead = 160
 )
 
 // tierSizes are the byte budgets of the data centre's nodes for a
 // dataset of keys values.
 type tierSizes struct {
-	proxyCache, relayCache, transient int64
+	proxyCache, relayCache, transient, shard int64
 }
 
 func sizesFor(keys int) tierSizes {
@@ -51,6 +60,7 @@ func sizesFor(keys int) tierSizes {
 		proxyCache: max(tierMinCacheBytes, data/tierProxyCacheDiv),
 		relayCache: max(tierMinCacheBytes, data/tierRelayCacheDiv),
 		transient:  max(tierMinCacheBytes, data/tierTransientCacheDiv),
+		shard:      max(tierMinCacheBytes, int64(keys)*(tierValueSize+tierShardEntryOverhead)*(100+tierShardSlackPct)/100/tierShards),
 	}
 }
 
@@ -95,8 +105,8 @@ func Tiers(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Resu
 	}
 	keys := cfg.TiersKeys
 	sz := sizesFor(keys)
-	desc := fmt.Sprintf("a data centre of %d proxies and %d relays reads %d keys of %d bytes from %d replicas behind a %s link (loopback, delayed in this process); caches: proxy %s, relay %s, transient tier %s; workloads: Zipf (s = %.1f) over every key, and regional (Zipf over %d keys, %d‰ uniform outside); per stage fresh proxies and relays, %d readers, %s of warm-up, then %s measured",
-		tierProxies, tierRelays, keys, tierValueSize, tierReplicas, tierLinkRTT, fmtBytes(sz.proxyCache), fmtBytes(sz.relayCache), fmtBytes(sz.transient),
+	desc := fmt.Sprintf("a data centre of %d proxies and %d relays reads %d keys of %d bytes from %d replicas behind a %s link (loopback, delayed in this process); caches: proxy %s, relay %s, transient tier %s, shard budget %s (the whole shard of 1/%d of the keys, in memory); workloads: Zipf (s = %.1f) over every key, and regional (Zipf over %d keys, %d‰ uniform outside); per stage fresh proxies and relays, %d readers, %s of warm-up, then %s measured",
+		tierProxies, tierRelays, keys, tierValueSize, tierReplicas, tierLinkRTT, fmtBytes(sz.proxyCache), fmtBytes(sz.relayCache), fmtBytes(sz.transient), fmtBytes(sz.shard), tierShards,
 		zipfS, regionSize(keys), outsidePerMille, cfg.Conns, cfg.TiersWarmup, cfg.Duration)
 	s := newScenarioRun(&cfg, ScenarioTiers, desc, targets, logf)
 	for _, t := range targets {
@@ -271,6 +281,7 @@ type nodeStatus struct {
 		L2Hits         *int64 `json:"l2_hits"`
 		RemoteFetches  int64  `json:"remote_fetches"`
 		DiskAdmissions int64  `json:"disk_admissions"`
+		ShardValues    int64  `json:"shard_values"`
 	} `json:"cache"`
 }
 
@@ -356,7 +367,7 @@ func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolv
 		"replicas":          linkAddrs(store.proxyLinks),
 		"dc-peers":          strings.Join(peers, ","),
 		"transient-bytes":   strconv.FormatInt(sz.transient, 10),
-		"shard-cache-bytes": strconv.FormatInt(sz.proxyCache, 10),
+		"shard-cache-bytes": strconv.FormatInt(sz.shard, 10),
 	}
 	common := []string{"--upstream", store.rootRepl, "--role", "proxy", "--window", "1", "--dc", "bench", "--shards", strconv.Itoa(tierShards), "--log-level", "warn"}
 	if st.Relays {
@@ -383,8 +394,12 @@ func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolv
 	if err != nil {
 		return dc, err
 	}
+	names, err := proxyNames(tierProxies, tierShards)
+	if err != nil {
+		return dc, err
+	}
 	for i := range tierProxies {
-		name := fmt.Sprintf("proxy%d", i+1)
+		name := names[i]
 		args := append(append([]string{}, common...), "--cache-bytes", strconv.FormatInt(sz.proxyCache, 10),
 			"--node-name", name, "--repl", peers[i])
 		t, _, err := spawnQSWith(ctx, cfg.QSBin, cfg.QSConfig, cfg.WorkDir, cfg.SpawnTimeout, append(args, extra...)...)
@@ -440,6 +455,10 @@ func sampleTiers(ctx context.Context, cfg *Config, store *tierStorage, dc *tierD
 			return c, fmt.Errorf("%s: %w", t.Name, err)
 		}
 		c.hists = c.hists.plus(histsOf(mfs, cfg.DB, dc.l2))
+		c.l2Skipped += counterSum(mfs["qs_proxy_l2_skipped_total"], map[string]string{"db": cfg.DB})
+		c.l2Failed += counterSum(mfs["qs_proxy_l2_requests_total"], map[string]string{"db": cfg.DB, "result": "timeout"}) +
+			counterSum(mfs["qs_proxy_l2_requests_total"], map[string]string{"db": cfg.DB, "result": "error"})
+		c.shardValues += st.Cache.ShardValues
 		c.l1Hits += st.Cache.L1Hits
 		c.fetched += st.Cache.RemoteFetches
 		if st.Cache.L2Hits != nil {
@@ -464,13 +483,18 @@ func fetchKeysAnswered(ctx context.Context, httpAddr string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return counterSum(mfs["qs_repl_fetch_keys_total"], map[string]string{"result": "ok"}), nil
+}
+
+// counterSum sums the counters of family mf whose labels include want.
+func counterSum(mf *dto.MetricFamily, want map[string]string) int64 {
 	var n float64
-	for _, m := range mfs["qs_repl_fetch_keys_total"].GetMetric() {
-		if hasLabels(m, map[string]string{"result": "ok"}) {
+	for _, m := range mf.GetMetric() {
+		if hasLabels(m, want) {
 			n += m.GetCounter().GetValue()
 		}
 	}
-	return int64(n), nil
+	return int64(n)
 }
 
 // runTierStage measures one stage on one workload with a fresh set of
@@ -505,7 +529,7 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 	for _, l := range append(append([]*delayLink{}, store.proxyLinks...), store.relayLinks...) {
 		l.TakePeak()
 	}
-	logf("tiers: %s, stage %s: measuring for %s", workload, st.Name, cfg.Duration)
+	logf("tiers: %s, stage %s: measuring for %s (shard budgets hold %d values)", workload, st.Name, cfg.Duration, before.shardValues)
 	run := &phaseRun{}
 	readTiers(ctx, cfg, dc, pickers, cfg.Duration, run)
 	if err := ctx.Err(); err != nil {
@@ -538,8 +562,8 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 	if h := run.hist("read"); h != nil {
 		row.L1Latency = l1Bound(h, row.L1/100)
 	}
-	logf("tiers: %s, stage %s: L1 %.2f%%, %.1f remote fetches per 1,000 reads, p99 %s (L2 fetch ≤ %s, L3 fetch ≤ %s)", workload, st.Name, row.L1, row.RemotePer1000,
-		fmtUs(row.Latency.P99), fmtUs(row.L2Latency.P99), fmtUs(row.L3Latency.P99))
+	logf("tiers: %s, stage %s: L1 %.2f%%, %.1f remote fetches per 1,000 reads, p99 %s (L2 fetch ≤ %s, L3 fetch ≤ %s); L2: %d keys skipped (no owner in service), %d requests failed or timed out",
+		workload, st.Name, row.L1, row.RemotePer1000, fmtUs(row.Latency.P99), fmtUs(row.L2Latency.P99), fmtUs(row.L3Latency.P99), d.l2Skipped, d.l2Failed)
 	return row, ph, nil
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"io"
 	"net"
 	"slices"
@@ -310,10 +311,10 @@ func TestTierConfig(t *testing.T) {
 
 func TestTierSizes(t *testing.T) {
 	s := sizesFor(1_000_000)
-	if s.proxyCache != 64_000_000 || s.relayCache != 256_000_000 || s.transient != 16_000_000 {
+	if s.proxyCache != 64_000_000 || s.relayCache != 256_000_000 || s.transient != 16_000_000 || s.shard != 162_800_000 {
 		t.Errorf("1M keys: %+v", s)
 	}
-	if s := sizesFor(1000); s.proxyCache != tierMinCacheBytes || s.transient != tierMinCacheBytes {
+	if s := sizesFor(1000); s.proxyCache != tierMinCacheBytes || s.transient != tierMinCacheBytes || s.shard != tierMinCacheBytes {
 		t.Errorf("1000 keys: %+v", s)
 	}
 }
@@ -413,5 +414,31 @@ func TestNamesVar(t *testing.T) {
 		if namesVar(flags, "dc-peers") {
 			t.Fatalf("%q: found {dc-peers}", flags)
 		}
+	}
+}
+
+// TestProxyNames: the proxies of the scenario own distinct shards, so
+// every shard has an owner; more proxies than shards share them.
+func TestProxyNames(t *testing.T) {
+	m, _ := cache.NewShardMap(tierShards)
+	names, err := proxyNames(tierProxies, tierShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := map[int]string{}
+	for _, n := range names {
+		if o, ok := owned[m.OfNode(n)]; ok {
+			t.Fatalf("%s and %s own shard %d", o, n, m.OfNode(n))
+		}
+		owned[m.OfNode(n)] = n
+	}
+	if len(owned) != tierShards || names[0] != "proxy1" {
+		t.Fatalf("names %v", names)
+	}
+	if names, err := proxyNames(3, 2); err != nil || len(names) != 3 {
+		t.Fatalf("3 proxies, 2 shards: %v %v", names, err)
+	}
+	if _, err := proxyNames(2, 3); err == nil {
+		t.Fatal("3 shards accepted")
 	}
 }

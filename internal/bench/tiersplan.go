@@ -5,6 +5,8 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/quicksilver-kv/qs/internal/cache"
 )
 
 // The pure parts of the tiers scenario: its workloads, its stages, and
@@ -82,6 +84,31 @@ func (p *keyPicker) next() int {
 		return keyOfRank(p.region+p.r.IntN(p.keys-p.region), p.keys)
 	}
 	return keyOfRank(int(p.zipf.Uint64()), p.keys)
+}
+
+// proxyNames returns the node names of n proxies of a data centre of
+// shards shards: proxy1, proxy2, .. where each owns a shard no earlier
+// one does (proxy3-2: the second name tried for the third proxy), so
+// that with n = shards every shard has exactly one owner.
+func proxyNames(n, shards int) ([]string, error) {
+	m, err := cache.NewShardMap(shards)
+	if err != nil {
+		return nil, err
+	}
+	owned := map[int]bool{}
+	var names []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("proxy%d", i)
+		for try := 2; len(owned) < shards && owned[m.OfNode(name)]; try++ {
+			if try > 100_000 {
+				return nil, fmt.Errorf("bench: no name for proxy %d owning a shard of its own", i)
+			}
+			name = fmt.Sprintf("proxy%d-%d", i, try)
+		}
+		owned[m.OfNode(name)] = true
+		names = append(names, name)
+	}
+	return names, nil
 }
 
 // rankOfKey inverts keyOfRank.
@@ -232,13 +259,16 @@ type tierCounters struct {
 	remoteKeys              int64 // fetch keys answered by the storage nodes
 	hasL2                   bool
 	hists                   tierHists // proxies: fetch time per tier
+	shardValues             int64     // proxies: values their shard budgets hold
+	l2Skipped, l2Failed     int64     // proxies: keys not asked of L2, L2 requests failed
 }
 
 func (c tierCounters) minus(o tierCounters) tierCounters {
 	return tierCounters{
 		l1Hits: c.l1Hits - o.l1Hits, l2Hits: c.l2Hits - o.l2Hits, fetched: c.fetched - o.fetched,
 		admissions: c.admissions - o.admissions, remoteKeys: c.remoteKeys - o.remoteKeys,
-		hasL2: c.hasL2 || o.hasL2, hists: c.hists.minus(o.hists),
+		hasL2: c.hasL2 || o.hasL2, hists: c.hists.minus(o.hists), shardValues: c.shardValues,
+		l2Skipped: c.l2Skipped - o.l2Skipped, l2Failed: c.l2Failed - o.l2Failed,
 	}
 }
 

@@ -53,6 +53,12 @@ type WarmConfig struct {
 	FetchTimeout time.Duration
 	// Retry is the wait after a failed fetch. Default 1s.
 	Retry time.Duration
+	// Ready, when set, reports whether the store has caught up with its
+	// source: a pass starts only then (polled every Poll, default
+	// 200ms), since the records a proxy still has to apply are the keys
+	// it would warm.
+	Ready func() bool
+	Poll  time.Duration
 }
 
 // DefaultWarmRate is the values a second a warmer fetches by default:
@@ -76,7 +82,7 @@ func StartShardWarmer(cfg WarmConfig, log *slog.Logger) (*ShardWarmer, error) {
 	if cfg.Store == nil || cfg.Next == nil {
 		return nil, errors.New("proxy: shard warmer: no store or no next tier")
 	}
-	if cfg.Rate < 0 || cfg.Batch < 0 || cfg.Scan < 0 || cfg.Interval < 0 || cfg.FetchTimeout < 0 || cfg.Retry < 0 {
+	if cfg.Rate < 0 || cfg.Batch < 0 || cfg.Scan < 0 || cfg.Interval < 0 || cfg.FetchTimeout < 0 || cfg.Retry < 0 || cfg.Poll < 0 {
 		return nil, errors.New("proxy: shard warmer: negative setting")
 	}
 	cfg.Rate = orInt(cfg.Rate, DefaultWarmRate)
@@ -85,6 +91,7 @@ func StartShardWarmer(cfg WarmConfig, log *slog.Logger) (*ShardWarmer, error) {
 	cfg.Interval = orDur(cfg.Interval, 30*time.Second)
 	cfg.FetchTimeout = orDur(cfg.FetchTimeout, 5*time.Second)
 	cfg.Retry = orDur(cfg.Retry, time.Second)
+	cfg.Poll = orDur(cfg.Poll, 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &ShardWarmer{cfg: cfg, log: log.With("db", cfg.Database), cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(w.done); w.run(ctx) }()
@@ -113,6 +120,9 @@ func (w *ShardWarmer) Close() {
 
 func (w *ShardWarmer) run(ctx context.Context) {
 	for ctx.Err() == nil {
+		for w.cfg.Ready != nil && !w.cfg.Ready() && ctx.Err() == nil {
+			sleep(ctx, w.cfg.Poll)
+		}
 		w.pass(ctx)
 		sleep(ctx, w.cfg.Interval)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,6 +204,31 @@ func TestShardWarmerBounds(t *testing.T) {
 		if got := metricValue(t, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "bad"}); got != 50 {
 			t.Fatalf("bad %v, want 50", got)
 		}
+	})
+	t.Run("waits until caught up", func(t *testing.T) {
+		s := &fakeWarmStore{keys: 10, room: 100, held: map[string][]byte{}}
+		var ready atomic.Bool
+		polls := make(chan struct{}, 1000)
+		w, err := StartShardWarmer(WarmConfig{Database: "warmready", Store: s, Next: &fakeFetcher{value: "value"}, Interval: time.Hour,
+			Poll: time.Millisecond, Ready: func() bool {
+				select {
+				case polls <- struct{}{}:
+				default:
+				}
+				return ready.Load()
+			}}, testLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		for range 5 {
+			<-polls
+		}
+		if _, _, calls := s.state(); calls != 0 {
+			t.Fatalf("%d passes before the store caught up", calls)
+		}
+		ready.Store(true)
+		waitFor(t, "the pass once caught up", func() bool { held, _, _ := s.state(); return held == 10 })
 	})
 	t.Run("bad config", func(t *testing.T) {
 		for _, cfg := range []WarmConfig{{}, {Store: &fakeWarmStore{}}, {Store: &fakeWarmStore{}, Next: &fakeFetcher{}, Rate: -1}} {

@@ -239,7 +239,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		if l2, err = s.startL2(d, st, pool); err != nil {
 			return err
 		}
-		if err := s.startShardWarmer(d, st, pool); err != nil {
+		if err := s.startShardWarmer(d, st, pool, r); err != nil {
 			return err
 		}
 		if len(d.Relays) > 0 && (d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0) {
