@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -571,5 +572,41 @@ func TestL2SetPeersFollowsThePeerSet(t *testing.T) {
 	p0.l2.SetPeers([]string{p1.addr})
 	if got, want := statusAddrs(p0.l2), []string{p2.addr}; !slices.Equal(got, want) {
 		t.Fatalf("peers changed after Close: %v, want %v", got, want)
+	}
+}
+
+// TestL2ConfigRejectsBadTiming: an attempt timeout or sideline out of
+// bounds is refused with the setting named, and no tier starts.
+func TestL2ConfigRejectsBadTiming(t *testing.T) {
+	m, err := cache.NewShardMap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := L2Config{Database: "db", Shards: m, NodeName: "a", Next: &Pool{}}
+	for _, c := range []struct {
+		mod  func(*L2Config)
+		want string
+	}{
+		{func(c *L2Config) { c.AttemptTimeout = time.Microsecond }, "L2 attempt timeout 1µs"},
+		{func(c *L2Config) { c.AttemptTimeout = time.Minute }, "L2 attempt timeout 1m0s"},
+		{func(c *L2Config) { c.SidelineMin = -time.Second }, "L2 sideline -1s"},
+		{func(c *L2Config) { c.SidelineMin, c.SidelineMax = time.Second, time.Millisecond }, "L2 sideline max 1ms"},
+		{func(c *L2Config) { c.DialTimeout = time.Microsecond }, "dial timeout"},
+	} {
+		cfg := base
+		c.mod(&cfg)
+		l, err := NewL2(cfg, testLogger())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error with %q, got %v", c.want, err)
+		}
+		if l != nil {
+			l.Close()
+			t.Error("a tier started with a bad setting")
+		}
+	}
+	cfg := base
+	cfg.EnsureDefaults()
+	if cfg.AttemptTimeout != cache.DefaultL2AttemptTimeout || cfg.SidelineMin != cache.DefaultL2SidelineMin || cfg.SidelineMax != cache.DefaultL2SidelineMax {
+		t.Errorf("defaults: %v %v %v", cfg.AttemptTimeout, cfg.SidelineMin, cfg.SidelineMax)
 	}
 }

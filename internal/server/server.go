@@ -53,6 +53,7 @@ type Server struct {
 	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
 	prefetchers    []subscription            // subscriptions of proxies to their relays, closed with the pools
 	l2s            []*proxy.L2               // L2 tiers of proxies (their DC peers), closed with the pools
+	warmers        []*proxy.ShardWarmer      // shard budget warm-ups of proxies, closed with the pools
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
@@ -238,6 +239,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		st.SetFetcher(pool)
 		s.pools = append(s.pools, pool)
 		if l2, err = s.startL2(d, st, pool); err != nil {
+			return err
+		}
+		if err := s.startShardWarmer(d, st, pool, r); err != nil {
 			return err
 		}
 		if len(d.Relays) > 0 && (d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0) {
@@ -686,6 +690,10 @@ func (s *Server) closePools() {
 		p.Close()
 	}
 	s.prefetchers = nil
+	for _, w := range s.warmers {
+		w.Close()
+	}
+	s.warmers = nil
 	for _, l := range s.l2s {
 		l.Close()
 	}
