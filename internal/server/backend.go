@@ -46,19 +46,6 @@ func (b memcacheBackend) Set(ctx context.Context, key, value []byte, a memcache.
 	return idx, err
 }
 
-// StartSet starts a Set without waiting for it (memcache.SetStarter); a
-// database whose writes go through Raft takes sets through Set only.
-func (b memcacheBackend) StartSet(key, value []byte, a memcache.Attrs, done func(uint64, error)) (bool, error) {
-	if b.db.Propose != nil {
-		return false, nil
-	}
-	if err := b.Writable(); err != nil {
-		return false, err
-	}
-	batch := storeBatch(wal.Op{Type: wal.OpSet, Key: key, Value: value, Flags: a.Flags, Expires: a.Expires})
-	return b.db.Store.StartWrite(batch, func(r store.WriteResult, err error) { done(r.Index, err) })
-}
-
 func (b memcacheBackend) Delete(ctx context.Context, key []byte) (uint64, bool, error) {
 	return b.write(ctx, wal.Op{Type: wal.OpDelete, Key: key})
 }

@@ -169,7 +169,7 @@ func (c *committer) commit(group []*request) {
 			for _, r := range group {
 				r.err = err
 				s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
-				r.finish()
+				close(r.done)
 			}
 			return
 		}
@@ -308,7 +308,7 @@ func (c *committer) commit(group []*request) {
 		if r.err != nil {
 			s.m.writeErrors.WithLabelValues(errorKind(r.err)).Inc()
 		}
-		r.finish()
+		close(r.done)
 	}
 }
 

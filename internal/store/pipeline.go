@@ -153,7 +153,7 @@ func (p *pipeline) failQueued(err error) {
 		select {
 		case r := <-p.reqs:
 			r.err = err
-			r.finish()
+			close(r.done)
 		default:
 			return
 		}
@@ -205,13 +205,13 @@ func (e *storeEnv) replace(r *request) {
 	}
 	r.err = e.s.replace()
 	e.open()
-	r.finish()
+	close(r.done)
 }
 
 func (e *storeEnv) fail(group []*request) {
 	for _, r := range group {
 		r.err = fmt.Errorf("%w: %v", ErrWriteFailed, e.openErr)
-		r.finish()
+		close(r.done)
 	}
 }
 
@@ -224,10 +224,4 @@ func (s *Store) commitLoop() {
 	env.open()
 	p := pipeline{reqs: s.reqs, quit: s.quit, env: env, batchWindow: s.opts.BatchWindow, maxGroupBytes: s.opts.MaxGroupBytes}
 	p.run()
-	// No StartWrite queues a request from now on: fail those it queued
-	// after run stopped taking them.
-	s.startMu.Lock()
-	s.startClosed = true
-	s.startMu.Unlock()
-	p.failQueued(ErrClosed)
 }

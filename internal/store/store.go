@@ -92,10 +92,6 @@ type Store struct {
 	reqs    chan *request
 	quit    chan struct{}
 	stopped chan struct{}
-	// startClosed is set under startMu once the commit loop takes no more
-	// requests, so that StartWrite never queues one nobody answers.
-	startMu     sync.RWMutex
-	startClosed bool
 
 	ballast string
 	// sparseRetired: retired blocks a recount at open left sparse, for

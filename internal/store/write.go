@@ -65,16 +65,6 @@ type request struct {
 	res     WriteResult
 	err     error
 	done    chan struct{}
-	// notify, if set, is called once done is closed (StartWrite).
-	notify func(WriteResult, error)
-}
-
-// finish answers r: it closes done and calls notify.
-func (r *request) finish() {
-	close(r.done)
-	if r.notify != nil {
-		r.notify(r.res, r.err)
-	}
 }
 
 // Write commits b durably as one log entry and returns its index. It is
@@ -99,43 +89,6 @@ func (s *Store) Write(ctx context.Context, b Batch) (WriteResult, error) {
 		return WriteResult{}, err // r may still be in the committer's hands
 	}
 	return r.res, nil
-}
-
-// StartWrite submits b as Write does, without waiting: done is called
-// once, from the commit loop, when the write is durable (or failed), and
-// must not block. It reports false, and calls nothing, when the write
-// cannot be queued at once (the queue is full, or the store's writes go
-// through Raft): the caller then uses Write. A refusal known at once
-// (invalid batch, not the root, closed) is returned as an error, and done
-// is not called. As with Write, the committer reads b's keys and values
-// until done is called.
-func (s *Store) StartWrite(b Batch, done func(WriteResult, error)) (bool, error) {
-	if s.opts.Proxy != nil {
-		return false, fmt.Errorf("%w: database %s is a proxy", ErrNotRoot, s.opts.Name)
-	}
-	if s.opts.ReadOnly {
-		return false, fmt.Errorf("%w: opened read-only", ErrClosed)
-	}
-	if s.raftApplied.Load() > 0 {
-		return false, nil
-	}
-	size, err := s.validate(b)
-	if err != nil {
-		s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
-		return false, err
-	}
-	r := &request{kind: reqWrite, batch: b, size: size, done: make(chan struct{}), notify: done}
-	s.startMu.RLock()
-	defer s.startMu.RUnlock()
-	if s.startClosed {
-		return false, ErrClosed
-	}
-	select {
-	case s.reqs <- r:
-		return true, nil
-	default:
-		return false, nil
-	}
 }
 
 // Heartbeat writes an entry carrying only the clock, so replicas can

@@ -56,17 +56,3 @@ type Backend interface {
 	// Stats returns extra name/value pairs for the `stats` command (e.g. applied_index, db_id, role).
 	Stats() [][2]string
 }
-
-// SetStarter is a Backend that can start a Set without waiting for it, so
-// that an event loop serves a set on its own thread: the connection waits
-// in its loop while the write becomes durable, and the loop answers it
-// when done is called.
-type SetStarter interface {
-	// StartSet starts storing value, with its attributes, under key, and
-	// calls done once, from another goroutine, when it is durable (or
-	// failed); done must not block. It reports false, and calls nothing,
-	// when the set cannot be started now: the caller then uses Set. A
-	// refusal known at once is returned as an error (done is not called).
-	// key and value must stay unchanged until done is called.
-	StartSet(key, value []byte, a Attrs, done func(index uint64, err error)) (bool, error)
-}

@@ -64,22 +64,12 @@ type conn struct {
 	getHits     int
 	getOverflow bool
 
-	// A set started on the connection's event loop (loop.go): its
-	// callback, bound once, and its outcome and noreply flag.
-	setDone    func(index uint64, err error)
-	setErr     error
-	setNoreply bool
-
 	mu struct {
 		sync.Mutex
 		idle      bool      // blocked waiting for the first byte of a request
 		idleSince time.Time // when it began waiting
 		evicted   bool      // closed to make room for a new connection
 		parked    bool      // waiting in its event loop, which owns it
-		// committing: parked, waiting for the set it started to be
-		// durable; muted: taken out of the loop's epoll set meanwhile,
-		// because input (or the peer's close) arrived.
-		committing, muted bool
 	}
 }
 
@@ -109,7 +99,6 @@ func newConn(s *Server, nc net.Conn, sk sock) *conn {
 	}
 	c.found = c.foundValue
 	c.foundCur = c.lookupFound
-	c.setDone = c.setCommitted
 	return c
 }
 

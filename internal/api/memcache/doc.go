@@ -11,7 +11,7 @@
 //
 //	server.go             listeners, the connection limit, shutdown
 //	sock*.go              reading and writing a socket (poller or blocking thread)
-//	loop.go               event loops: gets and sets served from epoll, the rest handed off
+//	loop.go               event loops: gets served from epoll, the rest handed off
 //	conn.go               a connection's loop: read, dispatch, buffered replies
 //	parse.go, meta.go     pure parsers of text and meta request lines
 //	binary.go             pure parser of binary request headers
@@ -58,9 +58,6 @@
 //   - A connection of an event loop is served by one party at a time: its
 //     loop while it is parked (conn.mu.parked), its goroutine otherwise.
 //     Only the party that owns it reads, writes or closes its socket.
-//   - A set an event loop started (conn.mu.committing) is answered by that
-//     loop once the backend reports it durable; nothing is read into the
-//     connection's buffer, which holds the key and value, until then.
 //
 // Backend errors are the sentinels of package internal/store (backend.go
 // says which are the client's fault).

@@ -21,13 +21,7 @@ import (
 //     and serves it on its own thread when it is nothing but whole get and
 //     gets requests, which never wait; it writes the replies without
 //     blocking and the connection stays parked.
-//     A whole text set (its data block buffered too) is started on the
-//     loop's thread as well (SetStarter): the connection stays parked,
-//     committing, while the write becomes durable; the commit pipeline
-//     lists it in the loop's committed connections and wakes the loop
-//     once for all of them, and the loop sends STORED (or the error) and
-//     serves what else is buffered. No goroutine is woken for the set.
-//   - handed off: anything else (another write, a request not yet whole, a
+//   - handed off: anything else (a write, a request not yet whole, a
 //     binary or meta request, replies the socket has no room for) is
 //     served by conn.serve on a goroutine of its own, through Go's network
 //     poller, exactly as a connection without a loop; once it has nothing
@@ -35,11 +29,7 @@ import (
 //
 // conn.mu.parked says which; it changes under conn.mu together with the
 // socket's membership of the epoll set, so that wake (shutdown, eviction)
-// and the loop agree on who closes a connection. A committing connection
-// is never closed before its set is answered, except when a forced
-// shutdown gives up waiting (the write may still commit). Input arriving
-// while it commits is left unread: the socket leaves the epoll set
-// (conn.mu.muted) until the set is answered.
+// and the loop agree on who closes a connection.
 type eventLoop struct {
 	s   *Server
 	set *epoll.Set
@@ -49,14 +39,7 @@ type eventLoop struct {
 		conns  map[uint64]*conn // every connection of the loop, parked or not
 		nextID uint64
 		woken  []*conn // connections to close if they are parked
-		// committed are the committing connections whose set is done,
-		// to answer; stopped: the loop ended (its epoll set is closed).
-		committed []*conn
-		stopped   bool
 	}
-	// answering is the loop thread's spare list, swapped with
-	// mu.committed.
-	answering []*conn
 }
 
 // loopBatch is the most connections one epoll_wait reports.
@@ -180,7 +163,7 @@ func (l *eventLoop) run() {
 	} else {
 		l.s.sliceSet()
 	}
-	defer l.stop()
+	defer l.set.Close()
 	ids := make([]uint64, 0, loopBatch)
 	lastSweep := time.Now()
 	for {
@@ -200,7 +183,6 @@ func (l *eventLoop) run() {
 				l.ready(c)
 			}
 		}
-		l.answerCommitted()
 		closing := l.s.closing.Load()
 		if woken || closing {
 			l.closeWoken(closing)
@@ -215,75 +197,10 @@ func (l *eventLoop) run() {
 	}
 }
 
-// stop closes the loop's epoll set once no set's callback can wake it.
-func (l *eventLoop) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.mu.stopped = true
-	l.set.Close()
-}
-
-// committed lists c, whose set is done, for the loop to answer; the first
-// connection listed since the loop last looked wakes it. It is called
-// from the commit pipeline.
-func (l *eventLoop) committed(c *conn) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.mu.stopped {
-		return // given up at a forced shutdown
-	}
-	l.mu.committed = append(l.mu.committed, c)
-	if len(l.mu.committed) == 1 {
-		l.set.Wake()
-	}
-}
-
-// answerCommitted answers the sets that are done and serves what their
-// connections have buffered after them.
-func (l *eventLoop) answerCommitted() {
-	l.mu.Lock()
-	cs := l.mu.committed
-	l.mu.committed = l.answering[:0]
-	l.mu.Unlock()
-	for i, c := range cs {
-		cs[i] = nil
-		c.mu.Lock()
-		if !c.mu.committing {
-			c.mu.Unlock()
-			continue // given up at a forced shutdown
-		}
-		c.mu.committing = false
-		loopCommitting.Dec()
-		rejoin := c.mu.muted
-		c.mu.muted = false
-		c.mu.Unlock()
-		if rejoin {
-			if err := l.set.Add(c.loop.fd, c.loop.id); err != nil {
-				c.debug("memcache: connection closed", "reason", err.Error())
-				c.finishSet()
-				l.closeParked(c)
-				continue
-			}
-		}
-		c.finishSet()
-		l.settle(c, c.serveBuffered())
-	}
-	l.answering = cs[:0]
-}
-
 // ready serves c, which has input (or was closed by its peer).
 func (l *eventLoop) ready(c *conn) {
 	c.mu.Lock()
 	if !c.mu.parked { // an event from before it was handed off
-		c.mu.Unlock()
-		return
-	}
-	if c.mu.committing {
-		// Its set is not answered yet: stop watching it until it is.
-		if !c.mu.muted {
-			l.set.Remove(c.loop.fd)
-			c.mu.muted = true
-		}
 		c.mu.Unlock()
 		return
 	}
@@ -294,12 +211,8 @@ func (l *eventLoop) ready(c *conn) {
 	}
 	c.mu.idle = false
 	c.mu.Unlock()
-	l.settle(c, c.serveParked())
-}
 
-// settle does with c, which the loop served, what serving it asked for.
-func (l *eventLoop) settle(c *conn, next parkedNext) {
-	switch next {
+	switch c.serveParked() {
 	case stayParked:
 		c.mu.Lock()
 		gone := c.mu.evicted || l.s.closing.Load()
@@ -325,8 +238,6 @@ func (l *eventLoop) settle(c *conn, next parkedNext) {
 		}()
 	case closeConn:
 		l.closeParked(c)
-	case awaitCommit:
-		// Parked, not idle; answerCommitted takes it up again.
 	}
 }
 
@@ -334,10 +245,6 @@ func (l *eventLoop) settle(c *conn, next parkedNext) {
 func (l *eventLoop) closeParked(c *conn) {
 	c.mu.Lock()
 	c.mu.parked, c.mu.idle = false, false
-	if c.mu.committing {
-		loopCommitting.Dec() // given up at a forced shutdown
-	}
-	c.mu.committing, c.mu.muted = false, false
 	l.set.Remove(c.loop.fd)
 	c.mu.Unlock()
 	c.finish()
@@ -359,8 +266,7 @@ func (l *eventLoop) closeWoken(all bool) {
 	l.mu.Unlock()
 	for _, c := range cs {
 		c.mu.Lock()
-		take := c.mu.parked && (c.mu.evicted || l.s.closing.Load()) &&
-			(!c.mu.committing || l.s.ctx.Err() != nil) // a forced shutdown gives up waiting
+		take := c.mu.parked && (c.mu.evicted || l.s.closing.Load())
 		c.mu.Unlock()
 		if take {
 			l.closeParked(c)
@@ -412,7 +318,6 @@ const (
 	stayParked parkedNext = iota
 	handOff
 	closeConn
-	awaitCommit // a set was started (conn.mu.committing)
 )
 
 // serveParked reads what arrived for a parked connection and serves the
@@ -434,12 +339,6 @@ func (c *conn) serveParked() parkedNext {
 		return closeConn
 	}
 	c.w = n
-	return c.serveBuffered()
-}
-
-// serveBuffered serves the whole get and gets requests and starts the
-// whole set at the front of what is buffered; see eventLoop.
-func (c *conn) serveBuffered() parkedNext {
 	for c.r < c.w {
 		c.beginRequest(time.Now())
 		if c.buf[c.r] == binReqMagic {
@@ -453,20 +352,11 @@ func (c *conn) serveBuffered() parkedNext {
 		if k := len(line); k > 0 && line[k-1] == '\r' {
 			line = line[:k-1]
 		}
-		set := c.s.starter != nil && bytes.HasPrefix(line, []byte("set "))
-		if !set && !isGetLine(line) {
+		if !isGetLine(line) {
 			return handOff
 		}
-		if parseRequest(line, c.s.lim, &c.req) != nil {
-			return handOff // conn.serve refuses it
-		}
-		if set {
-			if next := c.startSet(c.r + i + 1); next != stayParked {
-				return next
-			}
-			continue
-		}
-		if c.req.cmd != cmdGet && c.req.cmd != cmdGets {
+		perr := parseRequest(line, c.s.lim, &c.req)
+		if perr != nil || (c.req.cmd != cmdGet && c.req.cmd != cmdGets) {
 			return handOff
 		}
 		c.r += i + 1
@@ -483,75 +373,6 @@ func (c *conn) serveBuffered() parkedNext {
 		return closeConn
 	}
 	return stayParked
-}
-
-// startSet starts the set parsed into c.req, whose data block begins at
-// buf[start], if the block is buffered whole and well formed. It returns
-// awaitCommit once the set is started, stayParked if it was answered at
-// once (a refusal) and serving goes on, handOff if conn.serve must serve
-// it, closeConn if the connection is dead.
-func (c *conn) startSet(start int) parkedNext {
-	req := &c.req
-	n := req.dataLen
-	if c.w-start < n+2 {
-		return handOff // not all here: conn.serve waits for it
-	}
-	block := c.buf[start : start+n+2]
-	if block[n] != '\r' || block[n+1] != '\n' {
-		return handOff // conn.serve refuses it
-	}
-	// Earlier replies go out before a write that waits for durability.
-	if !c.flushNow() {
-		return handOff
-	}
-	if c.writeErr != nil {
-		return closeConn
-	}
-	c.mu.Lock()
-	c.mu.committing = true
-	c.mu.Unlock()
-	// The key and the value stay in buf, untouched until the set is
-	// answered: nothing is read into buf while the connection commits.
-	started, err := c.s.starter.StartSet(req.key, block[:n], Attrs{Flags: req.flags, Expires: expires(req.exptime)}, c.setDone)
-	if !started {
-		c.mu.Lock()
-		c.mu.committing = false
-		c.mu.Unlock()
-		if err == nil {
-			return handOff // conn.serve waits for it
-		}
-	}
-	c.r = start + n + 2
-	c.s.stats.cmdSet.Add(1)
-	c.setNoreply = req.noreply
-	if err != nil {
-		c.setErr = err
-		c.finishSet()
-		return stayParked
-	}
-	loopSetsTotal.Inc()
-	loopCommitting.Inc()
-	return awaitCommit
-}
-
-// setCommitted is a started set's done (c.setDone): it has the loop
-// answer it.
-func (c *conn) setCommitted(_ uint64, err error) {
-	c.setErr = err
-	c.loop.lp.committed(c)
-}
-
-// finishSet appends the reply to the set started last and counts it.
-func (c *conn) finishSet() {
-	c.noreply = c.setNoreply
-	if c.setErr != nil {
-		c.failed(c.setErr)
-	} else {
-		c.replyLine("STORED")
-	}
-	c.noreply, c.setErr = false, nil
-	requestsByCmd[cmdSet].Inc()
-	secondsByCmd[cmdSet].Observe(time.Since(c.reqStart).Seconds())
 }
 
 // isGetLine reports whether line starts with get or gets and a space.

@@ -43,14 +43,6 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_connections",
 		Help: "Connections served by the event loops (memcache_event_loops), parked or handed to a goroutine for a request that waits.",
 	}))
-	loopSetsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_sets_total",
-		Help: "Text sets started by an event loop and answered by it once durable, with no goroutine (the other writes are handed to a goroutine).",
-	}))
-	loopCommitting = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_committing_connections",
-		Help: "Connections of the event loops waiting for the set they started to be durable.",
-	}))
 	readNice = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
 		Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",

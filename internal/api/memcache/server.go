@@ -24,7 +24,6 @@ type Server struct {
 	cfg         Config
 	lim         limits
 	b           Backend
-	starter     SetStarter // b, if it can start a set without waiting
 	log         *slog.Logger
 	start       time.Time
 	versionLine []byte // "VERSION <Version>\r\n"
@@ -86,7 +85,6 @@ func New(cfg Config, b Backend, log *slog.Logger) *Server {
 		versionLine: []byte("VERSION " + sanitize(version.Version, '_', maxErrorText) + "\r\n"),
 		done:        make(chan struct{}),
 	}
-	s.starter, _ = b.(SetStarter)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*conn]struct{})
