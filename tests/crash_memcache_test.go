@@ -11,9 +11,9 @@ import (
 )
 
 // TestKill9UnderMemcacheSets kills the server with SIGKILL at random
-// moments while memcached clients set keys (sets the event loops start
-// and answer once durable), restarts it, and checks that every set
-// answered STORED is there with its value, and that qs verify passes.
+// moments while memcached clients set keys through the memcached door,
+// restarts it, and checks that every set answered STORED is there with
+// its value, and that qs verify passes.
 func TestKill9UnderMemcacheSets(t *testing.T) {
 	rounds := 5
 	if testing.Short() {
