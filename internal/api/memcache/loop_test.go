@@ -293,3 +293,49 @@ func TestLoopAnswersLikePoller(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopDetachesParkedSockets: while a connection waits in its loop,
+// its net.Conn is closed (Go's network poller no longer watches the
+// socket; the loop reads it through a descriptor of its own), and each
+// hand-off to a goroutine gives it a new one.
+func TestLoopDetachesParkedSockets(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	b.put("a", "1")
+	ts := startServer(t, Config{EventLoops: 1}, b)
+	c := dialParked(t, ts, 1)
+	server := func() *conn {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		for sc := range ts.mu.conns {
+			return sc
+		}
+		t.Fatal("no connection")
+		return nil
+	}()
+	detached := func() (net.Conn, bool) {
+		server.mu.Lock()
+		defer server.mu.Unlock()
+		return server.nc, !server.loop.attached
+	}
+	first, ok := detached()
+	if !ok {
+		t.Fatal("a parked connection still has its net.Conn open")
+	}
+	if _, err := first.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write to the parked connection's net.Conn: %v, want net.ErrClosed", err)
+	}
+	for i := range 3 {
+		c.send(fmt.Sprintf("set k%d 0 0 1\r\nv\r\nget a\r\n", i)) // handed off, then parked again
+		c.expect("STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n")
+		waitParked(t, ts, 1)
+		nc, ok := detached()
+		if !ok || nc == first {
+			t.Fatalf("after hand-off %d: detached %v, same net.Conn %v", i, ok, nc == first)
+		}
+		c.send("get a\r\n") // served by the loop
+		c.expect("VALUE a 0 1\r\n1\r\nEND\r\n")
+	}
+	c.nc.Close()
+	waitFor(t, "the connection to go", func() bool { return ts.stats.currConns.Load() == 0 })
+}
