@@ -160,35 +160,3 @@ func Write(fd int, p []byte) (int, error) {
 	}
 	return done, nil
 }
-
-// Dup returns a new descriptor of fd's socket (close-on-exec). Go's
-// network poller does not watch it: a socket waited for through a Set on
-// its own descriptor, after its net.Conn is closed, wakes only the Set's
-// waiter.
-func Dup(fd int) (int, error) {
-	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1, os.NewSyscallError("fcntl", err)
-	}
-	return nfd, nil
-}
-
-// Conn returns a net.Conn of fd's socket, served by Go's network poller
-// through a descriptor of its own; fd stays the caller's.
-func Conn(fd int) (net.Conn, error) {
-	nfd, err := Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(nfd), "socket")
-	defer f.Close()
-	return net.FileConn(f)
-}
-
-// Close closes a descriptor Dup returned.
-func Close(fd int) error {
-	if err := unix.Close(fd); err != nil {
-		return os.NewSyscallError("close", err)
-	}
-	return nil
-}

@@ -26,7 +26,3 @@ func FD(net.Conn) (int, bool) { return 0, false }
 
 func Read(int, []byte) (int, error)  { return 0, ErrUnsupported }
 func Write(int, []byte) (int, error) { return 0, ErrUnsupported }
-
-func Dup(int) (int, error)       { return -1, ErrUnsupported }
-func Conn(int) (net.Conn, error) { return nil, ErrUnsupported }
-func Close(int) error            { return ErrUnsupported }

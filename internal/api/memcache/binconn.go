@@ -226,7 +226,7 @@ func (c *conn) binFailed(r *binRequest, err error) {
 	}
 	kind, line := backendFailure(err)
 	if kind == kindBackendCorrupt {
-		c.s.log.Error("memcache: backend error", "cmd", c.req.cmd.String(), "remote", remoteAddr(c.remote), "err", err)
+		c.s.log.Error("memcache: backend error", "cmd", c.req.cmd.String(), "remote", remoteAddr(c.nc), "err", err)
 	}
 	status := uint16(statusInternal)
 	switch kind {

@@ -12,20 +12,14 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/quicksilver-kv/qs/internal/epoll"
 )
 
 // conn is one client connection. Apart from mu, its fields belong to the
 // goroutine running serve.
 type conn struct {
-	s *Server
-	// nc is the connection's net.Conn. One of an event loop has a new one
-	// each time it is handed to a goroutine, and its net.Conn is closed
-	// while it waits in its loop (loop.go); it changes under mu.
-	nc     net.Conn
-	remote net.Addr // nc's peer
-	sock   sock     // how nc is read and written
+	s    *Server
+	nc   net.Conn
+	sock sock // how nc is read and written
 	// loop is sock when the connection belongs to an event loop (loop.go).
 	loop *loopSock
 	// Nice values of a dedicated thread: the one it started with and the
@@ -102,9 +96,6 @@ func newConn(s *Server, nc net.Conn, sk sock) *conn {
 		sock: sk,
 		buf:  make([]byte, initialBufBytes),
 		out:  make([]byte, 0, initialBufBytes),
-	}
-	if nc != nil {
-		c.remote = nc.RemoteAddr()
 	}
 	c.found = c.foundValue
 	c.foundCur = c.lookupFound
@@ -192,9 +183,6 @@ func (c *conn) finish() {
 		c.drain()
 	}
 	c.nc.Close()
-	if c.loop != nil {
-		epoll.Close(c.loop.fd)
-	}
 	c.s.unregister(c)
 }
 
@@ -355,7 +343,7 @@ func (c *conn) backendFailed(err error) {
 	}
 	if c.s.log.Enabled(context.Background(), level) {
 		c.s.log.Log(context.Background(), level, "memcache: backend error",
-			"cmd", c.req.cmd.String(), "remote", remoteAddr(c.remote), "err", err)
+			"cmd", c.req.cmd.String(), "remote", remoteAddr(c.nc), "err", err)
 	}
 	c.replyLine(line)
 }
@@ -378,7 +366,7 @@ func (c *conn) readFailed(err error) {
 
 func (c *conn) debug(msg string, args ...any) {
 	if c.s.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.s.log.Debug(msg, append(args, "remote", remoteAddr(c.remote))...)
+		c.s.log.Debug(msg, append(args, "remote", remoteAddr(c.nc))...)
 	}
 }
 

@@ -60,44 +60,14 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 }
 
 // loopSock is the socket of a connection of an event loop: a pollSock while
-// the connection is handed off, and a descriptor of the loop's own (fd, a
-// duplicate made when the connection joined the loop) for the loop's
-// reads and writes while it is parked. While it is parked its net.Conn is
-// closed, so that Go's network poller does not watch the socket too (a
-// request would wake a thread of the runtime as well as the loop); it
-// gets a new one when it is handed off (attached).
+// the connection is handed off, and its descriptor for the loop's reads and
+// writes while it is parked.
 type loopSock struct {
 	pollSock
-	fd       int
-	lp       *eventLoop
-	c        *conn
-	id       uint64
-	attached bool // c.nc is open, watched by Go's poller
-}
-
-// attach gives the connection a new net.Conn, for a goroutine to serve it
-// through Go's network poller. c.mu is held.
-func (ls *loopSock) attach() error {
-	nc, err := epoll.Conn(ls.fd)
-	if err != nil {
-		return err
-	}
-	ls.c.nc, ls.pollSock.nc = nc, nc
-	ls.readDeadline, ls.writeDeadline = time.Time{}, time.Time{}
-	if ls.woken.Load() || ls.aborted.Load() {
-		nc.SetDeadline(aLongTimeAgo)
-	}
-	ls.attached = true
-	return nil
-}
-
-// detach closes the connection's net.Conn, once it waits in its loop.
-// c.mu is held.
-func (ls *loopSock) detach() {
-	if ls.attached {
-		ls.c.nc.Close()
-		ls.attached = false
-	}
+	fd int
+	lp *eventLoop
+	c  *conn
+	id uint64
 }
 
 // wake interrupts a handed-off connection's read, and has the loop close
@@ -115,18 +85,13 @@ func (s *Server) attachLoopLocked(c *conn) bool {
 	if !ok || !s.startLoopsLocked() {
 		return false
 	}
-	own, err := epoll.Dup(fd)
-	if err != nil {
-		s.log.Info("memcache: connection served without an event loop", "remote", remoteAddr(c.remote), "err", err)
-		return false
-	}
 	l := s.loops[0]
 	for _, x := range s.loops[1:] {
 		if x.count() < l.count() {
 			l = x
 		}
 	}
-	ls := &loopSock{pollSock: pollSock{nc: c.nc}, fd: own, lp: l, c: c, attached: true}
+	ls := &loopSock{pollSock: pollSock{nc: c.nc}, fd: fd, lp: l, c: c}
 	l.mu.Lock()
 	l.mu.nextID++
 	ls.id = l.mu.nextID
@@ -263,13 +228,7 @@ func (l *eventLoop) ready(c *conn) {
 		c.mu.Lock()
 		c.mu.parked = false
 		l.set.Remove(c.loop.fd)
-		err := c.loop.attach()
 		c.mu.Unlock()
-		if err != nil {
-			c.debug("memcache: connection closed", "reason", err.Error())
-			c.finish()
-			return
-		}
 		// The loop's own goroutine is counted in s.wg, so this Add cannot
 		// race with Shutdown's Wait seeing zero.
 		l.s.wg.Add(1)
@@ -348,7 +307,6 @@ func (l *eventLoop) park(c *conn) bool {
 		c.debug("memcache: connection closed", "reason", err.Error())
 		return false
 	}
-	c.loop.detach()
 	c.mu.parked, c.mu.idle, c.mu.idleSince = true, true, time.Now()
 	return true
 }

@@ -166,7 +166,7 @@ func (s *Server) accept(nc net.Conn) {
 	if errors.Is(err, errTooManyConns) {
 		errorsByKind[kindTooManyConns].Inc()
 		s.stats.rejectedConns.Add(1)
-		s.log.Debug("memcache: too many connections", "remote", remoteAddr(nc.RemoteAddr()), "max", s.cfg.MaxConns)
+		s.log.Debug("memcache: too many connections", "remote", remoteAddr(nc), "max", s.cfg.MaxConns)
 		// A new socket's send buffer is empty: this write does not block.
 		nc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		nc.Write([]byte("SERVER_ERROR too many connections\r\n"))
@@ -230,7 +230,7 @@ func (s *Server) evictIdlestLocked() bool {
 			s.mu.evicting++
 			s.stats.evictedConns.Add(1)
 			idleEvictionsTotal.Inc()
-			s.log.Debug("memcache: idle connection closed for a new one", "remote", remoteAddr(idlest.remote), "idle_since", since)
+			s.log.Debug("memcache: idle connection closed for a new one", "remote", remoteAddr(idlest.nc), "idle_since", since)
 			return true
 		}
 	}
@@ -294,10 +294,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.mu.conns {
-		c.mu.Lock()    // a connection of an event loop may be changing its net.Conn
 		c.sock.abort() // ends a blocking call on a dedicated thread
 		c.nc.Close()
-		c.mu.Unlock()
 	}
 	s.mu.Unlock()
 	<-waited
@@ -351,8 +349,8 @@ func (s *Server) statPairs() [][2]string {
 	return pairs
 }
 
-func remoteAddr(a net.Addr) string {
-	if a != nil {
+func remoteAddr(nc net.Conn) string {
+	if a := nc.RemoteAddr(); a != nil {
 		return a.String()
 	}
 	return ""
