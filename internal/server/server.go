@@ -767,7 +767,8 @@ func (s *Server) isRelay(db string) bool {
 // proxy whose pool is fixed to replicas by flags (--replicas, no
 // --relays) is elected like any other proxy with a replication address
 // and answers as soon as it is: it fetches for the others from its
-// replicas, as an elected relay does. A proxy whose pool names relays
+// replicas, as an elected relay does. A proxy whose pool names relays is
+// never elected (it advertises role relay-client, advertisedRole) and
 // never answers as an elected one: it would ask those relays, and two
 // proxies naming each other would ask each other in turn.
 func (s *Server) electedRelay(d config.Database) bool {
