@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -246,11 +245,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			s.prefetchers = append(s.prefetchers, pf)
 		}
 	}
-	db.CanWrite = func() error {
-		return fmt.Errorf("%w: database %s is a replica on this node; send writes to the HTTP address of its root "+
-			"(this node follows the replication address %s; GET /v1/%s/status on each node up the tree names its source)",
-			store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","), d.Name)
-	}
+	db.CanWrite = func() error { return s.notRoot(d, r) }
 	db.Status = func() map[string]any {
 		rs := r.State()
 		m := map[string]any{
@@ -260,6 +255,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			"state":       rs.Status.String(),
 			"source":      rs.Source,
 			"lag_seconds": rs.Lag.Seconds(),
+			"root_http":   rootHTTPStatus(rs.RootHTTP),
 		}
 		if t := st.AppliedTime(); !t.IsZero() {
 			m["last_heartbeat"] = t.UTC().Format(time.RFC3339Nano)
@@ -480,7 +476,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName, RootHTTP: s.rootHTTP}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
