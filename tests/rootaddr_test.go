@@ -65,3 +65,33 @@ func TestNotRootNamesRootHTTP(t *testing.T) {
 		t.Fatalf("the proxy counted %v not_root errors", n)
 	}
 }
+
+// TestNotRootNamesHARoot: a replica of a follower of a replicated root
+// names the leader's HTTP address first, then the follower's (any member
+// takes writes; the leader without forwarding them), and a write sent to
+// the first address it names is accepted.
+func TestNotRootNamesHARoot(t *testing.T) {
+	c := newRaftCluster(t, 3)
+	c.startAll()
+	leader := c.leader(60 * time.Second)
+	follower := c.members[0]
+	if follower == leader {
+		follower = c.members[1]
+	}
+	rep := startQS(t, t.TempDir(), "--upstream", follower.repl)
+	rc := rep.client(t)
+	ctx := context.Background()
+	want := []string{leader.http, follower.http}
+	var e *client.Error
+	pollFor(t, "the replica to name the leader, then its source", func() bool {
+		_, err := rc.Put(ctx, "k", []byte("v"), nil)
+		return errors.As(err, &e) && e.Code == "not_root" && slices.Equal(e.RootHTTP, want)
+	})
+	cl, err := client.New(e.RootHTTP[:1], client.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, "k", []byte("v"), nil); err != nil {
+		t.Fatalf("a write to the address named: %v", err)
+	}
+}
