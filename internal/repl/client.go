@@ -239,6 +239,7 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	}
 	r := &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}
 	r.loadHead()
+	mRootKnown.WithLabelValues(cfg.Database).Set(0)
 	return r, nil
 }
 
@@ -754,6 +755,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
 		case *Root:
 			r.update(func(s *ReplicaState) { s.RootHTTP = m.HTTP })
+			mRootKnown.WithLabelValues(db).Set(float64(min(len(m.HTTP), 1)))
 		case *Refuse:
 			return progressed, &RefusedError{Code: m.Code, Reason: m.Reason}
 		case *Done:

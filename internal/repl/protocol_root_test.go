@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -84,6 +85,9 @@ func TestRootAddressDownTheTree(t *testing.T) {
 	waitFor(t, "the leaf to learn the root's address", 30*time.Second, func() bool {
 		return slices.Equal(leaf.State().RootHTTP, []string{"root-1:7380"})
 	})
+	if v := testutil.ToFloat64(mRootKnown.WithLabelValues(name)); v != 1 {
+		t.Fatalf("qs_repl_root_known = %v with the root known, want 1", v)
+	}
 	rootHTTP.Store([]string{"root-2:7380", "root-1:7380"})
 	waitFor(t, "the leaf to learn the new addresses", 30*time.Second, func() bool {
 		return slices.Equal(leaf.State().RootHTTP, []string{"root-2:7380", "root-1:7380"})
@@ -91,6 +95,9 @@ func TestRootAddressDownTheTree(t *testing.T) {
 	rootHTTP.Store([]string(nil))
 	waitFor(t, "the leaf to learn that the root's address is not known", 30*time.Second, func() bool {
 		return len(leaf.State().RootHTTP) == 0
+	})
+	waitFor(t, "qs_repl_root_known to say so", 30*time.Second, func() bool {
+		return testutil.ToFloat64(mRootKnown.WithLabelValues(name)) == 0
 	})
 }
 
