@@ -52,6 +52,8 @@
 //	policy.go             the source policy of Replica.Run, free of I/O
 //	heads.go              signed heads: the Head message, the sources a
 //	                      server sends them from, the client's gate (pure)
+//	protocol_root.go      the root's HTTP address told down the tree: the
+//	                      Root message, the version fallback (pure)
 //	bootstrap.go          downloading, resuming and installing a snapshot
 //	fetch_client.go       a proxy's fetch connection
 //	learn.go              learning a database id from the sources

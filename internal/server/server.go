@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -252,11 +251,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			s.prefetchers = append(s.prefetchers, pf)
 		}
 	}
-	db.CanWrite = func() error {
-		return fmt.Errorf("%w: database %s is a replica on this node; send writes to the HTTP address of its root "+
-			"(this node follows the replication address %s; GET /v1/%s/status on each node up the tree names its source)",
-			store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","), d.Name)
-	}
+	db.CanWrite = func() error { return s.notRoot(d, r) }
 	db.Status = func() map[string]any {
 		rs := r.State()
 		m := map[string]any{
@@ -266,6 +261,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			"state":       rs.Status.String(),
 			"source":      rs.Source,
 			"lag_seconds": rs.Lag.Seconds(),
+			"root_http":   rootHTTPStatus(rs.RootHTTP),
 		}
 		if t := st.AppliedTime(); !t.IsZero() {
 			m["last_heartbeat"] = t.UTC().Format(time.RFC3339Nano)
@@ -486,7 +482,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName, RootHTTP: s.rootHTTP}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -778,7 +774,8 @@ func (s *Server) isRelay(db string) bool {
 // proxy whose pool is fixed to replicas by flags (--replicas, no
 // --relays) is elected like any other proxy with a replication address
 // and answers as soon as it is: it fetches for the others from its
-// replicas, as an elected relay does. A proxy whose pool names relays
+// replicas, as an elected relay does. A proxy whose pool names relays is
+// never elected (it advertises role relay-client, advertisedRole) and
 // never answers as an elected one: it would ask those relays, and two
 // proxies naming each other would ask each other in turn.
 func (s *Server) electedRelay(d config.Database) bool {
