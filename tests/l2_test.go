@@ -26,6 +26,8 @@ func TestL2OverRealProcesses(t *testing.T) {
 	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
 	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
 		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576",
+		// An L2 answer late on a loaded machine is still a hit here.
+		"--l2-attempt-timeout", "4s",
 		// The owner's shard budget is filled by its reads alone here
 		// (the warm-up would hold its shard's padding keys too).
 		"--shard-warm-rate", "-1"}
@@ -140,7 +142,7 @@ func TestShardWarmupOverRealProcesses(t *testing.T) {
 		last = r.Index
 	}
 	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
-		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576"}
+		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576", "--l2-attempt-timeout", "4s"}
 	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
 	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"], "--shard-warm-rate", "-1")...)
 	cacheOf := func(p *proc) map[string]any {
