@@ -151,6 +151,9 @@ type Error struct {
 	Message string
 	// AppliedIndex is the server's applied index, when it said.
 	AppliedIndex uint64
+	// RootHTTP, on not_root, are the HTTP addresses where the database's
+	// writes are accepted, when the node that refused knew them.
+	RootHTTP []string
 }
 
 func (e *Error) Error() string {
@@ -535,12 +538,13 @@ func decodeError(resp *http.Response) error {
 	e := &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(body))}
 	var j struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code     string   `json:"code"`
+			Message  string   `json:"message"`
+			RootHTTP []string `json:"root_http"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &j) == nil && j.Error.Code != "" {
-		e.Code, e.Message = j.Error.Code, j.Error.Message
+		e.Code, e.Message, e.RootHTTP = j.Error.Code, j.Error.Message, j.Error.RootHTTP
 	}
 	e.AppliedIndex, _ = strconv.ParseUint(resp.Header.Get("Qs-Applied-Index"), 10, 64)
 	return e

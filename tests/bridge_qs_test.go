@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,19 +83,33 @@ func waitAcked(t *testing.T, n *atomic.Int64, want int64) {
 // they all serve the data of the first.
 func sameDigest(t *testing.T, index uint64, nodes ...*proc) {
 	t.Helper()
-	ro := client.ReadOptions{MinIndex: index, Wait: 60 * time.Second}
-	want, err := nodes[0].client(t).Digest(context.Background(), ro)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range nodes[1:] {
-		got, err := p.client(t).Digest(context.Background(), ro)
-		if err != nil {
-			t.Fatalf("node %d digest: %v\n%s", i+1, err, p.out.String())
+	// A write whose client gave up may still land after index: the
+	// digests are compared once every node is at the same index.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ro := client.ReadOptions{MinIndex: index, Wait: 60 * time.Second}
+		var ds []client.Digest
+		for i, p := range nodes {
+			d, err := p.client(t).Digest(context.Background(), ro)
+			if err != nil {
+				t.Fatalf("node %d digest: %v\n%s", i, err, p.out.String())
+			}
+			ds = append(ds, d)
 		}
-		if got.SHA256 != want.SHA256 || got.Keys != want.Keys {
-			t.Fatalf("node %d serves other data: %+v, first %+v", i+1, got, want)
+		at := ds[0].Index
+		for _, d := range ds[1:] {
+			at = max(at, d.Index)
 		}
+		if slices.ContainsFunc(ds, func(d client.Digest) bool { return d.Index != at }) && time.Now().Before(deadline) {
+			index = at
+			continue
+		}
+		for i, d := range ds[1:] {
+			if d.Index != ds[0].Index || d.SHA256 != ds[0].SHA256 || d.Keys != ds[0].Keys {
+				t.Fatalf("node %d serves other data: %+v, first %+v", i+1, d, ds[0])
+			}
+		}
+		return
 	}
 }
 

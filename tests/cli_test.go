@@ -62,14 +62,19 @@ func TestServeOnLockedDataDir(t *testing.T) {
 }
 
 // TestCLIWriteToReplica: a write sent to a replica fails once, with a
-// message saying it is a replica and how to find the root.
+// message saying it is a replica and naming the root's HTTP address.
 func TestCLIWriteToReplica(t *testing.T) {
 	dir := t.TempDir()
 	root := startQS(t, filepath.Join(dir, "root"))
 	rep := startQS(t, filepath.Join(dir, "rep"), "--upstream", root.Addr["repl"])
+	pollFor(t, "the replica to learn the root's address", func() bool {
+		st, err := rep.client(t).Status(context.Background())
+		rh, _ := st["root_http"].([]any)
+		return err == nil && len(rh) == 1 && rh[0] == root.Addr["http"]
+	})
 	out, code := runQS(t, "put", "--addr", rep.Addr["http"], "k", "v")
 	if code != 1 || strings.Count(out, "is a replica on this node") != 1 ||
-		!strings.Contains(out, "send writes to the HTTP address of its root") || !strings.Contains(out, root.Addr["repl"]) {
+		strings.Count(out, "send writes to its root at http://"+root.Addr["http"]) != 1 {
 		t.Fatalf("put to a replica: exit %d:\n%s", code, out)
 	}
 	rep.stop()

@@ -29,7 +29,7 @@ func TestL2PeersFromOverlay(t *testing.T) {
 	seed := root.Addr["gossip"]
 	startGossipQS(t, "replica-1", "--join", seed, "--dc", "a")
 	args := []string{"--join", seed, "--dc", "a", "--role", "proxy", "--cache-bytes", "1", "--window", "5",
-		"--shards", "2", "--shard-cache-bytes", "1048576"}
+		"--shards", "2", "--shard-cache-bytes", "1048576", "--l2-attempt-timeout", "4s"}
 	owner := startGossipQS(t, names[0], args...)
 	asker := startGossipQS(t, names[1], args...)
 	ctx := context.Background()

@@ -25,7 +25,12 @@ func TestL2OverRealProcesses(t *testing.T) {
 	root := startQS(t, t.TempDir())
 	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
 	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
-		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576"}
+		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576",
+		// An L2 answer late on a loaded machine is still a hit here.
+		"--l2-attempt-timeout", "4s",
+		// The owner's shard budget is filled by its reads alone here
+		// (the warm-up would hold its shard's padding keys too).
+		"--shard-warm-rate", "-1"}
 	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
 	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"])...)
 	ctx := context.Background()
@@ -95,5 +100,85 @@ func TestL2OverRealProcesses(t *testing.T) {
 	}
 	if got := metricValue(t, asker.Addr["http"], `qs_store_proxy_tier_lookups_total{db="default",result="hit",tier="l2"}`); got != float64(len(ofOwner)) {
 		t.Fatalf("the asker's metrics count %v L2 hits, want %d", got, len(ofOwner))
+	}
+}
+
+// TestShardWarmupOverRealProcesses: keys written before the proxies
+// start, none read anywhere. The owner of a shard fills its shard
+// budget with them in the background once it has applied the log; a
+// first read of each at the other proxy is then an L2 hit, and the
+// owner itself serves them without a fetch.
+func TestShardWarmupOverRealProcesses(t *testing.T) {
+	shards, _ := cache.NewShardMap(2)
+	var names []string
+	for i := 0; len(names) < 2; i++ {
+		if n := fmt.Sprint("dc1-proxy-", i); len(names) == 0 || shards.OfNode(n) != shards.OfNode(names[0]) {
+			names = append(names, n)
+		}
+	}
+	root := startQS(t, t.TempDir())
+	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	ctx := context.Background()
+	rc := root.client(t)
+	want := map[string]string{}
+	var ofOwner []string
+	var last uint64
+	for i := 0; i < 60; i++ {
+		k := fmt.Sprintf("warm/k%02d", i)
+		r, err := rc.Put(ctx, k, []byte("value of "+k), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k], last = "value of "+k, r.Index
+		if shards.Owns(names[0], []byte(k)) {
+			ofOwner = append(ofOwner, k)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		r, err := rc.Put(ctx, fmt.Sprint("pad", i), []byte("x"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Index
+	}
+	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
+		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576", "--l2-attempt-timeout", "4s"}
+	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
+	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"], "--shard-warm-rate", "-1")...)
+	cacheOf := func(p *proc) map[string]any {
+		t.Helper()
+		st, err := p.client(t).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["cache"].(map[string]any)
+	}
+	pollFor(t, "the owner's warm-up of its shard", func() bool {
+		return cacheOf(owner)["shard_values"].(float64) >= float64(len(ofOwner))
+	})
+	pollFor(t, "the asker's L2 connection to the owner", func() bool {
+		peers := cacheOf(asker)["dc_peers"].([]any)
+		return len(peers) == 1 && peers[0].(map[string]any)["up"] == true
+	})
+	ac, oc := asker.client(t), owner.client(t)
+	for _, k := range ofOwner {
+		if got, err := ac.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil || string(got.Value) != want[k] {
+			t.Fatalf("%s at the asker: %v", k, err)
+		}
+	}
+	if c := cacheOf(asker); c["l2_hits"] != float64(len(ofOwner)) || c["remote_fetches"] != float64(0) {
+		t.Fatalf("the asker: l2_hits %v, remote_fetches %v; want %d and 0: %v", c["l2_hits"], c["remote_fetches"], len(ofOwner), c)
+	}
+	before := cacheOf(owner)["remote_fetches"]
+	for _, k := range ofOwner {
+		if got, err := oc.Get(ctx, k, client.ReadOptions{MinIndex: last}); err != nil || string(got.Value) != want[k] {
+			t.Fatalf("%s at the owner: %v", k, err)
+		}
+	}
+	if c := cacheOf(owner); c["remote_fetches"] != before {
+		t.Fatalf("the owner fetched its own warmed keys: remote_fetches %v, was %v", c["remote_fetches"], before)
+	}
+	if got := metricValue(t, owner.Addr["http"], `qs_proxy_shard_warm_total{db="default",result="held"}`); got < float64(len(ofOwner)) {
+		t.Fatalf("the owner's warm-up held %v values, want at least %d", got, len(ofOwner))
 	}
 }

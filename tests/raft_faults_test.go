@@ -382,7 +382,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	before := metricValue(t, lead.http, `qs_raft_message_errors_total{db="default",kind="auth"}`)
 	conn, err := tls.Dial("tcp", lead.raft, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true})
 	if err == nil {
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		conn.SetReadDeadline(time.Now().Add(60 * time.Second))
 		_, err = conn.Read(make([]byte, 1))
 		conn.Close()
 	}

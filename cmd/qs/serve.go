@@ -46,6 +46,10 @@ func cmdServe(args []string) error {
 		transB   = fs.Int64("transient-bytes", 0, "proxy: in-memory tier in bytes in front of the cache: fetched values are written to the cache only when read again while held there (default 0: none)")
 		dcPeers  = fs.String("dc-peers", "", "proxy: replication addresses of the proxies of this data centre, comma-separated (L2 cache): a miss is asked of the peer owning its key's shard (--shards, by --node-name) before the relays and replicas")
 		shardB   = fs.Int64("shard-cache-bytes", 0, "proxy: in-memory budget in bytes of the values of this node's own shard, answered to its --dc-peers (default 0: none)")
+		l2Try    = fs.Duration("l2-attempt-timeout", 0, "proxy with --dc-peers: time one request to the owner of a key's shard may take before the peer is sidelined and the miss fetched from the relays or replicas (default 100ms; 1ms to 10s)")
+		l2Side   = fs.Duration("l2-sideline", 0, "proxy with --dc-peers: time a failed peer is left out, doubled at each failure in a row (default 200ms; 1ms to 1m)")
+		l2SideMx = fs.Duration("l2-sideline-max", 0, "proxy with --dc-peers: the most a failed peer is left out (default 10s; --l2-sideline to 1h)")
+		warmRate = fs.Int("shard-warm-rate", 0, "proxy with --shard-cache-bytes and --shards: values a second fetched in the background to fill the shard budget with its shard's values (default 5000; -1: off)")
 		window   = fs.Int64("window", 0, "proxy: sliding window in log entries whose values are never evicted (default 10000)")
 		nodeID   = fs.Uint64("node-id", 0, "make the first database a member of a replicated (Raft) root with this member id (≥ 1); needs --raft and --raft-peers")
 		raftAddr = fs.String("raft", "", "Raft transport address of this member (host:port)")
@@ -165,6 +169,18 @@ func cmdServe(args []string) error {
 	}
 	if *shardB != 0 {
 		cfg.Databases[0].ProxyShardCacheBytes = *shardB
+	}
+	if *warmRate != 0 {
+		cfg.Databases[0].ProxyShardWarmRate = *warmRate
+	}
+	if *l2Try != 0 {
+		cfg.Databases[0].ProxyL2AttemptTimeout.Duration = *l2Try
+	}
+	if *l2Side != 0 {
+		cfg.Databases[0].ProxyL2SidelineMin.Duration = *l2Side
+	}
+	if *l2SideMx != 0 {
+		cfg.Databases[0].ProxyL2SidelineMax.Duration = *l2SideMx
 	}
 	if r := &cfg.Databases[0].Raft; *nodeID != 0 || *raftAddr != "" || *raftPeer != "" || *raftJoin {
 		if *nodeID != 0 {

@@ -94,7 +94,7 @@ func (r *Report) write(w io.Writer, md bool) error {
 			table(ew, phaseHeader, phaseRows(res))
 		}
 		if len(res.Tiers) > 0 {
-			p("\nThe data centre in each stage, from the nodes' counters over the measurement: L1, the share of reads a proxy answered itself; L1+L2, with those the owner of the key's shard answered (- without that tier); remote, keys fetched from the storage nodes per 1,000 reads; replica conns, the most connections the replicas held at once from proxies / from relays; cache writes, value bytes written to the disk caches of proxies and relays; load, the machine's 1-minute load average at the end:\n\n")
+			p("\nThe data centre in each stage, from the nodes' counters over the measurement: L1, the share of reads a proxy answered itself; L1+L2, with those the owner of the key's shard answered (- without that tier); remote, keys fetched from the storage nodes per 1,000 reads; replica conns, the most connections the replicas held at once from proxies / from relays; cache writes, value bytes written to the disk caches of proxies and relays; read, the readers' latency of every read; L1 ≤, a bound on the latency of the reads L1 answered (all reads' quantile at 1-(1-q)·L1 share); L2 fetch ≤ and L3 fetch ≤, the proxies' time to fetch one read's value from the owner of its shard (hit or miss) and from the relays or replicas, each quantile the upper bound of its histogram bucket; load, the machine's 1-minute load average at the end:\n\n")
 			table(ew, tierHeader, tierRows(res))
 		}
 		if rows := cpuRows(res); len(rows) > 0 {
@@ -142,7 +142,7 @@ func (r *Report) write(w io.Writer, md bool) error {
 	return ew.err
 }
 
-var tierHeader = []string{"stage", "workload", "reads", "L1", "L1+L2", "remote /1000", "replica conns", "cache writes", "p50", "p99", "p99.9", "load"}
+var tierHeader = []string{"stage", "workload", "reads", "L1", "L1+L2", "remote /1000", "replica conns", "cache writes", "read p50 / p99 / p99.9", "L1 ≤", "L2 fetch ≤", "L3 fetch ≤", "load"}
 
 func tierRows(r *Result) [][]string {
 	var rows [][]string
@@ -155,10 +155,26 @@ func tierRows(r *Result) [][]string {
 		rows = append(rows, []string{
 			t.Stage, t.Workload, fmt.Sprint(t.Reads), fmt.Sprintf("%.3f%%", t.L1), l2,
 			fmt.Sprintf("%.2f", t.RemotePer1000), fmt.Sprintf("%d / %d", t.ReplicaConnsProxies, t.ReplicaConnsRelays),
-			fmtBytes(t.CacheWriteBytes), fmtUs(l.P50), fmtUs(l.P99), fmtUs(l.P999), fmt.Sprintf("%.2f", t.Load1),
+			fmtBytes(t.CacheWriteBytes), fmtUs(l.P50) + " / " + fmtUs(l.P99) + " / " + fmtUs(l.P999),
+			fmtTierLatency(t.L1Latency), fmtTierLatency(t.L2Latency), fmtTierLatency(t.L3Latency), fmt.Sprintf("%.2f", t.Load1),
 		})
 	}
 	return rows
+}
+
+// fmtTierLatency is a tier's p50 / p99 / p99.9 bounds, "-" when the
+// tier answered nothing.
+func fmtTierLatency(l TierLatency) string {
+	if l.Count == 0 {
+		return "-"
+	}
+	f := func(us float64) string {
+		if us == beyondBuckets {
+			return "∞"
+		}
+		return fmtUs(us)
+	}
+	return f(l.P50) + " / " + f(l.P99) + " / " + f(l.P999)
 }
 
 var phaseHeader = []string{"phase", "target", "op", "ops/s", "keys/s", "MB/s", "p50", "p90", "p99", "p99.9", "max", "errors"}

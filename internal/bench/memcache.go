@@ -31,9 +31,10 @@ type ReplyError struct {
 
 func (e *ReplyError) Error() string { return "memcache reply " + strconv.Quote(e.Line) }
 
+// dialTimeout bounds connecting to a target.
+var dialTimeout = 5 * time.Second
+
 const (
-	// dialTimeout bounds connecting to a target.
-	dialTimeout = 5 * time.Second
 	// maxReplyValue is the largest value a reply may announce before the
 	// client treats the reply as garbage rather than allocate for it.
 	maxReplyValue = 64 << 20

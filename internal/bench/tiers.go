@@ -14,8 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The simulated data centre of the tiers scenario.
@@ -40,12 +39,19 @@ const (
 	tierTransientCacheDiv = 64
 	// tierMinCacheBytes keeps the budgets of small runs workable.
 	tierMinCacheBytes = 1 << 20
+	// A proxy's shard budget holds its whole shard (1/tierShards of the
+	// keys) with room to spare for the shards' uneven sizes
+	// (tierShardSlackPct percent) and the budget's overhead per value
+	// (tierShardEntryOverhead bytes, the key included): the data
+	// centre's proxies together hold the dataset in memory.
+	tierShardSlackPct      = 10
+	tierShardEntryOverhead = 160
 )
 
 // tierSizes are the byte budgets of the data centre's nodes for a
 // dataset of keys values.
 type tierSizes struct {
-	proxyCache, relayCache, transient int64
+	proxyCache, relayCache, transient, shard int64
 }
 
 func sizesFor(keys int) tierSizes {
@@ -54,6 +60,7 @@ func sizesFor(keys int) tierSizes {
 		proxyCache: max(tierMinCacheBytes, data/tierProxyCacheDiv),
 		relayCache: max(tierMinCacheBytes, data/tierRelayCacheDiv),
 		transient:  max(tierMinCacheBytes, data/tierTransientCacheDiv),
+		shard:      max(tierMinCacheBytes, int64(keys)*(tierValueSize+tierShardEntryOverhead)*(100+tierShardSlackPct)/100/tierShards),
 	}
 }
 
@@ -98,8 +105,8 @@ func Tiers(ctx context.Context, cfg Config, targets []*Target, logf Logf) (*Resu
 	}
 	keys := cfg.TiersKeys
 	sz := sizesFor(keys)
-	desc := fmt.Sprintf("a data centre of %d proxies and %d relays reads %d keys of %d bytes from %d replicas behind a %s link (loopback, delayed in this process); caches: proxy %s, relay %s, transient tier %s; workloads: Zipf (s = %.1f) over every key, and regional (Zipf over %d keys, %d‰ uniform outside); per stage fresh proxies and relays, %d readers, %s of warm-up, then %s measured",
-		tierProxies, tierRelays, keys, tierValueSize, tierReplicas, tierLinkRTT, fmtBytes(sz.proxyCache), fmtBytes(sz.relayCache), fmtBytes(sz.transient),
+	desc := fmt.Sprintf("a data centre of %d proxies and %d relays reads %d keys of %d bytes from %d replicas behind a %s link (loopback, delayed in this process); caches: proxy %s, relay %s, transient tier %s, shard budget %s (the whole shard of 1/%d of the keys, in memory); workloads: Zipf (s = %.1f) over every key, and regional (Zipf over %d keys, %d‰ uniform outside); per stage fresh proxies and relays, %d readers, %s of warm-up, then %s measured",
+		tierProxies, tierRelays, keys, tierValueSize, tierReplicas, tierLinkRTT, fmtBytes(sz.proxyCache), fmtBytes(sz.relayCache), fmtBytes(sz.transient), fmtBytes(sz.shard), tierShards,
 		zipfS, regionSize(keys), outsidePerMille, cfg.Conns, cfg.TiersWarmup, cfg.Duration)
 	s := newScenarioRun(&cfg, ScenarioTiers, desc, targets, logf)
 	for _, t := range targets {
@@ -274,6 +281,7 @@ type nodeStatus struct {
 		L2Hits         *int64 `json:"l2_hits"`
 		RemoteFetches  int64  `json:"remote_fetches"`
 		DiskAdmissions int64  `json:"disk_admissions"`
+		ShardValues    int64  `json:"shard_values"`
 	} `json:"cache"`
 }
 
@@ -322,6 +330,7 @@ func waitApplied(ctx context.Context, t *Target, db string, index uint64, wait t
 // proxies.
 type tierDC struct {
 	relays, proxies []*Target
+	l2              bool // the proxies have the L2 tier
 }
 
 func (d *tierDC) stop() {
@@ -332,7 +341,7 @@ func (d *tierDC) stop() {
 // startTierDC starts the relays (if the stage has them) and the proxies
 // of stage st, and waits until every one has applied the loaded keys.
 func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolvedStage, keys int, sz tierSizes) (dc *tierDC, err error) {
-	dc = &tierDC{}
+	dc = &tierDC{l2: st.L2}
 	defer func() {
 		if err != nil {
 			dc.stop()
@@ -358,7 +367,7 @@ func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolv
 		"replicas":          linkAddrs(store.proxyLinks),
 		"dc-peers":          strings.Join(peers, ","),
 		"transient-bytes":   strconv.FormatInt(sz.transient, 10),
-		"shard-cache-bytes": strconv.FormatInt(sz.proxyCache, 10),
+		"shard-cache-bytes": strconv.FormatInt(sz.shard, 10),
 	}
 	common := []string{"--upstream", store.rootRepl, "--role", "proxy", "--window", "1", "--dc", "bench", "--shards", strconv.Itoa(tierShards), "--log-level", "warn"}
 	if st.Relays {
@@ -385,8 +394,12 @@ func startTierDC(ctx context.Context, cfg *Config, store *tierStorage, st resolv
 	if err != nil {
 		return dc, err
 	}
+	names, err := proxyNames(tierProxies, tierShards)
+	if err != nil {
+		return dc, err
+	}
 	for i := range tierProxies {
-		name := fmt.Sprintf("proxy%d", i+1)
+		name := names[i]
 		args := append(append([]string{}, common...), "--cache-bytes", strconv.FormatInt(sz.proxyCache, 10),
 			"--node-name", name, "--repl", peers[i])
 		t, _, err := spawnQSWith(ctx, cfg.QSBin, cfg.QSConfig, cfg.WorkDir, cfg.SpawnTimeout, append(args, extra...)...)
@@ -437,6 +450,15 @@ func sampleTiers(ctx context.Context, cfg *Config, store *tierStorage, dc *tierD
 		if slices.Contains(dc.relays, t) {
 			continue
 		}
+		mfs, err := scrapeMetrics(ctx, t.HTTP)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		c.hists = c.hists.plus(histsOf(mfs, cfg.DB, dc.l2))
+		c.l2Skipped += counterSum(mfs["qs_proxy_l2_skipped_total"], map[string]string{"db": cfg.DB})
+		c.l2Failed += counterSum(mfs["qs_proxy_l2_requests_total"], map[string]string{"db": cfg.DB, "result": "timeout"}) +
+			counterSum(mfs["qs_proxy_l2_requests_total"], map[string]string{"db": cfg.DB, "result": "error"})
+		c.shardValues += st.Cache.ShardValues
 		c.l1Hits += st.Cache.L1Hits
 		c.fetched += st.Cache.RemoteFetches
 		if st.Cache.L2Hits != nil {
@@ -457,32 +479,22 @@ func sampleTiers(ctx context.Context, cfg *Config, store *tierStorage, dc *tierD
 // fetchKeysAnswered is qs_repl_fetch_keys_total{result="ok"} of the node
 // at httpAddr: the values it sent to proxies and relays.
 func fetchKeysAnswered(ctx context.Context, httpAddr string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	mfs, err := scrapeMetrics(ctx, httpAddr)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := statusClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("metrics: http %d", resp.StatusCode)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("metrics: %w", err)
-	}
+	return counterSum(mfs["qs_repl_fetch_keys_total"], map[string]string{"result": "ok"}), nil
+}
+
+// counterSum sums the counters of family mf whose labels include want.
+func counterSum(mf *dto.MetricFamily, want map[string]string) int64 {
 	var n float64
-	for _, m := range mfs["qs_repl_fetch_keys_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "result" && l.GetValue() == "ok" {
-				n += m.GetCounter().GetValue()
-			}
+	for _, m := range mf.GetMetric() {
+		if hasLabels(m, want) {
+			n += m.GetCounter().GetValue()
 		}
 	}
-	return int64(n), nil
+	return int64(n)
 }
 
 // runTierStage measures one stage on one workload with a fresh set of
@@ -517,7 +529,7 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 	for _, l := range append(append([]*delayLink{}, store.proxyLinks...), store.relayLinks...) {
 		l.TakePeak()
 	}
-	logf("tiers: %s, stage %s: measuring for %s", workload, st.Name, cfg.Duration)
+	logf("tiers: %s, stage %s: measuring for %s (shard budgets hold %d values)", workload, st.Name, cfg.Duration, before.shardValues)
 	run := &phaseRun{}
 	readTiers(ctx, cfg, dc, pickers, cfg.Duration, run)
 	if err := ctx.Err(); err != nil {
@@ -532,7 +544,9 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 			return TierRow{}, Phase{}, exit
 		}
 	}
-	row := tierRow(st.TierStage, workload, after.minus(before), tierValueSize)
+	d := after.minus(before)
+	row := tierRow(st.TierStage, workload, d, tierValueSize)
+	row.L2Latency, row.L3Latency = latencyOf(d.hists.l2), latencyOf(d.hists.l3)
 	for _, l := range store.proxyLinks {
 		row.ReplicaConnsProxies += l.TakePeak()
 	}
@@ -545,7 +559,11 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 	if op := ph.Op("read"); op != nil {
 		row.Latency = op.Latency
 	}
-	logf("tiers: %s, stage %s: L1 %.2f%%, %.1f remote fetches per 1,000 reads, p99 %s", workload, st.Name, row.L1, row.RemotePer1000, fmtUs(row.Latency.P99))
+	if h := run.hist("read"); h != nil {
+		row.L1Latency = l1Bound(h, row.L1/100)
+	}
+	logf("tiers: %s, stage %s: L1 %.2f%%, %.1f remote fetches per 1,000 reads, p99 %s (L2 fetch ≤ %s, L3 fetch ≤ %s); L2: %d keys skipped (no owner in service), %d requests failed or timed out",
+		workload, st.Name, row.L1, row.RemotePer1000, fmtUs(row.Latency.P99), fmtUs(row.L2Latency.P99), fmtUs(row.L3Latency.P99), d.l2Skipped, d.l2Failed)
 	return row, ph, nil
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"github.com/quicksilver-kv/qs/internal/cache"
 	"io"
 	"net"
 	"slices"
@@ -310,10 +311,10 @@ func TestTierConfig(t *testing.T) {
 
 func TestTierSizes(t *testing.T) {
 	s := sizesFor(1_000_000)
-	if s.proxyCache != 64_000_000 || s.relayCache != 256_000_000 || s.transient != 16_000_000 {
+	if s.proxyCache != 64_000_000 || s.relayCache != 256_000_000 || s.transient != 16_000_000 || s.shard != 162_800_000 {
 		t.Errorf("1M keys: %+v", s)
 	}
-	if s := sizesFor(1000); s.proxyCache != tierMinCacheBytes || s.transient != tierMinCacheBytes {
+	if s := sizesFor(1000); s.proxyCache != tierMinCacheBytes || s.transient != tierMinCacheBytes || s.shard != tierMinCacheBytes {
 		t.Errorf("1000 keys: %+v", s)
 	}
 }
@@ -321,12 +322,13 @@ func TestTierSizes(t *testing.T) {
 func TestTierReportTable(t *testing.T) {
 	res := Result{Scenario: ScenarioTiers, Tiers: []TierRow{{Stage: "relays", Workload: WorkloadZipf, Reads: 1000, L1: 99.5, L1L2: -1,
 		RemotePer1000: 2.5, ReplicaConnsRelays: 4, CacheWriteBytes: 2_500_000, Latency: Latency{P50: 300, P99: 20_000, P999: 40_000}, Load1: 1.5}}}
+	res.Tiers[0].L3Latency = TierLatency{Count: 5, P50: 17_800, P99: 31_600, P999: beyondBuckets}
 	rep := &Report{Results: []Result{res}}
 	var b bytes.Buffer
 	if err := rep.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := "| relays | zipf | 1000 | 99.500% | - | 2.50 | 0 / 4 | 2.5 MB | 300.0µs | 20.00ms | 40.00ms | 1.50 |"
+	want := "| relays | zipf | 1000 | 99.500% | - | 2.50 | 0 / 4 | 2.5 MB | 300.0µs / 20.00ms / 40.00ms | - | - | 17.80ms / 31.60ms / ∞ | 1.50 |"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("no row %q in:\n%s", want, b.String())
 	}
@@ -412,5 +414,31 @@ func TestNamesVar(t *testing.T) {
 		if namesVar(flags, "dc-peers") {
 			t.Fatalf("%q: found {dc-peers}", flags)
 		}
+	}
+}
+
+// TestProxyNames: the proxies of the scenario own distinct shards, so
+// every shard has an owner; more proxies than shards share them.
+func TestProxyNames(t *testing.T) {
+	m, _ := cache.NewShardMap(tierShards)
+	names, err := proxyNames(tierProxies, tierShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := map[int]string{}
+	for _, n := range names {
+		if o, ok := owned[m.OfNode(n)]; ok {
+			t.Fatalf("%s and %s own shard %d", o, n, m.OfNode(n))
+		}
+		owned[m.OfNode(n)] = n
+	}
+	if len(owned) != tierShards || names[0] != "proxy1" {
+		t.Fatalf("names %v", names)
+	}
+	if names, err := proxyNames(3, 2); err != nil || len(names) != 3 {
+		t.Fatalf("3 proxies, 2 shards: %v %v", names, err)
+	}
+	if _, err := proxyNames(2, 3); err == nil {
+		t.Fatal("3 shards accepted")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/quicksilver-kv/qs/internal/cache"
 )
 
 // The pure parts of the tiers scenario: its workloads, its stages, and
@@ -82,6 +84,31 @@ func (p *keyPicker) next() int {
 		return keyOfRank(p.region+p.r.IntN(p.keys-p.region), p.keys)
 	}
 	return keyOfRank(int(p.zipf.Uint64()), p.keys)
+}
+
+// proxyNames returns the node names of n proxies of a data centre of
+// shards shards: proxy1, proxy2, .. where each owns a shard no earlier
+// one does (proxy3-2: the second name tried for the third proxy), so
+// that with n = shards every shard has exactly one owner.
+func proxyNames(n, shards int) ([]string, error) {
+	m, err := cache.NewShardMap(shards)
+	if err != nil {
+		return nil, err
+	}
+	owned := map[int]bool{}
+	var names []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("proxy%d", i)
+		for try := 2; len(owned) < shards && owned[m.OfNode(name)]; try++ {
+			if try > 100_000 {
+				return nil, fmt.Errorf("bench: no name for proxy %d owning a shard of its own", i)
+			}
+			name = fmt.Sprintf("proxy%d-%d", i, try)
+		}
+		owned[m.OfNode(name)] = true
+		names = append(names, name)
+	}
+	return names, nil
 }
 
 // rankOfKey inverts keyOfRank.
@@ -231,13 +258,17 @@ type tierCounters struct {
 	admissions              int64 // proxies and relays: values written to a disk cache
 	remoteKeys              int64 // fetch keys answered by the storage nodes
 	hasL2                   bool
+	hists                   tierHists // proxies: fetch time per tier
+	shardValues             int64     // proxies: values their shard budgets hold
+	l2Skipped, l2Failed     int64     // proxies: keys not asked of L2, L2 requests failed
 }
 
 func (c tierCounters) minus(o tierCounters) tierCounters {
 	return tierCounters{
 		l1Hits: c.l1Hits - o.l1Hits, l2Hits: c.l2Hits - o.l2Hits, fetched: c.fetched - o.fetched,
 		admissions: c.admissions - o.admissions, remoteKeys: c.remoteKeys - o.remoteKeys,
-		hasL2: c.hasL2 || o.hasL2,
+		hasL2: c.hasL2 || o.hasL2, hists: c.hists.minus(o.hists), shardValues: c.shardValues,
+		l2Skipped: c.l2Skipped - o.l2Skipped, l2Failed: c.l2Failed - o.l2Failed,
 	}
 }
 
@@ -266,6 +297,12 @@ type TierRow struct {
 	// of the data centre (proxies and relays) while measuring.
 	CacheWriteBytes int64   `json:"cache_write_bytes"`
 	Latency         Latency `json:"latency"`
+	// Read latency per tier (tierlat.go): L1's an upper bound from the
+	// readers' latencies; L2's and L3's the proxies' fetch histograms,
+	// each quantile its bucket's upper bound.
+	L1Latency TierLatency `json:"l1_latency"`
+	L2Latency TierLatency `json:"l2_latency"`
+	L3Latency TierLatency `json:"l3_latency"`
 	// Load1 is the machine's 1-minute load average at the end.
 	Load1 float64 `json:"load1"`
 }
@@ -293,6 +330,7 @@ const (
 	targetFetchShare   = 0.2   // all tiers' remote fetches over the replicas stage's, Zipf
 	targetWriteShare   = 0.5   // transient tier's cache writes over the replicas stage's
 	targetSameHitPts   = 0.1   // percentage points: "the same hit rate"
+	targetL2P99Us      = 2000  // µs: an L2 request's p99 on loopback
 )
 
 // tierChecks states each target and whether the rows meet it. first and
@@ -329,6 +367,11 @@ func tierChecks(rows []TierRow, first, last, withoutT, withT string) []string {
 				b.RemotePer1000, last, a.RemotePer1000, first, share, targetFetchShare, verdict(share <= targetFetchShare)))
 		} else {
 			out = append(out, fmt.Sprintf("zipf: no remote fetch in stage %s: the fetch target cannot be judged", first))
+		}
+	}
+	for _, w := range tierWorkloads {
+		if r := find(last, w); r != nil {
+			out = append(out, l2LatencyCheck(r))
 		}
 	}
 	for _, w := range tierWorkloads {
@@ -369,6 +412,25 @@ func tierChecks(rows []TierRow, first, last, withoutT, withT string) []string {
 			w, fmtBytes(b.CacheWriteBytes), withT, fmtBytes(a.CacheWriteBytes), withoutT, share, b.L1, a.L1, targetWriteShare, targetSameHitPts, v))
 	}
 	return out
+}
+
+// l2LatencyCheck judges the p99 of r's L2 requests against
+// targetL2P99Us. The p99 is known to a histogram bucket: met when the
+// bucket ends at or below the target, not met when it starts at or above
+// it, undecided when it straddles it.
+func l2LatencyCheck(r *TierRow) string {
+	l := r.L2Latency
+	head := fmt.Sprintf("%s, stage %s: L2 request p99", r.Workload, r.Stage)
+	switch {
+	case l.Count == 0:
+		return head + ": not measured, no L2 request"
+	case l.P99 <= targetL2P99Us:
+		return fmt.Sprintf("%s ≤ %s over %d requests (target ≤ %s): met", head, fmtUs(l.P99), l.Count, fmtUs(targetL2P99Us))
+	case l.P99Above >= targetL2P99Us:
+		return fmt.Sprintf("%s > %s over %d requests (target ≤ %s): NOT met", head, fmtUs(l.P99Above), l.Count, fmtUs(targetL2P99Us))
+	default:
+		return fmt.Sprintf("%s between %s and %s over %d requests (target ≤ %s): undecided at the histogram's resolution", head, fmtUs(l.P99Above), fmtUs(l.P99), l.Count, fmtUs(targetL2P99Us))
+	}
 }
 
 func abs(v float64) float64 {

@@ -143,6 +143,18 @@ func (c *ShardCache) getLocked(key []byte, index uint64) (ShardResult, []byte) {
 	return ShardHit, e.value
 }
 
+// Holds reports whether version index of key (or a newer one) is held,
+// without counting a Get or changing the recency of the key.
+func (c *ShardCache) Holds(key []byte, index uint64) bool {
+	if c.max <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.mu.entries[string(key)]
+	return ok && el.Value.(*shardEntry).index >= index
+}
+
 // Drop forgets version index of key (a value found not to match the
 // key's record); another version held stays.
 func (c *ShardCache) Drop(key []byte, index uint64) {

@@ -105,3 +105,22 @@ func TestShardCacheWithoutBudgetHoldsNothing(t *testing.T) {
 		t.Fatal(r)
 	}
 }
+
+// TestShardCacheHolds: Holds answers for the version held or an older
+// one, without counting a Get or refreshing the key.
+func TestShardCacheHolds(t *testing.T) {
+	c := NewShardCache(1 << 20)
+	if c.Holds([]byte("k"), 1) {
+		t.Fatal("empty cache holds k")
+	}
+	c.Put([]byte("k"), 5, []byte("v5"))
+	if !c.Holds([]byte("k"), 5) || !c.Holds([]byte("k"), 4) || c.Holds([]byte("k"), 6) {
+		t.Fatal("Holds of versions 4, 5, 6 wrong")
+	}
+	if st := c.Stats(); st.Gets != [len(shardResultNames)]int64{} {
+		t.Fatalf("Holds counted Gets: %+v", st.Gets)
+	}
+	if NewShardCache(0).Holds([]byte("k"), 1) {
+		t.Fatal("a cache without budget holds k")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,5 +302,21 @@ func TestKeyDerive(t *testing.T) {
 	g := k1.Derive("gossip")
 	if len(g) != 32 || bytes.Equal(g, k1.Derive("other")) || bytes.Equal(g, k2.Derive("gossip")) || !bytes.Equal(g, k1.Derive("gossip")) {
 		t.Fatal("derived keys are not one per use and per cluster key")
+	}
+}
+
+// TestRefusedOr: a close by the server, seen as EOF or as a reset (read
+// or write), is a refusal; other errors are passed on.
+func TestRefusedOr(t *testing.T) {
+	for _, err := range []error{io.EOF, io.ErrUnexpectedEOF,
+		&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)},
+		&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}} {
+		if got := refusedOr(err); got != ErrRefused {
+			t.Errorf("refusedOr(%v) = %v, want ErrRefused", err, got)
+		}
+	}
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	if got := refusedOr(timeout); got != timeout {
+		t.Errorf("refusedOr(%v) = %v, want it unchanged", timeout, got)
 	}
 }

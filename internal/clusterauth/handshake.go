@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 )
 
 // The keyed handshake, before any protocol byte:
@@ -74,7 +75,7 @@ func clientHandshake(rw io.ReadWriter, keys [][]byte, claim string) error {
 	}
 	cn := nonce()
 	if _, err := rw.Write(append([]byte(keyMagic), cn...)); err != nil {
-		return err
+		return refusedOr(err)
 	}
 	var resp [nonceLen + macLen]byte
 	if _, err := io.ReadFull(rw, resp[:]); err != nil {
@@ -100,7 +101,7 @@ func clientHandshake(rw io.ReadWriter, keys [][]byte, claim string) error {
 		return fmt.Errorf("%w (the server's proof did not verify)", ErrBadKey)
 	}
 	if _, err := rw.Write(out); err != nil {
-		return err
+		return refusedOr(err)
 	}
 	var ack [1]byte
 	if _, err := io.ReadFull(rw, ack[:]); err != nil {
@@ -112,8 +113,13 @@ func clientHandshake(rw io.ReadWriter, keys [][]byte, claim string) error {
 	return nil
 }
 
+// refusedOr maps a server closing the connection during the handshake
+// to ErrRefused: a close is read as EOF, or as a reset when the close
+// found bytes of ours unread (then a write fails too).
 func refusedOr(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return ErrRefused
 	}
 	return err

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -229,6 +230,25 @@ type Database struct {
 	// in-memory budget of the values of this node's own shard, which it
 	// answers to its DCPeers. Default 0: none.
 	ProxyShardCacheBytes int64 `toml:"proxy_shard_cache_bytes"`
+	// ProxyL2AttemptTimeout (proxy with DCPeers, flag --l2-attempt-timeout)
+	// bounds one request to the peer owning a key's shard; a peer that has
+	// not answered by then is sidelined and the miss fetched from the
+	// relays or replicas. Default 100ms; 1ms to 10s, and below
+	// proxy_fetch_timeout.
+	ProxyL2AttemptTimeout Duration `toml:"proxy_l2_attempt_timeout"`
+	// ProxyL2SidelineMin and ProxyL2SidelineMax (flags --l2-sideline,
+	// --l2-sideline-max) bound the time a failed L2 peer is left out: the
+	// first, doubled at each failure in a row up to the second. Defaults
+	// 200ms (1ms to 1m) and 10s (the first to 1h).
+	ProxyL2SidelineMin Duration `toml:"proxy_l2_sideline_min"`
+	// ProxyShardWarmRate (proxy with a shard budget and shards of at
+	// least 2, flag --shard-warm-rate) is the most values a second the
+	// proxy fetches in the background to fill its shard budget with the
+	// values of its shard it does not hold. Default 0: 5000; -1: no
+	// warm-up (the budget fills from reads and the prefetch stream only);
+	// at most 1000000.
+	ProxyShardWarmRate int      `toml:"proxy_shard_warm_rate"`
+	ProxyL2SidelineMax Duration `toml:"proxy_l2_sideline_max"`
 	// ProxyWindow (proxy only, flag --window) is the sliding window in log
 	// entries: values written by the last ProxyWindow entries are never
 	// evicted, so replicas lagging less than that behind the proxy can
@@ -396,6 +416,14 @@ func (c *Config) InternalListens() []string {
 	return out
 }
 
+// maxShardWarmRate bounds proxy_shard_warm_rate: a million 1 KiB values
+// a second is a gigabyte a second of fetches.
+const maxShardWarmRate = 1_000_000
+
+// defaultProxyFetchTimeout is proxy_fetch_timeout when unset (the proxy
+// store's default), against which the L2 attempt timeout is checked.
+const defaultProxyFetchTimeout = 5 * time.Second
+
 // Duration is a time.Duration written as a Go duration string ("1.5s").
 type Duration struct{ time.Duration }
 
@@ -562,6 +590,9 @@ func (c *Config) Validate() error {
 			if len(d.DCPeers) > 0 || d.ProxyShardCacheBytes != 0 {
 				errs = append(errs, fmt.Errorf("%s: dc_peers and proxy_shard_cache_bytes are for role = \"proxy\"", where))
 			}
+			if d.ProxyL2AttemptTimeout.Duration != 0 || d.ProxyL2SidelineMin.Duration != 0 || d.ProxyL2SidelineMax.Duration != 0 || d.ProxyShardWarmRate != 0 {
+				errs = append(errs, fmt.Errorf("%s: proxy_l2_attempt_timeout, proxy_l2_sideline_min/max and proxy_shard_warm_rate are for role = \"proxy\"", where))
+			}
 		case "proxy":
 			if !d.IsReplica() {
 				errs = append(errs, fmt.Errorf("%s: a proxy needs an upstream to replicate the log from", where))
@@ -580,6 +611,13 @@ func (c *Config) Validate() error {
 			}
 			if d.ProxyMinFetchRate < 0 {
 				errs = append(errs, fmt.Errorf("%s: proxy_min_fetch_rate %d is negative", where, d.ProxyMinFetchRate))
+			}
+			if r := d.ProxyShardWarmRate; r < -1 || r > maxShardWarmRate {
+				errs = append(errs, fmt.Errorf("%s: proxy_shard_warm_rate %d: want -1 (off), 0 (the default) or up to %d values a second", where, r, maxShardWarmRate))
+			}
+			if err := cache.CheckL2Timing(d.ProxyL2AttemptTimeout.Duration, d.ProxyL2SidelineMin.Duration, d.ProxyL2SidelineMax.Duration,
+				cmp.Or(d.ProxyFetchTimeout.Duration, defaultProxyFetchTimeout)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v (proxy_l2_attempt_timeout, proxy_l2_sideline_min, proxy_l2_sideline_max)", where, err))
 			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: role %q: want replica or proxy", where, d.Role))

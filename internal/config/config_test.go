@@ -77,6 +77,10 @@ upstream = ["10.0.0.1:7390"]
 replicas = ["10.0.0.2:7390", "10.0.0.3:7390"]
 proxy_cache_bytes = 1000000
 proxy_window = 500
+proxy_l2_attempt_timeout = "20ms"
+proxy_l2_sideline_min = "50ms"
+proxy_l2_sideline_max = "1m"
+proxy_shard_warm_rate = -1
 [[database]]
 name = "r"
 upstream = ["10.0.0.1:7390"]
@@ -88,6 +92,12 @@ history_max_bytes = 123456
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	if d := c.Databases[0]; d.ProxyL2AttemptTimeout.Duration != 20*time.Millisecond || d.ProxyL2SidelineMin.Duration != 50*time.Millisecond || d.ProxyL2SidelineMax.Duration != time.Minute {
+		t.Fatalf("L2 timing %v %v %v", d.ProxyL2AttemptTimeout, d.ProxyL2SidelineMin, d.ProxyL2SidelineMax)
+	}
+	if d := c.Databases[0]; d.ProxyShardWarmRate != -1 {
+		t.Fatalf("shard warm rate %d", d.ProxyShardWarmRate)
 	}
 	p, _ := c.StoreOptions(c.Databases[0])
 	if p.Proxy == nil || p.Proxy.Window != 500 || p.Proxy.CacheBytes != 1000000 || p.Retention.MaxEntries != 10000 || p.Retention.MaxBytes != 16<<20 {
@@ -127,6 +137,19 @@ func TestParseErrors(t *testing.T) {
 		"dc peers without shards":        {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\ndc_peers = [\"h:2\"]", "dc_peers need shards"},
 		"proxy shard cache":              {"shards = 4\n[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_shard_cache_bytes = -1", "proxy_shard_cache_bytes -1 below 0"},
 		"proxy attempt timeout":          {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_attempt_timeout = \"-1s\"", "proxy_attempt_timeout"},
+		"L2 timing of a replica":         {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nproxy_l2_sideline_min = \"1s\"", "proxy_l2_attempt_timeout, proxy_l2_sideline_min/max and proxy_shard_warm_rate are for"},
+		"L2 attempt timeout below 1ms":   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_attempt_timeout = \"500us\"", "L2 attempt timeout 500µs: want 1ms to 10s"},
+		"negative L2 attempt timeout":    {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_attempt_timeout = \"-1s\"", "L2 attempt timeout -1s"},
+		"L2 attempt timeout above 10s":   {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_attempt_timeout = \"11s\"\nproxy_fetch_timeout = \"1m\"", "want 1ms to 10s"},
+		"L2 attempt past fetch timeout":  {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_attempt_timeout = \"6s\"", "below the fetch timeout 5s"},
+		"L2 attempt past set fetch":      {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_attempt_timeout = \"2s\"\nproxy_fetch_timeout = \"2s\"", "below the fetch timeout 2s"},
+		"L2 sideline above 1m":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_sideline_min = \"2m\"\nproxy_l2_sideline_max = \"1h\"", "L2 sideline 2m0s: want 1ms to 1m"},
+		"L2 sideline max below min":      {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_sideline_min = \"30s\"", "L2 sideline max 10s: want the sideline (30s) to 1h"},
+		"L2 sideline max above 1h":       {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_sideline_max = \"2h\"", "want the sideline (200ms) to 1h"},
+		"shard warm rate below -1":       {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_shard_warm_rate = -2", "proxy_shard_warm_rate -2: want -1 (off)"},
+		"shard warm rate too high":       {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_shard_warm_rate = 1000001", "proxy_shard_warm_rate 1000001"},
+		"shard warm rate of a replica":   {"[[database]]\nname = \"a\"\nupstream = [\"h:1\"]\nproxy_shard_warm_rate = 10", "proxy_shard_warm_rate are for"},
+		"bad L2 duration":                {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_l2_sideline_max = \"later\"", "later"},
 		"proxy min fetch rate":           {"[[database]]\nname = \"a\"\nrole = \"proxy\"\nupstream = [\"h:1\"]\nproxy_min_fetch_rate = -1", "proxy_min_fetch_rate"},
 		"memcache threads":               {"memcache_threads = -2", "memcache_threads -2"},
 		"shards not a power of two":      {"shards = 6", "shards: 6 is not a power of two"},

@@ -32,10 +32,21 @@ const (
 	// RoleRelay is a proxy that serves the other proxies of its data
 	// centre (it was elected, see ElectRelays, or is configured so).
 	RoleRelay Role = 3
+	// RoleRelayClient is a proxy whose relays are fixed by its
+	// configuration: a client of those relays, never elected one itself
+	// (it would fetch for the others from its own relays). Members that
+	// do not know this role see the member's meta as malformed, and so
+	// never elect it either.
+	RoleRelayClient Role = 4
 )
 
-// IsProxy reports whether r is a proxy's role (a relay is a proxy).
-func (r Role) IsProxy() bool { return r == RoleProxy || r == RoleRelay }
+// IsProxy reports whether r is a proxy's role (a relay, and a client of
+// fixed relays, are proxies).
+func (r Role) IsProxy() bool { return r == RoleProxy || r == RoleRelay || r == RoleRelayClient }
+
+// RelayCandidate reports whether a member of role r may be elected a
+// relay of its data centre: a proxy whose relays are not fixed.
+func (r Role) RelayCandidate() bool { return r == RoleProxy || r == RoleRelay }
 
 func (r Role) String() string {
 	switch r {
@@ -47,6 +58,8 @@ func (r Role) String() string {
 		return "proxy"
 	case RoleRelay:
 		return "relay"
+	case RoleRelayClient:
+		return "relay-client"
 	}
 	return fmt.Sprintf("role(%d)", uint8(r))
 }
@@ -162,7 +175,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 		for j := uint64(0); j < np && r.err == nil; j++ {
 			d.Path = append(d.Path, binary.BigEndian.Uint64(r.bytes(8)))
 		}
-		if r.err == nil && d.Role > RoleRelay {
+		if r.err == nil && d.Role > RoleRelayClient {
 			r.err = fmt.Errorf("unknown role %d", d.Role)
 		}
 		m.DBs = append(m.DBs, d)

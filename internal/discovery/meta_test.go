@@ -18,6 +18,7 @@ func sampleMeta() Meta {
 		{Name: "default", ID: [16]byte{1, 2, 3}, Role: RoleReplica, Applied: 1 << 40, Depth: 2, Children: 3, MaxChildren: 16, Path: []uint64{NodeID("a"), NodeID("root")}},
 		{Name: "dns", ID: [16]byte{9}, Role: RoleRoot},
 		{Name: "edge", ID: [16]byte{5}, Role: RoleRelay},
+		{Name: "web", ID: [16]byte{6}, Role: RoleRelayClient},
 	}}
 }
 

@@ -21,6 +21,9 @@ type RelayMember struct {
 	Relay bool
 	// Suspect: the overlay suspects it dead (it missed its probes).
 	Suspect bool
+	// Client: its relays are fixed by its configuration
+	// (RoleRelayClient); it is never elected.
+	Client bool
 }
 
 // RelayRank is a member's place in the relay election of its data centre:
@@ -38,7 +41,8 @@ func compareRank(a, b string) int {
 // seats (so a proxy that joins later does not displace a serving relay),
 // the lowest ranked of them if there are more than perDC (two sides of a
 // healed partition); the seats left go to the lowest-ranked other
-// proxies. A relay keeps its seat while it is only suspect: it loses it
+// proxies. A client of fixed relays is never elected: it would fetch for
+// the others from its own relays. A relay keeps its seat while it is only suspect: it loses it
 // when the overlay declares it dead and drops it from the list, so a
 // relay that misses a few probes on a busy host does not make the seats
 // move twice. Members without a replication address, and suspect members
@@ -53,7 +57,7 @@ func ElectRelays(members []RelayMember, perDC int) map[string][]string {
 	}
 	byDC := map[string][]RelayMember{}
 	for _, m := range members {
-		if m.Suspect && !m.Relay || m.Repl == "" || m.Name == "" {
+		if m.Suspect && !m.Relay || m.Repl == "" || m.Name == "" || m.Client {
 			continue
 		}
 		byDC[m.DC] = append(byDC[m.DC], m)
@@ -103,7 +107,8 @@ func relayMembers(members []Member, db string) []RelayMember {
 	for _, m := range members {
 		for _, d := range m.Meta.DBs {
 			if d.Name == db && d.Role.IsProxy() {
-				out = append(out, RelayMember{Name: m.Name, DC: m.Meta.DC, Repl: m.Meta.Repl, Relay: d.Role == RoleRelay, Suspect: m.Suspect})
+				out = append(out, RelayMember{Name: m.Name, DC: m.Meta.DC, Repl: m.Meta.Repl, Relay: d.Role == RoleRelay, Suspect: m.Suspect,
+					Client: !d.Role.RelayCandidate()})
 			}
 		}
 	}

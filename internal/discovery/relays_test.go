@@ -71,6 +71,19 @@ func TestElectRelays(t *testing.T) {
 			t.Fatalf("got %v, want %v", got, byRank(ams[0], ams[4]))
 		}
 	})
+	t.Run("clients of fixed relays never elected", func(t *testing.T) {
+		ms := proxies("ams", ams...)
+		ms[0].Client, ms[1].Client = true, true
+		if got := ElectRelays(ms, 2)["ams"]; !reflect.DeepEqual(got, ams[2:4]) {
+			t.Fatalf("got %v, want %v", got, ams[2:4])
+		}
+		for i := range ms {
+			ms[i].Client = true
+		}
+		if got := ElectRelays(ms, 2)["ams"]; len(got) != 0 {
+			t.Fatalf("only clients of fixed relays, elected %v", got)
+		}
+	})
 	t.Run("the same answer in any order", func(t *testing.T) {
 		want := ElectRelays(all, 2)
 		r := rand.New(rand.NewPCG(1, 2))
@@ -216,6 +229,12 @@ func TestViewDC(t *testing.T) {
 	}
 	if v := ViewDC(ms, "db", "ams", 1); v.Relay || len(v.Relays) != 1 || v.Relays[0].Name != names[0] {
 		t.Fatalf("one seat: %+v", v)
+	}
+	// A client of fixed relays is never elected, but is a peer.
+	ms[0].Meta.DBs[0].Role = RoleRelayClient
+	want = DCView{Peers: []Endpoint{{names[0], names[0] + ":7390"}}, Relay: true}
+	if v := ViewDC(ms, "db", "ams", 1); !reflect.DeepEqual(v, want) {
+		t.Fatalf("a client of fixed relays ranked first: %+v, want %+v", v, want)
 	}
 	// A suspect relay keeps its seat but is not offered for use.
 	ms[0].Meta.DBs[0].Role, ms[0].Suspect = RoleRelay, true

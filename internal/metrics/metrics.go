@@ -1,7 +1,9 @@
-// Package metrics holds the one Prometheus registry of the process. Each
+// Package metrics holds the one Prometheus registry of the process. A
 // package declares its own collectors at package level, in its metrics.go,
 // with namespace "qs" and the package's job as subsystem, and registers them
-// here with MustRegister.
+// here with MustRegister; or, as the store does, it counts in a plain struct
+// of each instance and a collector elsewhere (metrics/storecollector)
+// exports the instances' snapshots.
 package metrics
 
 import (

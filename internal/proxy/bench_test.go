@@ -219,7 +219,7 @@ func benchMix(t *testing.T) {
 		}
 		t.Logf("%.0f%% hits, 4 readers: replica %.0f reads/s, proxy %.0f reads/s, ratio %.2f", rate*100, r/rounds, p/rounds, p/r)
 	}
-	t.Logf("misses fetched: %v", metricValue(t, "qs_store_proxy_lookups_total", map[string]string{"db": c.name, "result": "miss"}))
+	t.Logf("misses fetched: %v", c.storeSum(func(m store.Metrics) float64 { return m.ProxyMisses }))
 }
 
 // benchNegative: lookups of keys that do not exist, 4 readers, alternating

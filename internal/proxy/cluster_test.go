@@ -84,6 +84,9 @@ type cluster struct {
 	wg   sync.WaitGroup
 	// readCacheBytes, if set, is the read cache of the stores opened next.
 	readCacheBytes int64
+	// stores are those the cluster opened (its nodes').
+	mu     sync.Mutex
+	stores []*store.Store
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -102,7 +105,21 @@ func (c *cluster) open(o store.Options) *store.Store {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { st.Close() })
+	c.mu.Lock()
+	c.stores = append(c.stores, st)
+	c.mu.Unlock()
 	return st
+}
+
+// storeSum adds up f of the metrics of every store of the cluster.
+func (c *cluster) storeSum(f func(store.Metrics) float64) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var sum float64
+	for _, st := range c.stores {
+		sum += f(st.Metrics())
+	}
+	return sum
 }
 
 // serve starts a replication server for st.

@@ -55,11 +55,13 @@ type L2Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DialTimeout bounds a connect and handshake. Default 2s.
 	DialTimeout time.Duration
-	// AttemptTimeout bounds one request to a peer. Default 100ms: an L2
-	// hit is a loopback or data-centre round trip.
+	// AttemptTimeout bounds one request to a peer. Default
+	// cache.DefaultL2AttemptTimeout; the bounds of these settings are
+	// cache.CheckL2Timing's.
 	AttemptTimeout time.Duration
 	// SidelineMin and SidelineMax bound the doubling time a peer is left
-	// out after a failure. Defaults 200ms and 10s.
+	// out after a failure. Defaults cache.DefaultL2SidelineMin and
+	// cache.DefaultL2SidelineMax.
 	SidelineMin, SidelineMax time.Duration
 }
 
@@ -72,13 +74,13 @@ func (c *L2Config) EnsureDefaults() *L2Config {
 		c.DialTimeout = 2 * time.Second
 	}
 	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 100 * time.Millisecond
+		c.AttemptTimeout = cache.DefaultL2AttemptTimeout
 	}
 	if c.SidelineMin == 0 {
-		c.SidelineMin = 200 * time.Millisecond
+		c.SidelineMin = cache.DefaultL2SidelineMin
 	}
 	if c.SidelineMax == 0 {
-		c.SidelineMax = 10 * time.Second
+		c.SidelineMax = cache.DefaultL2SidelineMax
 	}
 	return c
 }
@@ -92,10 +94,11 @@ func (c *L2Config) Validate() error {
 		return errors.New("proxy: L2: no node name: the shard this node owns is that of its name")
 	case c.Next == nil:
 		return errors.New("proxy: L2: no next tier to fetch misses from")
-	case c.DialTimeout < time.Millisecond || c.AttemptTimeout < time.Millisecond:
-		return errors.New("proxy: L2: timeouts below 1ms")
-	case c.SidelineMin < time.Millisecond || c.SidelineMax < c.SidelineMin:
-		return fmt.Errorf("proxy: L2: sideline %v..%v invalid", c.SidelineMin, c.SidelineMax)
+	case c.DialTimeout < time.Millisecond:
+		return errors.New("proxy: L2: dial timeout below 1ms")
+	}
+	if err := cache.CheckL2Timing(c.AttemptTimeout, c.SidelineMin, c.SidelineMax, 0); err != nil {
+		return fmt.Errorf("proxy: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,7 +250,8 @@ func TestL2ServesReadsInsideTheDataCentre(t *testing.T) {
 	if want := int64(3 * len(keys)); hits != want {
 		t.Fatalf("L2 hits %d, want %d (every key at the three proxies not owning it)", hits, want)
 	}
-	if got := metricValue(t, "qs_store_proxy_tier_lookups_total", map[string]string{"db": c.name, "tier": "l2", "result": "hit"}); got != float64(hits) {
+	l2Hits := func(m store.Metrics) float64 { return m.ProxyTierLookups[store.TierResult{Tier: "l2", Result: "hit"}] }
+	if got := c.storeSum(l2Hits); got != float64(hits) {
 		t.Fatalf("proxy_tier_lookups_total{l2,hit} = %v, want %d", got, hits)
 	}
 	if s := ps[0].l2.Status(); len(s) != 4 || !s[0].Self || s[1].Name != names[1] || s[1].Shard != m.OfNode(names[1]) {
@@ -570,5 +572,41 @@ func TestL2SetPeersFollowsThePeerSet(t *testing.T) {
 	p0.l2.SetPeers([]string{p1.addr})
 	if got, want := statusAddrs(p0.l2), []string{p2.addr}; !slices.Equal(got, want) {
 		t.Fatalf("peers changed after Close: %v, want %v", got, want)
+	}
+}
+
+// TestL2ConfigRejectsBadTiming: an attempt timeout or sideline out of
+// bounds is refused with the setting named, and no tier starts.
+func TestL2ConfigRejectsBadTiming(t *testing.T) {
+	m, err := cache.NewShardMap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := L2Config{Database: "db", Shards: m, NodeName: "a", Next: &Pool{}}
+	for _, c := range []struct {
+		mod  func(*L2Config)
+		want string
+	}{
+		{func(c *L2Config) { c.AttemptTimeout = time.Microsecond }, "L2 attempt timeout 1µs"},
+		{func(c *L2Config) { c.AttemptTimeout = time.Minute }, "L2 attempt timeout 1m0s"},
+		{func(c *L2Config) { c.SidelineMin = -time.Second }, "L2 sideline -1s"},
+		{func(c *L2Config) { c.SidelineMin, c.SidelineMax = time.Second, time.Millisecond }, "L2 sideline max 1ms"},
+		{func(c *L2Config) { c.DialTimeout = time.Microsecond }, "dial timeout"},
+	} {
+		cfg := base
+		c.mod(&cfg)
+		l, err := NewL2(cfg, testLogger())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error with %q, got %v", c.want, err)
+		}
+		if l != nil {
+			l.Close()
+			t.Error("a tier started with a bad setting")
+		}
+	}
+	cfg := base
+	cfg.EnsureDefaults()
+	if cfg.AttemptTimeout != cache.DefaultL2AttemptTimeout || cfg.SidelineMin != cache.DefaultL2SidelineMin || cfg.SidelineMax != cache.DefaultL2SidelineMax {
+		t.Errorf("defaults: %v %v %v", cfg.AttemptTimeout, cfg.SidelineMin, cfg.SidelineMax)
 	}
 }

@@ -93,9 +93,7 @@ func TestRaftRefusesStrangersWithoutClusterKey(t *testing.T) {
 	c := newCluster(t, 3, withKey(key))
 	lead := c.leader()
 	follower := c.follower()
-	if _, err := lead.node.Write(context.Background(), put("k", "v")); err != nil {
-		t.Fatal(err)
-	}
+	c.writeAt(lead, put("k", "v"))
 	c.waitConverged()
 	term := lead.node.Status().Term
 	before := counter(t, mMessageErrors, "db", kindAuth)
@@ -155,9 +153,7 @@ func TestRaftBindsSenderToAuthenticatedMember(t *testing.T) {
 func checkUntouched(t *testing.T, c *cluster, term uint64) {
 	t.Helper()
 	lead := c.leader()
-	if _, err := lead.node.Write(context.Background(), put("after", "v")); err != nil {
-		t.Fatal(err)
-	}
+	c.writeAt(lead, put("after", "v"))
 	c.waitConverged()
 	for _, m := range c.members {
 		st := m.node.Status()

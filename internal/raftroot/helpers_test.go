@@ -2,6 +2,7 @@ package raftroot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -137,7 +138,7 @@ func (m *member) stop() {
 		return
 	}
 	m.node.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	m.rs.Shutdown(ctx)
 	cancel()
 	m.st.Close()
@@ -168,8 +169,27 @@ func (c *cluster) leader() *member {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.t.Fatal("no leader agreed on within 10s")
+	c.t.Fatal("no leader agreed on within 60s")
 	return nil
+}
+
+// writeAt writes b through m once m knows a leader, and again while the
+// answer is unavailable (nothing was proposed or applied: a leader
+// changing under load), for up to a minute.
+func (c *cluster) writeAt(m *member, b store.Batch) store.WriteResult {
+	c.t.Helper()
+	c.leader()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := m.node.Write(context.Background(), b)
+		if err == nil {
+			return r
+		}
+		if !errors.Is(err, store.ErrUnavailable) || time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (c *cluster) follower() *member {

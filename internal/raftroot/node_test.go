@@ -107,9 +107,7 @@ func TestReplaceMember(t *testing.T) {
 	ctx := context.Background()
 	lead := c.leader()
 	for i := 0; i < 10; i++ {
-		if _, err := lead.node.Write(ctx, put(fmt.Sprint("k", i), "v")); err != nil {
-			t.Fatal(err)
-		}
+		c.writeAt(lead, put(fmt.Sprint("k", i), "v"))
 	}
 	gone := c.follower()
 	gone.stop()
@@ -122,13 +120,9 @@ func TestReplaceMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.start(4, t.TempDir(), true)
-	if _, err := lead.node.Write(ctx, put("after", "v")); err != nil {
-		t.Fatal(err)
-	}
+	c.writeAt(lead, put("after", "v"))
 	// The new member takes part: it applies a write made through it.
-	if _, err := c.members[4].node.Write(ctx, put("through-4", "v")); err != nil {
-		t.Fatal(err)
-	}
+	c.writeAt(c.members[4], put("through-4", "v"))
 	c.waitConverged()
 	c.checkDigests()
 	// Status is updated after each batch of Raft work: it may trail the
@@ -166,9 +160,7 @@ func TestSingleRootBecomesHA(t *testing.T) {
 	c.peers[1] = freeAddr(t)
 	m1 := c.start(1, dir1, false)
 	c.leader()
-	if _, err := m1.node.Write(ctx, put("new", "v")); err != nil {
-		t.Fatal(err)
-	}
+	c.writeAt(m1, put("new", "v"))
 	for id := uint64(2); id <= 3; id++ {
 		c.peers[id] = freeAddr(t)
 		if err := m1.node.AddMember(ctx, id, c.peers[id]); err != nil {
@@ -176,9 +168,7 @@ func TestSingleRootBecomesHA(t *testing.T) {
 		}
 		c.start(id, filepath.Join(dir, fmt.Sprint(id)), true)
 	}
-	if _, err := c.members[3].node.Write(ctx, put("after", "v")); err != nil {
-		t.Fatal(err)
-	}
+	c.writeAt(c.members[3], put("after", "v"))
 	c.waitConverged()
 	c.checkDigests()
 	if d, _ := c.members[2].st.Digest(); d.Keys != 22 {

@@ -183,7 +183,12 @@ type peer struct {
 	id   uint64
 	addr string
 	q    chan *pb.Message
-	stop chan struct{}
+	stop chan struct{} // closed: stop at once (the peer moved)
+	// drain is closed when the peer leaves the membership: what was
+	// queued before is still sent, then the peer stops. Those messages
+	// carry the commit of its removal; dropped, the removed member would
+	// never learn it was removed.
+	drain chan struct{}
 }
 
 func newTransport(db string, cluster [16]byte, self uint64, repl string, dial func(ctx context.Context, network, addr string) (net.Conn, error), log *slog.Logger) *transport {
@@ -210,7 +215,7 @@ func (t *transport) setPeer(id uint64, addr string) {
 		}
 		close(p.stop)
 	}
-	p := &peer{id: id, addr: addr, q: make(chan *pb.Message, peerQueue), stop: make(chan struct{})}
+	p := &peer{id: id, addr: addr, q: make(chan *pb.Message, peerQueue), stop: make(chan struct{}), drain: make(chan struct{})}
 	t.mu.peers[id] = p
 	t.wg.Add(1)
 	go func() {
@@ -219,11 +224,13 @@ func (t *transport) setPeer(id uint64, addr string) {
 	}()
 }
 
+// removePeer stops sending to a peer that left the membership, once the
+// messages already queued for it are sent.
 func (t *transport) removePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.mu.peers[id]; ok {
-		close(p.stop)
+		close(p.drain)
 		delete(t.mu.peers, id)
 	}
 }
@@ -275,6 +282,12 @@ func (t *transport) runPeer(p *peer) {
 		var m *pb.Message
 		select {
 		case m = <-p.q:
+		case <-p.drain:
+			select { // nothing is queued after the drain began
+			case m = <-p.q:
+			default:
+				return
+			}
 		case <-p.stop:
 			return
 		case <-t.quit:

@@ -30,7 +30,7 @@ func (d *smallDisk) GetDiskUsage(path string) (vfs.DiskUsage, error) {
 	var received uint64
 	if ents, err := os.ReadDir(d.staging); err == nil {
 		for _, e := range ents {
-			if fi, err := e.Info(); err == nil && e.Name() != stateFile {
+			if fi, err := e.Info(); err == nil && e.Name() != store.BootstrapRecord {
 				received += uint64(fi.Size())
 			}
 		}
@@ -127,7 +127,7 @@ func receivedBytes(t *testing.T, staging string) uint64 {
 	}
 	var n uint64
 	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && e.Name() != stateFile {
+		if fi, err := e.Info(); err == nil && e.Name() != store.BootstrapRecord {
 			n += uint64(fi.Size())
 		}
 	}
@@ -218,11 +218,18 @@ func TestBootstrapResumeChecksCompletedFiles(t *testing.T) {
 		t.Fatalf("bootstrap through a proxy cutting it: %v (cut %v)", err, cut())
 	}
 	staging := store.StagingDir(rep.Options().Dir)
-	b, err := os.ReadFile(filepath.Join(staging, stateFile))
+	b, err := os.ReadFile(filepath.Join(staging, store.BootstrapRecord))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st bootstrapState
+	// The record's format on disk (store.BootstrapRecord).
+	var st struct {
+		Files []struct {
+			Name string `json:"name"`
+			Size uint64 `json:"size"`
+		} `json:"files"`
+		Done int `json:"done"`
+	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -268,5 +275,41 @@ func TestBootstrapResumeChecksCompletedFiles(t *testing.T) {
 	assertSame(t, rep, root)
 	if errCount(name, kindCRC) != crcErrors+1 {
 		t.Fatalf("damaged file not counted: crc errors %v → %v", crcErrors, errCount(name, kindCRC))
+	}
+}
+
+// A replica whose store is on a memory filesystem bootstraps there: the
+// download, its record, the ready snapshot and the install all go
+// through the store's filesystem, and nothing is written on the real disk
+// where the store's directory would be.
+func TestBootstrapIntoAMemoryStore(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) { c.ChunkBytes = 64 << 10 })
+	fill(t, root, "m", 1500, 1000)
+	real := t.TempDir()
+	rep, err := store.Open(store.Options{Name: name, Dir: filepath.Join(real, "replica"), FS: vfs.NewMem(), DBID: root.DBID(),
+		MinFreeBytes: 1, BallastBytes: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rep.Close() })
+	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{addr}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bootstrap(context.Background(), addr, 0); err != nil {
+		t.Fatal(err)
+	}
+	assertSame(t, rep, root)
+	if err := mustVerifyStore(t, rep); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("written on the real disk: %s", e.Name())
 	}
 }

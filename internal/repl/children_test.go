@@ -25,7 +25,7 @@ func startCountingServer(t *testing.T, st *store.Store, maxChildren int) (*Serve
 	}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
@@ -164,7 +164,7 @@ func TestAcceptChildRefusesDetached(t *testing.T) {
 	}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 	})

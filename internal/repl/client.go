@@ -194,6 +194,10 @@ type ReplicaState struct {
 	// SignedIndex is the index of the newest signed head verified (0:
 	// none yet, or no Verifier).
 	SignedIndex uint64
+	// RootHTTP are the HTTP addresses where the database's writes are
+	// accepted, as the last source that told them said (protocol_root.go);
+	// none while no source told them.
+	RootHTTP []string
 }
 
 // Replica keeps one store replicating from an ordered list of sources.
@@ -205,7 +209,7 @@ type Replica struct {
 	running sync.Mutex // held by Run
 	started time.Time  // when the replica was made: the age of an empty one
 	relay   *relay     // set by Run
-	legacy  sync.Map   // sources that refused ReportVersion: address → when
+	legacy  sync.Map   // sources that refused a version: address → legacySource
 	book    headsig.Book
 	// The head file (headfile.go): the index saved, and when. Used by
 	// the session goroutine of Run only, and before it by NewReplica.
@@ -235,6 +239,7 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	}
 	r := &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}
 	r.loadHead()
+	mRootKnown.WithLabelValues(cfg.Database).Set(0)
 	return r, nil
 }
 
@@ -638,9 +643,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	var w *Welcome
 	switch m := m.(type) {
 	case *Refuse:
-		if m.Code == RefuseVersion && hello.Version >= ReportVersion {
-			// A source older than reports: speak version 1 to it.
-			r.legacy.Store(src, time.Now())
+		if m.Code == RefuseVersion && hello.Version > streamVersion {
+			// An older source: speak an older version to it.
+			r.legacy.Store(src, legacySource{at: time.Now(), version: fallbackVersion(hello.Version)})
 			c.Close()
 			return r.session(ctx, src)
 		}
@@ -748,6 +753,9 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			}
 		case *Progress:
 			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
+		case *Root:
+			r.update(func(s *ReplicaState) { s.RootHTTP = m.HTTP })
+			mRootKnown.WithLabelValues(db).Set(float64(min(len(m.HTTP), 1)))
 		case *Refuse:
 			return progressed, &RefusedError{Code: m.Code, Reason: m.Reason}
 		case *Done:

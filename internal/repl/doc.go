@@ -53,6 +53,8 @@
 //	policy.go             the source policy of Replica.Run, free of I/O
 //	heads.go              signed heads: the Head message, the sources a
 //	                      server sends them from, the client's gate (pure)
+//	protocol_root.go      the root's HTTP address told down the tree: the
+//	                      Root message, the version fallback (pure)
 //	bootstrap.go          downloading, resuming and installing a snapshot
 //	seal.go               sealed snapshots: the root's signature of a
 //	                      snapshot's head and files, checked before install

@@ -207,7 +207,7 @@ func TestFetchRefusals(t *testing.T) {
 	fr, _ := AppendFrame(nil, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("a")}}})
 	fr[len(fr)-1] ^= 1
 	c.Write(fr)
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
 	if _, err := ReadMessage(c); err == nil {
 		t.Fatal("corrupt frame answered")
 	}
@@ -241,4 +241,43 @@ func TestFetchValueTooLargeForAnAnswer(t *testing.T) {
 	}
 	v = roundTrip(t, c, &Fetch{ID: 2, Items: []FetchKey{{Key: []byte("small"), Index: is}}})
 	checkResults(t, v, []FetchResult{{Status: FetchOK, Index: is, Value: []byte("v")}})
+}
+
+// TestFetchWaitsForTheNextCommit: a fetch for a version one commit ahead
+// of the server waits for that commit and is answered ok, not behind; a
+// version the server does not reach in time is answered behind. Both are
+// counted.
+func TestFetchWaitsForTheNextCommit(t *testing.T) {
+	st := openStore(t, "", dbName(t), store.DBID{}, store.Retention{})
+	i1 := writeOps(t, st, setOp("a", "one"))
+	addr := startServer(t, st, NewProcessID(), nil)
+	c := fetchSession(t, addr, st)
+
+	waiting := make(chan struct{}, 1)
+	testHookCatchUp = func() { waiting <- struct{}{} }
+	t.Cleanup(func() { testHookCatchUp = nil })
+	caughtUp, timedOut := counter(t, mFetchCatchUp.WithLabelValues("caught_up")), counter(t, mFetchCatchUp.WithLabelValues("timeout"))
+	if err := WriteMessage(c, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("a"), Index: i1 + 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waiting:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a fetch one commit ahead did not wait for it")
+	}
+	i2 := writeOps(t, st, setOp("a", "two"))
+	m, err := ReadMessage(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, m.(*Values), []FetchResult{{Status: FetchOK, Index: i2, Value: []byte("two")}})
+	if got := counter(t, mFetchCatchUp.WithLabelValues("caught_up")) - caughtUp; got != 1 {
+		t.Errorf("fetch_catchup_total{result=caught_up} rose by %v, want 1", got)
+	}
+
+	v := roundTrip(t, c, &Fetch{ID: 2, AsOf: i2 + 3, Items: []FetchKey{{Key: []byte("a")}}})
+	checkResults(t, v, []FetchResult{{Status: FetchBehind}})
+	if got := counter(t, mFetchCatchUp.WithLabelValues("timeout")) - timedOut; got != 1 {
+		t.Errorf("fetch_catchup_total{result=timeout} rose by %v, want 1", got)
+	}
 }

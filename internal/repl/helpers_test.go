@@ -152,7 +152,7 @@ func startReplica(t *testing.T, st *store.Store, pid ProcessID, sources []string
 
 func write(t *testing.T, st *store.Store, key, value string) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := st.Write(ctx, store.Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: []byte(key), Value: []byte(value)}}})
 	if err != nil {

@@ -104,6 +104,9 @@ var (
 	mFetchKeys = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_keys_total",
 		Help: "Keys asked by fetch requests, by result (ok, absent, behind, gone, mismatch, error, skipped)."}, []string{"result"}))
+	mFetchCatchUp = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_catchup_total",
+		Help: "Fetch requests that asked for an index this node had not applied yet and waited for it (up to 100ms), by result: caught_up (answered at that index), timeout (answered behind)."}, []string{"result"}))
 	mFetchTooLarge = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_values_too_large_total",
 		Help: "Keys of fetch requests answered error because their value is larger than an answer can carry (MaxFetchValueBytes); also counted in fetch_keys_total{result=\"error\"}."}))

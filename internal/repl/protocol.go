@@ -19,7 +19,7 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 4
+	ProtocolVersion    uint16 = 5
 	MinProtocolVersion uint16 = 1
 	// streamVersion is the version bootstrap clients send, and stream
 	// clients to a source that refused ReportVersion: they need nothing
@@ -104,6 +104,8 @@ func (t MsgType) String() string {
 		return "node"
 	case MsgSeal:
 		return "seal"
+	case MsgRoot:
+		return "root"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }
@@ -674,6 +676,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeNode(p)
 	case MsgSeal:
 		return decodeSeal(p)
+	case MsgRoot:
+		return decodeRoot(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

@@ -50,6 +50,8 @@ func sampleMessages() []Message {
 		&Hello{Version: 2, Database: "db", Prefetch: true, ProcessID: ProcessID{5}},
 		&Prefetch{Index: 7, Key: []byte("app/k"), Value: []byte("value")},
 		&Prefetch{Index: 1 << 40, Key: []byte("empty"), Value: []byte{}},
+		&Root{HTTP: []string{"10.0.0.1:7380", "root-2:7380"}},
+		&Root{},
 	}
 }
 

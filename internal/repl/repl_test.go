@@ -507,7 +507,7 @@ func TestServerShutdownWithClients(t *testing.T) {
 	if conns < 1 {
 		t.Fatalf("server_connections %v", conns)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)

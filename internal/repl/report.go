@@ -168,17 +168,24 @@ func readBoundedFrame(r io.Reader, limit int) (MsgType, []byte, error) {
 	return t, payload, nil
 }
 
-// legacyRetry is how long a replica speaks version 1 to a source that
-// refused ReportVersion before it tries version 3 again (the source may
-// have been upgraded meanwhile).
+// legacyRetry is how long a replica speaks an older version to a source
+// that refused a newer one before it tries ProtocolVersion again (the
+// source may have been upgraded meanwhile).
 const legacyRetry = 10 * time.Minute
 
+// legacySource is a source that refused a version: when, and the version
+// to speak to it (fallbackVersion).
+type legacySource struct {
+	at      time.Time
+	version uint16
+}
+
 // helloVersion is the version of the Hello a stream session sends to src:
-// ProtocolVersion, or version 1 to a source that refused ReportVersion in
-// the last legacyRetry.
+// ProtocolVersion, or the older version chosen when src refused a newer
+// one in the last legacyRetry.
 func (r *Replica) helloVersion(src string) uint16 {
-	if at, ok := r.legacy.Load(src); ok && time.Since(at.(time.Time)) < legacyRetry {
-		return streamVersion
+	if v, ok := r.legacy.Load(src); ok && time.Since(v.(legacySource).at) < legacyRetry {
+		return v.(legacySource).version
 	}
 	return ProtocolVersion
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -133,9 +134,9 @@ func fakeV2Source(t *testing.T, id store.DBID) (addr string, versions func() []u
 		}
 }
 
-// A source older than reports refuses the Hello of the current version: the replica
-// speaks version 1 to it at once, in the same session, streams, and sends
-// it no report.
+// A source older than reports refuses the Hello of the current version,
+// then that of HeadVersion: the replica speaks version 1 to it at once, in
+// the same session, streams, and sends it no report.
 func TestReportsToAnOlderSource(t *testing.T) {
 	name := dbName(t)
 	id := store.DBID{7, 7, 7}
@@ -157,8 +158,8 @@ func TestReportsToAnOlderSource(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if v := versions(); len(v) != 2 || v[0] != ProtocolVersion || v[1] != 1 {
-		t.Errorf("hello versions %v, want [%d 1]", v, ProtocolVersion)
+	if v := versions(); !slices.Equal(v, []uint16{ProtocolVersion, HeadVersion, 1}) {
+		t.Errorf("hello versions %v, want [%d %d 1]", v, ProtocolVersion, HeadVersion)
 	}
 	if s := r.State(); s.Sessions != 1 || s.Status != StatusStreaming {
 		t.Errorf("state %+v: want one session, streaming", s)
@@ -290,21 +291,22 @@ func TestReportMessageRoundTrip(t *testing.T) {
 	}
 }
 
-// A source that refused the current version gets version 1 for
-// legacyRetry, then the current version again (it may have been upgraded).
+// A source that refused the current version gets the older version
+// chosen for legacyRetry, then the current version again (it may have
+// been upgraded).
 func TestLegacySourceRetried(t *testing.T) {
 	var r Replica
 	if v := r.helloVersion("a:1"); v != ProtocolVersion {
 		t.Fatalf("new source: version %d", v)
 	}
-	r.legacy.Store("a:1", time.Now())
-	if v := r.helloVersion("a:1"); v != streamVersion {
+	r.legacy.Store("a:1", legacySource{at: time.Now(), version: HeadVersion})
+	if v := r.helloVersion("a:1"); v != HeadVersion {
 		t.Errorf("source that just refused: version %d", v)
 	}
 	if v := r.helloVersion("b:1"); v != ProtocolVersion {
 		t.Errorf("another source: version %d", v)
 	}
-	r.legacy.Store("a:1", time.Now().Add(-legacyRetry-time.Second))
+	r.legacy.Store("a:1", legacySource{at: time.Now().Add(-legacyRetry - time.Second), version: streamVersion})
 	if v := r.helloVersion("a:1"); v != ProtocolVersion {
 		t.Errorf("source that refused long ago: version %d", v)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/quicksilver-kv/qs/internal/headsig"
@@ -27,7 +25,7 @@ const (
 	SealVersion uint16 = HeadVersion
 	// MsgSeal carries the seal of a snapshot, server → client, after the
 	// last file's FileEnd and before Done.
-	MsgSeal MsgType = 16
+	MsgSeal MsgType = 17
 	// kindSeal counts snapshots refused because their seal is missing or
 	// does not verify (errors_total{kind="snapshot_seal"}).
 	kindSeal = "snapshot_seal"
@@ -76,10 +74,10 @@ func filesDigest(files []SnapshotFile, sums []fileSum) headsig.Digest {
 	return headsig.Digest(h.Sum(nil))
 }
 
-// sumFile returns the SHA-256 of the file at path, which must hold size
-// bytes.
-func sumFile(path string, size uint64) (fileSum, error) {
-	f, err := os.Open(path)
+// sumFile returns the SHA-256 of the received file name, which must hold
+// size bytes, read through open (the store's filesystem).
+func sumFile(open func(name string) (io.ReadCloser, error), name string, size uint64) (fileSum, error) {
+	f, err := open(name)
 	if err != nil {
 		return fileSum{}, err
 	}
@@ -87,10 +85,10 @@ func sumFile(path string, size uint64) (fileSum, error) {
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return fileSum{}, fmt.Errorf("read %s: %w", path, err)
+		return fileSum{}, fmt.Errorf("read %s: %w", name, err)
 	}
 	if uint64(n) != size {
-		return fileSum{}, fmt.Errorf("%s: %d bytes, the manifest says %d", path, n, size)
+		return fileSum{}, fmt.Errorf("%s: %d bytes, the manifest says %d", name, n, size)
 	}
 	return fileSum(h.Sum(nil)), nil
 }
@@ -99,7 +97,7 @@ func sumFile(path string, size uint64) (fileSum, error) {
 // background, each once it is complete (add), while the next ones
 // arrive: the seal check then waits only for the last file's hash.
 type sealHasher struct {
-	dir   string
+	open  func(name string) (io.ReadCloser, error)
 	files []SnapshotFile
 	next  chan int
 	done  chan struct{}
@@ -110,8 +108,8 @@ type sealHasher struct {
 	err    error
 }
 
-func newSealHasher(dir string, files []SnapshotFile) *sealHasher {
-	h := &sealHasher{dir: dir, files: files, next: make(chan int, len(files)), done: make(chan struct{}),
+func newSealHasher(open func(name string) (io.ReadCloser, error), files []SnapshotFile) *sealHasher {
+	h := &sealHasher{open: open, files: files, next: make(chan int, len(files)), done: make(chan struct{}),
 		sums: make([]fileSum, len(files)), summed: make([]bool, len(files))}
 	go func() {
 		defer close(h.done)
@@ -120,7 +118,7 @@ func newSealHasher(dir string, files []SnapshotFile) *sealHasher {
 				continue // drain
 			}
 			f := h.files[i]
-			if h.sums[i], h.err = sumFile(filepath.Join(h.dir, f.Name), f.Size); h.err == nil {
+			if h.sums[i], h.err = sumFile(h.open, f.Name, f.Size); h.err == nil {
 				h.summed[i] = true
 			}
 		}

@@ -79,6 +79,10 @@ type ServerConfig struct {
 	// shard of the data centre's L2 cache the node owns. Empty: L2
 	// connections are refused.
 	NodeName string
+	// RootHTTP gives the HTTP addresses where the writes of database db
+	// are accepted, as this node knows them now, sent to stream clients
+	// of RootVersion or later (protocol_root.go). Nil: none are sent.
+	RootHTTP func(db string) []string
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -363,6 +367,8 @@ type conn struct {
 	buf []byte
 	// child is the database whose child slot this stream holds; "" if none.
 	child string
+	// root sends the root's addresses on a stream; nil if it sends none.
+	root *rootSender
 }
 
 // writePiece is how much of a message one write deadline covers.
@@ -484,6 +490,9 @@ func (s *Server) handle(c net.Conn) {
 	if hello.Version >= HeadVersion && s.cfg.Heads != nil {
 		heads = s.cfg.Heads(hello.Database)
 	}
+	if hello.Version >= RootVersion && s.cfg.RootHTTP != nil {
+		cn.root = &rootSender{addrs: func() []string { return s.cfg.RootHTTP(hello.Database) }}
+	}
 	if err := cn.stream(ctx, st, next, hello.StopIndex, heads, isChild(hello)); err != nil && ctx.Err() == nil {
 		cn.log.Info("replication stream ended", "err", err)
 	}
@@ -588,6 +597,9 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 	// The newest head this node holds for its applied index, at once: a
 	// child that restarted, or this node after a restart (its saved head),
 	// need not wait for the next idle Progress to have one.
+	if err := cn.root.send(cn); err != nil {
+		return err
+	}
 	if h, err := appliedSignedHead(heads, st); err != nil {
 		return err
 	} else if h != nil {
@@ -668,6 +680,9 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 				p.AppliedTime = t.UnixNano()
 			}
 			if err := cn.send(p); err != nil {
+				return err
+			}
+			if err := cn.root.send(cn); err != nil {
 				return err
 			}
 			if h, err := appliedSignedHead(heads, st); err != nil {

@@ -52,6 +52,9 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			return
 		}
 		start := time.Now()
+		if !hello.Shard {
+			catchUp(ctx, st, m)
+		}
 		var ans *Values
 		switch {
 		case hello.Shard:
@@ -161,4 +164,36 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 		}
 	}
 	return ans
+}
+
+// fetchCatchUpWait bounds how long a fetch for a version this node has not
+// applied yet waits for it. The asker is usually only a commit ahead (it
+// applied the same stream a moment earlier); answering "behind" at once
+// would send it round this node to another, and round a relay to the
+// replicas after every burst of writes.
+const fetchCatchUpWait = 100 * time.Millisecond
+
+// testHookCatchUp, when set by a test, runs as a fetch starts waiting.
+var testHookCatchUp func()
+
+// catchUp waits, at most fetchCatchUpWait, until st applied the newest
+// index m asks for (its as-of index or a version), and counts the outcome.
+func catchUp(ctx context.Context, st *store.Store, m *Fetch) {
+	need := m.AsOf
+	for i := range m.Items {
+		need = max(need, m.Items[i].Index)
+	}
+	if need == 0 || st.AppliedIndex() >= need {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, fetchCatchUpWait)
+	defer cancel()
+	if testHookCatchUp != nil {
+		testHookCatchUp()
+	}
+	if _, err := st.WaitApplied(ctx, need); err != nil {
+		mFetchCatchUp.WithLabelValues("timeout").Inc()
+		return
+	}
+	mFetchCatchUp.WithLabelValues("caught_up").Inc()
 }

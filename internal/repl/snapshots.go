@@ -3,6 +3,7 @@ package repl
 import (
 	"crypto/rand"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,6 +57,11 @@ func (s *snapshot) setSum(i int, sum fileSum) {
 	s.sums[i] = &sum
 }
 
+// open opens one of the snapshot's files.
+func (s *snapshot) open(name string) (io.ReadCloser, error) {
+	return os.Open(filepath.Join(s.dir, name))
+}
+
 // digest is the digest of the snapshot's files a seal signs; the files
 // not yet summed (sent in part, or by an earlier session) are read.
 func (s *snapshot) digest() (headsig.Digest, error) {
@@ -67,7 +73,7 @@ func (s *snapshot) digest() (headsig.Digest, error) {
 	all := make([]fileSum, len(s.files))
 	for i, f := range s.files {
 		if s.sums[i] == nil {
-			sum, err := sumFile(filepath.Join(s.dir, f.Name), f.Size)
+			sum, err := sumFile(s.open, f.Name, f.Size)
 			if err != nil {
 				return headsig.Digest{}, err
 			}

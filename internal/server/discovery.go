@@ -149,18 +149,7 @@ func (s *Server) localMeta() discovery.Meta {
 		if s.repl != nil {
 			dm.Children = s.repl.Children(d.Name)
 		}
-		switch {
-		case !d.IsReplica():
-			dm.Role = discovery.RoleRoot
-		case d.IsProxy() && s.overlay.DC(d.Name, s.cfg.DC).Relay:
-			// Elected by the proxies of its data centre: advertising it
-			// is what keeps the seat (discovery.ElectRelays).
-			dm.Role = discovery.RoleRelay
-		case d.IsProxy():
-			dm.Role = discovery.RoleProxy
-		default:
-			dm.Role = discovery.RoleReplica
-		}
+		dm.Role = advertisedRole(d, func() bool { return s.overlay.DC(d.Name, s.cfg.DC).Relay })
 		if a := s.agents[d.Name]; a != nil {
 			if depth, path := a.Position(); depth > 0 {
 				dm.Depth, dm.Path = depth, path
@@ -169,6 +158,27 @@ func (s *Server) localMeta() discovery.Meta {
 		m.DBs = append(m.DBs, dm)
 	}
 	return m
+}
+
+// advertisedRole is the role database d advertises in the overlay;
+// elected tells whether the proxies of its data centre elected it relay
+// (asked only of a proxy that may be elected). A proxy that names its
+// relays (--relays) is their client and advertises so: the election
+// never picks it, as it would fetch for the others from its own relays.
+// An elected proxy advertises role relay, which is what keeps its seat
+// (discovery.ElectRelays).
+func advertisedRole(d config.Database, elected func() bool) discovery.Role {
+	switch {
+	case !d.IsReplica():
+		return discovery.RoleRoot
+	case d.IsProxy() && len(d.Relays) > 0:
+		return discovery.RoleRelayClient
+	case d.IsProxy() && elected():
+		return discovery.RoleRelay
+	case d.IsProxy():
+		return discovery.RoleProxy
+	}
+	return discovery.RoleReplica
 }
 
 // depth is a database's depth in the tree for its status: 0 at a root,

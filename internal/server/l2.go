@@ -7,6 +7,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/proxy"
+	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -37,7 +38,8 @@ func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (
 		return nil, err
 	}
 	l2, err := proxy.NewL2(proxy.L2Config{Database: d.Name, DBID: st.DBID(), Peers: peers, Shards: m, NodeName: s.cfg.NodeName,
-		Next: pool, Count: st.CountTier, Dial: s.replDial()}, s.log)
+		Next: pool, Count: st.CountTier, Dial: s.replDial(), AttemptTimeout: d.ProxyL2AttemptTimeout.Duration,
+		SidelineMin: d.ProxyL2SidelineMin.Duration, SidelineMax: d.ProxyL2SidelineMax.Duration}, s.log)
 	if err != nil {
 		return nil, err
 	}
@@ -50,6 +52,29 @@ func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (
 		s.discoveredL2[d.Name] = l2
 	}
 	return l2, nil
+}
+
+// startShardWarmer starts the warm-up of a proxy's shard budget: a
+// proxy with a budget and a shard (shards of at least 2) fetches the
+// values of its own shard it does not hold from its pool, paced, until
+// the budget is full. A proxy_shard_warm_rate of -1 turns it off.
+func (s *Server) startShardWarmer(d config.Database, st *store.Store, pool *proxy.Pool, r *repl.Replica) error {
+	if d.ProxyShardCacheBytes <= 0 || s.cfg.Shards < 2 || d.ProxyShardWarmRate < 0 {
+		return nil
+	}
+	w, err := proxy.StartShardWarmer(proxy.WarmConfig{Database: d.Name, Store: st, Next: pool, Rate: d.ProxyShardWarmRate,
+		FetchTimeout: d.ProxyFetchTimeout.Duration, Ready: func() bool { return caughtUp(r.State()) }}, s.log)
+	if err != nil {
+		return err
+	}
+	s.warmers = append(s.warmers, w)
+	return nil
+}
+
+// caughtUp reports whether a replica streams from its source and has
+// applied what the source last reported. Pure.
+func caughtUp(rs repl.ReplicaState) bool {
+	return rs.Status == repl.StatusStreaming && rs.ServerIndex > 0 && rs.AppliedIndex >= rs.ServerIndex
 }
 
 // followL2 keeps the peers of db's L2 tier those the overlay shows in
@@ -68,7 +93,7 @@ func (s *Server) followL2(ctx context.Context, db string, l2 *proxy.L2) {
 }
 
 // addL2Status adds the L2 cache to a proxy's "cache" status object: the
-// values its peers answered (l2_hits), its own shard budget and what it
+// values its peers answered (l2_hits, no longer in remote_fetches), its own shard budget and what it
 // answered them, its peers, and where they come from (dc_peers_source:
 // "flags" or "discovery"; absent without peers).
 func addL2Status(c map[string]any, st *store.Store, l2 *proxy.L2, discovered bool) {
@@ -88,4 +113,11 @@ func addL2Status(c map[string]any, st *store.Store, l2 *proxy.L2, discovered boo
 		}
 	}
 	c["l2_hits"], c["dc_peers"] = hits, peers
+	c["remote_fetches"] = remoteFetches(ps.Fetched, hits)
 }
+
+// remoteFetches is the values a proxy fetched from its relays or
+// replicas: those it fetched beyond L1, less those L2 answered (0 at
+// least: an L2 hit of a read whose other values could not be fetched is
+// counted, the read's fetch is not). Pure.
+func remoteFetches(fetched, l2Hits int64) int64 { return max(0, fetched-l2Hits) }

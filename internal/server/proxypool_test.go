@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/discovery"
 )
 
 // notifier is a change notification like discovery.Overlay.Changed.
@@ -113,6 +114,32 @@ func TestAnswersElected(t *testing.T) {
 	} {
 		if got := answersElected(c.d); got != c.want {
 			t.Errorf("%s: answersElected = %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// TestAdvertisedRole: a proxy that names its relays advertises itself
+// their client, elected or not, so that no election picks it; any other
+// proxy advertises role relay while elected.
+func TestAdvertisedRole(t *testing.T) {
+	for _, c := range []struct {
+		what    string
+		d       config.Database
+		elected bool
+		want    discovery.Role
+	}{
+		{"a root", config.Database{}, true, discovery.RoleRoot},
+		{"a replica", config.Database{Upstream: []string{"u:1"}}, true, discovery.RoleReplica},
+		{"a discovering proxy", config.Database{Role: "proxy", Discover: true}, false, discovery.RoleProxy},
+		{"a discovering proxy elected", config.Database{Role: "proxy", Discover: true}, true, discovery.RoleRelay},
+		{"replicas only, elected", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Replicas: []string{"r:1"}}, true, discovery.RoleRelay},
+		{"a configured relay", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Replicas: []string{"r:1"}, Relay: true}, false, discovery.RoleProxy},
+		{"relays only", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Relays: []string{"x:1"}}, false, discovery.RoleRelayClient},
+		{"relays only, elected", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Relays: []string{"x:1"}}, true, discovery.RoleRelayClient},
+		{"relays and replicas, elected", config.Database{Role: "proxy", Upstream: []string{"u:1"}, Relays: []string{"x:1"}, Replicas: []string{"r:1"}}, true, discovery.RoleRelayClient},
+	} {
+		if got := advertisedRole(c.d, func() bool { return c.elected }); got != c.want {
+			t.Errorf("%s: advertisedRole = %v, want %v", c.what, got, c.want)
 		}
 	}
 }

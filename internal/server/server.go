@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/metrics/storecollector"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
@@ -52,6 +52,7 @@ type Server struct {
 	pools          []*proxy.Pool             // of proxy databases, closed after the replicas stop
 	prefetchers    []subscription            // subscriptions of proxies to their relays, closed with the pools
 	l2s            []*proxy.L2               // L2 tiers of proxies (their DC peers), closed with the pools
+	warmers        []*proxy.ShardWarmer      // shard budget warm-ups of proxies, closed with the pools
 	rafts          map[string]*raftroot.Node // see raft.go
 	raftNodes      map[string]*raftSlot
 	replAddr       net.Addr
@@ -163,6 +164,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	if err != nil {
 		return err
 	}
+	storecollector.Stores.Add(st)
 	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget}, s.log.With("db", d.Name))
 	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
@@ -238,6 +240,9 @@ func (s *Server) openDatabase(d config.Database) error {
 		if l2, err = s.startL2(d, st, pool); err != nil {
 			return err
 		}
+		if err := s.startShardWarmer(d, st, pool, r); err != nil {
+			return err
+		}
 		if len(d.Relays) > 0 && (d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0) {
 			// Prefetched values are held by the transient tier and the
 			// shard budget: a proxy with neither has nowhere to keep
@@ -246,11 +251,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			s.prefetchers = append(s.prefetchers, pf)
 		}
 	}
-	db.CanWrite = func() error {
-		return fmt.Errorf("%w: database %s is a replica on this node; send writes to the HTTP address of its root "+
-			"(this node follows the replication address %s; GET /v1/%s/status on each node up the tree names its source)",
-			store.ErrNotRoot, d.Name, strings.Join(d.Upstream, ","), d.Name)
-	}
+	db.CanWrite = func() error { return s.notRoot(d, r) }
 	db.Status = func() map[string]any {
 		rs := r.State()
 		m := map[string]any{
@@ -260,6 +261,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			"state":       rs.Status.String(),
 			"source":      rs.Source,
 			"lag_seconds": rs.Lag.Seconds(),
+			"root_http":   rootHTTPStatus(rs.RootHTTP),
 		}
 		if t := st.AppliedTime(); !t.IsZero() {
 			m["last_heartbeat"] = t.UTC().Format(time.RFC3339Nano)
@@ -480,7 +482,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName, RootHTTP: s.rootHTTP}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
@@ -684,6 +686,10 @@ func (s *Server) closePools() {
 		p.Close()
 	}
 	s.prefetchers = nil
+	for _, w := range s.warmers {
+		w.Close()
+	}
+	s.warmers = nil
 	for _, l := range s.l2s {
 		l.Close()
 	}
@@ -705,6 +711,7 @@ func (s *Server) closeStores() error {
 	s.closePools()
 	var errs []error
 	for _, name := range s.order {
+		storecollector.Stores.Remove(s.dbs[name].Store)
 		if err := s.dbs[name].Store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", name, err))
 		}
@@ -767,7 +774,8 @@ func (s *Server) isRelay(db string) bool {
 // proxy whose pool is fixed to replicas by flags (--replicas, no
 // --relays) is elected like any other proxy with a replication address
 // and answers as soon as it is: it fetches for the others from its
-// replicas, as an elected relay does. A proxy whose pool names relays
+// replicas, as an elected relay does. A proxy whose pool names relays is
+// never elected (it advertises role relay-client, advertisedRole) and
 // never answers as an elected one: it would ask those relays, and two
 // proxies naming each other would ask each other in turn.
 func (s *Server) electedRelay(d config.Database) bool {

@@ -74,6 +74,7 @@ func sameState(t *testing.T, a, b *Store) {
 }
 
 func TestApplyReplicatesExactly(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 1024, Compression: wal.CompressZstd})
 	rootHistory(t, root, 80)
 	// The replica chunks differently and compresses differently: neither
@@ -109,6 +110,7 @@ func TestApplyReplicatesExactly(t *testing.T) {
 }
 
 func TestApplyRejectsEntriesThatDoNotFollow(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	rootHistory(t, root, 30)
 	all, err := root.ReadLog(1, 1000, 1<<30)
@@ -163,6 +165,7 @@ func TestApplyRejectsEntriesThatDoNotFollow(t *testing.T) {
 // ReadLog from every index, at a block's start (the forward seek) and
 // inside it (the backward one), returns the entries that follow.
 func TestReadLogFromAnyIndex(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Name: "readlog-root"})
 	for i := range 20 {
 		mustWrite(t, root, set(fmt.Sprintf("k%02d", i), fmt.Sprint(i)))

@@ -15,8 +15,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/cockroachdb/pebble/v2/sstable/block/blockkind"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -64,14 +62,13 @@ func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
 			}
 		}
 	}
-	materialized := counterValue(b, s.m.materialized)
-	byBlock := counterValue(b, mBlocksDropped.WithLabelValues(name, "block"))
-	bySummary := counterValue(b, mBlocksDropped.WithLabelValues(name, "summary"))
+	materialized := s.Metrics().ValuesMaterialized
+	byBlock, bySummary := s.Metrics().LogBlocksDropped["block"], s.Metrics().LogBlocksDropped["summary"]
 	// Only the writes measured: not those filling the log.
 	reports := []func(){
-		histReporter(b, name, "qs_store_sync_seconds", "sync-µs/commit"),
-		histReporter(b, name, "qs_store_commit_seconds", "commit-µs/commit"),
-		histReporter(b, name, "qs_store_commit_group_requests", "reqs/commit"),
+		histReporter(b, func() Histogram { return s.Metrics().SyncSeconds }, "sync-µs/commit"),
+		histReporter(b, func() Histogram { return s.Metrics().CommitSeconds }, "commit-µs/commit"),
+		histReporter(b, func() Histogram { return s.Metrics().CommitGroupRequests }, "reqs/commit"),
 	}
 	b.SetBytes(size)
 	b.ResetTimer()
@@ -85,43 +82,25 @@ func benchWrite40KB(b *testing.B, c wal.Compression, logFull bool) {
 		r()
 	}
 	if logFull {
-		b.ReportMetric((counterValue(b, s.m.materialized)-materialized)/float64(b.N), "copied-out/op")
+		b.ReportMetric((s.Metrics().ValuesMaterialized-materialized)/float64(b.N), "copied-out/op")
 		// Blocks dropped from the log, and how many of them retention had
 		// to read back (no summary, summary.go).
-		dropped := counterValue(b, mBlocksDropped.WithLabelValues(name, "block")) - byBlock
-		dropped2 := counterValue(b, mBlocksDropped.WithLabelValues(name, "summary")) - bySummary
+		dropped := s.Metrics().LogBlocksDropped["block"] - byBlock
+		dropped2 := s.Metrics().LogBlocksDropped["summary"] - bySummary
 		b.ReportMetric((dropped+dropped2)/float64(b.N), "dropped/op")
 		b.ReportMetric(dropped/float64(b.N), "blocks-read/op")
 	}
 }
 
-// histTotals returns the sum and count of a histogram of database db.
-func histTotals(db, name string) (float64, uint64) {
-	mfs, _ := metrics.Registry.Gather()
-	var sum float64
-	var n uint64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if hasLabel(m.GetLabel(), "db", db) {
-				sum += m.GetHistogram().GetSampleSum()
-				n += m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return sum, n
-}
-
-// histReporter reports, when the benchmark ends, the mean of what a
-// histogram of database db observed from its creation on, as a metric in
-// unit (µs when the histogram is in seconds, "reqs/commit" for the group
-// size).
-func histReporter(b *testing.B, db, name, unit string) func() {
-	sum0, n0 := histTotals(db, name)
+// histReporter reports, when the benchmark ends, the mean of what the
+// histogram read by h observed from now on, as a metric in unit (µs when
+// the histogram is in seconds, "reqs/commit" for the group size).
+func histReporter(b *testing.B, h func() Histogram, unit string) func() {
+	h0 := h()
+	sum0, n0 := h0.Sum, h0.Count
 	return func() {
-		sum, n := histTotals(db, name)
+		h1 := h()
+		sum, n := h1.Sum, h1.Count
 		if n == n0 {
 			return
 		}
@@ -271,15 +250,6 @@ func BenchmarkLookup(b *testing.B) {
 		}
 		s.Close()
 	}
-}
-
-func hasLabel(labels []*dto.LabelPair, name, value string) bool {
-	for _, l := range labels {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
 }
 
 // BenchmarkOverwriteHistory measures what keeping the MVCC history costs

@@ -31,6 +31,7 @@ type lookupRead struct {
 // It runs without a cache, with one too small for the keyspace (constant
 // eviction and refused inserts) and with a large one.
 func TestLookupConsistentUnderWrites(t *testing.T) {
+	t.Parallel()
 	for _, budget := range []int64{-1, 3 << 10, 64 << 20} {
 		t.Run(fmt.Sprint("cache ", budget), func(t *testing.T) {
 			s := openTest(t, Options{ReadCacheBytes: budget})
@@ -144,9 +145,9 @@ func TestLookupConsistentUnderWrites(t *testing.T) {
 					}
 				}
 			}
-			hits, misses := counterValue(t, s.m.cacheHits), counterValue(t, s.m.cacheMisses)
+			hits, misses := s.Metrics().ReadCacheHits, s.Metrics().ReadCacheMisses
 			t.Logf("%d reads over %d entries checked; cache hits %v, misses %v, refused %v, evictions %v",
-				len(reads), len(entries), hits, misses, counterValue(t, s.m.cacheRefused), counterValue(t, s.m.cacheEvictions))
+				len(reads), len(entries), hits, misses, s.Metrics().ReadCacheRefused, s.Metrics().ReadCacheEvictions)
 			if len(reads) < 1000 || len(entries) < 50 {
 				t.Fatalf("too little traffic to check anything: %d reads, %d entries", len(reads), len(entries))
 			}
@@ -160,6 +161,7 @@ func TestLookupConsistentUnderWrites(t *testing.T) {
 // After a snapshot replaces the database, nothing cached from the old one
 // is served.
 func TestLookupAfterReplace(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	mustWrite(t, root, set("k", "old"))
 	dir := filepath.Join(t.TempDir(), "replica")
@@ -174,8 +176,8 @@ func TestLookupAfterReplace(t *testing.T) {
 		return got, a
 	}
 	look()
-	if v, _ := look(); v != "old" || counterValue(t, rep.m.cacheHits) == 0 {
-		t.Fatalf("before: %q, hits %v", v, counterValue(t, rep.m.cacheHits))
+	if v, _ := look(); v != "old" || rep.Metrics().ReadCacheHits == 0 {
+		t.Fatalf("before: %q, hits %v", v, rep.Metrics().ReadCacheHits)
 	}
 	mustWrite(t, root, set("k", "new"))
 	cp := filepath.Join(t.TempDir(), "cp")
@@ -197,6 +199,7 @@ func TestLookupAfterReplace(t *testing.T) {
 // entry the model holds is found at a slot its probe reaches, and nothing
 // else is held.
 func TestCacheShardTable(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 3))
 		var s cacheShard
@@ -289,7 +292,8 @@ func checkShard(t *testing.T, s *cacheShard, want int, model func(key string) (u
 // The cache keeps to its budget, answers what it holds, and never holds a
 // value other than the last one put.
 func TestReadCacheBudget(t *testing.T) {
-	m := newStoreMetrics("cache-budget-test")
+	t.Parallel()
+	m := newStoreMetrics()
 	c := newReadCache(cacheShards*4096, m)
 	want := map[string]string{}
 	for i := range 20000 {
@@ -321,8 +325,8 @@ func TestReadCacheBudget(t *testing.T) {
 			t.Fatalf("%s: got %q found=%v, want %q", k, got, found, v)
 		}
 	}
-	if held != n || n == 0 || counterValue(t, m.cacheEvictions) == 0 {
-		t.Errorf("%d entries held, %d answered, %v evictions", n, held, counterValue(t, m.cacheEvictions))
+	if held != n || n == 0 || m.cacheEvictions.value() == 0 {
+		t.Errorf("%d entries held, %d answered, %v evictions", n, held, m.cacheEvictions.value())
 	}
 	for i := range c.shards {
 		checkShard(t, &c.shards[i], c.shards[i].n, func(key string) (uint64, string, bool) {

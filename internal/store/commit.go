@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -34,7 +33,7 @@ type committer struct {
 	buf, kbuf  []byte
 	sumBuf     []byte // a block summary (summary.go)
 	// blocks dropped from the log by retention, by what was read
-	droppedBySummary, droppedByBlock prometheus.Counter
+	droppedBySummary, droppedByBlock *counter
 	// when retention last ran (Options.Elapsed), if it has
 	lastGC time.Duration
 	gcRan  bool
@@ -114,9 +113,8 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.retired, err = s.loadRetiredTotals(); err != nil {
 		return nil, err
 	}
-	c.rm = newRetiredMetrics(s.opts.Name)
-	c.droppedBySummary = mBlocksDropped.WithLabelValues(s.opts.Name, "summary")
-	c.droppedByBlock = mBlocksDropped.WithLabelValues(s.opts.Name, "block")
+	c.rm = &s.m.retired
+	c.droppedBySummary, c.droppedByBlock = &s.m.droppedBySummary, &s.m.droppedByBlock
 	c.rm.blocks.Set(float64(c.retired.blocks))
 	c.rm.bytes.Set(float64(c.retired.bytes))
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {

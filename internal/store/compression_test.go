@@ -41,6 +41,7 @@ func blobFileBytes(t *testing.T, dir string) int64 {
 // Blocks are kept in Pebble here, as Raft and proxy stores keep them; log
 // segments hold them otherwise.
 func TestBlobFilesCompressOnlyWhatShrinks(t *testing.T) {
+	t.Parallel()
 	const n, size = 200, 40 << 10
 	compressible := func(i int) []byte {
 		var b strings.Builder

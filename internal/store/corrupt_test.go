@@ -40,6 +40,7 @@ func getCorrupt(t *testing.T, s *Store, key string) {
 }
 
 func TestCorruptValuesNeverServedAndRepairedByWrite(t *testing.T) {
+	t.Parallel()
 	const db = "corrupt-values"
 	dir := t.TempDir()
 	o := Options{Name: db, Dir: dir, ChunkBytes: 1024, Compression: wal.CompressZstd}
@@ -61,15 +62,15 @@ func TestCorruptValuesNeverServedAndRepairedByWrite(t *testing.T) {
 	raw = rawGet(t, s, k)
 	rawSet(t, s, k, flip(raw, recHeader+2))
 
-	valueCRC := integrityErrors(t, db, "value_crc")
-	chunkCRC := integrityErrors(t, db, "chunk_crc")
+	valueCRC := integrityErrors(s, "value_crc")
+	chunkCRC := integrityErrors(s, "chunk_crc")
 	getCorrupt(t, s, "inline")
 	getCorrupt(t, s, "chunkrec")
-	if got := integrityErrors(t, db, "value_crc"); got < valueCRC+2 {
+	if got := integrityErrors(s, "value_crc"); got < valueCRC+2 {
 		t.Errorf("value_crc integrity errors %v -> %v", valueCRC, got)
 	}
 	getCorrupt(t, s, "chunked")
-	if got := integrityErrors(t, db, "chunk_crc"); got < chunkCRC+1 {
+	if got := integrityErrors(s, "chunk_crc"); got < chunkCRC+1 {
 		t.Errorf("chunk_crc integrity errors %v -> %v", chunkCRC, got)
 	}
 	if v, _, ok := get(t, s, "fine"); !ok || v != "ok" {
@@ -113,6 +114,7 @@ func TestCorruptValuesNeverServedAndRepairedByWrite(t *testing.T) {
 }
 
 func TestCorruptLogBlock(t *testing.T) {
+	t.Parallel()
 	const db = "corrupt-log"
 	for _, c := range []wal.Compression{wal.CompressNone, wal.CompressZstd, wal.CompressSnappy} {
 		s := openTest(t, Options{Name: db, Compression: c})
@@ -125,14 +127,14 @@ func TestCorruptLogBlock(t *testing.T) {
 		if raw[1] != byte(c) {
 			t.Fatalf("block stored with compression %d, want %d", raw[1], c)
 		}
-		before := integrityErrors(t, db, "log_block")
+		before := integrityErrors(s, "log_block")
 		if _, err := s.ReadLog(2, 100, 1<<20); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("compression %d: ReadLog across a corrupt block: %v", c, err)
 		}
 		if _, err := s.ReadLog(3, 1, 1<<20); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("compression %d: ReadLog of a corrupt block: %v", c, err)
 		}
-		if got := integrityErrors(t, db, "log_block"); got != before+2 {
+		if got := integrityErrors(s, "log_block"); got != before+2 {
 			t.Errorf("compression %d: log_block integrity errors %v -> %v", c, before, got)
 		}
 		// Entries after the block are still served.
@@ -163,6 +165,7 @@ func TestCorruptLogBlock(t *testing.T) {
 // still decodes is caught by the hash chain: Verify names its index and a
 // replica refuses it, so it cannot spread.
 func TestCorruptLogEntryRejectedByReplica(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Compression: wal.CompressNone})
 	for i := 0; i < 4; i++ {
 		mustWrite(t, root, set("k", string(rune('a'+i))))
@@ -199,6 +202,7 @@ func TestCorruptLogEntryRejectedByReplica(t *testing.T) {
 // the lost changes without a word, and sources would serve the gap. An
 // overlapping block (an entry twice) is refused alike.
 func TestReadLogRefusesMissingBlock(t *testing.T) {
+	t.Parallel()
 	const db = "readlog-hole"
 	s := openTest(t, Options{Name: db})
 	for i := 0; i < 6; i++ {
@@ -210,7 +214,7 @@ func TestReadLogRefusesMissingBlock(t *testing.T) {
 	blk3 := blockGet(t, s, 3)
 	rawSetBlock(t, s, 3, blk3) // stored in Pebble, where it can be deleted
 	rawDelete(t, s, logKey(3))
-	before := integrityErrors(t, db, "log_block")
+	before := integrityErrors(s, "log_block")
 	for _, from := range []uint64{1, 2} {
 		es, err := s.ReadLog(from, 100, 1<<20)
 		if !errors.Is(err, ErrCorrupt) {
@@ -221,7 +225,7 @@ func TestReadLogRefusesMissingBlock(t *testing.T) {
 			t.Fatalf("ReadLog(%d) across a lost block: entries %v, err %v", from, idx, err)
 		}
 	}
-	if got := integrityErrors(t, db, "log_block"); got != before+2 {
+	if got := integrityErrors(s, "log_block"); got != before+2 {
 		t.Errorf("log_block integrity errors %v -> %v", before, got)
 	}
 	// What precedes the hole, and what follows it, is still served.

@@ -32,22 +32,21 @@ import (
 // deleted key per writer, whose expected state is exact too), so the check
 // needs no model of interleavings.
 func TestPowerLoss(t *testing.T) {
+	t.Parallel()
 	rounds := 30
 	if testing.Short() {
 		rounds = 5
 	}
 	base := uint64(time.Now().UnixNano())
 	t.Logf("base seed %d", base)
-	replayed := counterValue(t, mReplayed.WithLabelValues("crash"))
-	recycled := counterValue(t, mSegmentEvents.WithLabelValues("crash", "recycled"))
+	var counts crashCounts
 	for r := 0; r < rounds; r++ {
 		seed := base + uint64(r)
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { powerLossRound(t, seed) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { powerLossRound(t, seed, &counts) })
 	}
 	// Commits sync their log segment, not Pebble: the images lose Pebble's
 	// tail, and the reopen applies it again from the segments.
-	n := counterValue(t, mReplayed.WithLabelValues("crash")) - replayed
-	rec := counterValue(t, mSegmentEvents.WithLabelValues("crash", "recycled")) - recycled
+	n, rec := counts.replayed, counts.recycled
 	t.Logf("%v entries replayed from log segments, %v segments made of spares, in %d rounds", n, rec, rounds)
 	if n == 0 && rounds >= 5 {
 		t.Error("no round replayed anything from the log segments: the test does not reach the replay")
@@ -90,7 +89,17 @@ func crashValue(g, i, j int) []byte {
 	return []byte(fmt.Sprintf("v-%d-%d-%d", g, i, j))
 }
 
-func powerLossRound(t *testing.T, seed uint64) {
+// crashCounts add up what the stores of the rounds counted.
+type crashCounts struct{ replayed, recycled float64 }
+
+func (c *crashCounts) add(ms ...Metrics) {
+	for _, m := range ms {
+		c.replayed += m.LogReplayedEntries
+		c.recycled += m.LogSegmentEvents["recycled"]
+	}
+}
+
+func powerLossRound(t *testing.T, seed uint64, counts *crashCounts) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	fs := vfs.NewCrashableMem()
 	o := Options{
@@ -193,6 +202,7 @@ func powerLossRound(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
+	defer func() { counts.add(s.Metrics(), s2.Metrics()) }()
 	applied := s2.AppliedIndex()
 	if applied < maxAcked {
 		t.Fatalf("applied index %d after the crash, %d was acknowledged", applied, maxAcked)

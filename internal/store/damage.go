@@ -17,18 +17,18 @@ import (
 // that meets damage fails, is reported (kind="compaction"), and Pebble
 // leaves that key range alone for a while before trying again.
 
-// damageListener reports engine damage of database db to the integrity
-// counter and the log.
-func damageListener(db string, log *slog.Logger) *pebble.EventListener {
+// damageListener reports engine damage of database db to its integrity
+// counter (in m) and the log.
+func damageListener(db string, m *storeMetrics, log *slog.Logger) *pebble.EventListener {
 	return &pebble.EventListener{
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
-			mIntegrityErrors.WithLabelValues(db, "engine").Inc()
+			m.integrityErrors.WithLabelValues("engine").Inc()
 			log.Error("storage engine file damaged; its keys are not served",
 				"db", db, "file", info.Path, "keys", info.Bounds.String(), "err", info.Details)
 		},
 		BackgroundError: func(err error) {
 			if pebble.IsCorruptionError(err) {
-				mIntegrityErrors.WithLabelValues(db, "compaction").Inc()
+				m.integrityErrors.WithLabelValues("compaction").Inc()
 				log.Error("storage engine background work met damaged data; retried later", "db", db, "err", err)
 				return
 			}

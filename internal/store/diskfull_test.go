@@ -19,6 +19,7 @@ import (
 )
 
 func TestQuotaFS(t *testing.T) {
+	t.Parallel()
 	fs := newQuotaFS(vfs.NewMem(), 100)
 	f, err := fs.Create("/a", vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -43,13 +44,9 @@ func TestQuotaFS(t *testing.T) {
 	}
 }
 
-func diskFullEvents(t *testing.T, db string) float64 {
-	return counterValue(t, mDiskFullEvents.WithLabelValues(db))
-}
+func diskFullEvents(s *Store) float64 { return s.Metrics().DiskFullEvents }
 
-func writeErrors(t *testing.T, db, kind string) float64 {
-	return counterValue(t, mWriteErrors.WithLabelValues(db, kind))
-}
+func writeErrors(s *Store, kind string) float64 { return s.Metrics().WriteErrors[kind] }
 
 func ballastSize(t *testing.T, fs vfs.FS, s *Store) int64 {
 	t.Helper()
@@ -63,6 +60,7 @@ func ballastSize(t *testing.T, fs vfs.FS, s *Store) int64 {
 // (a) Free space below the reserve: writes are refused before anything is
 // written, reads go on, and writes resume once space returns.
 func TestDiskFullReserve(t *testing.T) {
+	t.Parallel()
 	const db = "diskfull-reserve"
 	const reserve, ballast = 1 << 20, 256 << 10
 	fs := newQuotaFS(vfs.NewMem(), 1<<30)
@@ -81,15 +79,15 @@ func TestDiskFullReserve(t *testing.T) {
 
 	used, _ := fs.usage()
 	fs.setQuota(used + reserve/2)
-	refused := writeErrors(t, db, "disk_full")
+	refused := writeErrors(s, "disk_full")
 	for i := 0; i < 3; i++ {
 		_, err := writeBatch(context.Background(), s, set("a", "2"))
 		if !errors.Is(err, ErrDiskFull) {
 			t.Fatalf("write with %d bytes free: %v", reserve/2, err)
 		}
 	}
-	if !s.DiskFull() || writeErrors(t, db, "disk_full") != refused+3 {
-		t.Fatalf("disk full %v, disk_full errors %v -> %v", s.DiskFull(), refused, writeErrors(t, db, "disk_full"))
+	if !s.DiskFull() || writeErrors(s, "disk_full") != refused+3 {
+		t.Fatalf("disk full %v, disk_full errors %v -> %v", s.DiskFull(), refused, writeErrors(s, "disk_full"))
 	}
 	if _, enospc := fs.usage(); enospc != 0 {
 		t.Fatalf("the store wrote into the reserve: %d ENOSPC", enospc)
@@ -121,6 +119,7 @@ func TestDiskFullReserve(t *testing.T) {
 // finish, further writes are refused until space returns, then writes
 // resume and the ballast comes back.
 func TestDiskFullBallast(t *testing.T) {
+	t.Parallel()
 	const db = "diskfull-ballast"
 	const ballast = 4 << 20
 	fs := newQuotaFS(vfs.NewMem(), 1<<30)
@@ -134,7 +133,7 @@ func TestDiskFullBallast(t *testing.T) {
 		t.Fatalf("ballast of %d bytes at open, want %d", got, ballast)
 	}
 	mustWrite(t, s, set("a", "1"))
-	events := diskFullEvents(t, db)
+	events := diskFullEvents(s)
 
 	// 64 KiB free; the next write needs about 2 x 256 KiB (the value in
 	// the WAL, once as data and once in the log block).
@@ -151,8 +150,8 @@ func TestDiskFullBallast(t *testing.T) {
 	if got := ballastSize(t, fs, s); got != -1 {
 		t.Fatalf("ballast still there (%d bytes)", got)
 	}
-	if !s.DiskFull() || diskFullEvents(t, db) != events+1 {
-		t.Fatalf("disk full %v, events %v -> %v", s.DiskFull(), events, diskFullEvents(t, db))
+	if !s.DiskFull() || diskFullEvents(s) != events+1 {
+		t.Fatalf("disk full %v, events %v -> %v", s.DiskFull(), events, diskFullEvents(s))
 	}
 	if v, idx, ok := get(t, s, "big"); !ok || v != string(value) || idx != r.Index {
 		t.Fatal("the write in flight was acknowledged but is not readable")
@@ -204,6 +203,7 @@ func TestDiskFullBallast(t *testing.T) {
 // the segments (their own ENOSPC fails the write cleanly:
 // TestDiskFullInSegment).
 func TestDiskFullWithoutBallastExits(t *testing.T) {
+	t.Parallel()
 	if dir := os.Getenv("QS_TEST_DISKFULL_CHILD"); dir != "" {
 		diskFullChild(dir)
 		return
@@ -307,6 +307,7 @@ func spillBatch(b int) []wal.Op {
 // that is not an engine error (a bug, or not an error at all) go on; an
 // engine error's panic ends the process (TestDiskFullWithoutBallastExits).
 func TestEngineWritePanics(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Dir: t.TempDir()})
 	want := errors.New("refused")
 	if err := s.engineWrite(func() error { return want }); err != want {
@@ -337,6 +338,7 @@ func runtimeError() (err any) {
 // refusal and sets the disk_full gauge; with space back it lets writes
 // through, and the next write leaves disk-full mode.
 func TestCheckSpace(t *testing.T) {
+	t.Parallel()
 	fs := &freeFS{FS: vfs.NewMem()}
 	fs.free.Store(1 << 30)
 	name := dbName(t)
@@ -345,23 +347,23 @@ func TestCheckSpace(t *testing.T) {
 		t.Fatalf("with room: %v", err)
 	}
 	fs.free.Store(1 << 20)
-	before := writeErrors(t, name, "disk_full")
+	before := writeErrors(s, "disk_full")
 	if err := s.CheckSpace(); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("below the reserve: %v, want %v", err, ErrDiskFull)
 	}
-	if got := writeErrors(t, name, "disk_full"); got != before+1 {
+	if got := writeErrors(s, "disk_full"); got != before+1 {
 		t.Fatalf("write_errors_total{kind=disk_full} %v → %v", before, got)
 	}
-	if !s.DiskFull() || gaugeValue(t, mDiskFull.WithLabelValues(name)) != 1 {
-		t.Fatalf("below the reserve: DiskFull %v, gauge %v", s.DiskFull(), gaugeValue(t, mDiskFull.WithLabelValues(name)))
+	if !s.DiskFull() || s.Metrics().DiskFull != 1 {
+		t.Fatalf("below the reserve: DiskFull %v, gauge %v", s.DiskFull(), s.Metrics().DiskFull)
 	}
 	fs.free.Store(1 << 30)
 	if err := s.CheckSpace(); err != nil {
 		t.Fatalf("space back: %v", err)
 	}
 	mustWrite(t, s, set("k", "v"))
-	if s.DiskFull() || gaugeValue(t, mDiskFull.WithLabelValues(name)) != 0 {
-		t.Fatalf("after a write with space back: DiskFull %v, gauge %v", s.DiskFull(), gaugeValue(t, mDiskFull.WithLabelValues(name)))
+	if s.DiskFull() || s.Metrics().DiskFull != 0 {
+		t.Fatalf("after a write with space back: DiskFull %v, gauge %v", s.DiskFull(), s.Metrics().DiskFull)
 	}
 	s.Close()
 	if err := s.CheckSpace(); !errors.Is(err, ErrClosed) {
@@ -376,6 +378,7 @@ func TestCheckSpace(t *testing.T) {
 // touching the disk until the segment fits above the reserve; nothing
 // stored changes; then writes resume and the gauge is 0 again.
 func TestDiskFullSegmentLargerThanReserve(t *testing.T) {
+	t.Parallel()
 	const db = "diskfull-segment"
 	const reserve = 64 << 10
 	// A disk too small for spare segments (two above the reserve), so that
@@ -398,7 +401,7 @@ func TestDiskFullSegmentLargerThanReserve(t *testing.T) {
 	}
 	before, _ := digest(t, s)
 	applied := s.AppliedIndex()
-	gauge := func() float64 { return gaugeValue(t, mDiskFull.WithLabelValues(db)) }
+	gauge := func() float64 { return s.Metrics().DiskFull }
 
 	used, _ := fs.usage()
 	fs.setQuota(used + 4*reserve) // above the reserve, below a segment
@@ -418,7 +421,7 @@ func TestDiskFullSegmentLargerThanReserve(t *testing.T) {
 	}
 	before, _ = digest(t, s)
 	applied = s.AppliedIndex()
-	refused := writeErrors(t, db, "disk_full")
+	refused := writeErrors(s, "disk_full")
 	for i := 0; i < 3; i++ {
 		if _, err := writeBatch(context.Background(), s, set("a", "2")); !errors.Is(err, ErrDiskFull) {
 			t.Fatalf("write %d in disk-full mode: %v", i, err)
@@ -427,8 +430,8 @@ func TestDiskFullSegmentLargerThanReserve(t *testing.T) {
 	if _, again := fs.usage(); again != enospc {
 		t.Fatalf("writes in disk-full mode reached the disk: %d more ENOSPC", again-enospc)
 	}
-	if writeErrors(t, db, "disk_full") != refused+3 || gauge() != 1 {
-		t.Fatalf("disk_full errors %v → %v, gauge %v", refused, writeErrors(t, db, "disk_full"), gauge())
+	if writeErrors(s, "disk_full") != refused+3 || gauge() != 1 {
+		t.Fatalf("disk_full errors %v → %v, gauge %v", refused, writeErrors(s, "disk_full"), gauge())
 	}
 	if after, _ := digest(t, s); after != before || s.AppliedIndex() != applied {
 		t.Fatal("data changed while the disk was full")

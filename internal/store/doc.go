@@ -78,10 +78,15 @@
 //	expiry.go                           expiry index, the expiry policy
 //	idempotency.go, raftapply.go        batch IDs, Raft apply
 //	snapshot.go                         checkpoints, snapshot install
+//	bootstrap.go, bootstrap_sync.go     receiving a snapshot: download,
+//	                                    resume, checks, background syncs,
+//	                                    the ready switch
 //	proxy.go, proxykeep.go, proxyread.go  the proxy role
 //	verify.go, verify_log.go,           the offline check (qs verify)
 //	verify_history.go
-//	metrics.go, engine_metrics.go,      metrics
-//	logclock.go
+//	metrics.go, instruments.go,         metrics: counted per store in
+//	engine_metrics.go                   atomics, read with Metrics (exported
+//	                                    by internal/metrics/storecollector)
+//	engine_memory.go                    the open stores' engine memory
 //	usage.go                            usage per key prefix
 package store

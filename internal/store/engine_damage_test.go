@@ -92,19 +92,20 @@ func damagedStore(t *testing.T, o Options, n int, valueOf func(i int) []byte, su
 }
 
 func TestDamagedTableIsCountedNotFatal(t *testing.T) {
+	t.Parallel()
 	const db = "damaged-table"
 	o := Options{Name: db, Dir: t.TempDir(), Logger: quietLogger()}
 	const n = 3000
 	valueOf := func(i int) []byte { return []byte(fmt.Sprintf("value %d of a small key", i)) }
 	path := damagedStore(t, o, n, valueOf, ".sst")
 
-	before := integrityErrors(t, db, "engine")
 	s := openTest(t, o)
+	before := integrityErrors(s, "engine")
 	served, corrupt := readKeys(t, s, n, valueOf)
 	if corrupt == 0 || served == 0 {
 		t.Fatalf("%d keys served, %d damaged: want both", served, corrupt)
 	}
-	if got := integrityErrors(t, db, "engine"); got <= before {
+	if got := integrityErrors(s, "engine"); got <= before {
 		t.Errorf("engine integrity errors %v -> %v", before, got)
 	}
 	// A compaction over the damage (a newer value of an intact key above
@@ -114,11 +115,11 @@ func TestDamagedTableIsCountedNotFatal(t *testing.T) {
 	if _, err := s.Write(t.Context(), Batch{Ops: []wal.Op{setb(fmt.Sprintf("key-%05d", last), []byte("a newer value"))}}); err != nil {
 		t.Fatal(err)
 	}
-	compactions := integrityErrors(t, db, "compaction")
+	compactions := integrityErrors(s, "compaction")
 	if err := s.Compact(); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("compaction over a damaged table: %v, want ErrCorrupt", err)
 	}
-	if got := integrityErrors(t, db, "compaction"); got <= compactions {
+	if got := integrityErrors(s, "compaction"); got <= compactions {
 		t.Errorf("compaction integrity errors %v -> %v", compactions, got)
 	}
 	valueOf = func(i int) []byte {
@@ -153,6 +154,7 @@ func TestDamagedTableIsCountedNotFatal(t *testing.T) {
 }
 
 func TestDamagedBlobFileIsIntegrity(t *testing.T) {
+	t.Parallel()
 	const db = "damaged-blob"
 	// Chunks of 1 KiB go to the engine's blob files.
 	o := Options{Name: db, Dir: t.TempDir(), Logger: quietLogger(), ChunkBytes: 1024}
@@ -160,14 +162,14 @@ func TestDamagedBlobFileIsIntegrity(t *testing.T) {
 	valueOf := func(i int) []byte { return pattern(i, 3000) }
 	damagedStore(t, o, n, valueOf, ".blob")
 
-	before := integrityErrors(t, db, "engine") + integrityErrors(t, db, "chunk_crc")
 	s := openTest(t, o)
+	before := integrityErrors(s, "engine") + integrityErrors(s, "chunk_crc")
 	served, corrupt := readKeys(t, s, n, valueOf)
 	if corrupt == 0 || served == 0 {
 		t.Fatalf("%d keys served, %d damaged: want both", served, corrupt)
 	}
 	// Pebble's block checksum or the chunk's own CRC catches it.
-	if got := integrityErrors(t, db, "engine") + integrityErrors(t, db, "chunk_crc"); got <= before {
+	if got := integrityErrors(s, "engine") + integrityErrors(s, "chunk_crc"); got <= before {
 		t.Errorf("integrity errors %v -> %v", before, got)
 	}
 }

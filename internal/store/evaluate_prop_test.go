@@ -110,6 +110,7 @@ func damageSome(t *testing.T, rng *rand.Rand, s *Store) bool {
 // Evaluation sees only the command, the log format's bounds and the
 // state, so no configuration or damage can make a member's log fork.
 func TestEvaluationIsTheSameOnEveryMember(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := func(d time.Duration) func() time.Time { return func() time.Time { return time.Now().Add(d) } }
 	configs := []struct {

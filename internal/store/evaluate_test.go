@@ -47,6 +47,7 @@ func (f *fakeState) outcome(id []byte) (batchOutcome, bool, error) {
 }
 
 func TestEvaluate(t *testing.T) {
+	t.Parallel()
 	const window = 100
 	base := func() *fakeState {
 		return &fakeState{

@@ -30,6 +30,7 @@ func dueKeys(t *testing.T, s *Store, at int64) []string {
 // by the given log time, earliest first, at most maxOps, each on the
 // condition that the key still holds the version that gave it.
 func TestExpiryBatchPolicy(t *testing.T) {
+	t.Parallel()
 	due := []Expiry{{Key: []byte("a"), Index: 3, Expires: 10}, {Key: []byte("b"), Index: 5, Expires: 20}, {Key: []byte("c"), Index: 9, Expires: 30}}
 	cases := []struct {
 		now    int64
@@ -62,6 +63,7 @@ func TestExpiryBatchPolicy(t *testing.T) {
 // same one, and the deletions the policy writes apply everywhere at the
 // same index. A key written again since it was listed is not deleted.
 func TestExpiryIndexFollowsWrites(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	root := openTest(t, Options{Dir: dir})
 	mustWrite(t, root, setx("a", "1", 100), setx("b", "2", 200), set("c", "3"), setx("d", "4", 150))
@@ -129,6 +131,7 @@ func TestExpiryIndexFollowsWrites(t *testing.T) {
 // TestExpiryRefusals: a negative expiry, or one on a delete, is refused
 // and changes nothing.
 func TestExpiryRefusals(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	mustWrite(t, s, set("k", "v"))
 	for _, op := range []wal.Op{setx("k", "w", -1), {Type: wal.OpDelete, Key: []byte("k"), Expires: 5}} {

@@ -86,6 +86,7 @@ func checkItems(t *testing.T, what string, s *Store, want map[string]Item) {
 // fetched values get the flags of its own record); values without flags
 // read as 0; the stored data verifies.
 func TestClientFlagsStoredWithValues(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	root := openTest(t, Options{Dir: dir, ChunkBytes: 4096})
 	want := flagsSample(t, root)
@@ -128,6 +129,7 @@ func TestClientFlagsStoredWithValues(t *testing.T) {
 // of a value is a write; one that changes neither is a no-op, also within
 // one batch.
 func TestClientFlagsChangeIsAWrite(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	first := mustWrite(t, s, setf("k", []byte("v"), 5))
 	if r := mustWrite(t, s, setf("k", []byte("v"), 5)); r.Changed {
@@ -154,6 +156,7 @@ func TestClientFlagsChangeIsAWrite(t *testing.T) {
 // TestDeleteWithFlagsRefused: a delete carries no flags; one that does is
 // refused and changes nothing.
 func TestDeleteWithFlagsRefused(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	mustWrite(t, s, setf("k", []byte("v"), 3))
 	_, err := s.Write(context.Background(), Batch{Ops: []wal.Op{{Type: wal.OpDelete, Key: []byte("k"), Flags: 1}}})
@@ -169,6 +172,7 @@ func TestDeleteWithFlagsRefused(t *testing.T) {
 // client flags is encoded as before flags existed (so data written then
 // reads as flags 0), and one with flags adds them after the index.
 func TestRecordsWithoutClientFlagsUnchanged(t *testing.T) {
+	t.Parallel()
 	plain := encodeInline(nil, 5, valueAttrs{}, []byte("v"))
 	if len(plain) != recHeader+1 || plain[4] != 0 {
 		t.Fatalf("inline record without flags: %x", plain)

@@ -350,7 +350,7 @@ func FuzzSegmentFile(f *testing.F) {
 		}
 		write(1, segHeader(0, 0))
 		write(2, content)
-		g := newSegments(fs, "", newStoreMetrics("fuzz-segment"))
+		g := newSegments(fs, "", newStoreMetrics())
 		if err := g.openAll(); err != nil {
 			t.Fatal(err)
 		}
@@ -372,6 +372,7 @@ func FuzzSegmentFile(f *testing.F) {
 // length or stored size is beyond what the store writes is refused (the
 // caller counts it and reads the block instead), not taken as counts.
 func TestDecodeSummaryBounds(t *testing.T) {
+	t.Parallel()
 	uv := func(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 	hashTime := make([]byte, 8+len(wal.Hash{}))
 	for name, body := range map[string][]byte{

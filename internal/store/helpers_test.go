@@ -11,8 +11,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -203,22 +201,8 @@ func writeBatch(ctx context.Context, s *Store, ops ...wal.Op) (WriteResult, erro
 	return s.Write(ctx, Batch{Ops: ops})
 }
 
-// counterValue reads a counter, as prometheus/testutil.ToFloat64 does
-// (testutil itself needs a module this repository does not require yet).
-func counterValue(t testing.TB, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-// integrityErrors reads qs_store_integrity_errors_total{db, kind}.
-func integrityErrors(t *testing.T, db, kind string) float64 {
-	t.Helper()
-	return counterValue(t, mIntegrityErrors.WithLabelValues(db, kind))
-}
+// integrityErrors reads s's integrity errors of kind.
+func integrityErrors(s *Store, kind string) float64 { return s.Metrics().IntegrityErrors[kind] }
 
 // quietLogger drops store and Pebble messages (tests that expect errors
 // would otherwise flood the output).

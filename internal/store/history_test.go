@@ -170,6 +170,7 @@ func checkAsOfKeys(t *testing.T, s *Store, m *versionModel, keys []string) (chec
 // same log, and compared with a replay of the log. Then again after a
 // restart (the history is durable with the data).
 func TestHistoryModel(t *testing.T) {
+	t.Parallel()
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -203,6 +204,7 @@ func TestHistoryModel(t *testing.T) {
 // above it stay exact, reads below it are refused, and the counters stay
 // exact (Verify recounts them).
 func TestHistoryGCBySize(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(9, 9))
 	s := openTest(t, Options{ChunkBytes: 4096, History: HistoryOptions{MaxBytes: 20 << 10}, Logger: quietLogger()})
 	var horizons []uint64
@@ -219,7 +221,7 @@ func TestHistoryGCBySize(t *testing.T) {
 	if horizons[len(horizons)-1] == 0 {
 		t.Fatalf("horizon never rose: %v", horizons)
 	}
-	if c := counterValue(t, s.m.historyCollected); c == 0 {
+	if c := s.Metrics().HistoryCollected; c == 0 {
 		t.Fatal("no version collected")
 	}
 }
@@ -227,6 +229,7 @@ func TestHistoryGCBySize(t *testing.T) {
 // TestHistoryGCByAge keeps versions for the retention by the log's clock:
 // after the clock moves past it, the next commits collect them.
 func TestHistoryGCByAge(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Unix(1_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -262,6 +265,7 @@ func TestHistoryGCByAge(t *testing.T) {
 // TestHistoryEnabledLater: history switched on for an existing database
 // starts at the applied index; switched off, it is dropped.
 func TestHistoryEnabledLater(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Dir: dir, History: HistoryOptions{Retention: -1}, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -295,6 +299,7 @@ func TestHistoryEnabledLater(t *testing.T) {
 // TestHistoryTravelsWithSnapshots: a checkpoint carries the history and
 // its horizon, so a bootstrapped replica answers as of the same indexes.
 func TestHistoryTravelsWithSnapshots(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(4, 4))
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	randomHistoryOps(t, root, rng, 100)
@@ -310,6 +315,7 @@ func TestHistoryTravelsWithSnapshots(t *testing.T) {
 // lost version: reads as of its time fail with ErrCorrupt, never serve
 // something else.
 func TestHistoryLostVersion(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, s, set("a", "good"))
 	raw := rawGet(t, s, dataKey(nil, []byte("a")))

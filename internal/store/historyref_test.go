@@ -74,8 +74,9 @@ func historyRecordAt(t *testing.T, s *Store, key string, until uint64) record {
 // history: the version points at the log's copy, and reads as of its time
 // return it.
 func TestHistoryPointsIntoTheLog(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "hist-ref"})
-	refs := counterValue(t, newRetiredMetrics(s.Name()).historyRefs)
+	refs := s.Metrics().HistoryLogReferences
 	big := pattern(1, 5000)
 	w := mustWrite(t, s, setb("a", big))
 	o := mustWrite(t, s, set("a", "small"))
@@ -88,7 +89,7 @@ func TestHistoryPointsIntoTheLog(t *testing.T) {
 	if rec := historyRecordAt(t, s, "b", d.Index+1); rec.kind != recInLog {
 		t.Fatalf("version of deleted b: kind %d, want in-log", rec.kind)
 	}
-	if n := counterValue(t, newRetiredMetrics(s.Name()).historyRefs) - refs; n != 2 {
+	if n := s.Metrics().HistoryLogReferences - refs; n != 2 {
 		t.Fatalf("history_log_references_total rose by %v, want 2", n)
 	}
 	v, err := s.View()
@@ -114,10 +115,10 @@ func TestHistoryPointsIntoTheLog(t *testing.T) {
 // dropped with few references left has them copied out inline. Reads as
 // of every index stay exact throughout, and Verify agrees with the counts.
 func TestHistoryRefsAcrossRetention(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "hist-retire", Dir: dir, Compression: wal.CompressNone, Retention: Retention{MaxEntries: 6}, Logger: quietLogger()}
 	s := openTest(t, o)
-	freed := counterValue(t, newRetiredMetrics(o.Name).freed)
 	rng := rand.New(rand.NewPCG(3, 4))
 	m := versionLog{}
 	sizes := []int{50, 1500, 3000, 9000}
@@ -184,7 +185,7 @@ func TestHistoryRefsAcrossRetention(t *testing.T) {
 	}
 	checkVersions(t, s, m)
 	mustVerify(t, s)
-	if counterValue(t, newRetiredMetrics(o.Name).freed) == freed {
+	if s.Metrics().RetiredBlocksFreed == 0 { // since the reopen
 		t.Fatal("no retired block freed once its versions were collected")
 	}
 }
@@ -209,6 +210,7 @@ func setupRetiredForHistory(t *testing.T, s *Store) (block, until uint64) {
 // A version whose block is damaged or gone reads as an integrity error,
 // never as a wrong value, and Verify reports it.
 func TestHistoryRefDamagedBlock(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		damage func(t *testing.T, s *Store, b uint64)
@@ -220,7 +222,7 @@ func TestHistoryRefDamagedBlock(t *testing.T) {
 			s := openTest(t, Options{Name: "hist-damage", Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2}, Logger: quietLogger()})
 			b, until := setupRetiredForHistory(t, s)
 			c.damage(t, s, b)
-			before := integrityErrors(t, "hist-damage", "log_value_crc")
+			before := integrityErrors(s, "log_value_crc")
 			v, err := s.View()
 			if err != nil {
 				t.Fatal(err)
@@ -230,7 +232,7 @@ func TestHistoryRefDamagedBlock(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("read of the damaged version: %d bytes, err %v; want ErrCorrupt", len(val), err)
 			}
-			if c.name == "bit flip" && integrityErrors(t, "hist-damage", "log_value_crc") != before+1 {
+			if c.name == "bit flip" && integrityErrors(s, "log_value_crc") != before+1 {
 				t.Fatal("integrity error not counted")
 			}
 			r, err := s.Verify()
@@ -248,10 +250,10 @@ func TestHistoryRefDamagedBlock(t *testing.T) {
 // counted for: the next open recounts them (Verify agrees), and the next
 // commit frees the blocks left with nothing live.
 func TestHistoryOffRecountsRetired(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "hist-off", Dir: dir, Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2}, Logger: quietLogger()}
 	s := openTest(t, o)
-	recounts := counterValue(t, newRetiredMetrics(o.Name).recounts)
 	b, _ := setupRetiredForHistory(t, s)
 	s.Close()
 	o.History = noHistory
@@ -269,7 +271,7 @@ func TestHistoryOffRecountsRetired(t *testing.T) {
 		t.Fatalf("retired totals %+v, want none", tot)
 	}
 	mustVerify(t, s)
-	if n := counterValue(t, newRetiredMetrics(o.Name).recounts) - recounts; n != 0 {
+	if n := s.Metrics().RetiredRecounts; n != 0 { // since the reopen
 		t.Fatalf("%v counts corrected by the committer, want 0 (the open recounted)", n)
 	}
 }
@@ -277,6 +279,7 @@ func TestHistoryOffRecountsRetired(t *testing.T) {
 // A database written with the previous storage format opens, reads, and
 // is marked with the current one; an unknown format is refused.
 func TestStorageFormatUpgrade(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "format", Dir: dir, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -305,6 +308,7 @@ func TestStorageFormatUpgrade(t *testing.T) {
 // half of it is live is dropped, the versions left copied out inline: they
 // read the same, and the history's size does not change.
 func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Unix(1_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -323,7 +327,7 @@ func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
 	if r := recs[block]; r.live != 2 {
 		t.Fatalf("block %d: %+v, want 2 live versions", block, r)
 	}
-	copied := counterValue(t, s.m.materialized)
+	copied := s.Metrics().ValuesMaterialized
 	advance(31 * time.Minute) // b's version is now past the retention
 	deadline := time.Now().Add(60 * time.Second)
 	for blockExists(t, s, block) {
@@ -337,7 +341,7 @@ func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
 	if rec := historyRecordAt(t, s, "a", ua); rec.kind != recInline {
 		t.Fatalf("a's version after its block went: kind %d, want inline", rec.kind)
 	}
-	if counterValue(t, s.m.materialized) != copied+1 {
+	if s.Metrics().ValuesMaterialized != copied+1 {
 		t.Fatal("copy not counted")
 	}
 	v, err := s.View()
@@ -357,6 +361,7 @@ func TestHistoryRefCopiedOutWhenBlockDropped(t *testing.T) {
 // blocks leave the log: the retired counts stay exact (Verify recounts
 // them), and every version from the horizon on reads without error.
 func TestHistoryRefsConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "hist-concurrent", Compression: wal.CompressNone, Retention: Retention{MaxEntries: 6},
 		History: HistoryOptions{MaxBytes: 48 << 10}, Logger: quietLogger()})
 	sizes := []int{40, 1100, 2500, 7000}
@@ -404,6 +409,7 @@ func TestHistoryRefsConcurrentWriters(t *testing.T) {
 // The GC entry of a version in a log block names the block, so that GC
 // counts it down without reading the version; Verify checks it.
 func TestHistoryGCEntryNamesTheBlock(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "hist-gc-entry", Logger: quietLogger()})
 	w := mustWrite(t, s, setb("a", pattern(3, 4000))).Index
 	u := mustWrite(t, s, set("a", "x")).Index

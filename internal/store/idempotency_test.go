@@ -32,6 +32,7 @@ func countPrefix(t *testing.T, s *Store, p byte) int {
 }
 
 func TestBatchIDAppliesOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := openTest(t, Options{Dir: dir})
 	first, err := writeID(t, s, "b1", nil, set("k", "v1"), set("x", "1"))
@@ -59,6 +60,7 @@ func TestBatchIDAppliesOnce(t *testing.T) {
 }
 
 func TestBatchIDOutcomes(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	mustWrite(t, s, set("k", "v"))
 	// A no-op is an outcome too: its retry stays a no-op even once the
@@ -94,6 +96,7 @@ func TestBatchIDOutcomes(t *testing.T) {
 // Retries racing the first attempt (same ID, concurrently, so several land
 // in one commit group) apply exactly once.
 func TestBatchIDConcurrentRetries(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	for round := range 20 {
 		id := []byte{byte(round)}
@@ -123,6 +126,7 @@ func TestBatchIDConcurrentRetries(t *testing.T) {
 }
 
 func TestBatchIDsExpire(t *testing.T) {
+	t.Parallel()
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	s := openTest(t, Options{IdempotencyWindow: time.Minute, Now: func() time.Time { return time.Unix(0, now.Load()) }})
@@ -156,13 +160,14 @@ func TestBatchIDsExpire(t *testing.T) {
 // applied is unknown, so it is not applied again), and nothing else: it
 // used to fail the whole commit group, the writes of other clients too.
 func TestBatchIDCorruptOutcomeFailsOnlyItsRetry(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{BatchWindow: 300 * time.Millisecond, Logger: quietLogger()})
 	first, err := writeID(t, s, "x", nil, set("a", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rawSet(t, s, batchIDKey([]byte("x")), []byte("not an outcome"))
-	before := integrityErrors(t, s.Name(), "batch_outcome")
+	before := integrityErrors(s, "batch_outcome")
 	res, errs := tryInOneGroup(s,
 		Batch{Ops: []wal.Op{set("a", "2")}, ID: []byte("x")},
 		Batch{Ops: []wal.Op{set("b", "1")}})
@@ -175,7 +180,7 @@ func TestBatchIDCorruptOutcomeFailsOnlyItsRetry(t *testing.T) {
 	if v, idx, _ := get(t, s, "a"); v != "1" || idx != first.Index {
 		t.Fatalf("a = %q at %d: the retry was applied", v, idx)
 	}
-	if n := integrityErrors(t, s.Name(), "batch_outcome"); n != before+1 {
+	if n := integrityErrors(s, "batch_outcome"); n != before+1 {
 		t.Fatalf("integrity errors %v → %v, want one more", before, n)
 	}
 }
@@ -184,6 +189,7 @@ func TestBatchIDCorruptOutcomeFailsOnlyItsRetry(t *testing.T) {
 // (without which it never expires). It used to pass a store whose
 // outcome of a batch ID was damaged, which the write path then refused.
 func TestVerifyReportsBadBatchOutcomes(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	for _, id := range []string{"x", "y", "z"} {
 		if _, err := writeID(t, s, id, nil, set("k", id)); err != nil {

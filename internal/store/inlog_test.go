@@ -15,6 +15,7 @@ import (
 // keep the last value, compressed blocks fall back to inline records, and
 // retention copies still-referenced values out of blocks it drops.
 func TestInLogValues(t *testing.T) {
+	t.Parallel()
 	big := func(tag string, n int) []byte { return bytes.Repeat([]byte(tag), n) }
 	for _, comp := range []wal.Compression{wal.CompressNone, wal.CompressZstd} {
 		t.Run(fmt.Sprint(comp), func(t *testing.T) {
@@ -70,6 +71,7 @@ func TestInLogValues(t *testing.T) {
 // TestInLogRecordWritten checks that uncompressed blocks really carry the
 // value once: the value record points into the log.
 func TestInLogRecordWritten(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Compression: wal.CompressNone})
 	mustWrite(t, s, wal.Op{Type: wal.OpSet, Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 5000)})
 	raw, closer, err := s.db.Get(dataKey(nil, []byte("k")))
@@ -88,6 +90,7 @@ func TestInLogRecordWritten(t *testing.T) {
 // the integrity metric counts it, Verify names the key, and writing the key
 // again repairs it.
 func TestInLogValueBlockDamaged(t *testing.T) {
+	t.Parallel()
 	for _, damage := range []string{"flip", "delete"} {
 		t.Run(damage, func(t *testing.T) {
 			s := openTest(t, Options{Name: "inlog-" + damage, Compression: wal.CompressNone})
@@ -104,7 +107,7 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := counterValue(t, mIntegrityErrors.WithLabelValues(s.Name(), "log_value_crc"))
+			before := s.Metrics().IntegrityErrors["log_value_crc"]
 			v, verr := s.View()
 			if verr != nil {
 				t.Fatal(verr)
@@ -114,7 +117,7 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 			if !errors.Is(gerr, ErrCorrupt) || got != nil {
 				t.Fatalf("read of a damaged in-log value: %q, %v", got, gerr)
 			}
-			if counterValue(t, mIntegrityErrors.WithLabelValues(s.Name(), "log_value_crc")) != before+1 {
+			if s.Metrics().IntegrityErrors["log_value_crc"] != before+1 {
 				t.Fatal("integrity metric not incremented")
 			}
 			rep, err := s.Verify()
@@ -143,6 +146,7 @@ func TestInLogValueBlockDamaged(t *testing.T) {
 // records), even when they compress; a block of mostly small data is
 // compressed, and its large values then get inline records.
 func TestBlockCompressionChoice(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Compression: wal.CompressZstd})
 	block := func(index uint64) wal.Compression {
 		_, c, _, err := wal.ParseBlockHeader(blockGet(t, s, index))

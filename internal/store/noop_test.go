@@ -91,6 +91,7 @@ func sameCRC(x []byte) []byte {
 // one's length and CRC but other bytes, set in between, was kept while a
 // write back to the stored value was answered as a no-op.
 func TestNoopOfChunkedValueSetInTheGroup(t *testing.T) {
+	t.Parallel()
 	big := pattern(1, 3000) // three chunks of 1 KiB
 	t.Run("rewrite", func(t *testing.T) {
 		s := openTest(t, Options{ChunkBytes: 1024, BatchWindow: 300 * time.Millisecond})

@@ -113,6 +113,7 @@ func waitEntered(t *testing.T, f *fakeEnv, want string) {
 // a commit form the next group, in their order; a snapshot install and a
 // segment compaction run alone, after the group gathered with them.
 func TestPipelineGroups(t *testing.T) {
+	t.Parallel()
 	env := newFakeEnv()
 	reqs, _ := startPipeline(t, env, 1<<20)
 	a := req("a", reqWrite, 1)
@@ -142,6 +143,7 @@ func TestPipelineGroups(t *testing.T) {
 // A group stops growing once it holds MaxGroupBytes; the rest form the
 // next one.
 func TestPipelineGroupBytes(t *testing.T) {
+	t.Parallel()
 	env := newFakeEnv()
 	env.held = true
 	reqs, _ := startPipeline(t, env, 10)
@@ -164,6 +166,7 @@ func TestPipelineGroupBytes(t *testing.T) {
 // When the store closes, every request still queued is answered, either
 // committed or failed with ErrClosed, and the pipeline returns.
 func TestPipelineClose(t *testing.T) {
+	t.Parallel()
 	env := newFakeEnv()
 	env.held = true
 	reqs, quit := startPipeline(t, env, 1<<20)
@@ -195,6 +198,7 @@ func TestPipelineClose(t *testing.T) {
 // or after an install) left the store refusing every write until a
 // restart (TestMetamorphicFaults, seed 5122473270499533048).
 func TestStoreEnvWithoutCommitter(t *testing.T) {
+	t.Parallel()
 	var opens atomic.Int32
 	env := &storeEnv{s: &Store{opts: Options{Name: "t", Logger: quietLogger()}}, openErr: errors.New("meta record unreadable"),
 		newCommitter: func(*Store) (*committer, error) {

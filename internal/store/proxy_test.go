@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -84,6 +82,7 @@ func lookupAll(t *testing.T, s *Store, keys ...string) (uint64, map[string]strin
 // reads give the same answers as the root, fetching only the remote
 // values; absent keys cost no fetch.
 func TestProxyWindowAndRemoteRecords(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	for i := 0; i < 20; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 10+i*500)))
@@ -161,6 +160,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // budget the keeper evicts values outside the window, never inside; the
 // counters stay exact.
 func TestProxyAdmitsAndEvicts(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	for i := 0; i < 50; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 1000)))
@@ -175,7 +175,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 	if f.keys.Load() != 40 {
 		t.Fatalf("fetched %d keys, want 40", f.keys.Load())
 	}
-	waitFor(t, "admissions", func() bool { return counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")) == 40 })
+	waitFor(t, "admissions", func() bool { return px.Metrics().ProxyAdmissions["admitted"] == 40 })
 	waitFor(t, "evictions", func() bool { return px.ProxyStats().CachedBytes <= 20_000 })
 	st := px.ProxyStats()
 	if st.CachedValues < 10 {
@@ -189,7 +189,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 	}
 	// Counted once the keeper has the committer's answer, just after the
 	// counters moved.
-	waitFor(t, "evictions counted", func() bool { return counterValue(t, px.m.pxEvictions) > 0 })
+	waitFor(t, "evictions counted", func() bool { return px.Metrics().ProxyEvictions > 0 })
 	mustVerify(t, px)
 	// Everything still reads right.
 	_, got := lookupAll(t, px, keys...)
@@ -204,6 +204,7 @@ func TestProxyAdmitsAndEvicts(t *testing.T) {
 // longer fits the key's record (a newer write, an index inside the window)
 // changes nothing.
 func TestProxyCacheChangesCheckTheRecord(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("a", "old"))
 	for i := 0; i < 5; i++ {
@@ -244,6 +245,7 @@ func TestProxyCacheChangesCheckTheRecord(t *testing.T) {
 // the window, and every answer must equal the log's state at the index it
 // was read at, with a reader's indexes never going back.
 func TestProxyLookupConsistentUnderApply(t *testing.T) {
+	t.Parallel()
 	for _, readCache := range []int64{64 << 20, -1} {
 		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache, 0) })
 	}
@@ -252,6 +254,7 @@ func TestProxyLookupConsistentUnderApply(t *testing.T) {
 // TestProxyLookupConsistentWithTransientTier is the same with a transient
 // tier small enough that values come and go from it all the time.
 func TestProxyLookupConsistentWithTransientTier(t *testing.T) {
+	t.Parallel()
 	for _, readCache := range []int64{64 << 20, -1} {
 		t.Run(fmt.Sprintf("read_cache=%d", readCache), func(t *testing.T) { proxyConsistency(t, readCache, 8000) })
 	}
@@ -366,16 +369,16 @@ func proxyConsistency(t *testing.T, readCache, transient int64) {
 			total++
 		}
 	}
-	if total < 100 || counterValue(t, px.m.pxEvictions) == 0 || counterValue(t, px.m.pxMisses) == 0 {
-		t.Fatalf("%d reads, %v evictions, %v misses: the test did not exercise the cache", total, counterValue(t, px.m.pxEvictions), counterValue(t, px.m.pxMisses))
+	if total < 100 || px.Metrics().ProxyEvictions == 0 || px.Metrics().ProxyMisses == 0 {
+		t.Fatalf("%d reads, %v evictions, %v misses: the test did not exercise the cache", total, px.Metrics().ProxyEvictions, px.Metrics().ProxyMisses)
 	}
 	if transient > 0 {
-		again, evicted := counterValue(t, px.m.pxTransient.WithLabelValues("read_again")), counterValue(t, px.m.pxTransient.WithLabelValues("evicted"))
+		again, evicted := px.Metrics().ProxyTransient["read_again"], px.Metrics().ProxyTransient["evicted"]
 		if again == 0 || evicted == 0 {
 			t.Fatalf("%v values read again, %v evicted from the transient tier: the test did not exercise it", again, evicted)
 		}
 	}
-	t.Logf("%d reads checked; %v misses, %v evictions, %v admissions", total, counterValue(t, px.m.pxMisses), counterValue(t, px.m.pxEvictions), counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")))
+	t.Logf("%d reads checked; %v misses, %v evictions, %v admissions", total, px.Metrics().ProxyMisses, px.Metrics().ProxyEvictions, px.Metrics().ProxyAdmissions["admitted"])
 	mustVerify(t, px)
 }
 
@@ -383,6 +386,7 @@ func proxyConsistency(t *testing.T, readCache, transient int64) {
 // (its history dropped, its values counted as stored); a proxy's data
 // refuses to open as a full node.
 func TestProxyRoleChanges(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := openTest(t, Options{Dir: dir, Logger: quietLogger()})
 	mustWrite(t, s, set("a", "1"))
@@ -406,6 +410,7 @@ func TestProxyRoleChanges(t *testing.T) {
 // TestProxyReadFailsWithoutReplicas: a remote value that cannot be fetched
 // is an ErrUnavailable error, never a wrong answer.
 func TestProxyReadFailsWithoutReplicas(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("a", "1"))
 	mustWrite(t, root, set("b", "2"))
@@ -446,6 +451,7 @@ var dbSeq atomic.Int64
 // TestProxyOptionsDefaultsTwice: filling defaults is idempotent (the
 // configuration fills them, then Open again).
 func TestProxyOptionsDefaultsTwice(t *testing.T) {
+	t.Parallel()
 	o := Options{Dir: "x", Proxy: &ProxyOptions{CacheBytes: -1}}
 	o.EnsureDefaults()
 	first := *o.Proxy
@@ -460,6 +466,7 @@ func TestProxyOptionsDefaultsTwice(t *testing.T) {
 // dropped, every value counted as stored, then evicted down to the
 // budget; reads stay exact. A proxy's data verifies read-only (qs verify).
 func TestProxyBootstrapFromSnapshot(t *testing.T) {
+	t.Parallel()
 	for _, ret := range []Retention{{}, {MaxEntries: 20, MaxBytes: -1, MaxAge: -1}} {
 		t.Run(fmt.Sprintf("retain_entries=%d", ret.MaxEntries), func(t *testing.T) { proxyBootstrap(t, ret) })
 	}
@@ -539,6 +546,7 @@ func (f *freeFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
 // beyond the budget; below the hard limit reads still work (by fetching)
 // but nothing is admitted; both are visible in metrics.
 func TestProxyDiskLimits(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	for i := 0; i < 200; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%03d", i), pattern(i, 1000)))
@@ -555,7 +563,7 @@ func TestProxyDiskLimits(t *testing.T) {
 	}
 	fs.free.Store(80 << 20) // below the soft limit
 	waitFor(t, "evictions below the soft limit", func() bool { return px.ProxyStats().CachedBytes < full*8/10 })
-	if !px.ProxyStats().SoftLimited || gaugeValue(t, px.m.pxSoftLimited) != 1 {
+	if !px.ProxyStats().SoftLimited || px.Metrics().ProxySoftLimited != 1 {
 		t.Fatal("soft limit not reported")
 	}
 	fs.free.Store(40 << 20) // below the hard limit
@@ -568,7 +576,7 @@ func TestProxyDiskLimits(t *testing.T) {
 	if _, got := lookupAll(t, px, keys...); len(got) != 200 {
 		t.Fatalf("%d keys read below the hard limit", len(got))
 	}
-	waitFor(t, "refused admissions", func() bool { return counterValue(t, px.m.pxAdmissions.WithLabelValues("refused_hard_limit")) > 0 })
+	waitFor(t, "refused admissions", func() bool { return px.Metrics().ProxyAdmissions["refused_hard_limit"] > 0 })
 	if px.ProxyStats().CachedBytes > before {
 		t.Fatal("values admitted below the hard limit")
 	}
@@ -578,34 +586,26 @@ func TestProxyDiskLimits(t *testing.T) {
 	mustVerify(t, px)
 }
 
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
-}
-
 // TestProxyAdmissionOwnsItsKey: a caller may reuse its key buffer as soon
 // as Lookup returns (the memcached door parses keys out of a reused
 // request line); the admission queued by the fetch stores the key that
 // was read, not what the buffer holds by then.
 func TestProxyAdmissionOwnsItsKey(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	for i := 0; i < 20; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%02d", i), pattern(i, 1000)))
 	}
 	px, _ := openProxy(t, root, ProxyOptions{Window: 1, CacheBytes: 1 << 20, EvictInterval: time.Hour})
 	replicate(t, root, px, 20)
-	admitted0 := counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted"))
+	admitted0 := px.Metrics().ProxyAdmissions["admitted"]
 	buf := []byte("k05")
 	if _, err := px.Lookup([][]byte{buf}, func(uint64, int, []byte, uint64, bool) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	copy(buf, "k06") // the caller's next request
 	waitFor(t, "the admission", func() bool {
-		return counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")) == admitted0+1
+		return px.Metrics().ProxyAdmissions["admitted"] == admitted0+1
 	})
 	for _, k := range []string{"k05", "k06"} {
 		rec, err := decodeRecord(rawGet(t, px, dataKey(nil, []byte(k))))
@@ -630,6 +630,7 @@ func (tooLargeFetcher) Fetch(context.Context, uint64, []FetchItem) error {
 // reader as ErrTooLarge (a final answer), not as ErrUnavailable (a 503 to
 // retry), and is counted as a read error.
 func TestProxyFetchTooLargeIsFinal(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	mustWrite(t, root, setb("big", pattern(1, 1000)))
 	mustWrite(t, root, setb("other", pattern(2, 10)))
@@ -637,12 +638,12 @@ func TestProxyFetchTooLargeIsFinal(t *testing.T) {
 	replicate(t, root, px, 10)
 	waitFor(t, "eviction down to the window", func() bool { return px.ProxyStats().CachedValues == 1 })
 	px.SetFetcher(tooLargeFetcher{})
-	before := counterValue(t, px.m.pxReadErrors)
+	before := px.Metrics().ProxyReadErrors
 	_, err := px.Lookup([][]byte{[]byte("big")}, func(uint64, int, []byte, uint64, bool) error { return nil })
 	if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("read of a value too large to fetch: %v, want ErrTooLarge only", err)
 	}
-	if n := counterValue(t, px.m.pxReadErrors) - before; n != 1 {
+	if n := px.Metrics().ProxyReadErrors - before; n != 1 {
 		t.Fatalf("read errors counted %v, want 1", n)
 	}
 }
@@ -652,6 +653,7 @@ func TestProxyFetchTooLargeIsFinal(t *testing.T) {
 // value the record held if it was stored here, and nothing if it was
 // remote, so the cache counters stay exact (qs verify recounts them).
 func TestProxyCorruptRecordOverwriteKeepsCounts(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("remote", "value fetched from replicas"))
 	for i := 0; i < 5; i++ {

@@ -106,6 +106,7 @@ func (f forger) Fetch(ctx context.Context, asOf uint64, items []FetchItem) error
 // is refused by its digest, counted, and neither served nor cached; the
 // true value is served after.
 func TestProxyRefusesForgedFetchedValue(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("a", "the genuine value of a"))
 	mustWrite(t, root, set("b", "2"))
@@ -126,7 +127,7 @@ func TestProxyRefusesForgedFetchedValue(t *testing.T) {
 		t.Fatal("the forged value does not even pass length and CRC: the test proves nothing")
 	}
 
-	before := integrityErrors(t, px.Name(), "remote_value")
+	before := integrityErrors(px, "remote_value")
 	px.SetFetcher(forger{t: t, src: root})
 	_, err = px.Lookup([][]byte{[]byte("a")}, func(_ uint64, _ int, v []byte, _ uint64, _ bool) error {
 		return fmt.Errorf("served %q", v)
@@ -134,7 +135,7 @@ func TestProxyRefusesForgedFetchedValue(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("forged value: %v", err)
 	}
-	if got := integrityErrors(t, px.Name(), "remote_value"); got != before+1 {
+	if got := integrityErrors(px, "remote_value"); got != before+1 {
 		t.Fatalf("remote_value errors %v, want %v", got, before+1)
 	}
 	if px.ProxyStats().CachedValues != 1 { // b, the window
@@ -149,6 +150,7 @@ func TestProxyRefusesForgedFetchedValue(t *testing.T) {
 // Remote records written before digests (length and CRC only) still read,
 // and fetched values are checked by length and CRC.
 func TestProxyReadsRemoteRecordsWithoutDigest(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("a", "old style"))
 	mustWrite(t, root, set("b", "2"))
@@ -169,6 +171,7 @@ func TestProxyReadsRemoteRecordsWithoutDigest(t *testing.T) {
 // A value the proxy evicts from its cache gets a remote record with its
 // digest, whether it was stored inline or in chunks.
 func TestProxyEvictionKeepsTheDigest(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 4096, Logger: quietLogger()})
 	small, big := []byte("small value"), pattern(3, 20000)
 	mustWrite(t, root, setb("small", small))

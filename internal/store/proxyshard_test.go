@@ -41,6 +41,7 @@ func keyIndex(t *testing.T, s *Store, key string) uint64 {
 // shards are not held, a value not here is not fetched for the asker,
 // and another version is a miss.
 func TestProxyShardBudgetKeepsOwnShard(t *testing.T) {
+	t.Parallel()
 	m, err := cache.NewShardMap(4)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +110,7 @@ func TestProxyShardBudgetKeepsOwnShard(t *testing.T) {
 // the record's version) is neither read nor answered to an L2 request;
 // it is dropped and counted, and the read fetches the right value.
 func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
+	t.Parallel()
 	m, _ := cache.NewShardMap(2)
 	own, _ := shardKeys(t, m, "n0", 1)
 	root := openTest(t, Options{Logger: quietLogger()})
@@ -125,7 +127,7 @@ func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
 	if v, ok := px.ShardValue([]byte(own[0]), idx); ok {
 		t.Fatalf("L2 request answered a value that does not match the record: %q", v)
 	}
-	if n := counterValue(t, px.m.pxShard.WithLabelValues("mismatch")); n != 1 {
+	if n := px.Metrics().ProxyShardCache["mismatch"]; n != 1 {
 		t.Fatalf("proxy_shard_cache_total{mismatch} = %v, want 1", n)
 	}
 	px.OfferPrefetched([]byte(own[0]), idx, []byte("the wrong value"))
@@ -135,12 +137,13 @@ func TestProxyShardBudgetNeverServesAMismatch(t *testing.T) {
 	if f.keys.Load() != 1 {
 		t.Fatalf("%d fetches, want 1", f.keys.Load())
 	}
-	if n := counterValue(t, px.m.integrityErrors.WithLabelValues("shard_value")); n != 2 {
+	if n := px.Metrics().IntegrityErrors["shard_value"]; n != 2 {
 		t.Fatalf("integrity errors of shard values %v, want 2", n)
 	}
 }
 
 func TestProxyShardOptionValidated(t *testing.T) {
+	t.Parallel()
 	po := (&ProxyOptions{ShardCacheBytes: -1}).withDefaults()
 	if err := po.validate(); err == nil {
 		t.Fatal("a negative shard budget was accepted")

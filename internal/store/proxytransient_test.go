@@ -9,6 +9,7 @@ import (
 // fetched once is held in memory and never queued for the disk cache; a
 // value read again while held is stored, and then read from disk.
 func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
+	t.Parallel()
 	for _, readCache := range []int64{-1, 1 << 20} {
 		t.Run(fmt.Sprintf("read_cache_%v", readCache > 0), func(t *testing.T) {
 			root := openTest(t, Options{Logger: quietLogger()})
@@ -40,13 +41,13 @@ func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
 			if n := px.px.admits.Len(); n != 0 {
 				t.Fatalf("%d one-hit values queued for the disk", n)
 			}
-			if a := counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")); a != 0 {
+			if a := px.Metrics().ProxyAdmissions["admitted"]; a != 0 {
 				t.Fatalf("%v one-hit values admitted", a)
 			}
 			if st := px.ProxyStats(); st.TransientValues != 10 || st.CachedValues != stored {
 				t.Fatalf("after one read: %+v, want 10 values held in memory, %d stored", st, stored)
 			}
-			if held := counterValue(t, px.m.pxTransient.WithLabelValues("held")); held != 10 {
+			if held := px.Metrics().ProxyTransient["held"]; held != 10 {
 				t.Fatalf("proxy_transient_total{held} = %v, want 10", held)
 			}
 
@@ -59,7 +60,7 @@ func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
 				t.Fatalf("a held value was fetched again (%d fetches)", f.keys.Load())
 			}
 			waitFor(t, "admission of the values read twice", func() bool {
-				return counterValue(t, px.m.pxAdmissions.WithLabelValues("admitted")) == 3
+				return px.Metrics().ProxyAdmissions["admitted"] == 3
 			})
 			if st := px.ProxyStats(); st.TransientValues != 7 || st.CachedValues != stored+3 {
 				t.Fatalf("after the second read: %+v, want 7 held, %d stored", st, stored+3)
@@ -70,7 +71,7 @@ func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
 					t.Fatalf("%s read twice is not stored: %v", keys[i], err)
 				}
 			}
-			if a := counterValue(t, px.m.pxTransient.WithLabelValues("read_again")); a != 3 {
+			if a := px.Metrics().ProxyTransient["read_again"]; a != 3 {
 				t.Fatalf("proxy_transient_total{read_again} = %v, want 3", a)
 			}
 			mustVerify(t, px)
@@ -82,6 +83,7 @@ func TestProxyTransientOneHitCostsNoDiskWrite(t *testing.T) {
 // after its value was fetched is read as the new version; the held old
 // one is neither served nor stored.
 func TestProxyTransientHeldValueOfAnOldVersionIsNotServed(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{Logger: quietLogger()})
 	mustWrite(t, root, set("k", "old value"))
 	for i := 0; i < 5; i++ {
@@ -103,12 +105,13 @@ func TestProxyTransientHeldValueOfAnOldVersionIsNotServed(t *testing.T) {
 	if f.keys.Load() != 2 {
 		t.Fatalf("%d fetches, want 2 (each version once)", f.keys.Load())
 	}
-	if a := counterValue(t, px.m.pxTransient.WithLabelValues("read_again")); a != 0 {
+	if a := px.Metrics().ProxyTransient["read_again"]; a != 0 {
 		t.Fatalf("an old version was taken as read again (%v)", a)
 	}
 }
 
 func TestProxyTransientOptionValidated(t *testing.T) {
+	t.Parallel()
 	po := (&ProxyOptions{TransientBytes: -1}).withDefaults()
 	if err := po.validate(); err == nil {
 		t.Fatal("a negative transient tier was accepted")

@@ -40,6 +40,7 @@ func raftCommands() []RaftCommand {
 // same log (index and hash) and data; commands at or below the applied
 // Raft index are skipped, and no-op commands advance it.
 func TestApplyRaftIsDeterministic(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cmds := raftCommands()
 	a := openTest(t, Options{Now: func() time.Time { return time.Unix(1, 0) }})
@@ -121,6 +122,7 @@ func digestOf(t *testing.T, s *Store) Digest {
 }
 
 func TestResetRaft(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, Options{})
 	if _, err := s.ApplyRaft(ctx, raftCommands()); err != nil {
@@ -149,6 +151,7 @@ func TestResetRaft(t *testing.T) {
 // replicated from another node (Apply), which would fork its log from the
 // other members'.
 func TestRaftStoreRefusesOtherWrites(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, Options{})
 	if _, err := s.ApplyRaft(ctx, raftCommands()); err != nil {
@@ -180,6 +183,7 @@ func TestRaftStoreRefusesOtherWrites(t *testing.T) {
 // there only, and so did the retry of a batch ID whose outcome was
 // damaged: the members' logs forked.
 func TestRaftMemberStopsOnLocalDamage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	setup := []RaftCommand{
 		{RaftIndex: 1, Time: 1, Batch: Batch{Ops: []wal.Op{set("k", "v")}}},
@@ -231,13 +235,14 @@ func TestRaftMemberStopsOnLocalDamage(t *testing.T) {
 // seconds later is still recognised as applied, and does not overwrite the
 // newer value written in between.
 func TestFutureDatedProposalCannotBreakIdempotency(t *testing.T) {
+	t.Parallel()
 	const db = "future-dated"
 	ctx := t.Context()
 	s := openTest(t, Options{Name: db, IdempotencyWindow: 10 * time.Minute})
 	t0 := time.Now().UnixNano()
 	day := int64(24 * time.Hour)
 	write := Batch{Ops: []wal.Op{set("k", "old")}, ID: []byte("retried")}
-	clamped := counterValue(t, mClockClamped.WithLabelValues(db))
+	clamped := s.Metrics().EntryTimeClamped
 	cmds := []RaftCommand{
 		{RaftIndex: 1, Time: t0, Batch: write},
 		{RaftIndex: 2, Time: t0 + day, Heartbeat: true},
@@ -263,12 +268,13 @@ func TestFutureDatedProposalCannotBreakIdempotency(t *testing.T) {
 	if lag := s.AppliedTime().UnixNano() - t0; lag > 2*maxProposedClockStep {
 		t.Fatalf("log clock moved %v by two future-dated entries", time.Duration(lag))
 	}
-	if got := counterValue(t, mClockClamped.WithLabelValues(db)); got < clamped+2 {
+	if got := s.Metrics().EntryTimeClamped; got < clamped+2 {
 		t.Errorf("clamped entries counted %v -> %v", clamped, got)
 	}
 }
 
 func TestBoundTime(t *testing.T) {
+	t.Parallel()
 	step := maxProposedClockStep
 	for _, tc := range []struct {
 		name    string

@@ -47,9 +47,10 @@ func checkRetained(t *testing.T, s *Store) LogRange {
 }
 
 func TestRetentionByEntries(t *testing.T) {
+	t.Parallel()
 	const max = 10
 	s := openTest(t, Options{Name: "retain-entries", Retention: Retention{MaxEntries: max, MaxBytes: -1, MaxAge: -1}})
-	truncated := counterValue(t, mLogTruncated.WithLabelValues("retain-entries"))
+	truncated := s.Metrics().LogTruncatedEntries
 	for i := 1; i <= 35; i++ {
 		mustWrite(t, s, set("k", fmt.Sprint(i))) // one entry per block
 		lr := checkRetained(t, s)
@@ -57,7 +58,7 @@ func TestRetentionByEntries(t *testing.T) {
 			t.Fatalf("after %d entries the log holds %d..%d, want %d entries", i, lr.First, lr.Last, want)
 		}
 	}
-	if got := counterValue(t, mLogTruncated.WithLabelValues("retain-entries")) - truncated; got != 35-max {
+	if got := s.Metrics().LogTruncatedEntries - truncated; got != 35-max {
 		t.Fatalf("%v entries counted as truncated, want %d", got, 35-max)
 	}
 
@@ -86,6 +87,7 @@ func TestRetentionByEntries(t *testing.T) {
 }
 
 func TestRetentionByBytes(t *testing.T) {
+	t.Parallel()
 	const max = 16 << 10
 	s := openTest(t, Options{Retention: Retention{MaxEntries: -1, MaxBytes: max, MaxAge: -1}, Compression: wal.CompressZstd})
 	var block int64
@@ -133,6 +135,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // whose clock is far from the wall clock (here, 2001) keeps exactly the
 // entries younger than MaxAge by its own clock.
 func TestRetentionByAge(t *testing.T) {
+	t.Parallel()
 	clock := &fakeClock{t: time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)}
 	const maxAge = time.Hour
 	s := openTest(t, Options{Now: clock.Now, Retention: Retention{MaxEntries: -1, MaxBytes: -1, MaxAge: maxAge}})
@@ -165,6 +168,7 @@ func TestRetentionByAge(t *testing.T) {
 // honest time passing afterwards, entries older than MaxAge by that clock
 // are dropped and the younger ones kept.
 func TestRetentionByAgeIgnoresClockJump(t *testing.T) {
+	t.Parallel()
 	clocks := &fakeClocks{}
 	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	const maxAge = 2 * time.Hour
@@ -212,6 +216,7 @@ func TestRetentionByAgeIgnoresClockJump(t *testing.T) {
 // A replica whose clock is a day ahead of its root's keeps the log its
 // root keeps: the age of an entry is the log's, not the replica's.
 func TestRetentionByAgeOnReplicaAhead(t *testing.T) {
+	t.Parallel()
 	rootClock := &fakeClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
 	replicaClock := &fakeClock{t: rootClock.t.Add(24 * time.Hour)}
 	retention := Retention{MaxEntries: -1, MaxBytes: -1, MaxAge: time.Hour}
@@ -235,6 +240,7 @@ func TestRetentionByAgeOnReplicaAhead(t *testing.T) {
 // TestReadLogRanges: ReadLog returns exactly the requested range, whatever
 // blocks the entries are stored in, bounded by entries and by bytes.
 func TestReadLogRanges(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	for i := 0; i < 40; i++ {
 		mustWrite(t, root, setb(fmt.Sprintf("k%d", i%7), bytes.Repeat([]byte{byte(i)}, 10+i*3)))
@@ -326,6 +332,7 @@ func sameOps(a, b []wal.Op) bool {
 // group rewrote, and their records were left pointing into the dropped
 // block.)
 func TestRetentionKeepsValuesTheGroupOnlyRead(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("q"), 3000)
 	for _, how := range []string{"identical rewrite", "condition"} {
 		t.Run(how, func(t *testing.T) {
@@ -360,6 +367,7 @@ func TestRetentionKeepsValuesTheGroupOnlyRead(t *testing.T) {
 // stops there: the log record moves to that block, so it never points at
 // blocks the same batch deleted.
 func TestRetentionStopsAtUnreadableBlock(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retain-stop", Compression: wal.CompressNone, Retention: Retention{MaxEntries: 2, MaxBytes: -1, MaxAge: -1}})
 	mustWrite(t, s, set("a", "1"))
 	mustWrite(t, s, set("b", "2"))

@@ -7,8 +7,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -42,43 +40,6 @@ import (
 // Records: mrb<BE64 block> → retiredRecord; mretired → retiredTotals.
 // A count is only ever trusted to keep a block: before a block is deleted,
 // the records pointing into it are looked up again.
-
-var (
-	mRetiredBlocks = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "retired_log_blocks",
-		Help: "Log blocks dropped from the log but kept for the live values they hold."}, []string{"db"}))
-	mRetiredBytes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "retired_log_block_bytes",
-		Help: "Stored bytes of the retired log blocks (live values and garbage)."}, []string{"db"}))
-	mBlocksRetired = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_blocks_retired_total",
-		Help: "Log blocks retired by retention instead of having their live values copied out."}, []string{"db"}))
-	mRetiredFreed = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "retired_log_blocks_freed_total",
-		Help: "Retired log blocks deleted once less than half of them was live (the rest copied out)."}, []string{"db"}))
-	mHistoryRefs = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "history_log_references_total",
-		Help: "Overwritten or deleted values kept in the history as references to their log block instead of copies."}, []string{"db"}))
-	mRetiredRecounts = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "retired_log_block_recounts_total",
-		Help: "Retired block live counts found wrong when checked against the records (and corrected); above 0 is a bug."}, []string{"db"}))
-)
-
-// retiredMetrics are the retired-block collectors of one database.
-type retiredMetrics struct {
-	blocks, bytes            prometheus.Gauge
-	retired, freed, recounts prometheus.Counter
-	historyRefs              prometheus.Counter
-}
-
-func newRetiredMetrics(db string) *retiredMetrics {
-	l := prometheus.Labels{"db": db}
-	return &retiredMetrics{
-		blocks: mRetiredBlocks.With(l), bytes: mRetiredBytes.With(l),
-		retired: mBlocksRetired.With(l), freed: mRetiredFreed.With(l), recounts: mRetiredRecounts.With(l),
-		historyRefs: mHistoryRefs.With(l),
-	}
-}
 
 // retiredRecord counts the live values of one retired block.
 type retiredRecord struct {

@@ -54,6 +54,7 @@ func blockExists(t *testing.T, s *Store, b uint64) bool {
 // out; overwrites and deletes count them down; a block is deleted once
 // less than half of it is live, its last live values copied out then.
 func TestRetiredBlocks(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired", Compression: wal.CompressZstd, Retention: Retention{MaxEntries: 4}, History: noHistory})
 	// A replica follows entry by entry: it retires and frees blocks the
 	// same way and ends with the same data.
@@ -76,7 +77,7 @@ func TestRetiredBlocks(t *testing.T) {
 			t.Fatalf("entry %d at index %d", b, r.Index)
 		}
 	}
-	materialized := counterValue(t, s.m.materialized)
+	materialized := s.Metrics().ValuesMaterialized
 	recs, tot := retiredOnDisk(t, s)
 	if len(recs) != 2 || tot.blocks != 2 || materialized != 0 {
 		t.Fatalf("after 6 blocks with a 4-entry log: %d retired records %+v, totals %+v, %v values copied out", len(recs), recs, tot, materialized)
@@ -102,7 +103,7 @@ func TestRetiredBlocks(t *testing.T) {
 	if _, ok := recs[1]; ok || blockExists(t, s, 1) {
 		t.Fatalf("block 1, half live, still kept: %+v", recs[1])
 	}
-	if got := counterValue(t, s.m.materialized); got != materialized+2 {
+	if got := s.Metrics().ValuesMaterialized; got != materialized+2 {
 		t.Fatalf("%v values copied out, want 2", got-materialized)
 	}
 	for j := 2; j < 4; j++ {
@@ -111,13 +112,13 @@ func TestRetiredBlocks(t *testing.T) {
 		}
 	}
 	// Block 2: all four overwritten in one batch: deleted, nothing copied.
-	before := counterValue(t, s.m.materialized)
+	before := s.Metrics().ValuesMaterialized
 	var ops []wal.Op
 	for j := range 4 {
 		ops = append(ops, set(key(2, j), "new"))
 	}
 	mustWrite(t, s, ops...)
-	if blockExists(t, s, 2) || counterValue(t, s.m.materialized) != before {
+	if blockExists(t, s, 2) || s.Metrics().ValuesMaterialized != before {
 		t.Fatal("block 2, all overwritten, still kept or copied from")
 	}
 	recs, tot = retiredOnDisk(t, s)
@@ -151,6 +152,7 @@ func TestRetiredBlocks(t *testing.T) {
 // A retired block's count that is too low is caught before the block is
 // deleted: the records are counted again and the block kept.
 func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired-recount", Retention: Retention{MaxEntries: 2}, History: noHistory})
 	mustWrite(t, s, setb("a", pattern(1, 1500)), setb("b", pattern(2, 4000)))
 	for i := range 3 {
@@ -167,7 +169,7 @@ func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
 	if rep, err := s.Verify(); err != nil || rep.Clean() {
 		t.Fatalf("verify missed the wrong count: %v %+v", err, rep)
 	}
-	recounts := counterValue(t, newRetiredMetrics(s.Name()).recounts)
+	recounts := s.Metrics().RetiredRecounts
 	// Overwriting a brings the count to 0: the block must not go, b lives
 	// in it.
 	mustWrite(t, s, set("a", "small"))
@@ -177,7 +179,7 @@ func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
 	if v, _, ok := get(t, s, "b"); !ok || v != string(pattern(2, 4000)) {
 		t.Fatalf("b reads %d bytes (found %v)", len(v), ok)
 	}
-	if counterValue(t, newRetiredMetrics(s.Name()).recounts) != recounts+1 {
+	if s.Metrics().RetiredRecounts != recounts+1 {
 		t.Fatal("recount not counted")
 	}
 	mustVerify(t, s)
@@ -185,6 +187,7 @@ func TestRetiredCountCheckedBeforeDelete(t *testing.T) {
 
 // Verify reports retired block records that disagree with the database.
 func TestVerifyRetiredProblems(t *testing.T) {
+	t.Parallel()
 	for _, damage := range []string{"record without block", "count", "totals", "block without record"} {
 		t.Run(damage, func(t *testing.T) {
 			s := openTest(t, Options{Name: "retired-verify", Retention: Retention{MaxEntries: 1}})
@@ -230,6 +233,7 @@ func TestVerifyRetiredProblems(t *testing.T) {
 // exactly the writes up to its applied index, which covers every
 // acknowledged one.
 func TestPowerLossRetiredBlocks(t *testing.T) {
+	t.Parallel()
 	rounds := 12
 	if testing.Short() {
 		rounds = 3
@@ -344,6 +348,7 @@ func touched(ops []wal.Op, k string) bool {
 // Two sets of one key in one batch: only the last one's value is live in
 // the block, and the block's count says so.
 func TestRetiredBlockKeyTwiceInAnEntry(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired-twice", Retention: Retention{MaxEntries: 1}})
 	mustWrite(t, s, setb("k", pattern(1, 3000)), setb("k", pattern(2, 3500)), setb("j", pattern(3, 3000)))
 	mustWrite(t, s, set("f", "x"))
@@ -361,6 +366,7 @@ func TestRetiredBlockKeyTwiceInAnEntry(t *testing.T) {
 // freed (here: gone from the database) does not keep the other blocks
 // the same group counted down from being settled.
 func TestRetiredSettleGoesPastABadBlock(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "retired-bad", Retention: Retention{MaxEntries: 2}, History: noHistory, Logger: quietLogger()})
 	mustWrite(t, s, setb("a", pattern(1, 3000)), setb("b", pattern(2, 3000))) // block 1
 	mustWrite(t, s, setb("c", pattern(3, 3000)), setb("d", pattern(4, 3000))) // block 2

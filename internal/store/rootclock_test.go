@@ -8,6 +8,7 @@ import (
 )
 
 func TestRootClockStamp(t *testing.T) {
+	t.Parallel()
 	const sec = int64(time.Second)
 	const t0 = int64(1_700_000_000) * sec
 	day := 24 * 3600 * sec
@@ -52,12 +53,13 @@ func (f *fakeClocks) options(o Options) Options { o.Now, o.Elapsed = f.now, f.si
 // retention stays, while outcomes and versions older than the window (by
 // real time) still expire.
 func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
+	t.Parallel()
 	clocks := &fakeClocks{}
 	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	const window = 2 * time.Hour
 	s := openTest(t, clocks.options(Options{Name: "root-clock-jump", IdempotencyWindow: window,
 		History: HistoryOptions{Retention: window}, Logger: quietLogger()}))
-	clamped := counterValue(t, mClockClamped.WithLabelValues(s.Name()))
+	clamped := s.Metrics().EntryTimeClamped
 
 	// Older than the window once 2.5 h of real time have passed.
 	if _, err := writeID(t, s, "old", nil, set("g", "1")); err != nil {
@@ -86,7 +88,7 @@ func TestRootClockJumpExpiresNothingEarly(t *testing.T) {
 	if ahead := s.AppliedTime().Sub(time.Unix(0, clocks.wall.Load())); ahead > -23*time.Hour {
 		t.Fatalf("log clock %v from the jumped wall clock: the jump moved it", ahead)
 	}
-	if got := counterValue(t, mClockClamped.WithLabelValues(s.Name())); got <= clamped {
+	if got := s.Metrics().EntryTimeClamped; got <= clamped {
 		t.Errorf("bounded stamps not counted: %v -> %v", clamped, got)
 	}
 
@@ -149,7 +151,7 @@ func TestRootClockAheadAtRestart(t *testing.T) {
 
 	clocks.jump(24 * time.Hour)
 	s = openTest(t, o)
-	clamped := counterValue(t, mClockClamped.WithLabelValues(s.Name()))
+	clamped := s.Metrics().EntryTimeClamped
 	clocks.pass(10 * time.Second)
 	at := mustWrite(t, s, set("other", "x"))
 	got := s.AppliedTime().UnixNano()
@@ -157,7 +159,7 @@ func TestRootClockAheadAtRestart(t *testing.T) {
 		t.Fatalf("first entry %d after a restart with the clock a day ahead dated %v past the last, want at most %v",
 			at.Index, time.Duration(got-last), time.Duration(limit-last))
 	}
-	if c := counterValue(t, mClockClamped.WithLabelValues(s.Name())); c <= clamped {
+	if c := s.Metrics().EntryTimeClamped; c <= clamped {
 		t.Errorf("bounded stamp not counted: %v -> %v", clamped, c)
 	}
 	r, err := writeID(t, s, "retried", nil, set("k", "first"))
@@ -183,7 +185,7 @@ func TestProposalTimeBounded(t *testing.T) {
 	s := openTest(t, clocks.options(Options{Name: "proposal-clock", Logger: quietLogger()}))
 	mustWrite(t, s, set("k", "v"))
 	last := s.AppliedTime().UnixNano()
-	clamped := counterValue(t, mClockClamped.WithLabelValues(s.Name()))
+	clamped := s.Metrics().EntryTimeClamped
 
 	day := 24 * time.Hour
 	if got := s.ProposalTime(time.Unix(0, last).Add(day), time.Minute); got != last {
@@ -192,7 +194,7 @@ func TestProposalTimeBounded(t *testing.T) {
 	if got := s.ProposalTime(time.Unix(0, last).Add(day), time.Minute+16*time.Second); got != last+17*sec {
 		t.Fatalf("16 s later, still a day ahead: %v past the log, want 17s", time.Duration(got-last))
 	}
-	if c := counterValue(t, mClockClamped.WithLabelValues(s.Name())); c != clamped+2 {
+	if c := s.Metrics().EntryTimeClamped; c != clamped+2 {
 		t.Errorf("bounded proposals counted %v, want %v", c, clamped+2)
 	}
 	in := time.Unix(0, last).Add(20 * time.Second)

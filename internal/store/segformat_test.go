@@ -9,6 +9,7 @@ import (
 // header of format 1 still decodes, one of a format this build does not
 // know, or without the magic, is refused as corrupt.
 func TestSegmentHeaderFormat(t *testing.T) {
+	t.Parallel()
 	h := segHeader(3, 4096)[frameHeader:]
 	format, prev, err := decodeSegHeader(h)
 	if err != nil || format != segFormat || prev != (segTail{seq: 3, off: 4096}) {

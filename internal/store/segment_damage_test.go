@@ -25,6 +25,7 @@ import (
 // then checks that the write is either replayed with its outcome or not
 // at all.
 func TestSegmentTornBatchIDFrame(t *testing.T) {
+	t.Parallel()
 	const page = 4096
 	s, fs, mem, o := openFaulty(t, "seg-torn-ids")
 	defer s.Close()
@@ -130,6 +131,7 @@ func TestSegmentTornBatchIDFrame(t *testing.T) {
 // should refuse to open, as it does for a damaged block below a synced
 // end.
 func TestSegmentDamagedHeaderKeepsLaterSegments(t *testing.T) {
+	t.Parallel()
 	var seqs []uint64
 	o := powerLossImage(t, "seg-bad-header", 20, 16<<10, func(s *Store, _ []WriteResult) {
 		var err error
@@ -152,6 +154,7 @@ func TestSegmentDamagedHeaderKeepsLaterSegments(t *testing.T) {
 // after the damaged frame that is later in the log shows damage, and the
 // store should refuse to open.
 func TestSegmentDamagedBlockInLastSegment(t *testing.T) {
+	t.Parallel()
 	var ref blockRef
 	o := powerLossImage(t, "seg-bad-block", 10, 0, func(s *Store, writes []WriteResult) {
 		ref = segmentRef(t, s, writes[3].Index)
@@ -167,6 +170,7 @@ func TestSegmentDamagedBlockInLastSegment(t *testing.T) {
 // ID frame went before its block have it after the block; a replay still
 // restores those outcomes.
 func TestSegmentOldIDFrameOrder(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("seg-old-ids", mem)
 	s, err := Open(o)
@@ -232,6 +236,7 @@ func TestSegmentOldIDFrameOrder(t *testing.T) {
 // segment, with every acknowledged write. A later segment shows it is
 // damage: the store should refuse to open.
 func TestSegmentDamagedFirstHeader(t *testing.T) {
+	t.Parallel()
 	var seqs []uint64
 	o := powerLossImage(t, "seg-bad-first-header", 20, 16<<10, func(s *Store, _ []WriteResult) {
 		var err error

@@ -39,6 +39,7 @@ func crashOptions(name string, mem *vfs.MemFS) Options {
 // has segments (writeOptions: segmented groups are NoSync even when no
 // block was appended), so a power loss brings the old Raft index back.
 func TestSegmentFaultResetRaftDurable(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review-resetraft", mem)
 	s, err := Open(o)
@@ -68,6 +69,7 @@ func TestSegmentFaultResetRaftDurable(t *testing.T) {
 // neither in a segment nor synced in Pebble: after a power loss a retry
 // of the batch is applied again over a later write.
 func TestSegmentFaultNoopBatchIDDurable(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review-noopid", mem)
 	s, err := Open(o)
@@ -107,6 +109,7 @@ func expectRetryDuplicate(t *testing.T, s *Store, b Batch, key string) {
 // and the failed write appears (docs: "blocks abandoned after a failed
 // fsync are never replayed").
 func TestSegmentFaultFailedSyncNotReplayed(t *testing.T) {
+	t.Parallel()
 	s, _, o, a := writeThenFailSync(t, "review-syncfail", false)
 	if err := s.Close(); err != nil {
 		t.Logf("close: %v", err)
@@ -154,6 +157,7 @@ func appendSyncedGroup(t *testing.T, s *Store, op wal.Op) wal.Entry {
 // so the test does on the committer's behalf (the committer idle) what
 // commit does in that case: append, sync, fail.
 func TestSegmentFaultBatchFailureAfterSegmentSync(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("review-batchfail", mem)
 	s, err := Open(o)
@@ -191,6 +195,7 @@ func TestSegmentFaultBatchFailureAfterSegmentSync(t *testing.T) {
 // committer's behalf what commit does: append, sync, then (here after the
 // checkpoint) fail.
 func TestCheckpointExcludesGroupInFlight(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("ckpt-inflight", mem)
 	s, err := Open(o)
@@ -233,6 +238,7 @@ func TestCheckpointExcludesGroupInFlight(t *testing.T) {
 // answered "duplicate, applied at index i" although index i holds another
 // write: the client's write is lost.
 func TestSegmentFaultFailedWriteIDsFrameAdopted(t *testing.T) {
+	t.Parallel()
 	s, fs, mem, o := openFaulty(t, "review-writefail")
 	mustWrite(t, s, set("a", "1"))
 	fs.failWrite.Store(true)
@@ -261,6 +267,7 @@ func TestSegmentFaultFailedWriteIDsFrameAdopted(t *testing.T) {
 // While it waits (up to 100 ms a round) the collector holds segments.mu,
 // which every append takes: writes stall behind it (logged).
 func TestSegmentFaultCollectionAfterSlowReader(t *testing.T) {
+	t.Parallel()
 	o := Options{Name: "review-slowreader", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
@@ -294,6 +301,7 @@ func TestSegmentFaultCollectionAfterSlowReader(t *testing.T) {
 // the index the root then gives to another write: the replica diverges
 // (serves a value the root rejected, then refuses the root's entries).
 func TestSegmentFaultCheckpointAfterFailedSync(t *testing.T) {
+	t.Parallel()
 	s, mem, o, a := writeThenFailSync(t, "review-ckpt-syncfail", false)
 	defer s.Close()
 	if _, err := s.Checkpoint("/data/ckpt"); err != nil {
@@ -324,6 +332,7 @@ func TestSegmentFaultCheckpointAfterFailedSync(t *testing.T) {
 // without reusing indexes); the error says it is corruption, and verify
 // reports it.
 func TestSegmentTailRecordCorrupt(t *testing.T) {
+	t.Parallel()
 	o := Options{Name: "seg-badtail", Dir: t.TempDir(), Logger: quietLogger()}
 	s := openTest(t, o)
 	mustWrite(t, s, set("a", "1"))
@@ -337,6 +346,7 @@ func TestSegmentTailRecordCorrupt(t *testing.T) {
 // the store does not open, rather than stop the replay there and remove
 // the later segments, which hold acknowledged writes.
 func TestSegmentSyncedBlockDamaged(t *testing.T) {
+	t.Parallel()
 	var ref blockRef
 	o := powerLossImage(t, "seg-synced-damage", 20, 16<<10, func(s *Store, writes []WriteResult) {
 		ref = segmentRef(t, s, writes[0].Index)
@@ -353,6 +363,7 @@ func TestSegmentSyncedBlockDamaged(t *testing.T) {
 // did not survive, verify counts the blocks the next open replays from
 // the segments, and finds nothing wrong; after the open, there are none.
 func TestVerifySegmentTail(t *testing.T) {
+	t.Parallel()
 	var last WriteResult
 	o := powerLossImage(t, "seg-verify-tail", 20, 16<<10, func(s *Store, writes []WriteResult) { last = writes[len(writes)-1] })
 	rep, err := Verify(o)
@@ -451,6 +462,7 @@ func expectRefused(t *testing.T, o Options, damage string) {
 // the group normally, then marks it in flight again until the checkpoint
 // has started.
 func TestCheckpointHoldsGroupCommittedNotYetDone(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := crashOptions("ckpt-committed", mem)
 	s, err := Open(o)
@@ -534,6 +546,7 @@ func checkpointInFlight(s *Store, dir string, settle func()) (Head, error) {
 // it states: the acknowledged write after the failure was lost. The
 // current segment now takes no more blocks after such a failure.
 func TestSegmentFaultRotateFailsAfterHeader(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	fs := &faultFS{FS: mem}
 	o := crashOptions("seg-rotate-fails", mem)

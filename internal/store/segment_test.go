@@ -16,6 +16,7 @@ import (
 )
 
 func TestBlockRefRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := blockRef{seq: 7, off: 1 << 40, n: 81920, payloadAt: 17}
 	got, ok, err := decodeBlockRef(r.encode(nil))
 	if err != nil || !ok || got != r {
@@ -41,6 +42,7 @@ func TestBlockRefRoundTrip(t *testing.T) {
 }
 
 func TestSegTailRoundTrip(t *testing.T) {
+	t.Parallel()
 	tl := segTail{seq: 3, off: 12345}
 	if got, err := decodeSegTail(tl.encode()); err != nil || got != tl {
 		t.Fatalf("%+v %v", got, err)
@@ -55,6 +57,7 @@ func TestSegTailRoundTrip(t *testing.T) {
 // TestReadGate: quiesce waits for the readers that entered before it, not
 // for those that enter after, and gives up on a reader that stays.
 func TestReadGate(t *testing.T) {
+	t.Parallel()
 	var g readGate
 	quit := make(chan struct{})
 	if !g.quiesce(time.Second, quit) {
@@ -85,11 +88,12 @@ func TestReadGate(t *testing.T) {
 // segments fill, new ones open, and those no block key points into any
 // more are removed; every value stays readable, through restarts.
 func TestSegmentRotationAndCollection(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-rotate", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 8, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 5 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
-	created := counterValue(t, s.m.segmentsCreated)
+	created := s.Metrics().LogSegmentEvents["created"]
 	// A value never rewritten keeps its block, retired, and its segment.
 	mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
 	const n = 300
@@ -98,11 +102,11 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 		// with nothing live, and their segments go.
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 3000)))
 	}
-	if got := counterValue(t, s.m.segmentsCreated) - created; got < 20 {
+	if got := s.Metrics().LogSegmentEvents["created"] - created; got < 20 {
 		t.Fatalf("%v segments created for %d kB", got, n*3)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for counterValue(t, s.m.segmentsRemoved) == 0 {
+	for s.Metrics().LogSegmentEvents["removed"] == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no segment removed")
 		}
@@ -250,6 +254,7 @@ func writeThenFailSync(t *testing.T, name string, noNewSegment bool) (*Store, *v
 // blocks end; a restart before one is created must still not replay the
 // abandoned block, whose write was answered with an error.
 func TestSegmentFailNoNewSegment(t *testing.T) {
+	t.Parallel()
 	s, mem, o, a := writeThenFailSync(t, "seg-fail-nonew", true)
 	if _, err := writeBatch(t.Context(), s, setb("c", pattern(3, 2000))); err == nil {
 		t.Fatal("a write succeeded with no segment to write to")
@@ -277,6 +282,7 @@ func TestSegmentFailNoNewSegment(t *testing.T) {
 // acknowledged block, never the abandoned one, even though the abandoned
 // one reached the disk whole.
 func TestSegmentSyncFailure(t *testing.T) {
+	t.Parallel()
 	s, mem, o, a := writeThenFailSync(t, "seg-syncfail", false)
 	if _, _, ok := get(t, s, "b"); ok {
 		t.Fatal("the failed write is visible")
@@ -288,15 +294,14 @@ func TestSegmentSyncFailure(t *testing.T) {
 	if ref := segmentRef(t, s, b2.Index); ref.seq != segmentRef(t, s, a.Index).seq+1 {
 		t.Fatalf("block after a failed fsync in segment %d, want a new one", ref.seq)
 	}
-	failures := counterValue(t, s.m.segmentFailures)
+	failures := s.Metrics().LogSegmentEvents["failed"]
 	if failures < 1 {
 		t.Fatal("segment failure not counted")
 	}
 	// Power loss: only what was synced survives; Pebble synced nothing
 	// since the database was created.
-	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
 	s2 := crashReopen(t, s, mem, o)
-	if got := counterValue(t, mReplayed.WithLabelValues(o.Name)) - replayed; got != 2 {
+	if got := s2.Metrics().LogReplayedEntries; got != 2 {
 		t.Fatalf("%v entries replayed, want 2", got)
 	}
 	if s2.AppliedIndex() != b2.Index {
@@ -321,6 +326,7 @@ func TestSegmentSyncFailure(t *testing.T) {
 // segment whose creation a crash interrupted) are ignored at open and
 // overwritten; nothing acknowledged is lost.
 func TestSegmentTornTail(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-torn", Dir: dir, Compression: wal.CompressNone, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -377,18 +383,19 @@ func TestSegmentTornTail(t *testing.T) {
 // the block's frame check: the log read fails with ErrCorrupt and Verify
 // names the block.
 func TestSegmentBlockDamaged(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "seg-damaged", Compression: wal.CompressNone})
 	mustWrite(t, s, set("a", "1"))
 	r := mustWrite(t, s, set("b", "2"))
 	mustWrite(t, s, set("c", "3"))
 	flipSegmentByte(t, s, r.Index, 3)
-	before := integrityErrors(t, "seg-damaged", "log_block")
+	before := integrityErrors(s, "log_block")
 	if _, err := s.ReadLog(r.Index, 10, 1<<20); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("ReadLog of a damaged block: %v", err)
 	}
 	// Counted, as a block that fails to decode is: a source hitting it
 	// only ends the stream, which says nothing about the damage.
-	if got := integrityErrors(t, "seg-damaged", "log_block"); got != before+1 {
+	if got := integrityErrors(s, "log_block"); got != before+1 {
 		t.Errorf("log_block integrity errors %v -> %v", before, got)
 	}
 	rep, err := s.Verify()
@@ -403,6 +410,7 @@ func TestSegmentBlockDamaged(t *testing.T) {
 // TestSegmentMissing: a store whose segment holding the log tail is gone
 // does not open (it would reuse indexes); the error says which.
 func TestSegmentMissing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-missing", Dir: dir, Logger: quietLogger()}
 	s := openTest(t, o)
@@ -421,6 +429,7 @@ func TestSegmentMissing(t *testing.T) {
 // write cleanly (507 upstream), reads go on, and writes resume when space
 // returns; nothing stored is damaged.
 func TestDiskFullInSegment(t *testing.T) {
+	t.Parallel()
 	fs := newQuotaFS(vfs.NewMem(), 1<<30)
 	o := Options{Name: "seg-full", Dir: "/db", FS: fs, MinFreeBytes: 1, BallastBytes: -1,
 		Compression: wal.CompressNone, Logger: quietLogger(), segmentBytes: 1 << 20}
@@ -456,6 +465,7 @@ func TestDiskFullInSegment(t *testing.T) {
 // TestNoSegmentsForUnsyncedGroups: Raft commands (made durable by the
 // Raft log) keep their blocks in Pebble.
 func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "seg-raft"})
 	c := &committer{s: s}
 	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
@@ -478,6 +488,7 @@ func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
 // Pebble batch a power loss took is restored by the replay, so a retry of
 // it is answered with the first outcome, not applied again.
 func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
+	t.Parallel()
 	mem := vfs.NewCrashableMem()
 	o := Options{Name: "seg-ids", Dir: "/data/db", FS: mem, MinFreeBytes: 1, BallastBytes: -1,
 		Logger: quietLogger(), collectEvery: time.Hour}
@@ -489,9 +500,8 @@ func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replayed := counterValue(t, mReplayed.WithLabelValues(o.Name))
 	s2 := crashReopen(t, s, mem, o)
-	if counterValue(t, mReplayed.WithLabelValues(o.Name)) == replayed {
+	if s2.Metrics().LogReplayedEntries == 0 {
 		t.Fatal("nothing replayed: the test does not reach the replay")
 	}
 	mustWrite(t, s2, set("k", "2"))
@@ -509,6 +519,7 @@ func TestSegmentReplayKeepsBatchIDs(t *testing.T) {
 }
 
 func TestBatchIDFrame(t *testing.T) {
+	t.Parallel()
 	ids := map[string]batchOutcome{"a": {index: 7, time: 99, changed: true}, "bb": {index: 8, time: 100}}
 	enc := encodeIDs(nil, 42, ids)
 	binary.LittleEndian.PutUint32(enc[idsCRCAt:], 0xfeedbeef) // as append does
@@ -532,6 +543,7 @@ func TestBatchIDFrame(t *testing.T) {
 // own with every value, and is not changed by the source writing on,
 // removing and recycling segments afterwards.
 func TestCheckpointHoldsSegments(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	o := Options{Name: "seg-checkpoint", Dir: dir + "/src", Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 16 << 10, collectEvery: 2 * time.Millisecond}
@@ -546,14 +558,14 @@ func TestCheckpointHoldsSegments(t *testing.T) {
 	}
 	// The source goes on: its old segments are removed, and recycled
 	// unless the checkpoint links them.
-	recycled := counterValue(t, s.m.segmentsRecycled)
+	recycled := s.Metrics().LogSegmentEvents["recycled"]
 	for i := 40; i < 400; i++ {
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%10), pattern(i, 2000)))
 		if i%5 == 0 {
 			time.Sleep(3 * time.Millisecond) // the collector's turn
 		}
 	}
-	if counterValue(t, s.m.segmentsRecycled) == recycled {
+	if s.Metrics().LogSegmentEvents["recycled"] == recycled {
 		t.Fatal("no segment recycled: the test does not reach recycling")
 	}
 	s.Close()
@@ -575,6 +587,7 @@ func TestCheckpointHoldsSegments(t *testing.T) {
 // segment removed, instead of being kept whole for as long as the value
 // lives.
 func TestSegmentCompaction(t *testing.T) {
+	t.Parallel()
 	o := Options{Name: "seg-compact", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
 		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: 2 * time.Millisecond, History: noHistory}
 	s := openTest(t, o)
@@ -585,8 +598,8 @@ func TestSegmentCompaction(t *testing.T) {
 	}
 	pinned := mustWrite(t, s, setb("pinned", pattern(-1, 3000)))
 	seq := segmentRef(t, s, pinned.Index).seq
-	compacted := counterValue(t, s.m.segmentsCompacted)
-	materialized := counterValue(t, s.m.materialized)
+	compacted := s.Metrics().LogSegmentEvents["compacted"]
+	materialized := s.Metrics().ValuesMaterialized
 	deadline := time.Now().Add(60 * time.Second)
 	for i := 0; ; i++ {
 		mustWrite(t, s, setb(fmt.Sprintf("k%d", i%4), pattern(i, 3000)))
@@ -600,7 +613,7 @@ func TestSegmentCompaction(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
-	if counterValue(t, s.m.segmentsCompacted) == compacted || counterValue(t, s.m.materialized) == materialized {
+	if s.Metrics().LogSegmentEvents["compacted"] == compacted || s.Metrics().ValuesMaterialized == materialized {
 		t.Fatal("segment removed without a compaction")
 	}
 	raw, err := decodeRecord(rawGet(t, s, dataKey(nil, []byte("pinned"))))
@@ -620,6 +633,7 @@ func TestSegmentCompaction(t *testing.T) {
 }
 
 func TestSparseSegment(t *testing.T) {
+	t.Parallel()
 	each := func(n int64) func(uint64) int64 { return func(uint64) int64 { return n } }
 	used := map[uint64]segUse{1: {1, 100}, 2: {5, 5000}, 3: {1, 50}, 7: {1, 10}, 9: {1, 10}}
 	// 3 is the sparsest below both the tail (9) and the log (7).
@@ -643,6 +657,7 @@ func TestSparseSegment(t *testing.T) {
 // TestSegmentCapacityGrows: a store's first segment is small, and each
 // next one twice the last, up to the configured size.
 func TestSegmentCapacityGrows(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "seg-grow", Compression: wal.CompressNone, Logger: quietLogger(), segmentBytes: 256 << 10})
 	var caps []int64
 	var seq uint64
@@ -668,6 +683,7 @@ func TestSegmentCapacityGrows(t *testing.T) {
 // values a run (one block past it at most), and never fewer than one
 // block, however large.
 func TestCompactionTakes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		blocks int
 		live   int64

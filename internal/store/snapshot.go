@@ -18,11 +18,11 @@ import (
 // milliseconds, and once made it pins nothing in the live database: the
 // files are read like any others, with no read transaction held open.
 //
-// On the receiving side a snapshot is downloaded into StagingDir(dir),
-// synced, renamed to ReadyDir(dir) (the commit point) and installed by
-// Replace, or by the next Open after a crash. Installing renames dir to
-// dir+".old", ReadyDir to dir, and removes the old directory once the new
-// database has opened.
+// On the receiving side (bootstrap.go) a snapshot is downloaded into
+// StagingDir(dir), synced, renamed to ReadyDir(dir) (the commit point)
+// and installed by Replace, or by the next Open after a crash. Installing
+// renames dir to dir+".old", ReadyDir to dir, and removes the old
+// directory once the new database has opened.
 
 // StagingDir is where a snapshot of the database in dir is downloaded.
 func StagingDir(dir string) string { return dir + ".bootstrap" }

@@ -46,6 +46,7 @@ func copyDir(t *testing.T, from, to string) {
 }
 
 func TestCheckpointIsConsistentAndReplaceInstallsIt(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{ChunkBytes: 1024})
 	rootHistory(t, root, 60)
 	cp := filepath.Join(t.TempDir(), "cp")
@@ -103,6 +104,7 @@ func TestCheckpointIsConsistentAndReplaceInstallsIt(t *testing.T) {
 }
 
 func TestReplaceRefusesWrongSnapshots(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	rootHistory(t, root, 20)
 	old := filepath.Join(t.TempDir(), "old")
@@ -159,6 +161,7 @@ func TestReplaceRefusesWrongSnapshots(t *testing.T) {
 // Readers never fail and never see the index go back while a snapshot is
 // swapped in under them.
 func TestReplaceUnderConcurrentReaders(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	for i := range 200 {
 		mustWrite(t, root, setb("k"+string(rune('a'+i%26)), pattern(i, 100+i)))
@@ -235,6 +238,7 @@ func TestReplaceUnderConcurrentReaders(t *testing.T) {
 // A crash at any step of an install leaves either the old or the new
 // database, never neither; the next Open finishes the job.
 func TestInstallRecoversAfterCrash(t *testing.T) {
+	t.Parallel()
 	root := openTest(t, Options{})
 	rootHistory(t, root, 20)
 	cp := filepath.Join(t.TempDir(), "cp")
@@ -303,6 +307,7 @@ var _ = wal.OpSet
 // database removed them: on a source no replica bootstraps from again,
 // never. The next Open removes them.
 func TestOpenRemovesCheckpointsLeftBehind(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "db")
 	s := openTest(t, Options{Dir: dir})
 	rootHistory(t, s, 20)
@@ -328,6 +333,7 @@ func TestOpenRemovesCheckpointsLeftBehind(t *testing.T) {
 // is met on purpose by TestCheckpointHoldsGroupCommittedNotYetDone; random
 // timing here rarely hits it.
 func TestCheckpointsUnderWrites(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Logger: quietLogger()})
 	type ack struct {
 		key  string

@@ -124,6 +124,7 @@ func Open(o Options) (*Store, error) {
 		ballast: o.FS.PathJoin(o.Dir, "BALLAST"),
 	}
 	s.mu.changed = make(chan struct{})
+	s.m = newStoreMetrics()
 	if o.Proxy != nil {
 		s.px = newProxyState(*o.Proxy)
 	}
@@ -138,8 +139,6 @@ func Open(o Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s in %s: %w", o.Name, o.Dir, inUse(o.Dir, err))
 	}
 	s.db = db
-	s.m = newStoreMetrics(o.Name)
-	s.m.initErrorSeries()
 	s.cache = newReadCache(o.ReadCacheBytes, s.m)
 	if err := s.loadMeta(); err != nil {
 		db.Close()
@@ -167,7 +166,7 @@ func Open(o Options) (*Store, error) {
 		close(s.stopped)
 	}
 	s.m.applied.Set(float64(s.applied.Load()))
-	engine.add(s)
+	openStores.add(s)
 	return s, nil
 }
 
@@ -192,7 +191,7 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 		Logger:             pebbleLogger{o.Logger.With("db", o.Name)},
 		MemTableSize:       memTableBytes,
 	}
-	el := pebble.TeeEventListener(*stallListener(o.Name), *damageListener(o.Name, o.Logger))
+	el := pebble.TeeEventListener(*stallListener(s.m), *damageListener(o.Name, s.m, o.Logger))
 	popts.EventListener = &el
 	// Values of 1 KiB and more go to blob files: compactions move
 	// references instead of rewriting them, which keeps write
@@ -400,7 +399,8 @@ func (s *Store) Close() error {
 	s.mu.closed = true
 	s.closed.Store(true)
 	s.mu.Unlock()
-	engine.remove(s) // waits for a scrape under way
+	openStores.remove(s) // waits for GoHeapEngineBytes under way
+	s.m.closing()        // and for a Metrics call
 	close(s.quit)
 	s.bg.Wait()
 	<-s.stopped

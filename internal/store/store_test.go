@@ -57,6 +57,7 @@ func get(t *testing.T, s *Store, k string) (string, uint64, bool) {
 }
 
 func TestWriteReadDeleteAndNoop(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	r := mustWrite(t, s, set("a", "1"), set("b", "2"))
 	if r.Index != 1 || !r.Changed {
@@ -94,6 +95,7 @@ func TestWriteReadDeleteAndNoop(t *testing.T) {
 }
 
 func TestConditions(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	ctx := context.Background()
 	if _, err := s.Write(ctx, Batch{Ops: []wal.Op{set("k", "1")}, Conds: []Cond{{Key: []byte("k"), Index: 0}}}); err != nil {
@@ -112,6 +114,7 @@ func TestConditions(t *testing.T) {
 }
 
 func TestChunkedValues(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{ChunkBytes: 1024})
 	big := bytes.Repeat([]byte("0123456789"), 1000) // 10 chunks
 	mustWrite(t, s, wal.Op{Type: wal.OpSet, Key: []byte("big"), Value: big})
@@ -138,6 +141,7 @@ func TestChunkedValues(t *testing.T) {
 }
 
 func TestConcurrentWritersGroupCommit(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	var wg sync.WaitGroup
 	const writers, per = 8, 50
@@ -184,6 +188,7 @@ func TestConcurrentWritersGroupCommit(t *testing.T) {
 }
 
 func TestReopenKeepsState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s, err := Open(Options{Dir: dir, MinFreeBytes: 1, BallastBytes: -1})
 	if err != nil {
@@ -208,6 +213,7 @@ func TestReopenKeepsState(t *testing.T) {
 }
 
 func TestEmptyValueRewriteIsNoop(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	mustWrite(t, s, set("e", ""))
 	if r := mustWrite(t, s, set("e", "")); r.Changed {
@@ -220,6 +226,7 @@ func TestEmptyValueRewriteIsNoop(t *testing.T) {
 }
 
 func TestNoopDetectionFollowsTheBatch(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	// Set then delete of a new key: the delete is not a no-op.
 	mustWrite(t, s, set("n", "1"), del("n"))

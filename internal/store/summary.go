@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -32,11 +30,6 @@ import (
 // block from the log (a retired block has its retiredRecord instead).
 // Blocks written before summaries existed, or whose summary fails its
 // CRC, are read back as before.
-
-var mBlocksDropped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: metrics.Namespace, Subsystem: subsystem, Name: "log_blocks_dropped_total",
-	Help: "Log blocks retention dropped from the log (deleted or retired), by what it read to do so: " +
-		"summary, or block (written before summaries existed, or a damaged summary)."}, []string{"db", "by"}))
 
 // blockSummary is a decoded summary record.
 type blockSummary struct {

@@ -26,6 +26,7 @@ func summaryOnDisk(t *testing.T, s *Store, block uint64) []byte {
 // Every block is committed with a summary that agrees with it; a damaged
 // summary does not decode.
 func TestBlockSummary(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "summary"})
 	r := mustWrite(t, s, setb("big-a", pattern(1, 3000)), set("small", "x"), setb("big-b", pattern(2, 2000)))
 	mustWrite(t, s, setb("big-a", pattern(3, 1500))) // a new block
@@ -80,6 +81,7 @@ func TestBlockSummary(t *testing.T) {
 // reads their summaries or, for blocks without one (written before
 // summaries existed) or with a damaged one, the blocks themselves.
 func TestRetentionWithAndWithoutSummaries(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"summary", "missing", "damaged"} {
 		t.Run(mode, func(t *testing.T) {
 			s := openTest(t, Options{Name: "summary-" + mode, Retention: Retention{MaxEntries: 3}, History: noHistory})
@@ -90,7 +92,7 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 			mustWrite(t, s, setb("a0", val("a0")), setb("a1", val("a1")))
 			mustWrite(t, s, setb("b0", val("b0")), setb("b1", val("b1")))
 			mustWrite(t, s, set("a0", "small"))
-			integrity := counterValue(t, s.m.integrityErrors.WithLabelValues("block_summary"))
+			integrity := s.Metrics().IntegrityErrors["block_summary"]
 			for _, b := range []uint64{1, 2} {
 				switch mode {
 				case "missing":
@@ -105,23 +107,23 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 					}
 				}
 			}
-			materialized := counterValue(t, s.m.materialized)
-			bySummary := counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "summary"))
-			byBlock := counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "block"))
+			materialized := s.Metrics().ValuesMaterialized
+			bySummary := s.Metrics().LogBlocksDropped["summary"]
+			byBlock := s.Metrics().LogBlocksDropped["block"]
 			mustWrite(t, s, setb("c0", val("c0"))) // block 1 leaves the log
 			mustWrite(t, s, setb("d0", val("d0"))) // block 2 leaves the log
 			if blockExists(t, s, 1) || !blockExists(t, s, 2) {
 				t.Fatalf("block 1 exists %v (want deleted), block 2 %v (want retired)", blockExists(t, s, 1), blockExists(t, s, 2))
 			}
-			if got := counterValue(t, s.m.materialized) - materialized; got != 1 {
+			if got := s.Metrics().ValuesMaterialized - materialized; got != 1 {
 				t.Fatalf("%v values copied out, want 1 (a1)", got)
 			}
 			wantBySummary, wantByBlock := 2.0, 0.0
 			if mode != "summary" {
 				wantBySummary, wantByBlock = 0, 2
 			}
-			if got, got2 := counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "summary"))-bySummary,
-				counterValue(t, mBlocksDropped.WithLabelValues(s.opts.Name, "block"))-byBlock; got != wantBySummary || got2 != wantByBlock {
+			if got, got2 := s.Metrics().LogBlocksDropped["summary"]-bySummary,
+				s.Metrics().LogBlocksDropped["block"]-byBlock; got != wantBySummary || got2 != wantByBlock {
 				t.Fatalf("blocks dropped by summary %v, by reading the block %v; want %v, %v", got, got2, wantBySummary, wantByBlock)
 			}
 			recs, tot := retiredOnDisk(t, s)
@@ -144,7 +146,7 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 				// that block 2 stays), then when it leaves.
 				wantIntegrity = 3
 			}
-			if got := counterValue(t, s.m.integrityErrors.WithLabelValues("block_summary")) - integrity; got != wantIntegrity {
+			if got := s.Metrics().IntegrityErrors["block_summary"] - integrity; got != wantIntegrity {
 				t.Fatalf("%v damaged summaries counted, want %v", got, wantIntegrity)
 			}
 			mustVerify(t, s)
@@ -155,6 +157,7 @@ func TestRetentionWithAndWithoutSummaries(t *testing.T) {
 // qs verify reports a summary that disagrees with its block, one that does
 // not decode, and one whose block is gone.
 func TestVerifySummaryProblems(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		damage func(t *testing.T, s *Store)

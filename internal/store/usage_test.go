@@ -74,6 +74,7 @@ func prefixUsage(t *testing.T, s *Store, prefix string) Usage {
 // in-log and chunked values, after overwrites and deletes, and against the
 // documented formula for one key of each kind.
 func TestPrefixUsage(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "usage", ChunkBytes: 4096})
 	// Each write is its own commit, hence its own log block: an in-log
 	// value's offset in its block is below 128 (one uvarint byte).

@@ -33,6 +33,7 @@ func verifyFixtureOptions(dir string) Options {
 }
 
 func TestVerifyCleanDatabaseCounts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := openTest(t, verifyFixtureOptions(dir))
 	fillVerifyFixture(t, s)
@@ -80,6 +81,7 @@ func TestVerifyCleanDatabaseCounts(t *testing.T) {
 }
 
 func TestVerifyMissingDatabase(t *testing.T) {
+	t.Parallel()
 	if _, err := Verify(Options{Dir: t.TempDir() + "/nothing"}); err == nil {
 		t.Fatal("verify of a missing directory succeeded")
 	}
@@ -103,6 +105,7 @@ func reblock(t *testing.T, s *Store, first uint64, mutate func(es []wal.Entry)) 
 }
 
 func TestVerifyFindsEachProblem(t *testing.T) {
+	t.Parallel()
 	type fixture struct {
 		s  *Store
 		lr LogRange
@@ -253,6 +256,7 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 // TestVerifyBoundsProblemList: a badly damaged database does not make
 // Verify hold every problem in memory, but all are counted.
 func TestVerifyBoundsProblemList(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{ChunkBytes: 1024})
 	var ops []wal.Op
 	for i := 0; i < verifyMaxProblems+50; i++ {
@@ -276,6 +280,7 @@ func TestVerifyBoundsProblemList(t *testing.T) {
 }
 
 func TestVerifyRefusesLockedDatabase(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	openTest(t, Options{Dir: dir})
 	_, err := Verify(Options{Dir: dir})

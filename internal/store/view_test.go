@@ -10,10 +10,11 @@ import (
 // after the View opened must still read as it was, and must not be
 // mistaken for corruption.
 func TestViewReadsChunksAtItsIndex(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{Name: "view-chunks", ChunkBytes: 1024})
 	v1 := pattern(1, 5000) // 5 chunks
 	mustWrite(t, s, setb("big", v1), setb("doomed", v1))
-	before := integrityErrors(t, "view-chunks", "chunk_crc")
+	before := integrityErrors(s, "chunk_crc")
 
 	v, err := s.View()
 	if err != nil {
@@ -37,7 +38,7 @@ func TestViewReadsChunksAtItsIndex(t *testing.T) {
 	}); err != nil || n != 2 {
 		t.Errorf("view scan: %d keys, %v", n, err)
 	}
-	if after := integrityErrors(t, "view-chunks", "chunk_crc"); after != before {
+	if after := integrityErrors(s, "chunk_crc"); after != before {
 		t.Errorf("integrity errors counted for a consistent read: %v -> %v", before, after)
 	}
 }

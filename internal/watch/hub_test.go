@@ -320,7 +320,7 @@ func TestSlowCut(t *testing.T) {
 	if len(got) != 10 || len(slowGot) != 3 {
 		t.Fatalf("fast subscriber got %d events, slow %d", len(got), len(slowGot))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if u, err := slow.Next(ctx, 0); !errors.Is(err, ErrSlow) {
 		t.Fatalf("slow subscriber 7 batches behind a buffer of 2: %+v, %v", u, err)

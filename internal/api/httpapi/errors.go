@@ -144,6 +144,9 @@ type errorDetail struct {
 	Message string `json:"message"`
 	// AppliedIndex is set on timeouts of min_index waits.
 	AppliedIndex *uint64 `json:"applied_index,omitempty"`
+	// RootHTTP, on not_root, are the HTTP addresses where the writes are
+	// accepted, when the node knows them.
+	RootHTTP []string `json:"root_http,omitempty"`
 	// The gateway's refusals (gate.go): the producer; for forbidden, the
 	// first key refused and the producer's prefixes; for quota_exceeded,
 	// the quota ("ops" or "bytes") and the Retry-After delay.
@@ -183,6 +186,9 @@ func writeErrorBody(w http.ResponseWriter, code errCode, body []byte) int {
 // applied, when not nil, is added to the body as applied_index.
 func writeError(w http.ResponseWriter, code errCode, err error, applied *uint64) int {
 	det := errorDetail{Code: code.String(), Message: err.Error(), AppliedIndex: applied}
+	if nr := (*store.NotRootError)(nil); code == codeNotRoot && errors.As(err, &nr) {
+		det.RootHTTP = nr.Root
+	}
 	gateDetail(w.Header(), &det, code, err)
 	body, merr := json.Marshal(errorBody{Error: det})
 	if merr != nil { // cannot happen for these types; keep the answer JSON anyway

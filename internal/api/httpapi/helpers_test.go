@@ -161,9 +161,10 @@ func mustDecode(t testing.TB, b []byte, v any) {
 
 type errReply struct {
 	Error struct {
-		Code         string  `json:"code"`
-		Message      string  `json:"message"`
-		AppliedIndex *uint64 `json:"applied_index"`
+		Code         string   `json:"code"`
+		Message      string   `json:"message"`
+		AppliedIndex *uint64  `json:"applied_index"`
+		RootHTTP     []string `json:"root_http"`
 	} `json:"error"`
 }
 

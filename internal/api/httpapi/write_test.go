@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,6 +253,28 @@ func TestWriteOnReplicaRefused(t *testing.T) {
 	// A CanWrite error that does not wrap ErrNotRoot is still not_root.
 	e.setWriteErr(errPlain)
 	mustError(t, e.do("PUT", keyPath("k"), []byte("new")), http.StatusForbidden, "not_root")
+}
+
+// TestNotRootNamesRootHTTP: a refusal that knows the root's HTTP
+// addresses carries them in root_http and in its message; one that does
+// not has no root_http and says it does not know.
+func TestNotRootNamesRootHTTP(t *testing.T) {
+	e := newEnv(t, Config{}, store.Options{})
+	e.put("k", "v")
+	e.setWriteErr(&store.NotRootError{Database: "db", Root: []string{"root-1:7380", "root-2:7380"}, Detail: "database db is a replica on this node"})
+	er := mustError(t, e.do("PUT", keyPath("k"), []byte("new")), http.StatusForbidden, "not_root")
+	if !slices.Equal(er.Error.RootHTTP, []string{"root-1:7380", "root-2:7380"}) ||
+		!strings.Contains(er.Error.Message, "http://root-1:7380 or http://root-2:7380") {
+		t.Fatalf("not_root with the root known: %+v", er.Error)
+	}
+	e.setWriteErr(&store.NotRootError{Database: "db", Detail: "database db is a replica on this node"})
+	er = mustError(t, e.do("PUT", keyPath("k"), []byte("new")), http.StatusForbidden, "not_root")
+	if er.Error.RootHTTP != nil || !strings.Contains(er.Error.Message, "not known") {
+		t.Fatalf("not_root with the root unknown: %+v", er.Error)
+	}
+	if r := e.do("GET", keyPath("k"), nil); string(r.body) != "v" {
+		t.Fatalf("the refused writes changed the key: %d %q", r.status, r.body)
+	}
 }
 
 // TestStrictJSONKeepsKeysApart: keys that are not valid UTF-8 (a raw byte,

@@ -218,7 +218,7 @@ func TestLoopRefusals(t *testing.T) {
 	waitParked(t, ts, 1)
 	c.send("get " + strings.Repeat("k ", 600) + "\r\n")
 	c.expect("CLIENT_ERROR line too long\r\n")
-	c.expectClosed(30 * time.Second)
+	c.expectClosed()
 }
 
 // TestLoopAnswersLikePoller: byte streams of every kind (bare line feeds,

@@ -93,9 +93,11 @@ func (c *client) expect(want string) {
 
 // expectClosed checks that the server closed the connection, after at most
 // the given bytes of reply, within d.
-func (c *client) expectClosed(d time.Duration) {
+// expectClosed reads until the server closes the connection, which it
+// must do without further input; the bound only stops a stuck test.
+func (c *client) expectClosed() {
 	c.t.Helper()
-	c.nc.SetReadDeadline(time.Now().Add(d))
+	c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
 	rest, err := io.ReadAll(c.r)
 	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
 		c.t.Fatalf("connection not closed: %v (read %q)", err, rest)
@@ -129,7 +131,7 @@ func testTCPRaw(t *testing.T, threads int) {
 	c.send("ts a\r\ndelete a\r\nget a\r\nversion\r\n")
 	c.expect("STORED\r\nVALUE a 0 5\r\nhello\r\nEND\r\nVALUE a 0 5 1\r\nhello\r\nEND\r\nDELETED\r\nEND\r\n" + versionReply)
 	c.send("quit\r\n")
-	c.expectClosed(5 * time.Second)
+	c.expectClosed()
 }
 
 func TestGomemcache(t *testing.T) {
@@ -248,7 +250,7 @@ func testSlowLoris(t *testing.T, threads int) {
 	c := dial(t, "tcp", ts.addr)
 	start := time.Now()
 	c.send("get a")
-	c.expectClosed(5 * time.Second)
+	c.expectClosed()
 	if d := time.Since(start); d < timeout-50*time.Millisecond {
 		t.Errorf("closed after %v, before RequestTimeout %v", d, timeout)
 	}
@@ -269,7 +271,7 @@ func testSlowLoris(t *testing.T, threads int) {
 	}()
 	// The trickle lasts 2s; a server that ran the deadline from the last
 	// byte would keep the connection until the writer stops.
-	c.expectClosed(60 * time.Second)
+	c.expectClosed()
 	select {
 	case <-done:
 		t.Errorf("trickling client kept until it stopped sending")
@@ -280,7 +282,7 @@ func testSlowLoris(t *testing.T, threads int) {
 	// A data block that never completes.
 	c = dial(t, "tcp", ts.addr)
 	c.send("set a 0 0 10\r\n01234")
-	c.expectClosed(5 * time.Second)
+	c.expectClosed()
 
 	if got := counterValue(errorsByKind[kindTimeout]) - before; got != 3 {
 		t.Errorf("errors_total{kind=timeout} rose by %v, want 3", got)
@@ -302,7 +304,7 @@ func testIdleTimeout(t *testing.T, threads int) {
 	c.send("version\r\n")
 	c.expect(versionReply)
 	start := time.Now()
-	c.expectClosed(5 * time.Second)
+	c.expectClosed()
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Errorf("idle connection closed after %v", d)
 	}
@@ -333,7 +335,7 @@ func testTooManyConnections(t *testing.T, threads int) {
 	}
 	// Both wait for a request: the one idle longest, c1, makes room.
 	c3 := dial(t, "tcp", ts.addr)
-	c1.expectClosed(30 * time.Second)
+	c1.expectClosed()
 	c3.send("version\r\n")
 	c3.expect(versionReply)
 	c2.send("version\r\n")
@@ -358,7 +360,7 @@ func testTooManyConnections(t *testing.T, threads int) {
 	})
 	c4 := dial(t, "tcp", ts.addr)
 	c4.expect("SERVER_ERROR too many connections\r\n")
-	c4.expectClosed(5 * time.Second)
+	c4.expectClosed()
 	if got := counterValue(errorsByKind[kindTooManyConns]) - before; got != 1 {
 		t.Errorf("errors_total{kind=too_many_conns} rose by %v, want 1", got)
 	}
@@ -374,7 +376,7 @@ func testLineTooLongTCP(t *testing.T, threads int) {
 	c := dial(t, "tcp", ts.addr)
 	go c.nc.Write([]byte("get " + strings.Repeat("k", 3<<20) + "\r\nversion\r\n"))
 	c.expect("CLIENT_ERROR line too long\r\n")
-	c.expectClosed(5 * time.Second)
+	c.expectClosed()
 	if got := counterValue(errorsByKind[kindLineTooLong]) - before; got != 1 {
 		t.Errorf("errors_total{kind=line_too_long} rose by %v, want 1", got)
 	}
@@ -399,7 +401,7 @@ func testOversizedValueTCP(t *testing.T, threads int) {
 	c = dial(t, "tcp", ts2.addr)
 	go c.nc.Write([]byte("set a 0 0 " + fmt.Sprint(len(big)) + "\r\n" + big + "\r\nget a\r\n"))
 	c.expect("SERVER_ERROR object too large for cache\r\n")
-	c.expectClosed(5 * time.Second)
+	c.expectClosed()
 }
 
 // TestWriteTimeout: a client that sends requests but never reads replies is
@@ -456,7 +458,7 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 	if err := <-served; !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("Serve = %v", err)
 	}
-	idle.expectClosed(5 * time.Second)
+	idle.expectClosed()
 	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
 		t.Error("listener still accepts after Shutdown")
 	}
@@ -467,7 +469,7 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 	}
 	close(release)
 	busy.expect("STORED\r\n")
-	busy.expectClosed(5 * time.Second)
+	busy.expectClosed()
 	select {
 	case err := <-shut:
 		if err != nil {
@@ -629,17 +631,15 @@ func testShutdownGracefulIsQuick(t *testing.T, threads int) {
 		c.expect(versionReply)
 		cs = append(cs, c)
 	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Idle connections are closed at once, not after their idle timeout
+	// (5 minutes): Shutdown returns well inside its minute.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ts.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown = %v", err)
 	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("Shutdown with idle connections took %v", d)
-	}
 	for _, c := range cs {
-		c.expectClosed(time.Second)
+		c.expectClosed()
 	}
 }
 

@@ -52,7 +52,7 @@ func TestThreadLimit(t *testing.T) {
 		t.Errorf("thread_connections rose by %v, want 1", g)
 	}
 	c1.send("quit\r\n")
-	c1.expectClosed(5 * time.Second)
+	c1.expectClosed()
 	waitFor(t, "the dedicated thread to be given back", func() bool {
 		return gaugeValue(t, threadConnections) == before
 	})

@@ -1,9 +1,9 @@
 //go:build !linux
 
-package repl
+package store
 
-import "os"
+import "github.com/cockroachdb/pebble/v2/vfs"
 
 // startWriteback is a no-op where sync_file_range does not exist: the
 // fsync of the whole file does all the writing.
-func startWriteback(f *os.File, off, n int64) {}
+func startWriteback(f vfs.File, off, n int64) {}
