@@ -115,3 +115,56 @@ func TestSignedLogHeads(t *testing.T) {
 		t.Fatalf("mismatched keys: %d %s", code, out)
 	}
 }
+
+// A new leaf with the public key, whose only source is a replica, must
+// bootstrap: it installs the root's sealed snapshot, relayed by the
+// replica, and serves the root's values.
+func TestSealedBootstrapThroughReplica(t *testing.T) {
+	dir := t.TempDir()
+	if out, code := runQS(t, "cert", "sign-key", "--out", filepath.Join(dir, "keys")); code != 0 {
+		t.Fatalf("qs cert sign-key: %d %s", code, out)
+	}
+	priv, pub := filepath.Join(dir, "keys", "root-signing.key"), filepath.Join(dir, "keys", "root-public.pem")
+	rootDir := t.TempDir()
+	root := startQS(t, rootDir, "--config", writeConfig(t, rootDir, fmt.Sprintf(
+		"root_signing_key = %q\nroot_public_key = %q\nbootstrap_rate = -1\n[[database]]\nname = \"default\"\nretain_entries = 5\n", priv, pub)))
+	rc := root.client(t)
+	ctx := context.Background()
+	if _, err := rc.Put(ctx, "k", []byte("the root's value"), nil); err != nil {
+		t.Fatal(err)
+	}
+	last := fillKeys(t, rc, "f", 4000, 200) // far more entries than the root retains
+
+	replica := func(upstream string) *proc {
+		d := t.TempDir()
+		cfg := writeConfig(t, d, fmt.Sprintf("root_public_key = %q\nbootstrap_lock = %q\n", pub, filepath.Join(d, "bootstrap.lock")))
+		return startQS(t, d, "--config", cfg, "--upstream", upstream)
+	}
+	mid := replica(root.Addr["repl"])
+	if _, err := mid.client(t).Get(ctx, "k", client.ReadOptions{MinIndex: last.Index, Wait: 60 * time.Second}); err != nil {
+		t.Fatalf("mid did not catch up: %v\n%s", err, mid.out.String())
+	}
+	awaitMetric(t, mid, `qs_repl_bootstraps_total{db="default",result="installed"}`, 1) // the root's log is truncated
+	leaf := replica(mid.Addr["repl"])
+	v, err := leaf.client(t).Get(ctx, "k", client.ReadOptions{MinIndex: last.Index, Wait: 60 * time.Second})
+	if err != nil || string(v.Value) != "the root's value" {
+		t.Fatalf("leaf: %+v %v\n%s", v, err, leaf.out.String())
+	}
+	awaitMetric(t, leaf, `qs_repl_bootstraps_total{db="default",result="installed"}`, 1)
+	awaitMetric(t, mid, `qs_repl_snapshot_transfers_total{result="relayed"}`, 1)
+}
+
+// awaitMetric waits (60 s at most) until p's metric sample reaches want.
+func awaitMetric(t *testing.T, p *proc, sample string, want float64) {
+	t.Helper()
+	var got float64
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		var err error
+		if got, err = scrapeMetric(p.Addr["http"], sample); err == nil && got >= want {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s stayed at %v, want %v\n%s", sample, got, want, p.out.String())
+}

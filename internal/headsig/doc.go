@@ -9,7 +9,8 @@
 //
 //   - A signature covers a domain-separation prefix, the database id, the
 //     index and the hash: it cannot be replayed for another database or
-//     another index.
+//     another index. A seal covers another prefix, so neither can be
+//     taken for the other.
 //   - Only the holders of the private key (the root, or every member of
 //     an HA root) sign; every other node forwards signatures it verified
 //     and never signs.

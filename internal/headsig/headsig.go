@@ -51,6 +51,29 @@ func message(db store.DBID, index uint64, hash wal.Hash) []byte {
 	return append(b, hash[:]...)
 }
 
+// ErrBadSeal: a snapshot's seal does not verify with the cluster's
+// public key.
+var ErrBadSeal = errors.New("qs: snapshot seal does not verify")
+
+// A snapshot's seal is the root's signature of the snapshot's head (the
+// index and chain hash of its last entry) and of a digest of its files
+// (Digest): what a replica installs when it bootstraps, whoever relayed
+// it. Its own domain keeps it apart from head signatures.
+const sealDomain = "qs snapshot v1\x00"
+
+// Digest is the SHA-256 digest of a snapshot's files.
+type Digest [32]byte
+
+// sealMessage is what a seal covers.
+func sealMessage(db store.DBID, index uint64, hash wal.Hash, files Digest) []byte {
+	b := make([]byte, 0, len(sealDomain)+len(db)+8+len(hash)+len(files))
+	b = append(b, sealDomain...)
+	b = append(b, db[:]...)
+	b = binary.BigEndian.AppendUint64(b, index)
+	b = append(b, hash[:]...)
+	return append(b, files[:]...)
+}
+
 // Verifier checks heads with the cluster's public keys: a signature by
 // any of them verifies (during a rotation of the signing key, the old and
 // the new). Its keys can be replaced while it runs (SetKeys). Safe for
@@ -94,6 +117,19 @@ func (v *Verifier) Verify(db store.DBID, h Head) error {
 		}
 	}
 	return fmt.Errorf("%w: index %d", ErrBadSignature, h.Index)
+}
+
+// VerifySeal reports whether sig is the root's seal of a snapshot of
+// database db at index and hash whose files have digest files;
+// ErrBadSeal if not.
+func (v *Verifier) VerifySeal(db store.DBID, index uint64, hash wal.Hash, files Digest, sig [SigSize]byte) error {
+	msg := sealMessage(db, index, hash, files)
+	for _, pub := range *v.pubs.Load() {
+		if ed25519.Verify(pub, msg, sig[:]) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: snapshot at index %d", ErrBadSeal, index)
 }
 
 // Signer signs heads with the root's private key. It remembers its most
@@ -170,6 +206,17 @@ func (s *Signer) Sign(db store.DBID, index uint64, hash wal.Hash) Head {
 	s.mu.next = (s.mu.next + 1) % recentHeads
 	s.mu.Unlock()
 	return h
+}
+
+// Seal returns the root's seal of a snapshot of database db at index and
+// hash whose files have digest files.
+func (s *Signer) Seal(db store.DBID, index uint64, hash wal.Hash, files Digest) [SigSize]byte {
+	s.mu.Lock()
+	priv := s.mu.priv
+	s.mu.Unlock()
+	var sig [SigSize]byte
+	copy(sig[:], ed25519.Sign(priv, sealMessage(db, index, hash, files)))
+	return sig
 }
 
 // NewKeyPair makes a key pair and returns the PEM encodings of its

@@ -233,3 +233,55 @@ func TestParsePublicKeysRefusesJunk(t *testing.T) {
 		t.Fatalf("two keys: %d %v", len(pubs), err)
 	}
 }
+
+// A seal verifies only for the snapshot it was made for: another
+// database, index, hash or file digest, another key, or a head signature
+// of the same position is refused.
+func TestSealVerify(t *testing.T) {
+	privPath, pubPath := keyFiles(t)
+	s, err := LoadSigner(privPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadVerifier(pubPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := store.DBID{7}
+	hash := wal.Hash{1, 2}
+	files := Digest{3, 4}
+	sig := s.Seal(db, 42, hash, files)
+	if err := v.VerifySeal(db, 42, hash, files, sig); err != nil {
+		t.Fatalf("seal of the snapshot: %v", err)
+	}
+	otherFiles := files
+	otherFiles[31] ^= 1
+	otherHash := hash
+	otherHash[0] ^= 1
+	head := s.Sign(db, 42, hash)
+	other, _, err := NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, err := ParsePrivateKey(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherSigner, err := NewSigner(otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, check := range map[string]func() error{
+		"another file digest": func() error { return v.VerifySeal(db, 42, hash, otherFiles, sig) },
+		"another index":       func() error { return v.VerifySeal(db, 43, hash, files, sig) },
+		"another hash":        func() error { return v.VerifySeal(db, 42, otherHash, files, sig) },
+		"another database":    func() error { return v.VerifySeal(store.DBID{8}, 42, hash, files, sig) },
+		"another key":         func() error { return v.VerifySeal(db, 42, hash, files, otherSigner.Seal(db, 42, hash, files)) },
+		"a head signature":    func() error { return v.VerifySeal(db, 42, hash, files, head.Sig) },
+		"a seal as a head":    func() error { return v.Verify(db, Head{Index: 42, Hash: hash, Sig: sig}) },
+	} {
+		if err := check(); !errors.Is(err, ErrBadSeal) && !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+}

@@ -60,6 +60,11 @@ type Config struct {
 	// no other entry was written (replicas measure lag with it). Default
 	// 1s; negative disables.
 	Heartbeat time.Duration
+	// Now, when set, is the wall clock this member dates its proposals
+	// by (writes, and heartbeats when it leads); nil: the member's clock.
+	// Either way the dates are bounded by the real time elapsed on the
+	// member's clock (store.Store.ProposalTime).
+	Now func() time.Time
 	// MaxSizePerMsg bounds the entries of one append message. Default 1 MiB.
 	MaxSizePerMsg uint64
 	// MaxInflightMsgs bounds append messages in flight per follower.

@@ -20,7 +20,9 @@
 // # Invariants
 //
 //   - The committed Raft log is the only writer of the store. A command
-//     (command.go) carries the batch, the proposer's time and a random id;
+//     (command.go) carries the batch, the proposer's time (its wall clock,
+//     bounded by the real time it measured since it learned the log's
+//     time: store.Store.ProposalTime) and a random id;
 //     the store's committer evaluates it deterministically, so every
 //     member's log has the same entries, indexes and hashes.
 //   - Exactly once: the store keeps the Raft index of the last applied

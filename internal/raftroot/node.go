@@ -35,8 +35,11 @@ type Node struct {
 	disk *diskStorage
 	tr   messenger
 
-	clock  clockwork.Clock // see seams.go
-	ticker clockwork.Ticker
+	clock clockwork.Clock // see seams.go
+	// started is the clock's reading at start: real time elapsed since
+	// bounds the dates of proposals (proposalTime).
+	started time.Time
+	ticker  clockwork.Ticker
 
 	inbox   chan *pb.Message
 	props   chan func() // run on the loop goroutine
@@ -98,6 +101,7 @@ func start(cfg Config, st *store.Store, clock clockwork.Clock, connect func(Conf
 	n := &Node{cfg: cfg, st: st, clock: clock, log: cfg.Logger.With("db", cfg.Database, "raft_node", cfg.NodeID),
 		inbox: make(chan *pb.Message, 4096), props: make(chan func(), 1024), reports: make(chan func(), 1024),
 		quit: make(chan struct{}), done: make(chan struct{})}
+	n.started = clock.Now()
 	n.mu.waiters = map[[16]byte]chan store.RaftResult{}
 	n.mu.members = map[uint64]string{}
 	n.mu.leaderCh = make(chan struct{})
@@ -396,15 +400,32 @@ func (n *Node) maybeHeartbeat() {
 		return
 	}
 	now := n.clock.Now()
-	if now.Sub(n.st.AppliedTime()) < hb || now.Sub(n.lastHeartbeat) < hb {
+	if n.wall().Sub(n.st.AppliedTime()) < hb || now.Sub(n.lastHeartbeat) < hb {
 		return
 	}
 	n.lastHeartbeat = now
-	c := command{time: now.UnixNano(), heartbeat: true}
+	c := command{time: n.proposalTime(), heartbeat: true}
 	rand.Read(c.id[:])
 	if err := n.rn.Propose(c.encode()); err != nil {
 		n.log.Debug("heartbeat not proposed", "err", err)
 	}
+}
+
+// proposalTime is the date of a proposal made now: the wall clock
+// (Config.Now), bounded from the log's time by the real time elapsed on
+// the member's clock, so that a member whose wall clock is far ahead
+// (a new leader's first heartbeat, a write after a restart) cannot date
+// the log ahead (store.Store.ProposalTime).
+func (n *Node) proposalTime() int64 {
+	return n.st.ProposalTime(n.wall(), n.clock.Since(n.started))
+}
+
+// wall is the wall clock proposals are dated by (Config.Now).
+func (n *Node) wall() time.Time {
+	if n.cfg.Now != nil {
+		return n.cfg.Now()
+	}
+	return n.clock.Now()
 }
 
 func (n *Node) updateStatus() {

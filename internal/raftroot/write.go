@@ -133,7 +133,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 		n.mu.Lock()
 		leaderCh := n.mu.leaderCh
 		n.mu.Unlock()
-		c.time = n.clock.Now().UnixNano()
+		c.time = n.proposalTime()
 		data := c.encode()
 		var perr error
 		if err := n.onLoop(ctx, func() { perr = n.rn.Propose(data) }); err != nil {

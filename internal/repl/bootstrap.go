@@ -26,7 +26,9 @@ import (
 // prefix) against it first, and receives again any that fails.
 // Complete, the store makes it ready (store.ReadyDir, the commit point) and
 // swaps it in (store.Replace); the replica then streams the log from the
-// snapshot's index on.
+// snapshot's index on. With the cluster's public key, the files are
+// first checked against the root's seal (seal.go, checkSeal): nothing the
+// root did not seal is installed.
 
 // errNeedBootstrap: a new replica is far behind; a snapshot is cheaper
 // than replaying the log.
@@ -72,9 +74,12 @@ func (r *Replica) bootstrap(ctx context.Context, src string, minIndex uint64) (p
 
 	d := &download{r: r, src: src, minIndex: minIndex}
 	progressed, err = d.run(ctx)
+	var se *streamError
 	switch {
 	case err == nil:
 		mBootstraps.WithLabelValues(db, "installed").Inc()
+	case errors.As(err, &se) && se.kind == kindSeal:
+		mBootstraps.WithLabelValues(db, "seal_refused").Inc()
 	case progressed:
 		mBootstraps.WithLabelValues(db, "interrupted").Inc()
 	default:
@@ -120,7 +125,11 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
-	hello := &Hello{Version: streamVersion, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
+	version := streamVersion
+	if r.cfg.Verifier != nil {
+		version = SealVersion // install only what the root sealed
+	}
+	hello := &Hello{Version: version, Database: r.cfg.Database, DBID: r.st.DBID(), ProcessID: r.cfg.ProcessID,
 		LastIndex: max(r.st.AppliedIndex(), d.minIndex), Bootstrap: true, Resume: resume}
 	if err := WriteMessage(c, hello); err != nil {
 		return false, fmt.Errorf("send hello to %s: %w", d.src, err)
@@ -191,6 +200,16 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 
 	// The store syncs files in the background, in order, while the next
 	// ones arrive; its record counts a file done only once it is synced.
+	// With the public key, each complete file is hashed for the seal in
+	// the background too.
+	var sums *sealHasher
+	if r.cfg.Verifier != nil {
+		sums = newSealHasher(d.b.OpenReceived, snap.Files)
+		defer sums.stop()
+		for i := range at.File {
+			sums.add(i)
+		}
+	}
 	for i := at.File; i < len(snap.Files); i++ {
 		off := uint64(0)
 		if i == int(resume.File) {
@@ -202,6 +221,9 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return progressed, errors.Join(receiveError(body, err), d.b.Finish())
 		}
+		if sums != nil {
+			sums.add(i)
+		}
 	}
 	if err := d.b.Finish(); err != nil {
 		return progressed, err
@@ -210,11 +232,60 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	if m, err = ReadMessage(br); err != nil {
 		return progressed, fmt.Errorf("bootstrap end from %s: %w", d.src, err)
 	}
+	seal, sealed := m.(*Seal)
+	if sealed {
+		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		if m, err = ReadMessage(br); err != nil {
+			return progressed, fmt.Errorf("bootstrap end from %s: %w", d.src, err)
+		}
+	}
 	if done, ok := m.(*Done); !ok || done.LastIndex != snap.Index {
 		return progressed, fmt.Errorf("%w: expected done at %d, got %s", ErrMalformed, snap.Index, m.Type())
 	}
 	c.Close()
+	if err := d.checkSeal(snap, seal, sums); err != nil {
+		return false, err // the download is discarded: nothing progressed
+	}
 	return true, d.install(ctx, snap)
+}
+
+// checkSeal verifies, when the replica has the cluster's public key, that
+// the received snapshot is the root's before it is installed: the root
+// sealed the snapshot's head and the digest of the files as they were
+// read back from disk (sums, seal.go). A snapshot without a seal, or whose seal does not
+// verify, is removed (every file is received again, from the next
+// source), logged and counted (bootstraps_total{result="seal_refused"},
+// errors_total{kind="snapshot_seal"}).
+func (d *download) checkSeal(snap *Snapshot, seal *Seal, sums *sealHasher) error {
+	r := d.r
+	if r.cfg.Verifier == nil {
+		return nil
+	}
+	err := d.verifySeal(snap, seal, sums)
+	if err == nil {
+		r.log.Info("snapshot sealed by the root", "source", d.src, "snapshot", snap.ID.String(), "index", snap.Index)
+		return nil
+	}
+	r.log.Error("refusing a snapshot that is not the root's; discarding it", "source", d.src,
+		"snapshot", snap.ID.String(), "index", snap.Index, "err", err)
+	if _, rerr := r.st.DropPartialBootstrap(); rerr != nil {
+		r.log.Warn("cannot remove a refused snapshot", "err", rerr)
+	}
+	return &streamError{kindSeal, err}
+}
+
+func (d *download) verifySeal(snap *Snapshot, seal *Seal, hasher *sealHasher) error {
+	if seal == nil {
+		return fmt.Errorf("qs: source %s sent snapshot %s without the root's seal", d.src, snap.ID)
+	}
+	sums, err := hasher.wait()
+	if err != nil {
+		return err
+	}
+	if err := d.r.cfg.Verifier.VerifySeal(d.r.st.DBID(), snap.Index, snap.Hash, filesDigest(snap.Files, sums), seal.Sig); err != nil {
+		return fmt.Errorf("snapshot %s from %s at index %d: %w", snap.ID, d.src, snap.Index, err)
+	}
+	return nil
 }
 
 // receiveError classifies an error of receiving a file: the stream's own

@@ -19,7 +19,9 @@ import (
 // bootstrap of a database of QS_BENCH_BOOTSTRAP_MB (default 1024) MB over
 // loopback, against copying the same snapshot's files with cp (and with
 // cp followed by sync, since a bootstrap fsyncs every file), alternating
-// in the same run. Target: bootstrap ≥ 0.5× cp. Gated: QS_BENCH=1.
+// in the same run, and of a sealed bootstrap (a replica with the root's
+// public key: the root hashes the files, the replica reads them back to
+// check the seal). Target: bootstrap ≥ 0.5× cp. Gated: QS_BENCH=1.
 func TestBootstrapRate(t *testing.T) {
 	if os.Getenv("QS_BENCH") == "" {
 		t.Skip("benchmark: set QS_BENCH=1")
@@ -52,7 +54,10 @@ func TestBootstrapRate(t *testing.T) {
 	}
 	t.Logf("wrote %d MB in %v; store on disk %d MB", mb, time.Since(t0).Round(time.Millisecond), root.DiskBytes()>>20)
 
-	addr := startServer(t, root, NewProcessID(), nil)
+	signer, verifier := testKeys(t)
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
 	probe := filepath.Join(t.TempDir(), "probe")
 	if _, err := root.Checkpoint(probe); err != nil {
 		t.Fatal(err)
@@ -81,12 +86,15 @@ func TestBootstrapRate(t *testing.T) {
 		os.RemoveAll(dst)
 		return d
 	}
-	bootstrapOnce := func() time.Duration {
+	bootstrapOnce := func(sealed bool) time.Duration {
 		rep := openStore(t, "", name, root.DBID(), store.Retention{})
 		r, stop := startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
 			c.BootstrapLock = lockPath(t)
 			c.IdleTimeout = time.Minute
 			c.BootstrapMinEntries = 1 // a new replica: bootstrap, do not replay
+			if sealed {
+				c.Verifier = verifier
+			}
 		})
 		waitFor(t, "bootstrap", 10*time.Minute, func() bool { return !r.State().Bootstrap.Finished.IsZero() })
 		stop()
@@ -99,12 +107,12 @@ func TestBootstrapRate(t *testing.T) {
 		os.RemoveAll(rep.Options().Dir)
 		return d
 	}
-	var cp, cps, bs []float64
+	var cp, cps, bs, bss []float64
 	for round := range 3 {
-		c, s, b := copyOnce(false), copyOnce(true), bootstrapOnce()
-		cp, cps, bs = append(cp, rate(c)), append(cps, rate(s)), append(bs, rate(b))
-		t.Logf("round %d: cp %.0f MB/s, cp+sync %.0f MB/s, bootstrap %.0f MB/s (incl. snapshot, fsyncs, install)",
-			round, rate(c), rate(s), rate(b))
+		c, s, b, bsl := copyOnce(false), copyOnce(true), bootstrapOnce(false), bootstrapOnce(true)
+		cp, cps, bs, bss = append(cp, rate(c)), append(cps, rate(s)), append(bs, rate(b)), append(bss, rate(bsl))
+		t.Logf("round %d: cp %.0f MB/s, cp+sync %.0f MB/s, bootstrap %.0f MB/s, sealed %.0f MB/s (incl. snapshot, fsyncs, install)",
+			round, rate(c), rate(s), rate(b), rate(bsl))
 	}
 	med := func(x []float64) float64 {
 		y := append([]float64(nil), x...)
@@ -117,6 +125,6 @@ func TestBootstrapRate(t *testing.T) {
 		}
 		return y[len(y)/2]
 	}
-	t.Logf("snapshot %d MB; medians of 3: cp %.0f MB/s, cp+sync %.0f MB/s, bootstrap %.0f MB/s: ratio %.2f× cp, %.2f× cp+sync (target ≥ 0.5× cp)",
-		size>>20, med(cp), med(cps), med(bs), med(bs)/med(cp), med(bs)/med(cps))
+	t.Logf("snapshot %d MB; medians of 3: cp %.0f MB/s, cp+sync %.0f MB/s, bootstrap %.0f MB/s: ratio %.2f× cp, %.2f× cp+sync (target ≥ 0.5× cp); sealed bootstrap %.0f MB/s (%.2f× unsealed)",
+		size>>20, med(cp), med(cps), med(bs), med(bs)/med(cp), med(bs)/med(cps), med(bss), med(bss)/med(bs))
 }

@@ -13,7 +13,8 @@
 //     the error counted, and the next source tried. (store.Apply checks the
 //     chain again before committing.) With the cluster's public key, a
 //     verified chain is also held back until a head signed by the root
-//     vouches for it (heads.go).
+//     vouches for it (heads.go), and a snapshot is installed only if the
+//     root sealed it (seal.go).
 //   - One durable commit per received batch: each Entries message is
 //     applied with one store.Apply.
 //   - Every log is a prefix of the root's. A root sends only entries it
@@ -55,6 +56,8 @@
 //	protocol_root.go      the root's HTTP address told down the tree: the
 //	                      Root message, the version fallback (pure)
 //	bootstrap.go          downloading, resuming and installing a snapshot
+//	seal.go               sealed snapshots: the root's signature of a
+//	                      snapshot's head and files, checked before install
 //	fetch_client.go       a proxy's fetch connection
 //	learn.go              learning a database id from the sources
 //	writeback*.go         starting writeback of downloaded files early

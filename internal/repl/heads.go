@@ -1,8 +1,10 @@
 package repl
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 
 	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -58,6 +60,10 @@ type HeadSource struct {
 	// Book holds the heads a replica verified; it forwards them, and
 	// sends only entries a head in it covers.
 	Book *headsig.Book
+	// Upstream, on a replica without Signer, dials its source: a
+	// bootstrap that asks for the root's seal is relayed there
+	// (seal_relay.go). Nil: such a bootstrap is refused.
+	Upstream func(ctx context.Context) (net.Conn, string, error)
 }
 
 // headGate holds back a session's verified-chain entries until a signed

@@ -23,6 +23,8 @@ const (
 	kindSignature = "signature"        // a signed head did not verify, or the entries did not match it
 	kindUnsigned  = "unsigned"         // too many entries arrived without a signed head
 	kindForked    = "forked"           // the replica's log forked from its source's
+	// kindSeal (seal.go): a snapshot without the root's seal, or whose
+	// seal does not verify.
 )
 
 var (
@@ -80,13 +82,13 @@ var (
 		Help: "Snapshot transfers this server is sending."}))
 	mSnapshotsServed = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_transfers_total",
-		Help: "Snapshot transfers this server ended, by result (complete, broken, unavailable, bad_resume)."}, []string{"result"}))
+		Help: "Snapshot transfers this server ended, by result (complete, broken, unavailable, bad_resume, unsealable: a replica asked for the root's seal and this node neither holds the signing key nor relays to its source; relayed: a bootstrap asking for the seal passed on to this replica's source and its answer copied back)."}, []string{"result"}))
 	mSnapshotBytesSent = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_bytes_sent_total",
 		Help: "Snapshot file bytes sent to bootstrapping replicas."}))
 	mBootstraps = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstraps_total",
-		Help: "Bootstrap sessions of this replica, by result (installed, interrupted, failed)."}, []string{"db", "result"}))
+		Help: "Bootstrap sessions of this replica, by result (installed, interrupted, failed, seal_refused: the snapshot was not sealed by the root and was discarded)."}, []string{"db", "result"}))
 	mBootstrapBytes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "bootstrap_bytes_total",
 		Help: "Snapshot file bytes received and written."}, []string{"db"}))

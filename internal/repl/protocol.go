@@ -102,6 +102,8 @@ func (t MsgType) String() string {
 		return "head"
 	case MsgNode:
 		return "node"
+	case MsgSeal:
+		return "seal"
 	case MsgRoot:
 		return "root"
 	}
@@ -672,6 +674,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeHead(p)
 	case MsgNode:
 		return decodeNode(p)
+	case MsgSeal:
+		return decodeSeal(p)
 	case MsgRoot:
 		return decodeRoot(p)
 	}

@@ -156,6 +156,8 @@ type Server struct {
 	log    *slog.Logger
 
 	snaps *snapshotCache
+	// sealRelays: the sealed bootstraps relayed now (seal_relay.go).
+	sealRelays sealRelays
 	// prefetch carries what a relay resolves to its subscribers.
 	prefetch prefetchHub
 	// limit paces snapshot bytes; nil when BootstrapRate is 0.

@@ -2,21 +2,42 @@ package repl
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
 // bootstrap answers a bootstrap Hello: Welcome, the snapshot's manifest,
-// its files from the resume point on (Chunk… FileEnd per file), Done.
-// Reading the snapshot's files holds nothing open in the live database.
+// its files from the resume point on (Chunk… FileEnd per file), the
+// seal when asked (seal.go), Done. A replica relays a bootstrap that asks
+// for a seal to its own source (seal_relay.go). Reading the snapshot's files holds
+// nothing open in the live database.
 func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error {
 	s := cn.s
+	var signer *headsig.Signer
+	if h.Version >= SealVersion {
+		var heads HeadSource
+		if s.cfg.Heads != nil {
+			heads = s.cfg.Heads(h.Database)
+		}
+		signer = heads.Signer
+		if signer == nil && heads.Upstream != nil {
+			return cn.relayBootstrap(ctx, h, heads.Upstream)
+		}
+		if signer == nil {
+			mSnapshotsServed.WithLabelValues("unsealable").Inc()
+			cn.refuse(RefuseUnavailable, "%q: this node does not hold the root's signing key, so it cannot seal a snapshot; bootstrap from the root", st.Name())
+			return nil
+		}
+	}
 	snap, err := s.snaps.acquire(st, h.Resume.Snapshot, h.LastIndex)
 	if err != nil {
 		mSnapshotsServed.WithLabelValues("unavailable").Inc()
@@ -58,9 +79,20 @@ func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error 
 		if i == int(from.File) {
 			off = from.Offset
 		}
-		if err := cn.sendFile(ctx, snap, i, off); err != nil {
+		if err := cn.sendFile(ctx, snap, i, off, signer != nil); err != nil {
 			mSnapshotsServed.WithLabelValues("broken").Inc()
 			return fmt.Errorf("snapshot file %s: %w", snap.files[i].Name, err)
+		}
+	}
+	if signer != nil {
+		d, err := snap.digest()
+		if err != nil {
+			mSnapshotsServed.WithLabelValues("broken").Inc()
+			return fmt.Errorf("seal snapshot %s: %w", snap.id, err)
+		}
+		if err := cn.send(&Seal{Sig: signer.Seal(st.DBID(), snap.head.Index, snap.head.Hash, d)}); err != nil {
+			mSnapshotsServed.WithLabelValues("broken").Inc()
+			return err
 		}
 	}
 	mSnapshotsServed.WithLabelValues("complete").Inc()
@@ -70,8 +102,9 @@ func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error 
 
 // sendFile sends file i of snap from off on, then its FileEnd. The CRC
 // covers the whole file, so a resumed file's first off bytes are read
-// again here, as the receiver reads its copy of them.
-func (cn *conn) sendFile(ctx context.Context, snap *snapshot, i int, off uint64) error {
+// again here, as the receiver reads its copy of them. With sum, a file
+// sent whole has its SHA-256 recorded for the seal.
+func (cn *conn) sendFile(ctx context.Context, snap *snapshot, i int, off uint64, sum bool) error {
 	sf := snap.files[i]
 	f, err := os.Open(filepath.Join(snap.dir, sf.Name))
 	if err != nil {
@@ -81,6 +114,10 @@ func (cn *conn) sendFile(ctx context.Context, snap *snapshot, i int, off uint64)
 	crc, err := crcPrefix(f, off)
 	if err != nil {
 		return err
+	}
+	var sha hash.Hash
+	if sum && off == 0 {
+		sha = sha256.New()
 	}
 	buf := make([]byte, cn.s.cfg.ChunkBytes)
 	for off < sf.Size {
@@ -97,11 +134,17 @@ func (cn *conn) sendFile(ctx context.Context, snap *snapshot, i int, off uint64)
 			return err
 		}
 		crc = crc32.Update(crc, crcTable, buf[:n])
+		if sha != nil {
+			sha.Write(buf[:n])
+		}
 		off += uint64(n)
 		mSnapshotBytesSent.Add(float64(n))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+	}
+	if sha != nil {
+		snap.setSum(i, fileSum(sha.Sum(nil)))
 	}
 	return cn.send(&FileEnd{File: uint32(i), Size: sf.Size, CRC: crc})
 }

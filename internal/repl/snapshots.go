@@ -3,12 +3,14 @@ package repl
 import (
 	"crypto/rand"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -38,6 +40,48 @@ type snapshot struct {
 	made     time.Time
 	lastUsed time.Time
 	users    int
+
+	// sums are the SHA-256s of the files a seal covers (seal.go): taken
+	// as a file is sent whole, else read when a seal needs them.
+	sumMu sync.Mutex
+	sums  []*fileSum
+}
+
+// setSum records the SHA-256 of file i, sent whole.
+func (s *snapshot) setSum(i int, sum fileSum) {
+	s.sumMu.Lock()
+	defer s.sumMu.Unlock()
+	if s.sums == nil {
+		s.sums = make([]*fileSum, len(s.files))
+	}
+	s.sums[i] = &sum
+}
+
+// open opens one of the snapshot's files.
+func (s *snapshot) open(name string) (io.ReadCloser, error) {
+	return os.Open(filepath.Join(s.dir, name))
+}
+
+// digest is the digest of the snapshot's files a seal signs; the files
+// not yet summed (sent in part, or by an earlier session) are read.
+func (s *snapshot) digest() (headsig.Digest, error) {
+	s.sumMu.Lock()
+	defer s.sumMu.Unlock()
+	if s.sums == nil {
+		s.sums = make([]*fileSum, len(s.files))
+	}
+	all := make([]fileSum, len(s.files))
+	for i, f := range s.files {
+		if s.sums[i] == nil {
+			sum, err := sumFile(s.open, f.Name, f.Size)
+			if err != nil {
+				return headsig.Digest{}, err
+			}
+			s.sums[i] = &sum
+		}
+		all[i] = *s.sums[i]
+	}
+	return filesDigest(s.files, all), nil
 }
 
 func newSnapshotCache(keep time.Duration, log *slog.Logger) *snapshotCache {

@@ -44,7 +44,8 @@ func loadLogKeys(c *config.Config) (logKeys, error) {
 
 // heads is the HeadSource of the replication server for database db: a
 // root signs its own log; a replica or proxy that verifies heads forwards
-// the ones it verified. A replica never signs, even on a node that holds
+// the ones it verified, and relays the bootstraps that ask for the root's
+// seal to its source. A replica never signs, even on a node that holds
 // the signing key.
 func (s *Server) heads(db string) repl.HeadSource {
 	for _, d := range s.cfg.Databases {
@@ -55,7 +56,7 @@ func (s *Server) heads(db string) repl.HeadSource {
 			return repl.HeadSource{Signer: s.keys.signer}
 		}
 		if r, ok := s.replicas[db]; ok && s.keys.verifier != nil {
-			return repl.HeadSource{Book: r.Book()}
+			return repl.HeadSource{Book: r.Book(), Upstream: r.DialSource}
 		}
 	}
 	return repl.HeadSource{}

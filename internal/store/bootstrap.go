@@ -597,6 +597,15 @@ func (b *Bootstrap) Install(ctx context.Context) error {
 	return b.s.Replace(ctx)
 }
 
+// OpenReceived opens a file of the download (named as in its manifest)
+// for reading, on the store's filesystem: what was received so far.
+func (b *Bootstrap) OpenReceived(name string) (io.ReadCloser, error) {
+	if err := CheckSnapshotFiles([]SnapshotFile{{Name: name}}); err != nil {
+		return nil, err
+	}
+	return b.fs.Open(b.fs.PathJoin(b.staging, name))
+}
+
 // DropPartialBootstrap removes a partial download (an earlier bootstrap
 // cut short) that nothing will resume; it reports whether there was one.
 func (s *Store) DropPartialBootstrap() (bool, error) {

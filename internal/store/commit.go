@@ -94,6 +94,9 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.last, err = s.readApplied(); err != nil {
 		return nil, err
 	}
+	// A root's entries after a restart are bounded from the last one's
+	// time and the real time since now, not from the wall clock alone.
+	c.clock.learn(c.last.time, s.opts.Elapsed())
 	v, err := s.getMeta(metaLog)
 	if err != nil {
 		return nil, err

@@ -19,9 +19,13 @@ func TestRootClockStamp(t *testing.T) {
 			t.Errorf("%s: %d %v, want %d %v", name, got, c, want, wantClamped)
 		}
 	}
-	step("the first stamp takes the wall clock, however far ahead", t0+day, 0, t0, t0+day, false)
+	step("the first stamp after an entry is bounded from its time", t0+day, 5*time.Second, t0, t0, true)
+	step("then by the real time since", t0+day, 21*time.Second, t0, t0+16*sec+sec, true)
 	rc = rootClock{}
-	step("first", t0, 0, 0, t0, false)
+	rc.learn(t0, time.Second)
+	step("learned at open: the real time since counts", t0+10*sec+maxProposedClockStep, 11*time.Second, t0, t0+10*sec+maxProposedClockStep, false)
+	rc = rootClock{}
+	step("an empty log takes the wall clock", t0, 0, 0, t0, false)
 	step("time passing", t0+sec, time.Second, t0, t0+sec, false)
 	step("within the step ahead of real time", t0+2*sec+maxProposedClockStep, 2*time.Second, t0+sec, t0+2*sec+maxProposedClockStep, false)
 	// The anchor moved to the last reading: t0+2s+step at elapsed 2s.
@@ -123,4 +127,78 @@ func mustHistory(t *testing.T, s *Store) History {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// A root restarted with its wall clock a day ahead dates its first entry
+// at most the step past the last entry's time plus the real time since
+// it opened, not a day ahead: a retried write is still answered from its
+// outcome.
+func TestRootClockAheadAtRestart(t *testing.T) {
+	clocks := &fakeClocks{}
+	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	dir := t.TempDir()
+	o := clocks.options(Options{Name: "root-clock-restart", Dir: dir, IdempotencyWindow: time.Hour, Logger: quietLogger()})
+	s := openTest(t, o)
+	first, err := writeID(t, s, "retried", nil, set("k", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := mustWrite(t, s, set("k", "newer")).Index
+	last := s.AppliedTime().UnixNano()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clocks.jump(24 * time.Hour)
+	s = openTest(t, o)
+	clamped := s.Metrics().EntryTimeClamped
+	clocks.pass(10 * time.Second)
+	at := mustWrite(t, s, set("other", "x"))
+	got := s.AppliedTime().UnixNano()
+	if limit := last + int64(10*time.Second) + int64(10*time.Second)/16 + maxProposedClockStep; got > limit {
+		t.Fatalf("first entry %d after a restart with the clock a day ahead dated %v past the last, want at most %v",
+			at.Index, time.Duration(got-last), time.Duration(limit-last))
+	}
+	if c := s.Metrics().EntryTimeClamped; c <= clamped {
+		t.Errorf("bounded stamp not counted: %v -> %v", clamped, c)
+	}
+	r, err := writeID(t, s, "retried", nil, set("k", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Duplicate || r.Index != first.Index {
+		t.Fatalf("retry after the restart: %+v, want the outcome of index %d", r, first.Index)
+	}
+	if v, idx, _ := get(t, s, "k"); v != "newer" || idx != newer {
+		t.Fatalf("k = %q at %d after the retry, want the newer value at %d", v, idx, newer)
+	}
+}
+
+// An HA root member dates its proposals from the log's time and the real
+// time it measured since, not from a wall clock far ahead (a new leader's
+// first heartbeat, a member's write); a wall clock in step is taken as it
+// is.
+func TestProposalTimeBounded(t *testing.T) {
+	const sec = int64(time.Second)
+	clocks := &fakeClocks{}
+	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	s := openTest(t, clocks.options(Options{Name: "proposal-clock", Logger: quietLogger()}))
+	mustWrite(t, s, set("k", "v"))
+	last := s.AppliedTime().UnixNano()
+	clamped := s.Metrics().EntryTimeClamped
+
+	day := 24 * time.Hour
+	if got := s.ProposalTime(time.Unix(0, last).Add(day), time.Minute); got != last {
+		t.Fatalf("first proposal with the wall clock a day ahead: %v past the log, want 0", time.Duration(got-last))
+	}
+	if got := s.ProposalTime(time.Unix(0, last).Add(day), time.Minute+16*time.Second); got != last+17*sec {
+		t.Fatalf("16 s later, still a day ahead: %v past the log, want 17s", time.Duration(got-last))
+	}
+	if c := s.Metrics().EntryTimeClamped; c != clamped+2 {
+		t.Errorf("bounded proposals counted %v, want %v", c, clamped+2)
+	}
+	in := time.Unix(0, last).Add(20 * time.Second)
+	if got := s.ProposalTime(in, time.Minute+18*time.Second); got != in.UnixNano() {
+		t.Fatalf("a wall clock in step: %v past the log, want 20s", time.Duration(got-last))
+	}
 }

@@ -57,6 +57,8 @@ type Store struct {
 	// entry is durable.
 	applied     atomic.Uint64
 	appliedTime atomic.Int64
+	// proposals stamps an HA root member's proposals (rootclock.go).
+	proposals   proposalClock
 	appliedPos  atomic.Pointer[appliedRecord] // both, read together (AppliedPosition)
 	raftApplied atomic.Uint64                 // see raftapply.go
 	// viewAhead is the highest index a View was opened at while not yet

@@ -1,0 +1,358 @@
+package repl
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+// sealedSnapshot is a snapshot as a bootstrap client receives it.
+type sealedSnapshot struct {
+	manifest *Snapshot
+	files    [][]byte
+	seal     *Seal
+}
+
+// fetchSealed bootstraps from the server at addr as a client with the
+// public key would, and returns what it received.
+func fetchSealed(t *testing.T, addr string, st *store.Store) sealedSnapshot {
+	t.Helper()
+	c, m := rawSession(t, addr, &Hello{Version: SealVersion, Database: st.Name(), DBID: st.DBID(), ProcessID: NewProcessID(), Bootstrap: true})
+	if _, ok := m.(*Welcome); !ok {
+		t.Fatalf("bootstrap answered %s", m.Type())
+	}
+	var s sealedSnapshot
+	for {
+		m, err := ReadMessage(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *Snapshot:
+			s.manifest = m
+			s.files = make([][]byte, len(m.Files))
+		case *Chunk:
+			s.files[m.File] = append(s.files[m.File], m.Data...)
+		case *FileEnd:
+		case *Seal:
+			s.seal = m
+		case *Done:
+			return s
+		default:
+			t.Fatalf("unexpected %s", m.Type())
+		}
+	}
+}
+
+// forgeValue rewrites the snapshot as a source without the signing key
+// could: the inline record of key gets value forged (of the same length)
+// with a correct record checksum, so the store opens and verifies clean;
+// the snapshot's head, index and chain hash stay the root's.
+func forgeValue(t *testing.T, s sealedSnapshot, key, forged string) sealedSnapshot {
+	t.Helper()
+	dir := t.TempDir()
+	for i, f := range s.manifest.Files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), s.files[i], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dk := append([]byte{'d'}, key...)
+	rec, closer, err := db.Get(dk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = bytes.Clone(rec)
+	closer.Close()
+	const header = 4 + 1 + 8 // crc, flags, index
+	if len(rec) != header+len(forged) || rec[4] != 0 {
+		t.Fatalf("record of %q: %d bytes, flags %#x: not an inline value of %d bytes", key, len(rec), rec[4], len(forged))
+	}
+	copy(rec[header:], forged)
+	binary.BigEndian.PutUint32(rec, crc32.Checksum(rec[4:], crcTable))
+	if err := db.Set(dk, rec, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := sealedSnapshot{manifest: &Snapshot{ID: SnapshotID{7}, Index: s.manifest.Index, Time: s.manifest.Time, Hash: s.manifest.Hash}, seal: s.seal}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.manifest.Files = append(out.manifest.Files, SnapshotFile{Name: e.Name(), Size: uint64(len(b))})
+		out.files = append(out.files, b)
+	}
+	return out
+}
+
+// forgingSource serves s to every bootstrap (with the root's seal it
+// relays) and refuses every stream with log_truncated, so a new replica
+// bootstraps from it.
+func forgingSource(t *testing.T, id store.DBID, s sealedSnapshot) string {
+	return fakeSource(t, id, func(c net.Conn, h *Hello) error {
+		if !h.Bootstrap {
+			return WriteMessage(c, &Refuse{Code: RefuseLogTruncated, Reason: "gone"})
+		}
+		msgs := []Message{s.manifest}
+		for i, b := range s.files {
+			if len(b) > 0 {
+				msgs = append(msgs, &Chunk{File: uint32(i), Data: b})
+			}
+			msgs = append(msgs, &FileEnd{File: uint32(i), Size: uint64(len(b)), CRC: crc32.Checksum(b, crcTable)})
+		}
+		if s.seal != nil {
+			msgs = append(msgs, s.seal)
+		}
+		for _, m := range append(msgs, &Done{LastIndex: s.manifest.Index}) {
+			if err := WriteMessage(c, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// A source that forges one value of the root's snapshot, keeping its head
+// and relaying the root's seal, is refused by a replica that has the
+// public key: nothing is installed, the refusal is counted and the
+// download discarded. The same replica then bootstraps from the root,
+// whose sealed snapshot it installs. A replica without the public key
+// installs the forged value: what the seal prevents.
+func TestBootstrapRefusesForgedSnapshot(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "a", 300, 200)
+	write(t, root, "k", "the root's value")
+	writeN(t, root, "t", 20)
+
+	genuine := fetchSealed(t, rootAddr, root)
+	if genuine.seal == nil {
+		t.Fatal("the root sent no seal")
+	}
+	forged := forgeValue(t, genuine, "k", "a forged value!!")
+	forger := forgingSource(t, root.DBID(), forged)
+
+	t.Run("without the public key the forgery is installed", func(t *testing.T) {
+		rep := openStore(t, "", name, root.DBID(), store.Retention{})
+		_, stop := startReplica(t, rep, NewProcessID(), []string{forger}, func(c *ReplicaConfig) {
+			c.BootstrapLock = lockPath(t)
+		})
+		waitFor(t, "forged snapshot installed", 30*time.Second, func() bool { return rep.AppliedIndex() >= forged.manifest.Index })
+		stop()
+		if v, _ := lookupValue(t, rep, "k"); v != "a forged value!!" {
+			t.Fatalf("k = %q: the forgery did not take", v)
+		}
+	})
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	refused, errs := bootstrapsOf(name, "seal_refused"), errCount(name, kindSeal)
+	_, stop := startReplica(t, rep, NewProcessID(), []string{forger}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	waitFor(t, "forged snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(name, "seal_refused") > refused })
+	stop()
+	if n := errCount(name, kindSeal); n <= errs {
+		t.Fatalf("snapshot_seal errors %v -> %v", errs, n)
+	}
+	if rep.AppliedIndex() != 0 {
+		t.Fatalf("applied index %d after a refused snapshot", rep.AppliedIndex())
+	}
+	if _, found := lookupValue(t, rep, "k"); found {
+		t.Fatal("a key of the refused snapshot is served")
+	}
+	if _, err := os.Stat(store.StagingDir(rep.Options().Dir)); !os.IsNotExist(err) {
+		t.Fatalf("refused download kept: %v", err)
+	}
+
+	installed := bootstrapsOf(name, "installed")
+	startReplica(t, rep, NewProcessID(), []string{rootAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = 1 // a new replica: bootstrap rather than replay
+		c.Verifier = verifier
+	})
+	waitFor(t, "the root's snapshot installed", 30*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitCaughtUp(t, rep, root)
+	assertSame(t, rep, root)
+	if v, _ := lookupValue(t, rep, "k"); v != "the root's value" {
+		t.Fatalf("k = %q", v)
+	}
+}
+
+// A source without the signing key (a replica) refuses at once a
+// bootstrap that asks for the root's seal, before making a snapshot; a
+// snapshot that arrives without a seal is refused all the same.
+func TestBootstrapUnsealedRefused(t *testing.T) {
+	_, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), nil)
+	fill(t, root, "a", 100, 200)
+
+	unsealable := value(mSnapshotsServed.WithLabelValues("unsealable"))
+	c, m := rawSession(t, addr, &Hello{Version: SealVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID(), Bootstrap: true})
+	c.Close()
+	if r, ok := m.(*Refuse); !ok || r.Code != RefuseUnavailable {
+		t.Fatalf("a bootstrap asking for a seal from a node without the key: %v", m)
+	}
+	if n := value(mSnapshotsServed.WithLabelValues("unsealable")); n != unsealable+1 {
+		t.Fatalf("unsealable transfers %v -> %v", unsealable, n)
+	}
+
+	// A lying source that ignores the request and sends the snapshot
+	// without a seal: received, then refused.
+	signer, _ := testKeys(t)
+	sealing := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	s := fetchSealed(t, sealing, root)
+	s.seal = nil
+	liar := forgingSource(t, root.DBID(), s)
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	refused := bootstrapsOf(name, "seal_refused")
+	startReplica(t, rep, NewProcessID(), []string{liar}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	waitFor(t, "unsealed snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(name, "seal_refused") > refused })
+	if rep.AppliedIndex() != 0 {
+		t.Fatalf("applied index %d after an unsealed snapshot", rep.AppliedIndex())
+	}
+}
+
+// quietPebble keeps Pebble's messages out of the test output.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// A replica relays a bootstrap that asks for the root's seal to its own
+// source: a leaf with the public key whose only source is a replica
+// bootstraps with the root's sealed snapshot through it.
+func TestBootstrapSealedThroughReplica(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "a", 300, 200)
+	writeN(t, root, "t", 20)
+
+	mid := openStore(t, "", name, root.DBID(), store.Retention{})
+	midPID := NewProcessID()
+	mr, _ := startReplica(t, mid, midPID, []string{rootAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	midAddr := startServer(t, mid, midPID, func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Book: mr.Book(), Upstream: mr.DialSource} }
+	})
+	waitCaughtUp(t, mid, root)
+
+	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
+	installed, relayed := bootstrapsOf(name, "installed"), value(mSnapshotsServed.WithLabelValues("relayed"))
+	startReplica(t, leaf, NewProcessID(), []string{midAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = 1
+		c.Verifier = verifier
+	})
+	waitFor(t, "the leaf's bootstrap installed", 30*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitCaughtUp(t, leaf, root)
+	assertSame(t, leaf, root)
+	if got := value(mSnapshotsServed.WithLabelValues("relayed")); got <= relayed {
+		t.Fatalf("relayed bootstraps %v -> %v", relayed, got)
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
+
+// Sources in a cycle do not relay a sealed bootstrap around it for ever:
+// the server it comes back to refuses it.
+func TestBootstrapSealRelayCycle(t *testing.T) {
+	name := dbName(t)
+	st := openStore(t, "", name, store.DBID{}, store.Retention{})
+	write(t, st, "k", "v")
+	var self string
+	self = startServer(t, st, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource {
+			return HeadSource{Upstream: func(ctx context.Context) (net.Conn, string, error) {
+				c, err := net.Dial("tcp", self)
+				return c, self, err
+			}}
+		}
+	})
+	_, m := rawSession(t, self, &Hello{Version: SealVersion, Database: name, DBID: st.DBID(), ProcessID: NewProcessID(), Bootstrap: true})
+	if r, ok := m.(*Refuse); !ok || r.Code != RefuseCycle {
+		t.Fatalf("a sealed bootstrap relayed back to the same server: %v", m)
+	}
+}
+
+// A sealed bootstrap cut off halfway resumes and still verifies: the seal
+// covers every file, the ones received before the cut included, and the
+// root reads again the file it sent in part.
+func TestBootstrapSealedResumesAfterCut(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	src := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.ChunkBytes = 64 << 10
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "b", 3000, 1000)
+	cp := filepath.Join(t.TempDir(), "probe")
+	if _, err := root.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	addr, cut := cuttingProxy(t, src, int(dirSize(t, cp)/2))
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	waitFor(t, "sealed bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	waitCaughtUp(t, rep, root)
+	assertSame(t, rep, root)
+	if !cut() {
+		t.Fatal("the proxy never cut the transfer")
+	}
+	if bootstrapsOf(name, "interrupted") != 1 || value(mBootstrapResumedBytes.WithLabelValues(name)) == 0 {
+		t.Fatalf("bootstraps: %v interrupted, %v bytes resumed", bootstrapsOf(name, "interrupted"), value(mBootstrapResumedBytes.WithLabelValues(name)))
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
