@@ -77,6 +77,9 @@ func coldProxy(t *testing.T, c *cluster, nkeys int, members func(root, r1, r2 *n
 	po := store.ProxyOptions{Window: 1, CacheBytes: -1, EvictInterval: time.Millisecond}
 	px := c.proxy(root.st.DBID(), po, Config{Replicas: members(root, r1, r2), SidelineMin: 50 * time.Millisecond, SidelineMax: 200 * time.Millisecond}, root.addr)
 	waitApplied(t, px.st, root.st.AppliedIndex())
+	// The keeper evicts what the proxy applied in the background: until
+	// it has, reads are answered locally, not fetched.
+	waitFor(t, "the proxy's eviction down to its window", func() bool { return px.st.ProxyStats().CachedValues <= 1 })
 	return root, px
 }
 
