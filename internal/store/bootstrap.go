@@ -303,8 +303,10 @@ func checkSnapshotFiles(files []snapshotFile) error {
 // It refuses (an error wrapping ErrInvalid) file names that could escape
 // the staging directory, and (an error wrapping ErrDiskFull, the store
 // reporting itself full) a snapshot whose bytes left to download do not
-// fit above the free-space reserve, before discarding anything. It returns
-// where the download goes on from.
+// fit above the free-space reserve. The room a partial download of another
+// snapshot takes counts as free: it is discarded first if the new snapshot
+// then fits, and kept if it would not fit even so. It returns where the
+// download goes on from.
 func (b *Bootstrap) Begin(m SnapshotManifest) (BootstrapResume, error) {
 	files := make([]snapshotFile, len(m.Files))
 	var total uint64
@@ -325,13 +327,19 @@ func (b *Bootstrap) Begin(m SnapshotManifest) (BootstrapResume, error) {
 	// fills the disk; checked again as it arrives (another process may
 	// take the space meanwhile).
 	b.left = total - min(onDisk, total)
+	if !same && b.state != nil && b.fitsWithout() {
+		// Discarded before the space check: it may hold the room the
+		// new snapshot needs, which the check would refuse for ever.
+		b.s.opts.Logger.Info("source offers a new snapshot; discarding the partial download", "had", b.state.Snapshot, "new", m.Snapshot)
+		if err := b.fs.RemoveAll(b.staging); err != nil {
+			return BootstrapResume{}, err
+		}
+		b.state = nil
+	}
 	if err := b.checkSpace(); err != nil {
 		return BootstrapResume{}, err
 	}
 	if !same {
-		if b.state != nil {
-			b.s.opts.Logger.Info("source offers a new snapshot; discarding the partial download", "had", b.state.Snapshot, "new", m.Snapshot)
-		}
 		if err := b.start(m, files); err != nil {
 			return BootstrapResume{}, err
 		}
@@ -362,6 +370,27 @@ func (b *Bootstrap) checkSpace() error {
 		return fmt.Errorf("bootstrap refused: %w", err)
 	}
 	return nil
+}
+
+// fitsWithout reports whether what is left of the snapshot fits above the
+// store's free-space reserve once the staging directory (a partial
+// download of another snapshot) is removed. A disk whose free space
+// cannot be read counts as fitting, as in checkSpace.
+func (b *Bootstrap) fitsWithout() bool {
+	du, err := b.fs.GetDiskUsage(b.s.opts.Dir)
+	if err != nil {
+		return true
+	}
+	var staged uint64
+	names, _ := b.fs.List(b.staging)
+	for _, n := range names {
+		if fi, err := b.fs.Stat(b.fs.PathJoin(b.staging, n)); err == nil && fi.Mode().IsRegular() {
+			staged += uint64(fi.Size())
+		}
+	}
+	s := b.s
+	reserve := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load(), s.segmentRoom.Load())
+	return du.AvailBytes+staged >= reserve+b.left
 }
 
 // start empties the staging directory for the snapshot and records it.
