@@ -233,6 +233,11 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		return progressed, fmt.Errorf("bootstrap end from %s: %w", d.src, err)
 	}
 	seal, sealed := m.(*Seal)
+	if sealed && r.cfg.Verifier == nil {
+		// A seal comes only when asked (SealVersion): a source that
+		// sends one unasked does not speak the protocol.
+		return progressed, fmt.Errorf("%w: %s sent a seal this bootstrap did not ask for", ErrMalformed, d.src)
+	}
 	if sealed {
 		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		if m, err = ReadMessage(br); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -110,9 +111,15 @@ func forgeValue(t *testing.T, s sealedSnapshot, key, forged string) sealedSnapsh
 }
 
 // forgingSource serves s to every bootstrap (with the root's seal it
-// relays) and refuses every stream with log_truncated, so a new replica
-// bootstraps from it.
+// relays, to a bootstrap that asks for it) and refuses every stream with
+// log_truncated, so a new replica bootstraps from it.
 func forgingSource(t *testing.T, id store.DBID, s sealedSnapshot) string {
+	return snapshotServer(t, id, s, func(h *Hello) bool { return h.Version >= SealVersion })
+}
+
+// snapshotServer is forgingSource sending s's seal to the bootstraps
+// sealFor picks.
+func snapshotServer(t *testing.T, id store.DBID, s sealedSnapshot, sealFor func(h *Hello) bool) string {
 	return fakeSource(t, id, func(c net.Conn, h *Hello) error {
 		if !h.Bootstrap {
 			return WriteMessage(c, &Refuse{Code: RefuseLogTruncated, Reason: "gone"})
@@ -124,7 +131,7 @@ func forgingSource(t *testing.T, id store.DBID, s sealedSnapshot) string {
 			}
 			msgs = append(msgs, &FileEnd{File: uint32(i), Size: uint64(len(b)), CRC: crc32.Checksum(b, crcTable)})
 		}
-		if s.seal != nil {
+		if s.seal != nil && sealFor(h) {
 			msgs = append(msgs, s.seal)
 		}
 		for _, m := range append(msgs, &Done{LastIndex: s.manifest.Index}) {
@@ -245,6 +252,39 @@ func TestBootstrapUnsealedRefused(t *testing.T) {
 	waitFor(t, "unsealed snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(name, "seal_refused") > refused })
 	if rep.AppliedIndex() != 0 {
 		t.Fatalf("applied index %d after an unsealed snapshot", rep.AppliedIndex())
+	}
+}
+
+// A seal comes only to a bootstrap that asks for it: a replica without
+// the public key, sent one anyway, refuses the source as malformed
+// (counted) and installs nothing; the files it received stay for a
+// source that speaks the protocol.
+func TestBootstrapRefusesUnaskedSeal(t *testing.T) {
+	signer, _ := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "a", 100, 200)
+	s := fetchSealed(t, addr, root)
+	src := snapshotServer(t, root.DBID(), s, func(*Hello) bool { return true })
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := bootstrapsOf(name, "installed")
+	err = r.Bootstrap(context.Background(), src, 0)
+	if !errors.Is(err, ErrMalformed) || errorKind(err) != kindDecode {
+		t.Fatalf("a seal the bootstrap did not ask for: %v (kind %q), want %v", err, errorKind(err), ErrMalformed)
+	}
+	if rep.AppliedIndex() != 0 || bootstrapsOf(name, "installed") != installed {
+		t.Fatalf("applied index %d after an unasked seal", rep.AppliedIndex())
+	}
+	if r := rep.OpenBootstrap(store.BootstrapHooks{}).Resume(); r.Snapshot != s.manifest.ID.String() || r.File != len(s.files) {
+		t.Fatalf("download after the refusal: %+v, want all %d files of %s kept", r, len(s.files), s.manifest.ID)
 	}
 }
 
