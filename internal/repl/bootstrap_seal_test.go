@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,23 +125,35 @@ func snapshotServer(t *testing.T, id store.DBID, s sealedSnapshot, sealFor func(
 		if !h.Bootstrap {
 			return WriteMessage(c, &Refuse{Code: RefuseLogTruncated, Reason: "gone"})
 		}
-		msgs := []Message{s.manifest}
-		for i, b := range s.files {
-			if len(b) > 0 {
-				msgs = append(msgs, &Chunk{File: uint32(i), Data: b})
-			}
-			msgs = append(msgs, &FileEnd{File: uint32(i), Size: uint64(len(b)), CRC: crc32.Checksum(b, crcTable)})
-		}
-		if s.seal != nil && sealFor(h) {
-			msgs = append(msgs, s.seal)
-		}
-		for _, m := range append(msgs, &Done{LastIndex: s.manifest.Index}) {
+		for _, m := range snapshotMessages(s, h, sealFor(h)) {
 			if err := WriteMessage(c, m); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// snapshotMessages is what a source sends after its Welcome to the
+// bootstrap h: s's manifest, its files from the whole file h resumes at
+// on, the seal if sealed, Done.
+func snapshotMessages(s sealedSnapshot, h *Hello, sealed bool) []Message {
+	msgs := []Message{s.manifest}
+	from := 0
+	if h.Resume.Snapshot == s.manifest.ID {
+		from = int(h.Resume.File)
+	}
+	for i := from; i < len(s.files); i++ {
+		b := s.files[i]
+		if len(b) > 0 {
+			msgs = append(msgs, &Chunk{File: uint32(i), Data: b})
+		}
+		msgs = append(msgs, &FileEnd{File: uint32(i), Size: uint64(len(b)), CRC: crc32.Checksum(b, crcTable)})
+	}
+	if s.seal != nil && sealed {
+		msgs = append(msgs, s.seal)
+	}
+	return append(msgs, &Done{LastIndex: s.manifest.Index})
 }
 
 // A source that forges one value of the root's snapshot, keeping its head
@@ -285,6 +298,76 @@ func TestBootstrapRefusesUnaskedSeal(t *testing.T) {
 	}
 	if r := rep.OpenBootstrap(store.BootstrapHooks{}).Resume(); r.Snapshot != s.manifest.ID.String() || r.File != len(s.files) {
 		t.Fatalf("download after the refusal: %+v, want all %d files of %s kept", r, len(s.files), s.manifest.ID)
+	}
+}
+
+// A connection torn in the middle of the seal, every file received, leaves
+// the download whole on disk: the next session asks to resume after the
+// last file, receives only the seal, checks it against the files as they
+// are on disk, and installs.
+func TestBootstrapSealTornResumes(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "a", 300, 200)
+	s := fetchSealed(t, addr, root)
+	var (
+		mu      sync.Mutex
+		resumes []ResumePoint
+	)
+	src := fakeSource(t, root.DBID(), func(c net.Conn, h *Hello) error {
+		if !h.Bootstrap {
+			return WriteMessage(c, &Refuse{Code: RefuseLogTruncated, Reason: "gone"})
+		}
+		mu.Lock()
+		resumes = append(resumes, h.Resume)
+		first := len(resumes) == 1
+		mu.Unlock()
+		for _, m := range snapshotMessages(s, h, true) {
+			frame, err := AppendFrame(nil, m)
+			if err != nil {
+				return err
+			}
+			if _, ok := m.(*Seal); ok && first {
+				c.Write(frame[:len(frame)/2])
+				return errors.New("torn")
+			}
+			if _, err := c.Write(frame); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID(),
+		Verifier: verifier}, rep, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Bootstrap(ctx, src, 0); err == nil {
+		t.Fatal("a bootstrap torn in the middle of the seal installed")
+	}
+	if rep.AppliedIndex() != 0 {
+		t.Fatalf("applied index %d after a torn seal", rep.AppliedIndex())
+	}
+	if err := r.Bootstrap(ctx, src, 0); err != nil {
+		t.Fatalf("bootstrap resumed after a torn seal: %v", err)
+	}
+	if rep.AppliedIndex() != s.manifest.Index {
+		t.Fatalf("applied index %d, want the snapshot's %d", rep.AppliedIndex(), s.manifest.Index)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resumes) != 2 || resumes[1].Snapshot != s.manifest.ID || int(resumes[1].File) != len(s.files) || resumes[1].Offset != 0 {
+		t.Fatalf("resume points asked: %+v, want the second after all %d files", resumes, len(s.files))
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
 	}
 }
 
