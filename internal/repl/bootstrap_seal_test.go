@@ -422,6 +422,97 @@ func TestBootstrapSealedThroughReplica(t *testing.T) {
 	}
 }
 
+// A relayed sealed bootstrap whose source drops the connection halfway is
+// counted broken, not relayed, by the replica in between; the leaf
+// resumes through it and installs the root's sealed snapshot.
+func TestBootstrapSealedRelayUpstreamCut(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.ChunkBytes = 64 << 10
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "b", 3000, 1000)
+	writeN(t, root, "t", 20)
+	cp := filepath.Join(t.TempDir(), "probe")
+	if _, err := root.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	upAddr, cut := cuttingProxy(t, rootAddr, int(dirSize(t, cp)/2))
+
+	mid := openStore(t, "", name, root.DBID(), store.Retention{})
+	midPID := NewProcessID()
+	startReplica(t, mid, midPID, []string{rootAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	midAddr := startServer(t, mid, midPID, func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource {
+			return HeadSource{Upstream: func(ctx context.Context) (net.Conn, string, error) {
+				c, err := net.Dial("tcp", upAddr)
+				return c, upAddr, err
+			}}
+		}
+	})
+	waitCaughtUp(t, mid, root)
+
+	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
+	installed := bootstrapsOf(name, "installed")
+	relayed, broken := value(mSnapshotsServed.WithLabelValues("relayed")), value(mSnapshotsServed.WithLabelValues("broken"))
+	startReplica(t, leaf, NewProcessID(), []string{midAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = 1
+		c.Verifier = verifier
+	})
+	waitFor(t, "the leaf's bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitCaughtUp(t, leaf, root)
+	assertSame(t, leaf, root)
+	if !cut() {
+		t.Fatal("the proxy never cut the transfer")
+	}
+	// The root counts its own side of the cut transfer broken too.
+	if got := value(mSnapshotsServed.WithLabelValues("broken")); got < broken+2 {
+		t.Fatalf("broken transfers %v -> %v: want the relay's and the root's", broken, got)
+	}
+	if got := value(mSnapshotsServed.WithLabelValues("relayed")); got != relayed+1 {
+		t.Fatalf("relayed bootstraps %v -> %v: want the one that ended", relayed, got)
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
+
+// A relayed answer ended only after a whole Done or Refuse, wherever
+// its bytes are split.
+func TestFrameTail(t *testing.T) {
+	var stream []byte
+	for _, m := range []Message{&Chunk{File: 0, Data: bytes.Repeat([]byte{1}, 300)}, &FileEnd{File: 0, Size: 300}, &Done{LastIndex: 9}} {
+		f, err := AppendFrame(nil, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream = append(stream, f...)
+	}
+	refuse, err := AppendFrame(nil, &Refuse{Code: RefuseUnavailable, Reason: "no"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{stream, refuse} {
+		for cut := 0; cut <= len(b); cut++ {
+			for _, step := range []int{1, 7, len(b)} {
+				var ft frameTail
+				for p := b[:cut]; len(p) > 0; p = p[min(step, len(p)):] {
+					ft.write(p[:min(step, len(p))])
+				}
+				if want := cut == len(b); ft.ended() != want {
+					t.Fatalf("%d of %d bytes in writes of %d: ended %v, want %v", cut, len(b), step, ft.ended(), want)
+				}
+			}
+		}
+	}
+}
+
 // Sources in a cycle do not relay a sealed bootstrap around it for ever:
 // the server it comes back to refuses it.
 func TestBootstrapSealRelayCycle(t *testing.T) {
