@@ -226,7 +226,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		}
 	}
 	if err := d.b.Finish(); err != nil {
-		return progressed, err
+		return progressed, receiveError(nil, err)
 	}
 	c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 	if m, err = ReadMessage(br); err != nil {
@@ -293,11 +293,12 @@ func (d *download) verifySeal(snap *Snapshot, seal *Seal, hasher *sealHasher) er
 	return nil
 }
 
-// receiveError classifies an error of receiving a file: the stream's own
-// errors as they are, the store's by their kind.
+// receiveError classifies an error of receiving a file (body) or of
+// syncing the files received (body nil): the stream's own errors as they
+// are, the store's by their kind.
 func receiveError(body *fileBody, err error) error {
 	switch {
-	case body.err != nil && errors.Is(err, body.err):
+	case body != nil && body.err != nil && errors.Is(err, body.err):
 		return err
 	case errors.Is(err, store.ErrDiskFull):
 		return &streamError{kindDiskFull, err}

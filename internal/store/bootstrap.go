@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -450,8 +451,10 @@ const writebackBytes = 4 << 20
 // recorded complete once synced (Finish waits for that).
 // Errors: body's own read errors as they are; ErrSnapshotCRC (the file is
 // received again from its start next time); ErrDiskFull (space ran out
-// above the reserve); an I/O error of the store's filesystem otherwise.
+// above the reserve, or the disk returned ENOSPC); an I/O error of the
+// store's filesystem otherwise.
 func (b *Bootstrap) Receive(i int, off uint64, body FileBody) (err error) {
+	defer func() { err = noSpace(err) }()
 	// The syncer owns state.Done and the CRCs; the file list is fixed.
 	if b.sy == nil || i != b.next || i >= len(b.state.Files) {
 		return fmt.Errorf("%w: file %d of a snapshot of %d files, %d next", ErrInvalid, i, len(b.state.Files), b.next)
@@ -581,12 +584,23 @@ func (b *Bootstrap) dropPartial(i int) error {
 }
 
 // Finish waits until every received file is synced and recorded, and
-// returns the first error of that.
+// returns the first error of that (one wrapping ErrDiskFull if the disk
+// ran out of space).
 func (b *Bootstrap) Finish() error {
 	if b.sy == nil {
 		return nil
 	}
-	return b.sy.wait()
+	return noSpace(b.sy.wait())
+}
+
+// noSpace makes an error of the disk running out of space (ENOSPC: the
+// reserve was checked, but another process took the space since) one
+// wrapping ErrDiskFull, as the reserve's refusals are.
+func noSpace(err error) error {
+	if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrDiskFull) {
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	return err
 }
 
 // MakeReady makes a complete download the ready snapshot: the record

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -590,6 +591,53 @@ func TestBootstrapNewSnapshotTakesTheRoomOfAPartialOne(t *testing.T) {
 		t.Fatalf("the new snapshot went on from %+v: want its start", at)
 	}
 	if got, _ := digest(t, rep); got == before || got != src.hash || rep.AppliedIndex() != src.head.Index {
+		t.Fatal("installed snapshot differs from the source's")
+	}
+	mustVerify(t, rep)
+}
+
+// roomyDisk is a quotaFS whose free space reads as plenty: its writes
+// fail with ENOSPC although every check of the reserve passes, as when
+// another process takes the space between two checks.
+type roomyDisk struct{ *quotaFS }
+
+func (roomyDisk) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{AvailBytes: 1 << 40, TotalBytes: 1 << 40}, nil
+}
+
+// A disk that runs out of space in the middle of a download (ENOSPC past
+// the reserve's checks) stops it with an error wrapping ErrDiskFull, as
+// the reserve's refusals are, and leaves the replica's data intact; with
+// space back the download resumes and installs.
+func TestBootstrapDiskFullDuringTheDownload(t *testing.T) {
+	root := openTest(t, Options{})
+	rootHistory(t, root, 60)
+	src := checkpointSource(t, root, vfs.Default, t.TempDir()+"/cp")
+	qfs := newQuotaFS(vfs.NewMem(), 1<<30)
+	rep := openTest(t, Options{Dir: "/db", FS: roomyDisk{qfs}, DBID: root.DBID()})
+	before, _ := digest(t, rep)
+
+	b := rep.OpenBootstrap(BootstrapHooks{})
+	if _, err := b.Begin(src.man); err != nil {
+		t.Fatal(err)
+	}
+	used, _ := qfs.usage()
+	qfs.setQuota(used + int64(src.man.Files[0].Size)/2)
+	t.Cleanup(func() { qfs.setQuota(1 << 30) }) // before the store closes
+	err := b.Receive(0, 0, src.body(0, 0))
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write past the end of the disk: %v, want ErrDiskFull wrapping ENOSPC", err)
+	}
+	b.Finish()
+	if after, _ := digest(t, rep); after != before {
+		t.Fatal("the replica's data changed")
+	}
+
+	qfs.setQuota(1 << 30)
+	if err := receiveAll(t, rep, src); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := digest(t, rep); got != src.hash || rep.AppliedIndex() != src.head.Index {
 		t.Fatal("installed snapshot differs from the source's")
 	}
 	mustVerify(t, rep)
