@@ -226,13 +226,18 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		}
 	}
 	if err := d.b.Finish(); err != nil {
-		return progressed, err
+		return progressed, receiveError(nil, err)
 	}
 	c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 	if m, err = ReadMessage(br); err != nil {
 		return progressed, fmt.Errorf("bootstrap end from %s: %w", d.src, err)
 	}
 	seal, sealed := m.(*Seal)
+	if sealed && r.cfg.Verifier == nil {
+		// A seal comes only when asked (SealVersion): a source that
+		// sends one unasked does not speak the protocol.
+		return progressed, fmt.Errorf("%w: %s sent a seal this bootstrap did not ask for", ErrMalformed, d.src)
+	}
 	if sealed {
 		c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		if m, err = ReadMessage(br); err != nil {
@@ -288,11 +293,12 @@ func (d *download) verifySeal(snap *Snapshot, seal *Seal, hasher *sealHasher) er
 	return nil
 }
 
-// receiveError classifies an error of receiving a file: the stream's own
-// errors as they are, the store's by their kind.
+// receiveError classifies an error of receiving a file (body) or of
+// syncing the files received (body nil): the stream's own errors as they
+// are, the store's by their kind.
 func receiveError(body *fileBody, err error) error {
 	switch {
-	case body.err != nil && errors.Is(err, body.err):
+	case body != nil && body.err != nil && errors.Is(err, body.err):
 		return err
 	case errors.Is(err, store.ErrDiskFull):
 		return &streamError{kindDiskFull, err}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,30 +112,48 @@ func forgeValue(t *testing.T, s sealedSnapshot, key, forged string) sealedSnapsh
 }
 
 // forgingSource serves s to every bootstrap (with the root's seal it
-// relays) and refuses every stream with log_truncated, so a new replica
-// bootstraps from it.
+// relays, to a bootstrap that asks for it) and refuses every stream with
+// log_truncated, so a new replica bootstraps from it.
 func forgingSource(t *testing.T, id store.DBID, s sealedSnapshot) string {
+	return snapshotServer(t, id, s, func(h *Hello) bool { return h.Version >= SealVersion })
+}
+
+// snapshotServer is forgingSource sending s's seal to the bootstraps
+// sealFor picks.
+func snapshotServer(t *testing.T, id store.DBID, s sealedSnapshot, sealFor func(h *Hello) bool) string {
 	return fakeSource(t, id, func(c net.Conn, h *Hello) error {
 		if !h.Bootstrap {
 			return WriteMessage(c, &Refuse{Code: RefuseLogTruncated, Reason: "gone"})
 		}
-		msgs := []Message{s.manifest}
-		for i, b := range s.files {
-			if len(b) > 0 {
-				msgs = append(msgs, &Chunk{File: uint32(i), Data: b})
-			}
-			msgs = append(msgs, &FileEnd{File: uint32(i), Size: uint64(len(b)), CRC: crc32.Checksum(b, crcTable)})
-		}
-		if s.seal != nil {
-			msgs = append(msgs, s.seal)
-		}
-		for _, m := range append(msgs, &Done{LastIndex: s.manifest.Index}) {
+		for _, m := range snapshotMessages(s, h, sealFor(h)) {
 			if err := WriteMessage(c, m); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// snapshotMessages is what a source sends after its Welcome to the
+// bootstrap h: s's manifest, its files from the whole file h resumes at
+// on, the seal if sealed, Done.
+func snapshotMessages(s sealedSnapshot, h *Hello, sealed bool) []Message {
+	msgs := []Message{s.manifest}
+	from := 0
+	if h.Resume.Snapshot == s.manifest.ID {
+		from = int(h.Resume.File)
+	}
+	for i := from; i < len(s.files); i++ {
+		b := s.files[i]
+		if len(b) > 0 {
+			msgs = append(msgs, &Chunk{File: uint32(i), Data: b})
+		}
+		msgs = append(msgs, &FileEnd{File: uint32(i), Size: uint64(len(b)), CRC: crc32.Checksum(b, crcTable)})
+	}
+	if s.seal != nil && sealed {
+		msgs = append(msgs, s.seal)
+	}
+	return append(msgs, &Done{LastIndex: s.manifest.Index})
 }
 
 // A source that forges one value of the root's snapshot, keeping its head
@@ -248,6 +268,109 @@ func TestBootstrapUnsealedRefused(t *testing.T) {
 	}
 }
 
+// A seal comes only to a bootstrap that asks for it: a replica without
+// the public key, sent one anyway, refuses the source as malformed
+// (counted) and installs nothing; the files it received stay for a
+// source that speaks the protocol.
+func TestBootstrapRefusesUnaskedSeal(t *testing.T) {
+	signer, _ := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "a", 100, 200)
+	s := fetchSealed(t, addr, root)
+	src := snapshotServer(t, root.DBID(), s, func(*Hello) bool { return true })
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := bootstrapsOf(name, "installed")
+	err = r.Bootstrap(context.Background(), src, 0)
+	if !errors.Is(err, ErrMalformed) || errorKind(err) != kindDecode {
+		t.Fatalf("a seal the bootstrap did not ask for: %v (kind %q), want %v", err, errorKind(err), ErrMalformed)
+	}
+	if rep.AppliedIndex() != 0 || bootstrapsOf(name, "installed") != installed {
+		t.Fatalf("applied index %d after an unasked seal", rep.AppliedIndex())
+	}
+	if r := rep.OpenBootstrap(store.BootstrapHooks{}).Resume(); r.Snapshot != s.manifest.ID.String() || r.File != len(s.files) {
+		t.Fatalf("download after the refusal: %+v, want all %d files of %s kept", r, len(s.files), s.manifest.ID)
+	}
+}
+
+// A connection torn in the middle of the seal, every file received, leaves
+// the download whole on disk: the next session asks to resume after the
+// last file, receives only the seal, checks it against the files as they
+// are on disk, and installs.
+func TestBootstrapSealTornResumes(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "a", 300, 200)
+	s := fetchSealed(t, addr, root)
+	var (
+		mu      sync.Mutex
+		resumes []ResumePoint
+	)
+	src := fakeSource(t, root.DBID(), func(c net.Conn, h *Hello) error {
+		if !h.Bootstrap {
+			return WriteMessage(c, &Refuse{Code: RefuseLogTruncated, Reason: "gone"})
+		}
+		mu.Lock()
+		resumes = append(resumes, h.Resume)
+		first := len(resumes) == 1
+		mu.Unlock()
+		for _, m := range snapshotMessages(s, h, true) {
+			frame, err := AppendFrame(nil, m)
+			if err != nil {
+				return err
+			}
+			if _, ok := m.(*Seal); ok && first {
+				c.Write(frame[:len(frame)/2])
+				return errors.New("torn")
+			}
+			if _, err := c.Write(frame); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	rep := openStore(t, "", name, root.DBID(), store.Retention{})
+	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID(),
+		Verifier: verifier}, rep, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Bootstrap(ctx, src, 0); err == nil {
+		t.Fatal("a bootstrap torn in the middle of the seal installed")
+	}
+	if rep.AppliedIndex() != 0 {
+		t.Fatalf("applied index %d after a torn seal", rep.AppliedIndex())
+	}
+	if err := r.Bootstrap(ctx, src, 0); err != nil {
+		t.Fatalf("bootstrap resumed after a torn seal: %v", err)
+	}
+	if rep.AppliedIndex() != s.manifest.Index {
+		t.Fatalf("applied index %d, want the snapshot's %d", rep.AppliedIndex(), s.manifest.Index)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resumes) != 2 || resumes[1].Snapshot != s.manifest.ID || int(resumes[1].File) != len(s.files) || resumes[1].Offset != 0 {
+		t.Fatalf("resume points asked: %+v, want the second after all %d files", resumes, len(s.files))
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
+
 // quietPebble keeps Pebble's messages out of the test output.
 type quietPebble struct{}
 
@@ -296,6 +419,97 @@ func TestBootstrapSealedThroughReplica(t *testing.T) {
 	}
 	if n := errCount(name, kindSeal); n != 0 {
 		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
+
+// A relayed sealed bootstrap whose source drops the connection halfway is
+// counted broken, not relayed, by the replica in between; the leaf
+// resumes through it and installs the root's sealed snapshot.
+func TestBootstrapSealedRelayUpstreamCut(t *testing.T) {
+	signer, verifier := testKeys(t)
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		c.ChunkBytes = 64 << 10
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	fill(t, root, "b", 3000, 1000)
+	writeN(t, root, "t", 20)
+	cp := filepath.Join(t.TempDir(), "probe")
+	if _, err := root.Checkpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	upAddr, cut := cuttingProxy(t, rootAddr, int(dirSize(t, cp)/2))
+
+	mid := openStore(t, "", name, root.DBID(), store.Retention{})
+	midPID := NewProcessID()
+	startReplica(t, mid, midPID, []string{rootAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.Verifier = verifier
+	})
+	midAddr := startServer(t, mid, midPID, func(c *ServerConfig) {
+		c.Heads = func(string) HeadSource {
+			return HeadSource{Upstream: func(ctx context.Context) (net.Conn, string, error) {
+				c, err := net.Dial("tcp", upAddr)
+				return c, upAddr, err
+			}}
+		}
+	})
+	waitCaughtUp(t, mid, root)
+
+	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
+	installed := bootstrapsOf(name, "installed")
+	relayed, broken := value(mSnapshotsServed.WithLabelValues("relayed")), value(mSnapshotsServed.WithLabelValues("broken"))
+	startReplica(t, leaf, NewProcessID(), []string{midAddr}, func(c *ReplicaConfig) {
+		c.BootstrapLock = lockPath(t)
+		c.BootstrapMinEntries = 1
+		c.Verifier = verifier
+	})
+	waitFor(t, "the leaf's bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitCaughtUp(t, leaf, root)
+	assertSame(t, leaf, root)
+	if !cut() {
+		t.Fatal("the proxy never cut the transfer")
+	}
+	// The root counts its own side of the cut transfer broken too.
+	if got := value(mSnapshotsServed.WithLabelValues("broken")); got < broken+2 {
+		t.Fatalf("broken transfers %v -> %v: want the relay's and the root's", broken, got)
+	}
+	if got := value(mSnapshotsServed.WithLabelValues("relayed")); got != relayed+1 {
+		t.Fatalf("relayed bootstraps %v -> %v: want the one that ended", relayed, got)
+	}
+	if n := errCount(name, kindSeal); n != 0 {
+		t.Fatalf("snapshot_seal errors %v", n)
+	}
+}
+
+// A relayed answer ended only after a whole Done or Refuse, wherever
+// its bytes are split.
+func TestFrameTail(t *testing.T) {
+	var stream []byte
+	for _, m := range []Message{&Chunk{File: 0, Data: bytes.Repeat([]byte{1}, 300)}, &FileEnd{File: 0, Size: 300}, &Done{LastIndex: 9}} {
+		f, err := AppendFrame(nil, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream = append(stream, f...)
+	}
+	refuse, err := AppendFrame(nil, &Refuse{Code: RefuseUnavailable, Reason: "no"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{stream, refuse} {
+		for cut := 0; cut <= len(b); cut++ {
+			for _, step := range []int{1, 7, len(b)} {
+				var ft frameTail
+				for p := b[:cut]; len(p) > 0; p = p[min(step, len(p)):] {
+					ft.write(p[:min(step, len(p))])
+				}
+				if want := cut == len(b); ft.ended() != want {
+					t.Fatalf("%d of %d bytes in writes of %d: ended %v, want %v", cut, len(b), step, ft.ended(), want)
+				}
+			}
+		}
 	}
 }
 

@@ -82,7 +82,7 @@ var (
 		Help: "Snapshot transfers this server is sending."}))
 	mSnapshotsServed = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_transfers_total",
-		Help: "Snapshot transfers this server ended, by result (complete, broken, unavailable, bad_resume, unsealable: a replica asked for the root's seal and this node neither holds the signing key nor relays to its source; relayed: a bootstrap asking for the seal passed on to this replica's source and its answer copied back)."}, []string{"result"}))
+		Help: "Snapshot transfers this server ended, by result (complete, broken, unavailable, bad_resume, unsealable: a replica asked for the root's seal and this node neither holds the signing key nor relays to its source; relayed: a bootstrap asking for the seal passed on to this replica's source and its whole answer copied back; one whose answer stopped short counts as broken)."}, []string{"result"}))
 	mSnapshotBytesSent = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "snapshot_bytes_sent_total",
 		Help: "Snapshot file bytes sent to bootstrapping replicas."}))

@@ -2,6 +2,7 @@ package repl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -95,6 +96,7 @@ func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.
 	cn.log.Info("relaying a sealed bootstrap to this node's source", "source", src)
 	buf := make([]byte, writePiece)
 	var n int64
+	var tail frameTail
 	for {
 		k, rerr := up.Read(buf)
 		if k > 0 {
@@ -103,6 +105,7 @@ func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.
 				mSnapshotsServed.WithLabelValues("broken").Inc()
 				return err
 			}
+			tail.write(buf[:k])
 			n += int64(k)
 		}
 		if rerr != nil {
@@ -110,9 +113,49 @@ func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.
 				mSnapshotsServed.WithLabelValues("broken").Inc()
 				return ctx.Err()
 			}
+			if !tail.ended() {
+				// The client resumes through this node or another.
+				mSnapshotsServed.WithLabelValues("broken").Inc()
+				return fmt.Errorf("the answer of %s to a relayed sealed bootstrap stopped short after %d bytes: %w", src, n, rerr)
+			}
 			mSnapshotsServed.WithLabelValues("relayed").Inc()
 			cn.log.Info("sealed bootstrap relayed", "source", src, "bytes", n)
 			return nil
 		}
 	}
+}
+
+// frameTail follows the frames of a relayed answer as its bytes pass, to
+// tell an answer that ended (after its Done, or a Refuse) from one cut
+// short.
+type frameTail struct {
+	hdr  [frameHeader]byte
+	nhdr int     // bytes of the current frame's header seen
+	left uint64  // bytes of the current frame's payload and trailer not seen
+	last MsgType // the type of the last whole frame
+}
+
+func (ft *frameTail) write(p []byte) {
+	for len(p) > 0 {
+		if ft.left > 0 {
+			k := min(uint64(len(p)), ft.left)
+			ft.left -= k
+			p = p[k:]
+			if ft.left == 0 {
+				ft.last, ft.nhdr = MsgType(ft.hdr[0]), 0
+			}
+			continue
+		}
+		k := copy(ft.hdr[ft.nhdr:], p)
+		ft.nhdr += k
+		p = p[k:]
+		if ft.nhdr == frameHeader {
+			ft.left = uint64(binary.BigEndian.Uint32(ft.hdr[1:])) + frameTrailer
+		}
+	}
+}
+
+// ended reports whether the bytes so far end with a whole Done or Refuse.
+func (ft *frameTail) ended() bool {
+	return ft.nhdr == 0 && (ft.last == MsgDone || ft.last == MsgRefuse)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -303,8 +304,10 @@ func checkSnapshotFiles(files []snapshotFile) error {
 // It refuses (an error wrapping ErrInvalid) file names that could escape
 // the staging directory, and (an error wrapping ErrDiskFull, the store
 // reporting itself full) a snapshot whose bytes left to download do not
-// fit above the free-space reserve, before discarding anything. It returns
-// where the download goes on from.
+// fit above the free-space reserve. The room a partial download of another
+// snapshot takes counts as free: it is discarded first if the new snapshot
+// then fits, and kept if it would not fit even so. It returns where the
+// download goes on from.
 func (b *Bootstrap) Begin(m SnapshotManifest) (BootstrapResume, error) {
 	files := make([]snapshotFile, len(m.Files))
 	var total uint64
@@ -325,13 +328,19 @@ func (b *Bootstrap) Begin(m SnapshotManifest) (BootstrapResume, error) {
 	// fills the disk; checked again as it arrives (another process may
 	// take the space meanwhile).
 	b.left = total - min(onDisk, total)
+	if !same && b.state != nil && b.fitsWithout() {
+		// Discarded before the space check: it may hold the room the
+		// new snapshot needs, which the check would refuse for ever.
+		b.s.opts.Logger.Info("source offers a new snapshot; discarding the partial download", "had", b.state.Snapshot, "new", m.Snapshot)
+		if err := b.fs.RemoveAll(b.staging); err != nil {
+			return BootstrapResume{}, err
+		}
+		b.state = nil
+	}
 	if err := b.checkSpace(); err != nil {
 		return BootstrapResume{}, err
 	}
 	if !same {
-		if b.state != nil {
-			b.s.opts.Logger.Info("source offers a new snapshot; discarding the partial download", "had", b.state.Snapshot, "new", m.Snapshot)
-		}
 		if err := b.start(m, files); err != nil {
 			return BootstrapResume{}, err
 		}
@@ -362,6 +371,27 @@ func (b *Bootstrap) checkSpace() error {
 		return fmt.Errorf("bootstrap refused: %w", err)
 	}
 	return nil
+}
+
+// fitsWithout reports whether what is left of the snapshot fits above the
+// store's free-space reserve once the staging directory (a partial
+// download of another snapshot) is removed. A disk whose free space
+// cannot be read counts as fitting, as in checkSpace.
+func (b *Bootstrap) fitsWithout() bool {
+	du, err := b.fs.GetDiskUsage(b.s.opts.Dir)
+	if err != nil {
+		return true
+	}
+	var staged uint64
+	names, _ := b.fs.List(b.staging)
+	for _, n := range names {
+		if fi, err := b.fs.Stat(b.fs.PathJoin(b.staging, n)); err == nil && fi.Mode().IsRegular() {
+			staged += uint64(fi.Size())
+		}
+	}
+	s := b.s
+	reserve := spaceNeeded(s.opts.MinFreeBytes, s.opts.BallastBytes, s.diskFull.Load(), s.segmentRoom.Load())
+	return du.AvailBytes+staged >= reserve+b.left
 }
 
 // start empties the staging directory for the snapshot and records it.
@@ -421,8 +451,10 @@ const writebackBytes = 4 << 20
 // recorded complete once synced (Finish waits for that).
 // Errors: body's own read errors as they are; ErrSnapshotCRC (the file is
 // received again from its start next time); ErrDiskFull (space ran out
-// above the reserve); an I/O error of the store's filesystem otherwise.
+// above the reserve, or the disk returned ENOSPC); an I/O error of the
+// store's filesystem otherwise.
 func (b *Bootstrap) Receive(i int, off uint64, body FileBody) (err error) {
+	defer func() { err = noSpace(err) }()
 	// The syncer owns state.Done and the CRCs; the file list is fixed.
 	if b.sy == nil || i != b.next || i >= len(b.state.Files) {
 		return fmt.Errorf("%w: file %d of a snapshot of %d files, %d next", ErrInvalid, i, len(b.state.Files), b.next)
@@ -552,12 +584,23 @@ func (b *Bootstrap) dropPartial(i int) error {
 }
 
 // Finish waits until every received file is synced and recorded, and
-// returns the first error of that.
+// returns the first error of that (one wrapping ErrDiskFull if the disk
+// ran out of space).
 func (b *Bootstrap) Finish() error {
 	if b.sy == nil {
 		return nil
 	}
-	return b.sy.wait()
+	return noSpace(b.sy.wait())
+}
+
+// noSpace makes an error of the disk running out of space (ENOSPC: the
+// reserve was checked, but another process took the space since) one
+// wrapping ErrDiskFull, as the reserve's refusals are.
+func noSpace(err error) error {
+	if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrDiskFull) {
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	return err
 }
 
 // MakeReady makes a complete download the ready snapshot: the record

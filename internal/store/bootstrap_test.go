@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -525,4 +526,119 @@ func TestBootstrapCrashAtEveryStep(t *testing.T) {
 		t.Fatalf("of %d resumed downloads, %d went on within a file and %d after completed files: want both", olds, midFile, afterFiles)
 	}
 	t.Logf("%d images with the old database (resumed: %d within a file, %d after completed files), %d with the new", olds, midFile, afterFiles, news)
+}
+
+// A partial download of one snapshot does not keep out another the source
+// offers instead: the room it holds counts as free, so it is discarded
+// and the new snapshot downloaded and installed, where the disk holds the
+// new one but not both. Where the new one would not fit even without it,
+// the new one is refused (ErrDiskFull) and the partial download kept.
+func TestBootstrapNewSnapshotTakesTheRoomOfAPartialOne(t *testing.T) {
+	root := openTest(t, Options{})
+	rootHistory(t, root, 60)
+	if err := root.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	src := checkpointSource(t, root, vfs.Default, t.TempDir()+"/cp")
+	if len(src.data) < 2 {
+		t.Fatalf("checkpoint of %d files: want at least 2", len(src.data))
+	}
+	var total uint64
+	for _, f := range src.man.Files {
+		total += f.Size
+	}
+	const reserve = 64 << 10
+	qfs := newQuotaFS(vfs.NewMem(), 1<<30)
+	rep := openTest(t, Options{Dir: "/db", FS: qfs, DBID: root.DBID(), MinFreeBytes: reserve})
+	before, _ := digest(t, rep)
+
+	// The first snapshot: all its files but the last.
+	b := rep.OpenBootstrap(BootstrapHooks{})
+	if _, err := b.Begin(src.man); err != nil {
+		t.Fatal(err)
+	}
+	var staged uint64
+	for i := 0; i < len(src.data)-1; i++ {
+		if err := b.Receive(i, 0, src.body(i, 0)); err != nil {
+			t.Fatal(err)
+		}
+		staged += src.man.Files[i].Size
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	other := *src
+	other.man.Snapshot = "ffeeddccbbaa99887766554433221100"
+	used, _ := qfs.usage()
+
+	// Not even without the partial download: refused, and it is kept.
+	qfs.setQuota(used + reserve + int64(total-staged)/2)
+	_, err := rep.OpenBootstrap(BootstrapHooks{}).Begin(other.man)
+	if !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("a snapshot that does not fit even without the partial download: %v, want ErrDiskFull", err)
+	}
+	if r := rep.OpenBootstrap(BootstrapHooks{}).Resume(); r.Snapshot != src.man.Snapshot || r.File != len(src.data)-1 {
+		t.Fatalf("partial download after the refusal: %+v, want file %d of %s", r, len(src.data)-1, src.man.Snapshot)
+	}
+
+	// Room for the new snapshot once the partial download is gone.
+	qfs.setQuota(used + reserve + int64(total-staged/2))
+	at, err := receiveAllEvery(t, rep, &other, 0, BootstrapHooks{})
+	if err != nil {
+		t.Fatalf("a snapshot that fits once the partial download of another is discarded: %v", err)
+	}
+	if at.Snapshot != other.man.Snapshot || at.File != 0 || at.OnDisk != 0 {
+		t.Fatalf("the new snapshot went on from %+v: want its start", at)
+	}
+	if got, _ := digest(t, rep); got == before || got != src.hash || rep.AppliedIndex() != src.head.Index {
+		t.Fatal("installed snapshot differs from the source's")
+	}
+	mustVerify(t, rep)
+}
+
+// roomyDisk is a quotaFS whose free space reads as plenty: its writes
+// fail with ENOSPC although every check of the reserve passes, as when
+// another process takes the space between two checks.
+type roomyDisk struct{ *quotaFS }
+
+func (roomyDisk) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{AvailBytes: 1 << 40, TotalBytes: 1 << 40}, nil
+}
+
+// A disk that runs out of space in the middle of a download (ENOSPC past
+// the reserve's checks) stops it with an error wrapping ErrDiskFull, as
+// the reserve's refusals are, and leaves the replica's data intact; with
+// space back the download resumes and installs.
+func TestBootstrapDiskFullDuringTheDownload(t *testing.T) {
+	root := openTest(t, Options{})
+	rootHistory(t, root, 60)
+	src := checkpointSource(t, root, vfs.Default, t.TempDir()+"/cp")
+	qfs := newQuotaFS(vfs.NewMem(), 1<<30)
+	rep := openTest(t, Options{Dir: "/db", FS: roomyDisk{qfs}, DBID: root.DBID()})
+	before, _ := digest(t, rep)
+
+	b := rep.OpenBootstrap(BootstrapHooks{})
+	if _, err := b.Begin(src.man); err != nil {
+		t.Fatal(err)
+	}
+	used, _ := qfs.usage()
+	qfs.setQuota(used + int64(src.man.Files[0].Size)/2)
+	t.Cleanup(func() { qfs.setQuota(1 << 30) }) // before the store closes
+	err := b.Receive(0, 0, src.body(0, 0))
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write past the end of the disk: %v, want ErrDiskFull wrapping ENOSPC", err)
+	}
+	b.Finish()
+	if after, _ := digest(t, rep); after != before {
+		t.Fatal("the replica's data changed")
+	}
+
+	qfs.setQuota(1 << 30)
+	if err := receiveAll(t, rep, src); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := digest(t, rep); got != src.hash || rep.AppliedIndex() != src.head.Index {
+		t.Fatal("installed snapshot differs from the source's")
+	}
+	mustVerify(t, rep)
 }
