@@ -1,10 +1,12 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // The snapshot carries the engine's own metrics and the disk's space
@@ -52,5 +54,32 @@ func TestWriteStallMetrics(t *testing.T) {
 	}
 	if v := m.writeStallSeconds.value(); v <= 0 {
 		t.Errorf("stall seconds %g", v)
+	}
+}
+
+// noUsageFS cannot tell the space of its disk.
+type noUsageFS struct{ vfs.FS }
+
+func (noUsageFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{}, errors.New("statfs: input/output error")
+}
+
+// A disk whose space cannot be read leaves the disk's figures out of the
+// snapshot (none is reported as 0 bytes free), and only them: the engine's
+// are there, and writes go on.
+func TestMetricsDiskSpaceUnreadable(t *testing.T) {
+	t.Parallel()
+	s, err := Open(Options{Dir: t.TempDir(), FS: noUsageFS{vfs.Default}, MinFreeBytes: 12345, BallastBytes: -1, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustWrite(t, s, setb("k", pattern(1, 100)))
+	m := s.Metrics()
+	if m.DiskOK || m.Disk != (DiskSpace{}) {
+		t.Fatalf("disk space %+v (read: %v) from a disk that cannot tell it", m.Disk, m.DiskOK)
+	}
+	if m.Engine == nil || m.Entries != 1 || m.DiskFull != 0 {
+		t.Fatalf("engine %v, %v entries, disk full %v", m.Engine != nil, m.Entries, m.DiskFull)
 	}
 }

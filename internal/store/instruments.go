@@ -3,7 +3,6 @@ package store
 import (
 	"math"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -98,17 +97,15 @@ func (h *histogram) snapshot() Histogram {
 	return s
 }
 
-// labelSep joins label values into one map key; it never occurs in them.
-const labelSep = "\xff"
-
-// counterVec is a family of counters told apart by label values. A
-// counter exists from its first use (or from init), as in Prometheus.
-type counterVec struct {
-	m sync.Map // joined label values → *counter
+// counterVec is a family of counters told apart by a label value K (a
+// string, or a struct of several). A counter exists from its first use
+// (or from init), as in Prometheus. K is the map key as is, so that
+// finding a counter allocates nothing.
+type counterVec[K comparable] struct {
+	m sync.Map // K → *counter
 }
 
-func (v *counterVec) WithLabelValues(values ...string) *counter {
-	k := strings.Join(values, labelSep)
+func (v *counterVec[K]) WithLabelValues(k K) *counter {
 	if c, ok := v.m.Load(k); ok {
 		return c.(*counter)
 	}
@@ -116,12 +113,11 @@ func (v *counterVec) WithLabelValues(values ...string) *counter {
 	return c.(*counter)
 }
 
-// snapshot returns the value of every counter of the family, keyed by its
-// label values joined with labelSep.
-func (v *counterVec) snapshot() map[string]float64 {
-	out := map[string]float64{}
+// snapshot returns the value of every counter of the family.
+func (v *counterVec[K]) snapshot() map[K]float64 {
+	out := map[K]float64{}
 	v.m.Range(func(k, c any) bool {
-		out[k.(string)] = c.(*counter).value()
+		out[k.(K)] = c.(*counter).value()
 		return true
 	})
 	return out
@@ -149,9 +145,6 @@ func (v *histogramVec) snapshot() map[string]Histogram {
 	})
 	return out
 }
-
-// labelValues splits a key of counterVec.snapshot into its label values.
-func labelValues(key string) []string { return strings.Split(key, labelSep) }
 
 // exponentialBounds returns count bounds from start, each factor times
 // the one before (as prometheus.ExponentialBuckets).

@@ -14,7 +14,7 @@ type storeMetrics struct {
 	logTruncated, entries, commits, noopWrites, diskFullEvents, materialized counter
 	checkpoints, snapshotsInstalled, duplicateWrites, batchIDsExpired        counter
 	cacheHits, cacheMisses, cacheRefused, cacheEvictions                     counter
-	writeErrors, integrityErrors                                             counterVec
+	writeErrors, integrityErrors                                             counterVec[string]
 	clockClamped                                                             counter
 	groupSize, commitSeconds, syncSeconds, logBlockBytes, lingerSeconds      *histogram
 
@@ -22,9 +22,10 @@ type storeMetrics struct {
 	historyRecorded, historyCollected, historyReads counter
 
 	pxHits, pxMisses, pxNegative, pxEvictions, pxEvictedBytes, pxReadErrors counter
-	pxAdmissions, pxTransient                                               counterVec
+	pxAdmissions, pxTransient                                               counterVec[string]
 	pxTransientValues, pxTransientBytes                                     gauge
-	pxShard, pxTiers                                                        counterVec
+	pxShard                                                                 counterVec[string]
+	pxTiers                                                                 counterVec[TierResult]
 	pxShardBytes                                                            gauge
 	pxTierSeconds                                                           *histogramVec
 	pxCachedValues, pxCachedBytes, pxBudget, pxWindowEntries                gauge
@@ -223,7 +224,7 @@ func (s *Store) Metrics() Metrics {
 		ProxyAdmissions: m.pxAdmissions.snapshot(), ProxyTransient: m.pxTransient.snapshot(),
 		ProxyTransientValues: m.pxTransientValues.value(), ProxyTransientBytes: m.pxTransientBytes.value(),
 		ProxyShardCache: m.pxShard.snapshot(), ProxyShardCacheBytes: m.pxShardBytes.value(),
-		ProxyTierLookups:      map[TierResult]float64{},
+		ProxyTierLookups:      m.pxTiers.snapshot(),
 		ProxyTierFetchSeconds: m.pxTierSeconds.snapshot(),
 		ProxyEvictions:        m.pxEvictions.value(), ProxyEvictedBytes: m.pxEvictedBytes.value(),
 		ProxyCachedValues: m.pxCachedValues.value(), ProxyCachedBytes: m.pxCachedBytes.value(),
@@ -233,10 +234,6 @@ func (s *Store) Metrics() Metrics {
 		ProxyReadErrors: m.pxReadErrors.value(),
 
 		WriteStalls: m.writeStalls.value(), WriteStallSeconds: m.writeStallSeconds.value(),
-	}
-	for k, v := range m.pxTiers.snapshot() {
-		tr := labelValues(k)
-		out.ProxyTierLookups[TierResult{Tier: tr[0], Result: tr[1]}] = v
 	}
 	m.scrape.RLock()
 	defer m.scrape.RUnlock()

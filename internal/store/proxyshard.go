@@ -132,10 +132,10 @@ func (s *Store) CountTier(tier string, hits, misses int, d time.Duration) {
 		return
 	}
 	if hits > 0 {
-		s.m.pxTiers.WithLabelValues(tier, "hit").Add(float64(hits))
+		s.m.pxTiers.WithLabelValues(TierResult{tier, "hit"}).Add(float64(hits))
 	}
 	if misses > 0 {
-		s.m.pxTiers.WithLabelValues(tier, "miss").Add(float64(misses))
+		s.m.pxTiers.WithLabelValues(TierResult{tier, "miss"}).Add(float64(misses))
 	}
 	s.m.pxTierSeconds.WithLabelValues(tier).Observe(d.Seconds())
 }

@@ -78,7 +78,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			collectEngine(ch, m.Name, m.Engine)
 		}
 		if m.DiskOK {
-			collectDisk(ch, m.Name, m.Disk)
+			collectValues(ch, m.Name, &m.Disk, diskValues, nil)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package storecollector
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -234,6 +236,32 @@ func TestDiskSpaceMetrics(t *testing.T) {
 	avail, total := metricValue(m["qs_store_disk_avail_bytes"]), metricValue(m["qs_store_disk_total_bytes"])
 	if got := metricValue(m["qs_store_disk_reserve_bytes"]); got != 12345 || total <= 0 || avail <= 0 || avail > total {
 		t.Fatalf("disk metrics: reserve %v, avail %v, total %v", got, avail, total)
+	}
+}
+
+// noUsageFS cannot tell the space of its disk.
+type noUsageFS struct{ vfs.FS }
+
+func (noUsageFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{}, errors.New("statfs: input/output error")
+}
+
+// A disk whose space cannot be read is left out, not reported as 0 bytes
+// free (which an alert would take for a full disk); the engine's figures
+// are still there.
+func TestDiskSpaceUnreadable(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "diskspace-unreadable", store.Options{FS: noUsageFS{vfs.Default}})
+	c := New()
+	c.Add(s)
+	m := series(gather(t, c), "diskspace-unreadable")
+	for _, name := range []string{"qs_store_disk_avail_bytes", "qs_store_disk_total_bytes", "qs_store_disk_reserve_bytes"} {
+		if m[name] != nil {
+			t.Errorf("%s = %v from a disk that cannot tell its space", name, metricValue(m[name]))
+		}
+	}
+	if m["qs_store_engine_wal_bytes_total"] == nil {
+		t.Error("no engine metrics")
 	}
 }
 

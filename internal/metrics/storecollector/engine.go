@@ -17,32 +17,47 @@ import (
 // debt, L0 tables, write stalls). Counters start again from zero when a
 // bootstrap snapshot replaces the database, which Prometheus reads as a
 // counter reset.
-var (
-	dWALFsync = storeDesc("wal_fsync_seconds",
-		"Time of each fsync of the storage engine's write-ahead log: the disk's share of a durable commit (sync_seconds adds the wait for the WAL writer and the memtable insert).")
-	dWALBytes = storeDesc("engine_wal_bytes_total",
-		"Bytes written to the write-ahead log.")
-	dFlushes = storeDesc("engine_flushes_total",
-		"Memtables flushed to tables and blob files.")
-	dFlushBytes = storeDesc("engine_flushed_bytes_total",
-		"Bytes written by flushes, to tables (keys, small values) and blob files (values of 1 KiB and more): with the WAL, every value is written twice.", "kind")
-	dCompactions = storeDesc("engine_compactions_total",
-		"Compactions run.")
-	dCompactBytes = storeDesc("engine_compacted_bytes_total",
-		"Bytes written by compactions, to tables and to blob files (values rewritten: a compaction otherwise moves only references to them).", "kind")
-	dDebt = storeDesc("engine_compaction_debt_bytes",
-		"Estimate of the bytes compactions must still write for the engine to reach a stable shape.")
-	dL0Tables = storeDesc("engine_l0_tables",
-		"Tables in level 0. Many (tens) means compactions fall behind; writes stall at the engine's limit.")
-	dL0Sublevels = storeDesc("engine_l0_sublevels",
-		"Sublevels of level 0: the tables a point read may have to look into there.")
-	dTables = storeDesc("engine_tables",
-		"Tables in all levels.")
-	dBlobFiles = storeDesc("engine_blob_files",
-		"Live blob files (values of 1 KiB and more, kept apart from the tables).")
-	dMemtable = storeDesc("engine_memtable_bytes",
-		"Memory of the memtables, including those waiting for a flush.")
-)
+var dWALFsync = storeDesc("wal_fsync_seconds",
+	"Time of each fsync of the storage engine's write-ahead log: the disk's share of a durable commit (sync_seconds adds the wait for the WAL writer and the memtable insert).")
+
+// engineFigures are the engine's metrics with the sums over its levels.
+type engineFigures struct {
+	*pebble.Metrics
+	tableFlushed, blobFlushed, tableCompacted, blobCompacted uint64
+	tables                                                   int64
+}
+
+var engineValues = []value[engineFigures]{
+	counterOf("engine_wal_bytes_total", "Bytes written to the write-ahead log.",
+		func(f *engineFigures) float64 { return float64(f.WAL.BytesWritten) }),
+	counterOf("engine_flushes_total", "Memtables flushed to tables and blob files.",
+		func(f *engineFigures) float64 { return float64(f.Flush.Count) }),
+	counterOf("engine_compactions_total", "Compactions run.",
+		func(f *engineFigures) float64 { return float64(f.Compact.Count) }),
+	gaugeOf("engine_compaction_debt_bytes", "Estimate of the bytes compactions must still write for the engine to reach a stable shape.",
+		func(f *engineFigures) float64 { return float64(f.Compact.EstimatedDebt) }),
+	gaugeOf("engine_l0_tables", "Tables in level 0. Many (tens) means compactions fall behind; writes stall at the engine's limit.",
+		func(f *engineFigures) float64 { return float64(f.Levels[0].TablesCount) }),
+	gaugeOf("engine_l0_sublevels", "Sublevels of level 0: the tables a point read may have to look into there.",
+		func(f *engineFigures) float64 { return float64(f.Levels[0].Sublevels) }),
+	gaugeOf("engine_tables", "Tables in all levels.",
+		func(f *engineFigures) float64 { return float64(f.tables) }),
+	gaugeOf("engine_blob_files", "Live blob files (values of 1 KiB and more, kept apart from the tables).",
+		func(f *engineFigures) float64 { return float64(f.BlobFiles.LiveCount) }),
+	gaugeOf("engine_memtable_bytes", "Memory of the memtables, including those waiting for a flush.",
+		func(f *engineFigures) float64 { return float64(f.MemTable.Size) }),
+}
+
+var engineLabelled = []labelledValue[engineFigures]{
+	labelledOf("engine_flushed_bytes_total", "Bytes written by flushes, to tables (keys, small values) and blob files (values of 1 KiB and more): with the WAL, every value is written twice.", "kind",
+		func(f *engineFigures) map[string]float64 {
+			return map[string]float64{"table": float64(f.tableFlushed), "blob": float64(f.blobFlushed)}
+		}, prometheus.CounterValue),
+	labelledOf("engine_compacted_bytes_total", "Bytes written by compactions, to tables and to blob files (values rewritten: a compaction otherwise moves only references to them).", "kind",
+		func(f *engineFigures) map[string]float64 {
+			return map[string]float64{"table": float64(f.tableCompacted), "blob": float64(f.blobCompacted)}
+		}, prometheus.CounterValue),
+}
 
 // fsyncBounds are the upper bounds, in seconds, up to 5 ms, of the buckets
 // of qs_store_wal_fsync_seconds; above 5 ms every fifth of Pebble's own
@@ -54,38 +69,19 @@ var fsyncBounds = []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.0007, 0.001, 0.001
 const fsyncEvery = 5
 
 func collectEngine(ch chan<- prometheus.Metric, db string, m *pebble.Metrics) {
-	counter := func(d *prometheus.Desc, v uint64, kind ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{db}, kind...)...)
-	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, db)
-	}
-	var tableFlushed, blobFlushed, tableCompacted, blobCompacted uint64
-	var tables int64
+	f := engineFigures{Metrics: m}
 	for _, l := range m.Levels {
-		tableFlushed += l.TableBytesFlushed
-		blobFlushed += l.BlobBytesFlushed
-		tableCompacted += l.TableBytesCompacted
+		f.tableFlushed += l.TableBytesFlushed
+		f.blobFlushed += l.BlobBytesFlushed
+		f.tableCompacted += l.TableBytesCompacted
 		// Pebble (v2.1) adds a flush's blob files to both its flushed
 		// and its compacted bytes; tables it counts once.
 		if l.BlobBytesCompacted > l.BlobBytesFlushed {
-			blobCompacted += l.BlobBytesCompacted - l.BlobBytesFlushed
+			f.blobCompacted += l.BlobBytesCompacted - l.BlobBytesFlushed
 		}
-		tables += l.TablesCount
+		f.tables += l.TablesCount
 	}
-	counter(dWALBytes, m.WAL.BytesWritten)
-	counter(dFlushes, uint64(m.Flush.Count))
-	counter(dFlushBytes, tableFlushed, "table")
-	counter(dFlushBytes, blobFlushed, "blob")
-	counter(dCompactions, uint64(m.Compact.Count))
-	counter(dCompactBytes, tableCompacted, "table")
-	counter(dCompactBytes, blobCompacted, "blob")
-	gauge(dDebt, float64(m.Compact.EstimatedDebt))
-	gauge(dL0Tables, float64(m.Levels[0].TablesCount))
-	gauge(dL0Sublevels, float64(m.Levels[0].Sublevels))
-	gauge(dTables, float64(tables))
-	gauge(dBlobFiles, float64(m.BlobFiles.LiveCount))
-	gauge(dMemtable, float64(m.MemTable.Size))
+	collectValues(ch, db, &f, engineValues, engineLabelled)
 	if h := m.LogWriter.FsyncLatency; h != nil {
 		if hm, err := fsyncHistogram(db, h); err == nil {
 			ch <- hm
@@ -127,22 +123,11 @@ func closeTo(a, b float64) bool { return a > b*0.999999 && a < b*1.000001 }
 
 // The space of the filesystem each store lives on, read at each scrape,
 // so that an alert can fire before writes are refused at the reserve.
-var (
-	dDiskAvail = storeDesc("disk_avail_bytes",
-		"Free space on the filesystem of the database's directory (for unprivileged users).")
-	dDiskTotal = storeDesc("disk_total_bytes",
-		"Size of the filesystem of the database's directory.")
-	dDiskReserve = storeDesc("disk_reserve_bytes",
-		"Free space below which writes are refused (min_free_bytes).")
-)
-
-func collectDisk(ch chan<- prometheus.Metric, db string, d store.DiskSpace) {
-	ch <- prometheus.MustNewConstMetric(dDiskAvail, prometheus.GaugeValue, float64(d.AvailBytes), db)
-	ch <- prometheus.MustNewConstMetric(dDiskTotal, prometheus.GaugeValue, float64(d.TotalBytes), db)
-	ch <- prometheus.MustNewConstMetric(dDiskReserve, prometheus.GaugeValue, float64(d.ReserveBytes), db)
+var diskValues = []value[store.DiskSpace]{
+	gaugeOf("disk_avail_bytes", "Free space on the filesystem of the database's directory (for unprivileged users).",
+		func(d *store.DiskSpace) float64 { return float64(d.AvailBytes) }),
+	gaugeOf("disk_total_bytes", "Size of the filesystem of the database's directory.",
+		func(d *store.DiskSpace) float64 { return float64(d.TotalBytes) }),
+	gaugeOf("disk_reserve_bytes", "Free space below which writes are refused (min_free_bytes).",
+		func(d *store.DiskSpace) float64 { return float64(d.ReserveBytes) }),
 }
-
-// engineDescs are the families of the engine and the disk.
-var engineDescs = []*prometheus.Desc{
-	dWALFsync, dWALBytes, dFlushes, dFlushBytes, dCompactions, dCompactBytes, dDebt,
-	dL0Tables, dL0Sublevels, dTables, dBlobFiles, dMemtable, dDiskAvail, dDiskTotal, dDiskReserve}

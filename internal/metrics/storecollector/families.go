@@ -9,31 +9,45 @@ import (
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
-// The families of a store's own metrics, each read from its snapshot.
-type value struct {
+// value is a family of one series per database, read from a snapshot S
+// (a store's metrics, its engine's, the space of its disk).
+type value[S any] struct {
 	desc *prometheus.Desc
 	typ  prometheus.ValueType
-	get  func(*store.Metrics) float64
+	get  func(*S) float64
 }
 
-func gaugeOf(name, help string, get func(*store.Metrics) float64) value {
-	return value{storeDesc(name, help), prometheus.GaugeValue, get}
+func gaugeOf[S any](name, help string, get func(*S) float64) value[S] {
+	return value[S]{storeDesc(name, help), prometheus.GaugeValue, get}
 }
 
-func counterOf(name, help string, get func(*store.Metrics) float64) value {
-	return value{storeDesc(name, help), prometheus.CounterValue, get}
+func counterOf[S any](name, help string, get func(*S) float64) value[S] {
+	return value[S]{storeDesc(name, help), prometheus.CounterValue, get}
 }
 
 // labelledValue is a family with a second label (besides db), one series
 // per key of the map get returns.
-type labelledValue struct {
+type labelledValue[S any] struct {
 	desc *prometheus.Desc
 	typ  prometheus.ValueType
-	get  func(*store.Metrics) map[string]float64
+	get  func(*S) map[string]float64
 }
 
-func labelledOf(name, help, label string, get func(*store.Metrics) map[string]float64, typ prometheus.ValueType) labelledValue {
-	return labelledValue{storeDesc(name, help, label), typ, get}
+func labelledOf[S any](name, help, label string, get func(*S) map[string]float64, typ prometheus.ValueType) labelledValue[S] {
+	return labelledValue[S]{storeDesc(name, help, label), typ, get}
+}
+
+// collectValues reports the families vs and ls of database db, read from
+// s.
+func collectValues[S any](ch chan<- prometheus.Metric, db string, s *S, vs []value[S], ls []labelledValue[S]) {
+	for _, v := range vs {
+		ch <- prometheus.MustNewConstMetric(v.desc, v.typ, v.get(s), db)
+	}
+	for _, v := range ls {
+		for k, x := range v.get(s) {
+			ch <- prometheus.MustNewConstMetric(v.desc, v.typ, x, db, k)
+		}
+	}
 }
 
 type histogramValue struct {
@@ -46,7 +60,7 @@ func histogramOf(name, help string, get func(*store.Metrics) store.Histogram) hi
 }
 
 // values are the families of one series per database.
-var values = []value{
+var values = []value[store.Metrics]{
 	gaugeOf("applied_index", "Index of the last durable log entry.", func(m *store.Metrics) float64 { return m.AppliedIndex }),
 	gaugeOf("keys", "Live keys in the database.", func(m *store.Metrics) float64 { return m.Keys }),
 	gaugeOf("log_bytes", "Stored bytes of the retained log.", func(m *store.Metrics) float64 { return m.LogBytes }),
@@ -98,7 +112,7 @@ var values = []value{
 
 // labelled are the families of one series per database and value of a
 // second label.
-var labelled = []labelledValue{
+var labelled = []labelledValue[store.Metrics]{
 	labelledOf("proxy_disk_limited", "1 while free disk is below the limit: soft (evicting beyond the budget), hard (admitting nothing).", "limit", func(m *store.Metrics) map[string]float64 {
 		return map[string]float64{"soft": m.ProxySoftLimited, "hard": m.ProxyHardLimited}
 	}, prometheus.GaugeValue),
@@ -143,41 +157,23 @@ var (
 		"Time of the last applied log entry minus this node's clock: above 0, the log is dated in this node's future; below, by how much it is behind.")
 )
 
-// descs are the descriptions of every family the collector reports.
+// descs are the descriptions of every family the collector reports:
+// storeDesc, which describes each, adds it.
 var descs []*prometheus.Desc
 
-func init() {
-	for _, v := range values {
-		descs = append(descs, v.desc)
-	}
-	for _, v := range labelled {
-		descs = append(descs, v.desc)
-	}
-	for _, v := range histograms {
-		descs = append(descs, v.desc)
-	}
-	descs = append(descs, dTierLookups, dTierSeconds, dLogClockAhead)
-	descs = append(descs, engineDescs...)
-}
-
 // storeDesc describes the family qs_store_<name>, labelled by db and
-// labels.
+// labels, and adds it to descs.
 func storeDesc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, name), help, append([]string{"db"}, labels...), nil)
+	d := prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, name), help, append([]string{"db"}, labels...), nil)
+	descs = append(descs, d)
+	return d
 }
 
 // collectStore reports the store's own metrics in m; now dates the log
 // clock.
 func collectStore(ch chan<- prometheus.Metric, m *store.Metrics, now time.Time) {
 	db := m.Name
-	for _, v := range values {
-		ch <- prometheus.MustNewConstMetric(v.desc, v.typ, v.get(m), db)
-	}
-	for _, v := range labelled {
-		for k, x := range v.get(m) {
-			ch <- prometheus.MustNewConstMetric(v.desc, v.typ, x, db, k)
-		}
-	}
+	collectValues(ch, db, m, values, labelled)
 	for _, v := range histograms {
 		ch <- constHistogram(v.desc, v.get(m), db)
 	}
