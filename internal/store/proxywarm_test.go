@@ -84,3 +84,41 @@ func TestProxyShardWarmItems(t *testing.T) {
 		t.Fatalf("keys to warm after the put: %v, next %q, %v; want only %s", left, next, err, own[0])
 	}
 }
+
+// TestProxyShardWarmItemsSkipsDamagedRecord: a record of the shard that
+// fails its check is counted and passed over; the warm-up goes on with
+// the keys after it rather than stopping there at every pass.
+func TestProxyShardWarmItemsSkipsDamagedRecord(t *testing.T) {
+	t.Parallel()
+	m, err := cache.NewShardMap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := shardKeys(t, m, "n0", 4)
+	root := openTest(t, Options{Logger: quietLogger()})
+	for _, k := range own {
+		mustWrite(t, root, set(k, "value of "+k))
+	}
+	for i := 0; i < 5; i++ {
+		mustWrite(t, root, set(fmt.Sprint("pad", i), "x"))
+	}
+	px, _ := openProxy(t, root, ProxyOptions{Window: 1, CacheBytes: -1, ShardCacheBytes: 1 << 20, Shards: m, NodeName: "n0"})
+	replicate(t, root, px, 100)
+	k := dataKey(nil, []byte(own[1]))
+	rawSet(t, px, k, flip(rawGet(t, px, k), recHeader+1))
+	before := integrityErrors(px, "value_crc")
+	items, _, next, err := px.ShardWarmItems(nil, 100, 1000)
+	if err != nil || next != nil {
+		t.Fatalf("next %q, %v: want the keys done", next, err)
+	}
+	var keys []string
+	for _, it := range items {
+		keys = append(keys, string(it.Key))
+	}
+	if want := []string{own[0], own[2], own[3]}; !slices.Equal(keys, want) {
+		t.Fatalf("keys to warm %v, want %v (the damaged %s passed over)", keys, want, own[1])
+	}
+	if got := integrityErrors(px, "value_crc"); got != before+1 {
+		t.Fatalf("value_crc integrity errors %v, want %v", got, before+1)
+	}
+}
