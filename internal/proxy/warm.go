@@ -120,15 +120,14 @@ func (w *ShardWarmer) run(ctx context.Context) {
 func (w *ShardWarmer) pass(ctx context.Context) {
 	var from []byte
 	for ctx.Err() == nil {
-		n := warmBatch(w.cfg.Store.ShardRoom())
-		n = min(n, w.cfg.Batch)
+		n := min(warmBatch(w.cfg.Store.ShardRoom()), w.cfg.Batch)
+		if n == 0 {
+			w.count("full", 1)
+			return
+		}
 		items, at, next, err := w.cfg.Store.ShardWarmItems(from, n, w.cfg.Scan)
 		if err != nil {
 			w.log.Warn("shard warm-up: reading the keys failed", "err", err)
-			return
-		}
-		if n == 0 {
-			w.count("full", 1)
 			return
 		}
 		if len(items) > 0 {
