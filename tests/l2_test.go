@@ -15,13 +15,7 @@ import (
 // of its shard, the second's misses of them are answered by the first
 // (l2_hits in its status, l2_served in the first's), every value right.
 func TestL2OverRealProcesses(t *testing.T) {
-	shards, _ := cache.NewShardMap(2)
-	var names []string
-	for i := 0; len(names) < 2; i++ {
-		if n := fmt.Sprint("dc1-proxy-", i); len(names) == 0 || shards.OfNode(n) != shards.OfNode(names[0]) {
-			names = append(names, n)
-		}
-	}
+	shards, names := twoShardNodes()
 	root := startQS(t, t.TempDir())
 	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
 	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
@@ -34,41 +28,12 @@ func TestL2OverRealProcesses(t *testing.T) {
 	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
 	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"])...)
 	ctx := context.Background()
-	cacheOf := func(p *proc) map[string]any {
-		t.Helper()
-		st, err := p.client(t).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st["cache"].(map[string]any)
-	}
 	pollFor(t, "the asker's L2 connection to the owner", func() bool {
-		peers := cacheOf(asker)["dc_peers"].([]any)
+		peers := cacheStatus(t, asker)["dc_peers"].([]any)
 		return len(peers) == 1 && peers[0].(map[string]any)["up"] == true && peers[0].(map[string]any)["name"] == names[0]
 	})
 
-	rc := root.client(t)
-	want := map[string]string{}
-	var ofOwner []string
-	var last uint64
-	for i := 0; i < 40; i++ {
-		k := fmt.Sprintf("app/k%02d", i)
-		r, err := rc.Put(ctx, k, []byte("value of "+k), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[k], last = "value of "+k, r.Index
-		if shards.Owns(names[0], []byte(k)) {
-			ofOwner = append(ofOwner, k)
-		}
-	}
-	for i := 0; i < 10; i++ {
-		r, err := rc.Put(ctx, fmt.Sprint("pad", i), []byte("x"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = r.Index
-	}
+	want, ofOwner, last := writeShardKeys(t, root, "app/k", 40, shards, names[0])
 	for _, p := range []*proc{owner, asker} {
 		if _, err := p.client(t).Get(ctx, "pad9", client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil {
 			t.Fatal(err)
@@ -84,7 +49,7 @@ func TestL2OverRealProcesses(t *testing.T) {
 			t.Fatalf("%s at the owner: %v", k, err)
 		}
 	}
-	if c := cacheOf(owner); c["shard_values"] != float64(len(ofOwner)) {
+	if c := cacheStatus(t, owner); c["shard_values"] != float64(len(ofOwner)) {
 		t.Fatalf("the owner's shard budget holds %v values, want %d: %v", c["shard_values"], len(ofOwner), c)
 	}
 	for k, v := range want {
@@ -92,10 +57,10 @@ func TestL2OverRealProcesses(t *testing.T) {
 			t.Fatalf("%s at the asker: %v", k, err)
 		}
 	}
-	if c := cacheOf(asker); c["l2_hits"] != float64(len(ofOwner)) {
+	if c := cacheStatus(t, asker); c["l2_hits"] != float64(len(ofOwner)) {
 		t.Fatalf("the asker's l2_hits %v, want the %d keys of the owner's shard: %v", c["l2_hits"], len(ofOwner), c)
 	}
-	if c := cacheOf(owner); c["l2_served"] != float64(len(ofOwner)) {
+	if c := cacheStatus(t, owner); c["l2_served"] != float64(len(ofOwner)) {
 		t.Fatalf("the owner served %v L2 requests, want %d: %v", c["l2_served"], len(ofOwner), c)
 	}
 	if got := metricValue(t, asker.Addr["http"], `qs_store_proxy_tier_lookups_total{db="default",result="hit",tier="l2"}`); got != float64(len(ofOwner)) {
@@ -109,6 +74,47 @@ func TestL2OverRealProcesses(t *testing.T) {
 // first read of each at the other proxy is then an L2 hit, and the
 // owner itself serves them without a fetch.
 func TestShardWarmupOverRealProcesses(t *testing.T) {
+	shards, names := twoShardNodes()
+	root := startQS(t, t.TempDir())
+	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	ctx := context.Background()
+	want, ofOwner, last := writeShardKeys(t, root, "warm/k", 60, shards, names[0])
+	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
+		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576", "--l2-attempt-timeout", "4s"}
+	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
+	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"], "--shard-warm-rate", "-1")...)
+	pollFor(t, "the owner's warm-up of its shard", func() bool {
+		return cacheStatus(t, owner)["shard_values"].(float64) >= float64(len(ofOwner))
+	})
+	pollFor(t, "the asker's L2 connection to the owner", func() bool {
+		peers := cacheStatus(t, asker)["dc_peers"].([]any)
+		return len(peers) == 1 && peers[0].(map[string]any)["up"] == true
+	})
+	ac, oc := asker.client(t), owner.client(t)
+	for _, k := range ofOwner {
+		if got, err := ac.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil || string(got.Value) != want[k] {
+			t.Fatalf("%s at the asker: %v", k, err)
+		}
+	}
+	if c := cacheStatus(t, asker); c["l2_hits"] != float64(len(ofOwner)) || c["remote_fetches"] != float64(0) {
+		t.Fatalf("the asker: l2_hits %v, remote_fetches %v; want %d and 0: %v", c["l2_hits"], c["remote_fetches"], len(ofOwner), c)
+	}
+	before := cacheStatus(t, owner)["remote_fetches"]
+	for _, k := range ofOwner {
+		if got, err := oc.Get(ctx, k, client.ReadOptions{MinIndex: last}); err != nil || string(got.Value) != want[k] {
+			t.Fatalf("%s at the owner: %v", k, err)
+		}
+	}
+	if c := cacheStatus(t, owner); c["remote_fetches"] != before {
+		t.Fatalf("the owner fetched its own warmed keys: remote_fetches %v, was %v", c["remote_fetches"], before)
+	}
+	if got := metricValue(t, owner.Addr["http"], `qs_proxy_shard_warm_total{db="default",result="held"}`); got < float64(len(ofOwner)) {
+		t.Fatalf("the owner's warm-up held %v values, want at least %d", got, len(ofOwner))
+	}
+}
+
+// twoShardNodes is a map of two shards and a node name owning each.
+func twoShardNodes() (cache.ShardMap, []string) {
 	shards, _ := cache.NewShardMap(2)
 	var names []string
 	for i := 0; len(names) < 2; i++ {
@@ -116,21 +122,26 @@ func TestShardWarmupOverRealProcesses(t *testing.T) {
 			names = append(names, n)
 		}
 	}
-	root := startQS(t, t.TempDir())
-	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	return shards, names
+}
+
+// writeShardKeys writes n keys prefix00.. ("value of " and the key) at
+// root, then 10 padding keys, so that a proxy of window 5 keeps none of
+// them. It returns the values written, the keys node owner owns under
+// shards, and the index of the last write.
+func writeShardKeys(t *testing.T, root *proc, prefix string, n int, shards cache.ShardMap, owner string) (want map[string]string, ofOwner []string, last uint64) {
+	t.Helper()
 	ctx := context.Background()
 	rc := root.client(t)
-	want := map[string]string{}
-	var ofOwner []string
-	var last uint64
-	for i := 0; i < 60; i++ {
-		k := fmt.Sprintf("warm/k%02d", i)
+	want = map[string]string{}
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("%s%02d", prefix, i)
 		r, err := rc.Put(ctx, k, []byte("value of "+k), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want[k], last = "value of "+k, r.Index
-		if shards.Owns(names[0], []byte(k)) {
+		if shards.Owns(owner, []byte(k)) {
 			ofOwner = append(ofOwner, k)
 		}
 	}
@@ -141,44 +152,15 @@ func TestShardWarmupOverRealProcesses(t *testing.T) {
 		}
 		last = r.Index
 	}
-	proxyArgs := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
-		"--cache-bytes", "1", "--window", "5", "--shards", "2", "--shard-cache-bytes", "1048576", "--l2-attempt-timeout", "4s"}
-	owner := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[0])...)
-	asker := startQS(t, t.TempDir(), append(proxyArgs, "--node-name", names[1], "--dc-peers", owner.Addr["repl"], "--shard-warm-rate", "-1")...)
-	cacheOf := func(p *proc) map[string]any {
-		t.Helper()
-		st, err := p.client(t).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st["cache"].(map[string]any)
+	return want, ofOwner, last
+}
+
+// cacheStatus is the "cache" object of p's status.
+func cacheStatus(t *testing.T, p *proc) map[string]any {
+	t.Helper()
+	st, err := p.client(t).Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	pollFor(t, "the owner's warm-up of its shard", func() bool {
-		return cacheOf(owner)["shard_values"].(float64) >= float64(len(ofOwner))
-	})
-	pollFor(t, "the asker's L2 connection to the owner", func() bool {
-		peers := cacheOf(asker)["dc_peers"].([]any)
-		return len(peers) == 1 && peers[0].(map[string]any)["up"] == true
-	})
-	ac, oc := asker.client(t), owner.client(t)
-	for _, k := range ofOwner {
-		if got, err := ac.Get(ctx, k, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil || string(got.Value) != want[k] {
-			t.Fatalf("%s at the asker: %v", k, err)
-		}
-	}
-	if c := cacheOf(asker); c["l2_hits"] != float64(len(ofOwner)) || c["remote_fetches"] != float64(0) {
-		t.Fatalf("the asker: l2_hits %v, remote_fetches %v; want %d and 0: %v", c["l2_hits"], c["remote_fetches"], len(ofOwner), c)
-	}
-	before := cacheOf(owner)["remote_fetches"]
-	for _, k := range ofOwner {
-		if got, err := oc.Get(ctx, k, client.ReadOptions{MinIndex: last}); err != nil || string(got.Value) != want[k] {
-			t.Fatalf("%s at the owner: %v", k, err)
-		}
-	}
-	if c := cacheOf(owner); c["remote_fetches"] != before {
-		t.Fatalf("the owner fetched its own warmed keys: remote_fetches %v, was %v", c["remote_fetches"], before)
-	}
-	if got := metricValue(t, owner.Addr["http"], `qs_proxy_shard_warm_total{db="default",result="held"}`); got < float64(len(ofOwner)) {
-		t.Fatalf("the owner's warm-up held %v values, want at least %d", got, len(ofOwner))
-	}
+	return st["cache"].(map[string]any)
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -32,10 +31,7 @@ func TestPrefetchFollowsElectedRelays(t *testing.T) {
 	}
 	var readers []*proc
 	for i := range 2 {
-		dir := t.TempDir()
-		args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off",
-			"--gossip", "127.0.0.1:0", "--node-name", fmt.Sprint("pf-reader-", i), "--log-level", "warn"}, cache...)
-		readers = append(readers, startCmd(t, dir, exec.Command(qsBin, args...), 3))
+		readers = append(readers, startGossipReader(t, fmt.Sprint("pf-reader-", i), cache...))
 	}
 	ctx := context.Background()
 	cacheOf := func(p *proc) map[string]any {

@@ -21,21 +21,11 @@ func TestStaticProxyElectedRelayAnswers(t *testing.T) {
 	replica := startGossipQS(t, "replica-1", "--join", seed, "--dc", "a")
 	cache := []string{"--join", seed, "--dc", "a", "--role", "proxy", "--cache-bytes", "1", "--window", "5"}
 	relay := startGossipQS(t, "static-relay", append(cache, "--replicas", replica.Addr["repl"])...)
-	dir := t.TempDir()
-	args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off",
-		"--gossip", "127.0.0.1:0", "--node-name", "reader", "--log-level", "warn"}, cache...)
-	reader := startCmd(t, dir, exec.Command(qsBin, args...), 3)
+	reader := startGossipReader(t, "reader", cache...)
 	pollFor(t, "the static proxy elected relay", func() bool {
 		return slices.Equal(electedRelays(t, root, "a"), []string{"static-relay"})
 	})
-	pollFor(t, "the reader to fetch through the static proxy", func() bool {
-		st, err := reader.client(t).Status(t.Context())
-		if err != nil {
-			return false
-		}
-		rs, _ := st["cache"].(map[string]any)["relays"].([]any)
-		return len(rs) == 1 && rs[0] == relay.Addr["repl"]
-	})
+	waitOnlyRelay(t, reader, "the static proxy", relay)
 	want, last := writeEvicted(t, root, []*proc{reader}, "st/", 20)
 	waitIndex(t, relay, last)
 	fallbacks := func() float64 {
@@ -89,18 +79,8 @@ func TestStaticRelaysProxyNeverElected(t *testing.T) {
 		st, err := joiner.client(t).Status(t.Context())
 		return err == nil && st["cache"].(map[string]any)["relay"] == true
 	})
-	dir := t.TempDir()
-	args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off",
-		"--gossip", "127.0.0.1:0", "--node-name", "reader", "--log-level", "warn"}, joined...)
-	reader := startCmd(t, dir, exec.Command(qsBin, args...), 3)
-	pollFor(t, "the reader to fetch through the joiner", func() bool {
-		st, err := reader.client(t).Status(t.Context())
-		if err != nil {
-			return false
-		}
-		rs, _ := st["cache"].(map[string]any)["relays"].([]any)
-		return len(rs) == 1 && rs[0] == joiner.Addr["repl"]
-	})
+	reader := startGossipReader(t, "reader", joined...)
+	waitOnlyRelay(t, reader, "the joiner", joiner)
 
 	want, last := writeEvicted(t, root, []*proc{reader, client}, "sc/", 20)
 	waitIndex(t, joiner, last)
@@ -173,4 +153,29 @@ func memberRole(t *testing.T, p *proc, name string) string {
 		}
 	}
 	return ""
+}
+
+// startGossipReader starts a proxy named name that joins the overlay with
+// extra and has no replication address: it only reads, and is never
+// elected relay.
+func startGossipReader(t *testing.T, name string, extra ...string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "off",
+		"--gossip", "127.0.0.1:0", "--node-name", name, "--log-level", "warn"}, extra...)
+	return startCmd(t, dir, exec.Command(qsBin, args...), 3)
+}
+
+// waitOnlyRelay waits until proxy p fetches through relay (named what)
+// alone.
+func waitOnlyRelay(t *testing.T, p *proc, what string, relay *proc) {
+	t.Helper()
+	pollFor(t, "the reader to fetch through "+what, func() bool {
+		st, err := p.client(t).Status(t.Context())
+		if err != nil {
+			return false
+		}
+		rs, _ := st["cache"].(map[string]any)["relays"].([]any)
+		return len(rs) == 1 && rs[0] == relay.Addr["repl"]
+	})
 }

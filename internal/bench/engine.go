@@ -3,12 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // PhaseEngine is what a qs server's storage engine did during a phase: the
@@ -60,7 +57,8 @@ type engineSample struct {
 // over3ms is the bucket bound the report splits WAL fsyncs at.
 const over3ms = 0.003
 
-var engineClient = &http.Client{Timeout: 2 * time.Second}
+// engineSampleTimeout bounds the reading of one engine sample.
+const engineSampleTimeout = 2 * time.Second
 
 // sampleEngine reads the engine counters of database db from the /metrics
 // of the qs HTTP API at httpAddr. Any failure gives a sample that is not
@@ -69,20 +67,9 @@ func sampleEngine(ctx context.Context, httpAddr, db string) engineSample {
 	if httpAddr == "" {
 		return engineSample{}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
-	if err != nil {
-		return engineSample{}
-	}
-	resp, err := engineClient.Do(req)
-	if err != nil {
-		return engineSample{}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return engineSample{}
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
+	ctx, cancel := context.WithTimeout(ctx, engineSampleTimeout)
+	defer cancel()
+	mfs, err := scrapeMetrics(ctx, httpAddr)
 	if err != nil {
 		return engineSample{}
 	}

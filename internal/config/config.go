@@ -241,14 +241,14 @@ type Database struct {
 	// first, doubled at each failure in a row up to the second. Defaults
 	// 200ms (1ms to 1m) and 10s (the first to 1h).
 	ProxyL2SidelineMin Duration `toml:"proxy_l2_sideline_min"`
+	ProxyL2SidelineMax Duration `toml:"proxy_l2_sideline_max"`
 	// ProxyShardWarmRate (proxy with a shard budget and shards of at
 	// least 2, flag --shard-warm-rate) is the most values a second the
 	// proxy fetches in the background to fill its shard budget with the
 	// values of its shard it does not hold. Default 0: 5000; -1: no
 	// warm-up (the budget fills from reads and the prefetch stream only);
 	// at most 1000000.
-	ProxyShardWarmRate int      `toml:"proxy_shard_warm_rate"`
-	ProxyL2SidelineMax Duration `toml:"proxy_l2_sideline_max"`
+	ProxyShardWarmRate int `toml:"proxy_shard_warm_rate"`
 	// ProxyWindow (proxy only, flag --window) is the sliding window in log
 	// entries: values written by the last ProxyWindow entries are never
 	// evicted, so replicas lagging less than that behind the proxy can

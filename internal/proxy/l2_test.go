@@ -124,6 +124,42 @@ func (c *cluster) dcPeers(proxies []*node, m cache.ShardMap, names []string, cut
 	return out
 }
 
+// l2DataCentre starts n proxies (l2Proxy) owning distinct shards of n,
+// replicating from a new root through one replica, each with its L2 tier
+// naming all of them (its own address too: recognized and skipped), and
+// waits until each is connected to the others. It returns the root, the
+// shard map, the proxies and their nodes.
+func (c *cluster) l2DataCentre(n int) (root *node, m cache.ShardMap, ps []*l2Node, nodes []*node) {
+	c.t.Helper()
+	root = c.root()
+	dbid := root.st.DBID()
+	replica := c.replica(dbid, root.addr)
+	m, _ = cache.NewShardMap(n)
+	var addrs []string
+	for _, name := range shardNames(c.t, m, n) {
+		p := c.l2Proxy(dbid, m, name, replica.addr, root.addr)
+		ps, nodes, addrs = append(ps, p), append(nodes, p.node), append(addrs, p.addr)
+	}
+	for _, p := range ps {
+		c.startL2(p, m, 10*time.Second, addrs...)
+	}
+	for _, p := range ps {
+		waitPeersUp(c.t, p.l2, n-1)
+	}
+	return root, m, ps, nodes
+}
+
+// ownKeys are the keys of keys that node name owns under m.
+func ownKeys(m cache.ShardMap, name string, keys []string) []string {
+	var own []string
+	for _, k := range keys {
+		if m.Owns(name, []byte(k)) {
+			own = append(own, k)
+		}
+	}
+	return own
+}
+
 // startL2 gives n its L2 tier over peers.
 func (c *cluster) startL2(n *l2Node, m cache.ShardMap, attempt time.Duration, peers ...string) {
 	c.t.Helper()
@@ -201,33 +237,10 @@ func waitPeersUp(t *testing.T, l *L2, want int) {
 // others from their owners (L2 hits).
 func TestL2ServesReadsInsideTheDataCentre(t *testing.T) {
 	c := newCluster(t)
-	root := c.root()
-	dbid := root.st.DBID()
-	replica := c.replica(dbid, root.addr)
-	m, _ := cache.NewShardMap(4)
-	names := shardNames(t, m, 4)
-	var ps []*l2Node
-	var nodes []*node
-	var addrs []string
-	for _, name := range names {
-		p := c.l2Proxy(dbid, m, name, replica.addr, root.addr)
-		ps, nodes, addrs = append(ps, p), append(nodes, p.node), append(addrs, p.addr)
-	}
-	for _, p := range ps {
-		c.startL2(p, m, 10*time.Second, addrs...) // its own address too: recognized and skipped
-	}
-	for _, p := range ps {
-		waitPeersUp(t, p.l2, 3)
-	}
+	root, m, ps, nodes := c.l2DataCentre(4)
 	keys := writeEvicted(t, root, nodes, "key", 400)
 	for _, p := range ps {
-		var own []string
-		for _, k := range keys {
-			if m.Owns(p.name, []byte(k)) {
-				own = append(own, k)
-			}
-		}
-		readChecked(t, p.node, own)
+		readChecked(t, p.node, ownKeys(m, p.name, keys))
 	}
 	var l3 int64
 	for _, p := range ps {
@@ -254,7 +267,7 @@ func TestL2ServesReadsInsideTheDataCentre(t *testing.T) {
 	if got := c.storeSum(l2Hits); got != float64(hits) {
 		t.Fatalf("proxy_tier_lookups_total{l2,hit} = %v, want %d", got, hits)
 	}
-	if s := ps[0].l2.Status(); len(s) != 4 || !s[0].Self || s[1].Name != names[1] || s[1].Shard != m.OfNode(names[1]) {
+	if s := ps[0].l2.Status(); len(s) != 4 || !s[0].Self || s[1].Name != ps[1].name || s[1].Shard != m.OfNode(ps[1].name) {
 		t.Fatalf("L2 status %+v", s)
 	}
 }
@@ -429,12 +442,7 @@ func TestL2HitLatencyBenchmark(t *testing.T) {
 	asker := c.l2Proxy(dbid, m, names[1], replica.addr, root.addr)
 	l3only := c.l2Proxy(dbid, m, names[1]+"-l3", replica.addr, root.addr)
 	keys := writeEvicted(t, root, []*node{owner.node, asker.node, l3only.node}, "key", 2*n)
-	var ofOwner []string
-	for _, k := range keys {
-		if m.Owns(names[0], []byte(k)) {
-			ofOwner = append(ofOwner, k)
-		}
-	}
+	ofOwner := ownKeys(m, names[0], keys)
 	readChecked(t, owner.node, ofOwner)
 	c.startL2(asker, m, 10*time.Second, owner.addr)
 	waitPeersUp(t, asker.l2, 1)
@@ -520,12 +528,8 @@ func TestL2SetPeersFollowsThePeerSet(t *testing.T) {
 
 	keys := writeEvicted(t, root, nodes, "key", 200)
 	owned := map[*l2Node][]string{}
-	for _, k := range keys {
-		for _, p := range ps {
-			if m.Owns(p.name, []byte(k)) {
-				owned[p] = append(owned[p], k)
-			}
-		}
+	for _, p := range ps {
+		owned[p] = ownKeys(m, p.name, keys)
 	}
 	if len(owned[p1]) == 0 || len(owned[p2]) == 0 {
 		t.Fatalf("no keys in the shards of %s or %s", p1.name, p2.name)
@@ -552,12 +556,7 @@ func TestL2SetPeersFollowsThePeerSet(t *testing.T) {
 	waitPeersUp(t, p0.l2, 1)
 	// Keys p0 never read, warmed at the removed peer: p0 fetches them
 	// from the next tier, not from that peer.
-	var late []string
-	for _, k := range writeEvicted(t, root, nodes, "late", 100) {
-		if m.Owns(p1.name, []byte(k)) {
-			late = append(late, k)
-		}
-	}
+	late := ownKeys(m, p1.name, writeEvicted(t, root, nodes, "late", 100))
 	readChecked(t, p1.node, late)
 	hits, l3 := p0.l2.Hits(), p0.l3.keys.Load()
 	readChecked(t, p0.node, late)

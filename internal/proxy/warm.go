@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -85,31 +86,17 @@ func StartShardWarmer(cfg WarmConfig, log *slog.Logger) (*ShardWarmer, error) {
 	if cfg.Rate < 0 || cfg.Batch < 0 || cfg.Scan < 0 || cfg.Interval < 0 || cfg.FetchTimeout < 0 || cfg.Retry < 0 || cfg.Poll < 0 {
 		return nil, errors.New("proxy: shard warmer: negative setting")
 	}
-	cfg.Rate = orInt(cfg.Rate, DefaultWarmRate)
-	cfg.Batch = min(orInt(cfg.Batch, 256), cfg.Rate)
-	cfg.Scan = orInt(cfg.Scan, 16384)
-	cfg.Interval = orDur(cfg.Interval, 30*time.Second)
-	cfg.FetchTimeout = orDur(cfg.FetchTimeout, 5*time.Second)
-	cfg.Retry = orDur(cfg.Retry, time.Second)
-	cfg.Poll = orDur(cfg.Poll, 200*time.Millisecond)
+	cfg.Rate = cmp.Or(cfg.Rate, DefaultWarmRate)
+	cfg.Batch = min(cmp.Or(cfg.Batch, 256), cfg.Rate)
+	cfg.Scan = cmp.Or(cfg.Scan, 16384)
+	cfg.Interval = cmp.Or(cfg.Interval, 30*time.Second)
+	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 5*time.Second)
+	cfg.Retry = cmp.Or(cfg.Retry, time.Second)
+	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &ShardWarmer{cfg: cfg, log: log.With("db", cfg.Database), cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(w.done); w.run(ctx) }()
 	return w, nil
-}
-
-func orInt(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
-func orDur(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Close stops the warmer and waits for it.
@@ -133,15 +120,14 @@ func (w *ShardWarmer) run(ctx context.Context) {
 func (w *ShardWarmer) pass(ctx context.Context) {
 	var from []byte
 	for ctx.Err() == nil {
-		n := warmBatch(w.cfg.Store.ShardRoom())
-		n = min(n, w.cfg.Batch)
+		n := min(warmBatch(w.cfg.Store.ShardRoom()), w.cfg.Batch)
+		if n == 0 {
+			w.count("full", 1)
+			return
+		}
 		items, at, next, err := w.cfg.Store.ShardWarmItems(from, n, w.cfg.Scan)
 		if err != nil {
 			w.log.Warn("shard warm-up: reading the keys failed", "err", err)
-			return
-		}
-		if n == 0 {
-			w.count("full", 1)
 			return
 		}
 		if len(items) > 0 {

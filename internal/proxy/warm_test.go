@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quicksilver-kv/qs/internal/cache"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -21,24 +20,7 @@ import (
 // others as L2 hits.
 func TestShardWarmupServesFirstReadsFromL2(t *testing.T) {
 	c := newCluster(t)
-	root := c.root()
-	dbid := root.st.DBID()
-	replica := c.replica(dbid, root.addr)
-	m, _ := cache.NewShardMap(4)
-	names := shardNames(t, m, 4)
-	var ps []*l2Node
-	var nodes []*node
-	var addrs []string
-	for _, name := range names {
-		p := c.l2Proxy(dbid, m, name, replica.addr, root.addr)
-		ps, nodes, addrs = append(ps, p), append(nodes, p.node), append(addrs, p.addr)
-	}
-	for _, p := range ps {
-		c.startL2(p, m, 10*time.Second, addrs...)
-	}
-	for _, p := range ps {
-		waitPeersUp(t, p.l2, 3)
-	}
+	root, m, ps, nodes := c.l2DataCentre(4)
 	keys := writeEvicted(t, root, nodes, "key", 400)
 	for _, p := range ps {
 		w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: p.st, Next: p.l3, Rate: 100_000, Batch: 32, Interval: time.Hour}, testLogger())
@@ -49,12 +31,7 @@ func TestShardWarmupServesFirstReadsFromL2(t *testing.T) {
 	}
 	var l3 int64
 	for _, p := range ps {
-		own := 0
-		for _, k := range keys {
-			if m.Owns(p.name, []byte(k)) {
-				own++
-			}
-		}
+		own := len(ownKeys(m, p.name, keys))
 		waitFor(t, p.name+"'s shard budget warmed", func() bool { return p.st.ProxyStats().ShardValues >= int64(own) })
 		l3 += p.l3.keys.Load()
 	}

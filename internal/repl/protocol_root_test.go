@@ -2,10 +2,8 @@ package repl
 
 import (
 	"errors"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,35 +105,11 @@ func TestRootAddressDownTheTree(t *testing.T) {
 func TestOlderSourceKeepsHeadVersion(t *testing.T) {
 	name := dbName(t)
 	id := store.DBID{5, 5}
-	var mu sync.Mutex
-	var versions []uint16
-	ln := listen(t)
-	pid := NewProcessID()
-	serveConns(t, ln, func(c net.Conn) {
-		m, err := ReadMessage(c)
-		if err != nil {
-			return
-		}
-		h := m.(*Hello)
-		mu.Lock()
-		versions = append(versions, h.Version)
-		mu.Unlock()
-		if h.Version > HeadVersion {
-			WriteMessage(c, &Refuse{Code: RefuseVersion, Reason: "protocol version not supported"})
-			return
-		}
-		if WriteMessage(c, &Welcome{Version: h.Version, ProcessID: pid, DBID: id, NextIndex: h.LastIndex + 1}) != nil {
-			return
-		}
-		var b [1]byte
-		c.Read(b[:])
-	})
+	addr, versions, _ := fakeOldSource(t, id, HeadVersion)
 	rep := openStore(t, "", name, id, store.Retention{})
-	r, _ := startReplica(t, rep, NewProcessID(), []string{ln.Addr().String()}, nil)
+	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
 	waitFor(t, "streaming from the older source", 30*time.Second, func() bool { return r.State().Status == StatusStreaming })
-	mu.Lock()
-	got := slices.Clone(versions)
-	mu.Unlock()
+	got := versions()
 	if !slices.Equal(got, []uint16{RootVersion, HeadVersion}) {
 		t.Fatalf("hello versions %v, want [%d %d]", got, RootVersion, HeadVersion)
 	}

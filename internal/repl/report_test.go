@@ -3,6 +3,7 @@ package repl
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -79,10 +80,10 @@ func TestReportsReachTheSource(t *testing.T) {
 	}
 }
 
-// fakeV2Source behaves like a server of protocol version 2: it refuses a
-// Hello of a later version, and ends a stream on any byte from the client.
-// It records the versions of the Hellos it got.
-func fakeV2Source(t *testing.T, id store.DBID) (addr string, versions func() []uint16, extra func() int) {
+// fakeOldSource behaves like a server that speaks protocol versions up to
+// newest: it refuses a Hello of a later version, and ends a stream on any
+// byte from the client. It records the versions of the Hellos it got.
+func fakeOldSource(t *testing.T, id store.DBID, newest uint16) (addr string, versions func() []uint16, extra func() int) {
 	ln := listen(t)
 	pid := NewProcessID()
 	var mu sync.Mutex
@@ -97,8 +98,8 @@ func fakeV2Source(t *testing.T, id store.DBID) (addr string, versions func() []u
 		mu.Lock()
 		vs = append(vs, h.Version)
 		mu.Unlock()
-		if h.Version > 2 {
-			WriteMessage(c, &Refuse{Code: RefuseVersion, Reason: "protocol version 3 not supported (server speaks 1..2)"})
+		if h.Version > newest {
+			WriteMessage(c, &Refuse{Code: RefuseVersion, Reason: fmt.Sprintf("protocol version %d not supported (server speaks 1..%d)", h.Version, newest)})
 			return
 		}
 		w := &Welcome{Version: h.Version, ProcessID: pid, DBID: id, AppliedIndex: h.LastIndex, NextIndex: h.LastIndex + 1}
@@ -140,7 +141,7 @@ func fakeV2Source(t *testing.T, id store.DBID) (addr string, versions func() []u
 func TestReportsToAnOlderSource(t *testing.T) {
 	name := dbName(t)
 	id := store.DBID{7, 7, 7}
-	addr, versions, extra := fakeV2Source(t, id)
+	addr, versions, extra := fakeOldSource(t, id, 2)
 	rep := openStore(t, "", name, id, store.Retention{})
 	reports := 0
 	var mu sync.Mutex

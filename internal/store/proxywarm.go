@@ -11,7 +11,9 @@ package store
 // key from on (nil: the first key), whose values are remote here and
 // not held in the shard budget, with the view index they are current
 // at. It looks at no more than scan keys; next is the key to go on from,
-// nil when the keys are done. Without a shard budget it returns nothing.
+// nil when the keys are done. A record that fails its check is counted
+// (integrity error value_crc) and passed over. Without a shard budget it
+// returns nothing.
 func (s *Store) ShardWarmItems(from []byte, n, scan int) (items []FetchItem, at uint64, next []byte, err error) {
 	p := s.px
 	if p == nil || !p.shard.Enabled() || p.opts.NodeName == "" || n <= 0 || scan <= 0 {
@@ -39,8 +41,10 @@ func (s *Store) ShardWarmItems(from []byte, n, scan int) (items []FetchItem, at 
 		}
 		rec, err := decodeRecord(raw)
 		if err != nil {
+			// Counted and passed over, as the eviction scan does: the
+			// key's reads report it; the keys after it are still warmed.
 			s.m.integrityErrors.WithLabelValues("value_crc").Inc()
-			return nil, 0, nil, err
+			continue
 		}
 		if rec.kind != recRemote || p.shard.Holds(key, rec.index) {
 			continue
