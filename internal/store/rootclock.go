@@ -22,7 +22,10 @@ import (
 // log's clock thus runs at most 6.25% fast until the two meet again: a
 // genuine forward correction of the clock is caught up in time, and a
 // wrong one expires outcomes and history at most that much early. A stamp
-// is never before the last entry's (the log's clock never goes back).
+// is never before the last entry's (the log's clock never goes back), and
+// the anchor is the stamp: a wall clock set back, then right again, finds
+// the log's clock where real time took it, not frozen until a sixteenth
+// of real time makes up the setback.
 //
 // The first anchor is the log's own time, learned when the store opens
 // (the last entry's time, at that elapsed reading) or, for a log that
@@ -61,8 +64,9 @@ func (rc *rootClock) stamp(wall int64, elapsed time.Duration, last int64) (t int
 			return max(expected, last), true
 		}
 	}
-	rc.anchored, rc.at, rc.log = true, elapsed, wall
-	return max(wall, last), false
+	t = max(wall, last)
+	rc.anchored, rc.at, rc.log = true, elapsed, t
+	return t, false
 }
 
 // proposalClock bounds the times a member of an HA root proposes, as
