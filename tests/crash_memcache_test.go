@@ -26,7 +26,7 @@ func TestKill9UnderMemcacheSets(t *testing.T) {
 	for round := range rounds {
 		p := startQS(t, dir)
 		mc := gomemcache.New(p.Addr["memcache"])
-		mc.Timeout = 10 * time.Second
+		mc.Timeout = 30 * time.Second
 		mc.MaxIdleConns = 16
 		checkAcked(t, mc, acked)
 
@@ -60,7 +60,7 @@ func TestKill9UnderMemcacheSets(t *testing.T) {
 	}
 	p := startQS(t, dir)
 	mc := gomemcache.New(p.Addr["memcache"])
-	mc.Timeout = 10 * time.Second
+	mc.Timeout = 30 * time.Second
 	checkAcked(t, mc, acked)
 	if len(acked) < rounds {
 		t.Fatalf("only %d sets acknowledged in %d rounds", len(acked), rounds)

@@ -49,19 +49,28 @@ func readKeys(t *testing.T, px *store.Store, n, keys int) int {
 	t.Helper()
 	errs := 0
 	for i := 0; i < n; i++ {
-		k := fmt.Sprintf("k%03d", rand.IntN(keys))
-		_, err := px.Lookup([][]byte{[]byte(k)}, func(_ uint64, _ int, v []byte, _ uint64, found bool) error {
-			if !found || string(v) != string(value(k, 0)) {
-				t.Errorf("%s: found=%v %q", k, found, v)
-			}
-			return nil
-		})
-		if err != nil {
+		if !readKey(t, px, fmt.Sprintf("k%03d", rand.IntN(keys))) {
 			errs++
-			t.Logf("read %s: %v", k, err)
 		}
 	}
 	return errs
+}
+
+// readKey reads filled key k through the proxy and checks its value; it
+// reports whether the read succeeded (a failure is logged).
+func readKey(t *testing.T, px *store.Store, k string) bool {
+	t.Helper()
+	_, err := px.Lookup([][]byte{[]byte(k)}, func(_ uint64, _ int, v []byte, _ uint64, found bool) error {
+		if !found || string(v) != string(value(k, 0)) {
+			t.Errorf("%s: found=%v %q", k, found, v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("read %s: %v", k, err)
+		return false
+	}
+	return true
 }
 
 // coldProxy builds root → replicas and a proxy that keeps no values

@@ -191,6 +191,16 @@ type peer struct {
 	drain chan struct{}
 }
 
+// draining reports whether the peer left the membership (removePeer).
+func (p *peer) draining() bool {
+	select {
+	case <-p.drain:
+		return true
+	default:
+		return false
+	}
+}
+
 func newTransport(db string, cluster [16]byte, self uint64, repl string, dial func(ctx context.Context, network, addr string) (net.Conn, error), log *slog.Logger) *transport {
 	t := &transport{db: db, cluster: cluster, self: self, repl: repl, log: log, quit: make(chan struct{}), dial: dial}
 	t.mu.peers = map[uint64]*peer{}
@@ -225,7 +235,8 @@ func (t *transport) setPeer(id uint64, addr string) {
 }
 
 // removePeer stops sending to a peer that left the membership, once the
-// messages already queued for it are sent.
+// messages already queued for it are sent, or at the first failure to
+// send them: a peer that is down or does not read is not waited for.
 func (t *transport) removePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -334,6 +345,9 @@ func (t *transport) runPeer(p *peer) {
 		isSnap := m.GetType() == pb.MessageType_MsgSnap
 		if err != nil {
 			closeConn()
+			if p.draining() {
+				return // a removed peer is sent what one connection takes
+			}
 			t.unreachable(p.id)
 			if isSnap {
 				t.snapshotled(p.id, false)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,5 +64,66 @@ func TestRemovedPeerGetsWhatWasQueued(t *testing.T) {
 	}
 	if got != n {
 		t.Fatalf("the removed peer got %d of the %d messages queued before its removal", got, n)
+	}
+}
+
+// TestRemovedPeerNotReadingIsNotWaitedFor: a removed peer whose process
+// takes connections but never reads gets what one connection takes; the
+// sender then stops, instead of connecting again for every message left
+// (each waiting out a write deadline) while it holds the queue.
+func TestRemovedPeerNotReadingIsNotWaitedFor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var conns []net.Conn // held open, never read
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	var cluster [16]byte
+	tr := newTransport("db", cluster, 1, "", (&net.Dialer{}).DialContext, quiet())
+	tr.unreachable = func(uint64) {}
+	tr.snapshotled = func(uint64, bool) {}
+	defer tr.close()
+	tr.setPeer(3, ln.Addr().String())
+
+	// Far more than the socket buffers of one connection hold.
+	const n = 32
+	var msgs []*pb.Message
+	for i := range n {
+		msgs = append(msgs, &pb.Message{Type: pb.MessageType_MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(3)),
+			Commit: new(uint64(i + 1)), Entries: []*pb.Entry{{Data: make([]byte, 1<<20)}}})
+	}
+	tr.send(msgs)
+	tr.removePeer(3)
+
+	stopped := make(chan struct{})
+	go func() { tr.wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the removed peer's sender did not stop")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) > 1 {
+		t.Fatalf("the removed peer was connected to %d times, want once", len(conns))
 	}
 }

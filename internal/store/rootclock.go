@@ -22,7 +22,12 @@ import (
 // log's clock thus runs at most 6.25% fast until the two meet again: a
 // genuine forward correction of the clock is caught up in time, and a
 // wrong one expires outcomes and history at most that much early. A stamp
-// is never before the last entry's (the log's clock never goes back).
+// is never before the last entry's (the log's clock never goes back), and
+// the anchor is the stamp: a wall clock set back, then right again, finds
+// the log's clock where real time took it, not frozen until a sixteenth
+// of real time makes up the setback; and an HA root member that first
+// proposed before it caught up with the log (others dated entries since)
+// goes on from the log's time, not from the older one it anchored at.
 //
 // The first anchor is the log's own time, learned when the store opens
 // (the last entry's time, at that elapsed reading) or, for a log that
@@ -53,16 +58,16 @@ func (rc *rootClock) learn(last int64, elapsed time.Duration) {
 // clock was further ahead than real time allows.
 func (rc *rootClock) stamp(wall int64, elapsed time.Duration, last int64) (t int64, clamped bool) {
 	rc.learn(last, elapsed)
+	t = wall
 	if rc.anchored {
 		d := max(int64(elapsed-rc.at), 0)
-		expected := rc.log + d + d/16
-		if wall-expected > maxProposedClockStep {
-			rc.at, rc.log = elapsed, expected
-			return max(expected, last), true
+		if expected := rc.log + d + d/16; wall-expected > maxProposedClockStep {
+			t, clamped = expected, true
 		}
 	}
-	rc.anchored, rc.at, rc.log = true, elapsed, wall
-	return max(wall, last), false
+	t = max(t, last)
+	rc.anchored, rc.at, rc.log = true, elapsed, t
+	return t, clamped
 }
 
 // proposalClock bounds the times a member of an HA root proposes, as

@@ -34,7 +34,12 @@ func TestRootClockStamp(t *testing.T) {
 	step("still ahead: the anchor keeps real time", base+day+sec, 34*time.Second, base+17*sec, base+34*sec, true)
 	step("the clock set back: the log never goes back", t0, 35*time.Second, base+34*sec, base+34*sec, false)
 	step("time passes after the set-back", t0+6*sec, 41*time.Second, base+34*sec, base+34*sec, false)
-	step("elapsed going back counts as none", t0+day, 30*time.Second, base+34*sec, base+34*sec, true)
+	step("the clock set right again: taken", base+41*sec, 42*time.Second, base+34*sec, base+41*sec, false)
+	step("elapsed going back counts as none", t0+day, 30*time.Second, base+41*sec, base+41*sec, true)
+	rc = rootClock{}
+	step("a member's first proposal, its log behind", t0+day, 0, t0, t0, true)
+	step("others dated the log since: bounded from the log's time", t0+day+sec, time.Second, t0+day, t0+day, true)
+	step("then the wall clock in step is taken", t0+day+2*sec, 2*time.Second, t0+day, t0+day+2*sec, false)
 }
 
 // fakeClocks is a wall clock and a real-time (monotonic) clock a test
@@ -200,5 +205,59 @@ func TestProposalTimeBounded(t *testing.T) {
 	in := time.Unix(0, last).Add(20 * time.Second)
 	if got := s.ProposalTime(in, time.Minute+18*time.Second); got != in.UnixNano() {
 		t.Fatalf("a wall clock in step: %v past the log, want 20s", time.Duration(got-last))
+	}
+}
+
+// A root restarted with its wall clock a day behind keeps the log's
+// time (it never goes back); once the clock is set right, its entries
+// take the wall clock again at once, instead of the log's clock standing
+// still while it makes up the day at a sixteenth of real time.
+func TestRootClockBehindAtRestart(t *testing.T) {
+	t.Parallel()
+	clocks := &fakeClocks{}
+	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	o := clocks.options(Options{Name: "root-clock-behind", Dir: t.TempDir(), Logger: quietLogger()})
+	s := openTest(t, o)
+	mustWrite(t, s, set("k", "v"))
+	last := s.AppliedTime()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clocks.jump(-24 * time.Hour)
+	s = openTest(t, o)
+	clocks.pass(10 * time.Second)
+	mustWrite(t, s, set("k", "behind"))
+	if got := s.AppliedTime(); !got.Equal(last) {
+		t.Fatalf("entry with the clock a day behind dated %v from the last, want the last's time", got.Sub(last))
+	}
+	clocks.jump(24 * time.Hour) // set right
+	clocks.pass(10 * time.Second)
+	mustWrite(t, s, set("k", "right"))
+	if got, want := s.AppliedTime(), clocks.now(); !got.Equal(want) {
+		t.Fatalf("entry once the clock was set right dated %v from the wall clock, want it", got.Sub(want))
+	}
+}
+
+// An HA root member that first proposed while its log was behind (just
+// restarted, not caught up) dates its later proposals from the log's
+// time once others moved it, not from the older time it first saw: its
+// proposals (a leader's heartbeats) keep moving the log's clock.
+func TestProposalTimeFollowsTheLog(t *testing.T) {
+	t.Parallel()
+	clocks := &fakeClocks{}
+	clocks.wall.Store(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	s := openTest(t, clocks.options(Options{Name: "proposal-follows", Logger: quietLogger()}))
+	mustWrite(t, s, set("k", "v"))
+	stale := s.AppliedTime()
+	if got := s.ProposalTime(stale.Add(time.Hour), 0); got != stale.UnixNano() {
+		t.Fatalf("first proposal, log an hour behind: %v past the log, want 0", time.Duration(got-stale.UnixNano()))
+	}
+	clocks.pass(time.Hour) // the entries the others dated meanwhile
+	mustWrite(t, s, set("k", "w"))
+	now := s.AppliedTime()
+	s.ProposalTime(now.Add(time.Second), time.Second)
+	if got, want := s.ProposalTime(now.Add(2*time.Second), 2*time.Second), now.Add(2*time.Second).UnixNano(); got != want {
+		t.Fatalf("proposal with the wall clock in step with the log: %v from it, want the wall clock", time.Duration(got-want))
 	}
 }

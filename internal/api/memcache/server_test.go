@@ -91,8 +91,6 @@ func (c *client) expect(want string) {
 	}
 }
 
-// expectClosed checks that the server closed the connection, after at most
-// the given bytes of reply, within d.
 // expectClosed reads until the server closes the connection, which it
 // must do without further input; the bound only stops a stuck test.
 func (c *client) expectClosed() {
