@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -85,6 +86,24 @@ type DBMeta struct {
 	Children    int
 	MaxChildren int      // 0: no limit
 	Path        []uint64 // ancestors' ids, source first, root last
+}
+
+// AppliedRefresh is how often a member of an overlay of size members
+// re-advertises its applied index when nothing else in its advertisement
+// changed. The index only tells a stalled source apart (a candidate ahead
+// of a replica that lags), yet every change of an advertisement is
+// gossiped to every member: refreshed every 10 s by each member, the
+// overlay carried members/10 updates a second, and each member passed on
+// each of them, so gossip grew with the square of the overlay (about
+// 29 kB/s per member at 200 members). The refresh is every 10 s up to 50
+// members and then slows down so that the whole overlay carries at most
+// 5 refreshes a second, up to once a minute (300 members and more). A
+// stalled source is then seen once a candidate has advertised an index
+// past the replica's: after the stall limit and, for a member that
+// lagged at the refresh of every candidate, up to one refresh later.
+func AppliedRefresh(members int) time.Duration {
+	const minRefresh, maxRefresh, overlayRate = 10 * time.Second, time.Minute, 5
+	return min(maxRefresh, max(minRefresh, time.Duration(members)*time.Second/overlayRate))
 }
 
 // NodeID is the id under which a member appears in paths: a 64-bit FNV-1a

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/coordinate"
@@ -132,5 +133,28 @@ func TestBadMetaCounted(t *testing.T) {
 	d.checkMeta(&memberlist.Node{Name: "x", Meta: []byte{42}})
 	if got := testutil.ToFloat64(mBadMeta) - before; got != 1 {
 		t.Fatalf("bad_meta_total grew by %v, want 1", got)
+	}
+}
+
+// TestAppliedRefresh: every 10 s in a small overlay; slower in a large
+// one so that the overlay carries at most 5 refreshes a second; never
+// slower than once a minute.
+func TestAppliedRefresh(t *testing.T) {
+	for _, c := range []struct {
+		members int
+		want    time.Duration
+	}{
+		{0, 10 * time.Second}, {1, 10 * time.Second}, {50, 10 * time.Second},
+		{51, 10200 * time.Millisecond}, {200, 40 * time.Second},
+		{300, time.Minute}, {100000, time.Minute},
+	} {
+		if got := AppliedRefresh(c.members); got != c.want {
+			t.Errorf("AppliedRefresh(%d) = %v, want %v", c.members, got, c.want)
+		}
+	}
+	for n := 1; n <= 300; n++ {
+		if rate := float64(n) / AppliedRefresh(n).Seconds(); rate > 5 {
+			t.Fatalf("%d members refresh %.2f times a second in all, more than 5", n, rate)
+		}
 	}
 }

@@ -227,6 +227,9 @@ func (o *Overlay) Addr() string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
+// Size is the number of live members, this one included.
+func (o *Overlay) Size() int { return o.ml.NumMembers() }
+
 // Name is this member's name.
 func (o *Overlay) Name() string { return o.cfg.NodeName }
 

@@ -103,8 +103,9 @@ func (s *Server) newAgent(d config.Database, st *store.Store) *discovery.Agent {
 }
 
 // advertise keeps this member's advertisement current until the server
-// stops. The applied index is refreshed at most every 10s (it only tells
-// stalled sources apart); any other change goes out at once.
+// stops. The applied index is refreshed at most every
+// discovery.AppliedRefresh (it only tells stalled sources apart); any
+// other change goes out at once.
 func (s *Server) advertise(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -112,7 +113,7 @@ func (s *Server) advertise(ctx context.Context) {
 	var prev discovery.Meta
 	for {
 		m := s.localMeta()
-		if time.Since(lastApplied) < 10*time.Second {
+		if time.Since(lastApplied) < discovery.AppliedRefresh(s.overlay.Size()) {
 			// Keep the applied indexes advertised last.
 			for i := range m.DBs {
 				if i < len(prev.DBs) && prev.DBs[i].Name == m.DBs[i].Name {
