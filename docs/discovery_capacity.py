@@ -17,10 +17,15 @@ ACK_BYTES = 60 + 89        # an ack with a Vivaldi coordinate
 GOSSIP_NODES, GOSSIP_INTERVAL, PACKET = 3, 0.2, 1400
 RETRANSMIT_MULT = 4        # a broadcast is re-sent 4 * ceil(log10(n+1)) times per member
 PUSHPULL_INTERVAL = 30.0   # s, scaled up past 32 members (pushPullScale)
-# qs: one advertisement per member at least every 10 s (the applied index),
-# more when its children or depth change; ~170 bytes framed with its name.
+# qs: one advertisement per member for each refresh of its applied index
+# (every 10 s up to 50 members, then at most 5 a second in the whole
+# overlay, up to once a minute), more when its children or depth change;
+# ~170 bytes framed with its name.
 META_BYTES = 170
-ADVERTISE_EVERY = 10.0
+
+
+def advertise_every(n):
+    return min(60.0, max(10.0, n / 5))
 STATE_BYTES = 190          # one member in a push/pull exchange
 
 
@@ -33,7 +38,7 @@ def pushpull_interval(n):
 def gossip_bytes(n):
     """In+out bytes/s of one member, and whether broadcasts fit the budget."""
     probes = 2 * (PING_BYTES + ACK_BYTES) / PROBE_INTERVAL
-    sends = (n / ADVERTISE_EVERY) * RETRANSMIT_MULT * math.ceil(math.log10(n + 1))
+    sends = (n / advertise_every(n)) * RETRANSMIT_MULT * math.ceil(math.log10(n + 1))
     broadcast_out = sends * META_BYTES                      # spread over all members
     budget = GOSSIP_NODES / GOSSIP_INTERVAL * PACKET        # what gossip can carry out
     out = min(broadcast_out, budget)

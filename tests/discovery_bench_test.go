@@ -180,8 +180,9 @@ func TestDiscoveryScaleBenchmark(t *testing.T) {
 	t.Logf("%d writes in %v (%.0f/s), %d not acknowledged: ack to visible on all %d replicas p50 %v p99 %v max %v; per replica p50 %v p99 %v; %d deliveries missing",
 		writes, elapsed.Round(time.Millisecond), float64(writes)/elapsed.Seconds(), failed, n, pct(all, 0.5), pct(all, 0.99), all[len(all)-1].Round(100*time.Microsecond),
 		pct(each, 0.5), pct(each, 0.99), missing)
+	rate, sampled := gossipRate(gossip0, gossip1, elapsed)
 	t.Logf("root CPU %.1f%% of one core during the writes; gossip %.0f bytes/s per node (in+out, mean over %d nodes)",
-		100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), (gossip1-gossip0)/elapsed.Seconds()/float64(min(len(names), 20)), min(len(names), 20))
+		100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), rate, sampled)
 	var rss, pss, private []float64
 	for _, name := range names {
 		_, r := procCPU(nodes[name].cmd.Process.Pid)
@@ -336,8 +337,10 @@ func watchKeys(ctx context.Context, addr string, ready *sync.WaitGroup, seen fun
 
 // gossipBytes sums qs_discovery_gossip_bytes_total (in and out) of the
 // first 20 nodes.
-func gossipBytes(nodes map[string]*proc, names []string) float64 {
-	total := 0.0
+// gossipBytes reads the gossip bytes (in and out) of the first 20 of
+// names, by name; a node whose metrics cannot be read is left out.
+func gossipBytes(nodes map[string]*proc, names []string) map[string]float64 {
+	out := map[string]float64{}
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for _, name := range names[:min(len(names), 20)] {
 		resp, err := hc.Get("http://" + nodes[name].Addr["http"] + "/metrics")
@@ -345,14 +348,33 @@ func gossipBytes(nodes map[string]*proc, names []string) float64 {
 			continue
 		}
 		sc := bufio.NewScanner(resp.Body)
+		total, seen := 0.0, false
 		for sc.Scan() {
 			if l := sc.Text(); strings.HasPrefix(l, "qs_discovery_gossip_bytes_total{") {
 				f := strings.Fields(l)
 				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-				total += v
+				total, seen = total+v, true
 			}
 		}
 		resp.Body.Close()
+		if sc.Err() == nil && seen {
+			out[name] = total
+		}
 	}
-	return total
+	return out
+}
+
+// gossipRate is the mean gossip bytes a second of the nodes read at
+// both samples, and how many they are.
+func gossipRate(before, after map[string]float64, elapsed time.Duration) (float64, int) {
+	sum, n := 0.0, 0
+	for name, b := range before {
+		if a, ok := after[name]; ok && a >= b {
+			sum, n = sum+a-b, n+1
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return sum / elapsed.Seconds() / float64(n), n
 }
