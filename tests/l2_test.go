@@ -113,6 +113,63 @@ func TestShardWarmupOverRealProcesses(t *testing.T) {
 	}
 }
 
+// TestShardWarmupThroughARelayIsNotPrefetched: an owner warms its shard
+// through the relay of its data centre while another proxy is subscribed
+// to the relay's prefetch stream. The relay answers the warm-up's
+// fetches quietly (qs_repl_fetch_quiet_total) and publishes none of
+// their values; a value the owner then reads is published, and reaches
+// the other proxy.
+func TestShardWarmupThroughARelayIsNotPrefetched(t *testing.T) {
+	shards, names := twoShardNodes()
+	root := startQS(t, t.TempDir())
+	replica := startQS(t, t.TempDir(), "--upstream", root.Addr["repl"])
+	tier := []string{"--upstream", root.Addr["repl"], "--role", "proxy", "--replicas", replica.Addr["repl"],
+		"--cache-bytes", "1", "--window", "5", "--transient-bytes", "1048576"}
+	relay := startQS(t, t.TempDir(), append(tier, "--relay")...)
+	other := startQS(t, t.TempDir(), append(tier, "--relays", relay.Addr["repl"])...)
+	pollFor(t, "the other proxy's prefetch subscription", func() bool {
+		return metricValue(t, relay.Addr["http"], "qs_repl_prefetch_subscribers") >= 1
+	})
+	want, ofOwner, last := writeShardKeys(t, root, "quiet/k", 60, shards, names[0])
+	if _, err := relay.client(t).Get(context.Background(), "pad9", client.ReadOptions{MinIndex: last, Wait: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	owner := startQS(t, t.TempDir(), append(tier, "--relays", relay.Addr["repl"], "--shards", "2", "--node-name", names[0],
+		"--shard-cache-bytes", "1048576")...)
+	pollFor(t, "the owner's warm-up of its shard", func() bool {
+		return cacheStatus(t, owner)["shard_values"].(float64) >= float64(len(ofOwner))
+	})
+	if n := metricValue(t, relay.Addr["http"], "qs_repl_fetch_quiet_total"); n == 0 {
+		t.Fatal("the relay answered no quiet fetch: the warm-up did not go through it")
+	}
+	published := func() float64 {
+		return metricValue(t, relay.Addr["http"], `qs_repl_prefetch_published_total{result="queued"}`) +
+			metricValue(t, relay.Addr["http"], `qs_repl_prefetch_published_total{result="dropped"}`)
+	}
+	if n := published(); n != 0 {
+		t.Fatalf("the relay published %v values of the warm-up of %d", n, len(ofOwner))
+	}
+	if c := cacheStatus(t, other); c["prefetched"] != float64(0) {
+		t.Fatalf("the other proxy holds %v prefetched values after the warm-up: %v", c["prefetched"], c)
+	}
+	// A read is published: the subscription was there all along.
+	var read string
+	for k := range want {
+		if !shards.Owns(names[0], []byte(k)) {
+			read = k
+			break
+		}
+	}
+	got, err := owner.client(t).Get(context.Background(), read, client.ReadOptions{MinIndex: last, Wait: 10 * time.Second})
+	if err != nil || string(got.Value) != want[read] {
+		t.Fatalf("%s at the owner: %q, %v", read, got.Value, err)
+	}
+	pollFor(t, "the read's value at the other proxy", func() bool { return cacheStatus(t, other)["prefetched"].(float64) >= 1 })
+	if n := published(); n != 1 {
+		t.Fatalf("the relay published %v values for one read, want 1", n)
+	}
+}
+
 // twoShardNodes is a map of two shards and a node name owning each.
 func twoShardNodes() (cache.ShardMap, []string) {
 	shards, _ := cache.NewShardMap(2)

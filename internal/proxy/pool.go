@@ -206,6 +206,23 @@ var errBadAnswer = errors.New("qs: replica answered a value that does not match 
 // until ctx ends. A value no fetch answer can carry fails the read at
 // once with store.ErrTooLarge: no member could ever send it.
 func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) error {
+	return p.fetch(ctx, asOf, items, false)
+}
+
+// Quiet returns a store.Fetcher that fetches like the pool, on the same
+// connections, for values nobody read (a shard warm-up's): a relay
+// answers its requests without publishing the values on its prefetch
+// stream (repl.FetchConn.FetchQuiet). A member older than the quiet
+// fetch is asked as by Fetch.
+func (p *Pool) Quiet() store.Fetcher { return quietPool{p} }
+
+type quietPool struct{ p *Pool }
+
+func (q quietPool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) error {
+	return q.p.fetch(ctx, asOf, items, true)
+}
+
+func (p *Pool) fetch(ctx context.Context, asOf uint64, items []store.FetchItem, quiet bool) error {
 	start := time.Now()
 	for i := range items {
 		if it := &items[i]; it.Len > repl.MaxFetchValueBytes {
@@ -259,7 +276,7 @@ func (p *Pool) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) 
 		}
 		attempts++
 		n := min(len(pending), p.cfg.MaxKeysPerRequest)
-		still, err := m.ask(ctx, asOf, items, pending[:n])
+		still, err := m.ask(ctx, asOf, items, pending[:n], quiet)
 		if err != nil {
 			lastErr = fmt.Errorf("%s: %w", m.addr, err)
 			if !errors.Is(err, errBadAnswer) {
@@ -454,9 +471,10 @@ func expectedBytes(items []store.FetchItem, idx []int) int64 {
 	return n
 }
 
-// ask sends the items at idx to the member and fills those it answers
-// with the asked version. It returns the indexes still pending.
-func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, idx []int) ([]int, error) {
+// ask sends the items at idx to the member (as a quiet fetch with quiet)
+// and fills those it answers with the asked version. It returns the
+// indexes still pending.
+func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, idx []int, quiet bool) ([]int, error) {
 	if !m.begin() {
 		return idx, errRetired
 	}
@@ -486,7 +504,11 @@ func (m *member) ask(ctx context.Context, asOf uint64, items []store.FetchItem, 
 	m.inflight.Add(1)
 	t0 := time.Now()
 	actx, stop := m.watch(ctx, fc, t0, ahead+want)
-	v, err := fc.Fetch(actx, reqAsOf, keys)
+	send := fc.Fetch
+	if quiet {
+		send = fc.FetchQuiet
+	}
+	v, err := send(actx, reqAsOf, keys)
 	stop()
 	m.inflight.Add(-1)
 	if err != nil {

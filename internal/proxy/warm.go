@@ -24,8 +24,10 @@ import (
 // values held, so a pass stops at a full budget having evicted at most a
 // few values) and paced (at most WarmConfig.Rate values a
 // second), and passes again every WarmConfig.Interval for the versions
-// written since. It never serves a value: the store checks each against
-// its record before holding it.
+// written since. Its fetches are quiet (Pool.Quiet): a relay answers
+// them without publishing the values on its prefetch stream, which is
+// for values someone read. It never serves a value: the store checks
+// each against its record before holding it.
 
 // WarmStore is the part of a proxy store the warmer uses
 // (store.Store).
@@ -40,7 +42,9 @@ type WarmConfig struct {
 	Database string
 	Store    WarmStore
 	// Next fetches the values: the tier after L2 (the pool of relays
-	// and replicas), since a node owns its shard's keys itself.
+	// and replicas), since a node owns its shard's keys itself. Give it
+	// the pool's quiet fetcher (Pool.Quiet), so that the relays do not
+	// publish what nobody read to every proxy of the data centre.
 	Next store.Fetcher
 	// Rate is the most values fetched a second. Default
 	// DefaultWarmRate.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/cache"
+	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -240,5 +242,62 @@ func TestWarmBatchAndPause(t *testing.T) {
 	}
 	if warmPause(0, 1000) != 0 || warmPause(10, 0) != 0 {
 		t.Error("no pause without values or rate")
+	}
+}
+
+// TestShardWarmupIsNotPrefetched: a relay, a proxy that warms its shard
+// budget through it, and another proxy subscribed to the relay's
+// prefetch stream. The warm-up's fetches are quiet: the other proxy
+// receives none of its values, while a value the warming proxy reads
+// afterwards reaches it (after the warm-up's, had they been published:
+// a subscriber gets the relay's values in the order it published them).
+func TestShardWarmupIsNotPrefetched(t *testing.T) {
+	c := newCluster(t)
+	root := c.root()
+	dbid := root.st.DBID()
+	replica := c.replica(dbid, root.addr)
+	relay := c.relayProxy(dbid, store.ProxyOptions{Window: 5, CacheBytes: -1, TransientBytes: 1 << 20, EvictInterval: 2 * time.Millisecond},
+		Config{Replicas: []string{replica.addr}}, root.addr)
+	m, _ := cache.NewShardMap(2)
+	name := shardNames(t, m, 1)[0]
+	warming := c.proxy(dbid, store.ProxyOptions{Window: 5, CacheBytes: -1, ShardCacheBytes: 8 << 20, Shards: m, NodeName: name, EvictInterval: 2 * time.Millisecond},
+		Config{Replicas: []string{relay.addr}}, root.addr)
+	other := c.proxy(dbid, store.ProxyOptions{Window: 5, CacheBytes: -1, TransientBytes: 1 << 20, EvictInterval: 2 * time.Millisecond},
+		Config{Replicas: []string{relay.addr}}, root.addr)
+	sub := repl.StartPrefetch(repl.PrefetchConfig{Database: c.name, DBID: dbid, ProcessID: other.pid, Relays: []string{relay.addr},
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}, other.st, testLogger())
+	t.Cleanup(sub.Close)
+	keys := writeEvicted(t, root, []*node{relay, warming, other}, "key", 200)
+	own := ownKeys(m, name, keys)
+	var reads []string // keys of the other shard, which the warm-up leaves alone
+	for _, k := range keys {
+		if !m.Owns(name, []byte(k)) {
+			reads = append(reads, k)
+		}
+	}
+	if len(own) == 0 || len(reads) == 0 {
+		t.Fatalf("%d keys of the warming proxy's shard, %d of the other: want both", len(own), len(reads))
+	}
+	// The relay publishes to a subscriber from the moment it registers it
+	// (no other test of the package subscribes).
+	waitFor(t, "the other proxy subscribed", func() bool { return metricValue(t, "qs_repl_prefetch_subscribers", nil) >= 1 })
+	if n := sub.Stats().Received; n != 0 {
+		t.Fatalf("the other proxy received %d values before any read", n)
+	}
+	quiet0 := metricValue(t, "qs_repl_fetch_quiet_total", nil)
+
+	w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: warming.st, Next: warming.pool.Quiet(), Rate: 100_000, Batch: 32, Interval: time.Hour}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	waitFor(t, "the shard budget warmed", func() bool { return warming.st.ProxyStats().ShardValues >= int64(len(own)) })
+	if n := metricValue(t, "qs_repl_fetch_quiet_total", nil) - quiet0; n == 0 {
+		t.Fatal("the relay answered no quiet fetch: the warm-up did not go through it")
+	}
+	readChecked(t, warming, reads[:1])
+	waitFor(t, "the read's value at the other proxy", func() bool { return sub.Stats().Received > 0 })
+	if got := sub.Stats().Received; got != 1 {
+		t.Fatalf("the other proxy received %d values after the warm-up of %d and one read, want 1 (the read's)", got, len(own))
 	}
 }

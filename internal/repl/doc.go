@@ -58,7 +58,8 @@
 //	bootstrap.go          downloading, resuming and installing a snapshot
 //	seal.go               sealed snapshots: the root's signature of a
 //	                      snapshot's head and files, checked before install
-//	fetch_client.go       a proxy's fetch connection
+//	fetch_client.go       a proxy's fetch connection: plain and quiet
+//	                      fetches, the step down to an older server
 //	learn.go              learning a database id from the sources
 //	writeback*.go         starting writeback of downloaded files early
 //	metrics.go            the qs_repl_* collectors

@@ -56,12 +56,26 @@ type FetchHello struct {
 }
 
 // DialFetch opens a fetch connection to addr (an L2 connection with
-// h.Shard) and completes the handshake.
+// h.Shard) and completes the handshake. A fetch connection is asked for
+// at QuietVersion; a server of an older version refuses it with code
+// "version", and DialFetch then opens one at FetchVersion, on which
+// FetchQuiet sends plain fetches. An L2 connection is of FetchVersion.
 func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string, h FetchHello) (*FetchConn, error) {
 	if dial == nil {
 		var d net.Dialer
 		dial = d.DialContext
 	}
+	if h.Shard {
+		return dialFetch(ctx, dial, addr, h, FetchVersion)
+	}
+	fc, err := dialFetch(ctx, dial, addr, h, QuietVersion)
+	if re := (*RefusedError)(nil); errors.As(err, &re) && re.Code == RefuseVersion {
+		return dialFetch(ctx, dial, addr, h, FetchVersion)
+	}
+	return fc, err
+}
+
+func dialFetch(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string, h FetchHello, version uint16) (*FetchConn, error) {
 	c, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -72,7 +86,7 @@ func DialFetch(ctx context.Context, dial func(ctx context.Context, network, addr
 	// A context without a deadline still ends the handshake when it ends.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	hello := &Hello{Version: FetchVersion, Fetch: !h.Shard, Shard: h.Shard, Database: h.Database, DBID: h.DBID, ProcessID: h.ProcessID}
+	hello := &Hello{Version: version, Fetch: !h.Shard, Shard: h.Shard, Database: h.Database, DBID: h.DBID, ProcessID: h.ProcessID}
 	if err := WriteMessage(c, hello); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("send fetch hello: %w", err)
@@ -201,6 +215,29 @@ func (fc *FetchConn) read(br *bufio.Reader) {
 // Fetch sends one request and waits for its answer, ctx, or the
 // connection's end. An answer that arrives after ctx ended is dropped.
 func (fc *FetchConn) Fetch(ctx context.Context, asOf uint64, keys []FetchKey) (*Values, error) {
+	return fc.fetch(ctx, &Fetch{AsOf: asOf, Items: keys})
+}
+
+// FetchQuiet is Fetch for values nobody read (a shard warm-up's): a relay
+// answers it without publishing the values on its prefetch stream. A
+// server older than QuietVersion (Quiet reports false) is sent a plain
+// Fetch, whose values a relay publishes.
+func (fc *FetchConn) FetchQuiet(ctx context.Context, asOf uint64, keys []FetchKey) (*Values, error) {
+	m := &Fetch{AsOf: asOf, Items: keys}
+	if fc.Quiet() {
+		m.Flags = FetchQuiet
+	}
+	return fc.fetch(ctx, m)
+}
+
+// Quiet reports whether the server takes quiet fetches on this
+// connection: one of QuietVersion or later (never an L2 connection,
+// which is of FetchVersion).
+func (fc *FetchConn) Quiet() bool { return fc.Welcome.Version >= QuietVersion }
+
+// fetch sends m, with the next id, and waits for its answer.
+func (fc *FetchConn) fetch(ctx context.Context, m *Fetch) (*Values, error) {
+	keys := m.Items
 	ch := make(chan *Values, 1)
 	fc.mu.Lock()
 	if fc.mu.err != nil {
@@ -220,7 +257,8 @@ func (fc *FetchConn) Fetch(ctx context.Context, asOf uint64, keys []FetchKey) (*
 
 	fc.wmu.Lock()
 	var err error
-	fc.wbuf, err = AppendFrame(fc.wbuf[:0], &Fetch{ID: id, AsOf: asOf, Items: keys})
+	m.ID = id
+	fc.wbuf, err = AppendFrame(fc.wbuf[:0], m)
 	if err == nil {
 		dl := time.Now().Add(10 * time.Second)
 		if d, ok := ctx.Deadline(); ok {

@@ -101,6 +101,9 @@ var (
 	mFetchRequests = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_requests_total",
 		Help: "Fetch requests answered (one view each)."}))
+	mFetchQuiet = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_quiet_total",
+		Help: "Fetch requests a relay answered without publishing their values on its prefetch stream: quiet fetches (a proxy's shard warm-up)."}))
 	mFetchKeys = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "fetch_keys_total",
 		Help: "Keys asked by fetch requests, by result (ok, absent, behind, gone, mismatch, error, skipped)."}, []string{"result"}))

@@ -16,6 +16,26 @@ import (
 // MaxFetchKeys bounds the keys of one Fetch.
 const MaxFetchKeys = 10000
 
+// QuietVersion is the first version whose fetch connections carry Fetch
+// flags (FetchQuiet). A client sends flags only on a connection whose
+// Welcome is of this version or later: a server of an older version
+// refuses the Hello with code "version", and the client then speaks
+// FetchVersion to it, without flags (DialFetch).
+const QuietVersion uint16 = 6
+
+// FetchFlags are the options of one Fetch. Bits not defined here are
+// refused.
+type FetchFlags uint8
+
+const (
+	// FetchQuiet: answer as any Fetch, but a relay does not publish the
+	// values on its prefetch stream (nobody read them: a shard warm-up's
+	// fetch).
+	FetchQuiet FetchFlags = 1 << 0
+
+	knownFetchFlags = FetchQuiet
+)
+
 // maxValuesBytes is the value bytes after which a server answers the
 // remaining keys of a Fetch with FetchSkipped, so an answer stays well
 // under MaxPayload.
@@ -39,14 +59,18 @@ type FetchKey struct {
 
 // Fetch asks for the values of keys as of one index.
 //
-//	payload := id(8 BE) asof(8 BE) count(uvarint 1..MaxFetchKeys) item*
+//	payload := id(8 BE) asof(8 BE) count(uvarint 1..MaxFetchKeys) item* [flags(1)]
 //	item    := index(8 BE) keylen(uvarint 1..wal.MaxKeyLen) key
 //
-// asof 0 means the server's applied index.
+// asof 0 means the server's applied index. flags (QuietVersion) is
+// present only when not zero, so a Fetch without flags is the message of
+// FetchVersion byte for byte and decodes without knowing the
+// connection's version.
 type Fetch struct {
 	ID    uint64
 	AsOf  uint64
 	Items []FetchKey
+	Flags FetchFlags
 }
 
 // FetchStatus is the outcome of one key of a Fetch. Codes are stable.
@@ -113,6 +137,9 @@ func (m *Fetch) AppendPayload(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(it.Key)))
 		dst = append(dst, it.Key...)
 	}
+	if m.Flags != 0 {
+		dst = append(dst, byte(m.Flags))
+	}
 	return dst
 }
 
@@ -143,6 +170,13 @@ func decodeFetch(p []byte) (*Fetch, error) {
 		key := p[8+n : 8+n+int(l)]
 		m.Items = append(m.Items, FetchKey{Key: key[:len(key):len(key)], Index: idx})
 		p = p[8+n+int(l):]
+	}
+	if len(p) == 1 {
+		f := FetchFlags(p[0])
+		if f == 0 || f&^knownFetchFlags != 0 {
+			return nil, fmt.Errorf("%w: fetch flags %#x (known: %#x; sent only when not zero)", ErrMalformed, p[0], knownFetchFlags)
+		}
+		m.Flags, p = f, p[1:]
 	}
 	if len(p) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the last fetch item", ErrMalformed, len(p))

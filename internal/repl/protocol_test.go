@@ -42,6 +42,7 @@ func sampleMessages() []Message {
 		&Hello{Version: 1, Database: "db", Bootstrap: true, Resume: ResumePoint{Snapshot: SnapshotID{7}, File: 3, Offset: 1 << 33}},
 		&Hello{Version: 2, Database: "db", Fetch: true, ProcessID: ProcessID{4}},
 		&Fetch{ID: 3, AsOf: 99, Items: []FetchKey{{Key: []byte("a"), Index: 7}, {Key: []byte("bb")}}},
+		&Fetch{ID: 4, AsOf: 100, Items: []FetchKey{{Key: []byte("warm"), Index: 8}}, Flags: FetchQuiet},
 		&Values{ID: 3, Applied: 120, Horizon: 40, Results: []FetchResult{{Status: FetchOK, Index: 7, Value: []byte("val")}, {Status: FetchAbsent}, {Status: FetchBehind}, {Status: FetchOK, Index: 9, Value: []byte{}}}},
 		&Snapshot{ID: SnapshotID{1, 2}, Index: 1000, Time: 99, Hash: wal.Hash{5}, Files: []SnapshotFile{{"MANIFEST-000001", 39}, {"000005.sst", 1 << 30}}},
 		&Chunk{File: 1, Offset: 1 << 20, Data: []byte("table bytes")},

@@ -169,7 +169,7 @@ func readBoundedFrame(r io.Reader, limit int) (MsgType, []byte, error) {
 }
 
 // legacyRetry is how long a replica speaks an older version to a source
-// that refused a newer one before it tries ProtocolVersion again (the
+// that refused a newer one before it tries replicaVersion again (the
 // source may have been upgraded meanwhile).
 const legacyRetry = 10 * time.Minute
 
@@ -181,13 +181,13 @@ type legacySource struct {
 }
 
 // helloVersion is the version of the Hello a stream session sends to src:
-// ProtocolVersion, or the older version chosen when src refused a newer
+// replicaVersion, or the older version chosen when src refused a newer
 // one in the last legacyRetry.
 func (r *Replica) helloVersion(src string) uint16 {
 	if v, ok := r.legacy.Load(src); ok && time.Since(v.(legacySource).at) < legacyRetry {
 		return v.(legacySource).version
 	}
-	return ProtocolVersion
+	return replicaVersion
 }
 
 // startReports sends the replica's report on c every ReportInterval until

@@ -159,8 +159,8 @@ func TestReportsToAnOlderSource(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if v := versions(); !slices.Equal(v, []uint16{ProtocolVersion, HeadVersion, 1}) {
-		t.Errorf("hello versions %v, want [%d %d 1]", v, ProtocolVersion, HeadVersion)
+	if v := versions(); !slices.Equal(v, []uint16{replicaVersion, HeadVersion, 1}) {
+		t.Errorf("hello versions %v, want [%d %d 1]", v, replicaVersion, HeadVersion)
 	}
 	if s := r.State(); s.Sessions != 1 || s.Status != StatusStreaming {
 		t.Errorf("state %+v: want one session, streaming", s)
@@ -297,18 +297,18 @@ func TestReportMessageRoundTrip(t *testing.T) {
 // been upgraded).
 func TestLegacySourceRetried(t *testing.T) {
 	var r Replica
-	if v := r.helloVersion("a:1"); v != ProtocolVersion {
+	if v := r.helloVersion("a:1"); v != replicaVersion {
 		t.Fatalf("new source: version %d", v)
 	}
 	r.legacy.Store("a:1", legacySource{at: time.Now(), version: HeadVersion})
 	if v := r.helloVersion("a:1"); v != HeadVersion {
 		t.Errorf("source that just refused: version %d", v)
 	}
-	if v := r.helloVersion("b:1"); v != ProtocolVersion {
+	if v := r.helloVersion("b:1"); v != replicaVersion {
 		t.Errorf("another source: version %d", v)
 	}
 	r.legacy.Store("a:1", legacySource{at: time.Now().Add(-legacyRetry - time.Second), version: streamVersion})
-	if v := r.helloVersion("a:1"); v != ProtocolVersion {
+	if v := r.helloVersion("a:1"); v != replicaVersion {
 		t.Errorf("source that refused long ago: version %d", v)
 	}
 }

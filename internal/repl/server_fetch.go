@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -44,6 +45,9 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			return
 		}
 		m, err := decodeFetch(p)
+		if err == nil {
+			err = checkFetchFlags(hello, m)
+		}
 		if err == nil && hello.Shard {
 			err = checkShardFetch(m)
 		}
@@ -61,7 +65,11 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			ans = answerShard(st, m)
 		case st.IsProxy():
 			ans = answerRelayFetch(st, m)
-			cn.s.prefetch.publish(hello.Database, hello.ProcessID, m, ans)
+			if m.Flags&FetchQuiet != 0 {
+				mFetchQuiet.Inc()
+			} else {
+				cn.s.prefetch.publish(hello.Database, hello.ProcessID, m, ans)
+			}
 		default:
 			ans = answerFetch(st, m)
 		}
@@ -84,6 +92,21 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			}
 		}
 	}
+}
+
+// checkFetchFlags refuses flags on a connection that cannot carry them:
+// one opened with a Hello older than QuietVersion, or an L2 connection
+// (whose answers are never published). Pure.
+func checkFetchFlags(h *Hello, m *Fetch) error {
+	switch {
+	case m.Flags == 0:
+		return nil
+	case h.Shard:
+		return fmt.Errorf("%w: fetch flags %#x on an L2 connection, which takes none", ErrMalformed, uint8(m.Flags))
+	case h.Version < QuietVersion:
+		return fmt.Errorf("%w: fetch flags %#x on a connection of version %d; flags need version %d", ErrMalformed, uint8(m.Flags), h.Version, QuietVersion)
+	}
+	return nil
 }
 
 // badFetch counts and refuses a bad request; the connection then closes.

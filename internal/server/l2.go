@@ -57,12 +57,13 @@ func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (
 // startShardWarmer starts the warm-up of a proxy's shard budget: a
 // proxy with a budget and a shard (shards of at least 2) fetches the
 // values of its own shard it does not hold from its pool, paced, until
-// the budget is full. A proxy_shard_warm_rate of -1 turns it off.
+// the budget is full. Its fetches are quiet: the relays do not publish
+// them to the other proxies. A proxy_shard_warm_rate of -1 turns it off.
 func (s *Server) startShardWarmer(d config.Database, st *store.Store, pool *proxy.Pool, r *repl.Replica) error {
 	if d.ProxyShardCacheBytes <= 0 || s.cfg.Shards < 2 || d.ProxyShardWarmRate < 0 {
 		return nil
 	}
-	w, err := proxy.StartShardWarmer(proxy.WarmConfig{Database: d.Name, Store: st, Next: pool, Rate: d.ProxyShardWarmRate,
+	w, err := proxy.StartShardWarmer(proxy.WarmConfig{Database: d.Name, Store: st, Next: pool.Quiet(), Rate: d.ProxyShardWarmRate,
 		FetchTimeout: d.ProxyFetchTimeout.Duration, Ready: func() bool { return caughtUp(r.State()) }}, s.log)
 	if err != nil {
 		return err
