@@ -471,9 +471,11 @@ func TestBootstrapSealedRelayUpstreamCut(t *testing.T) {
 	if !cut() {
 		t.Fatal("the proxy never cut the transfer")
 	}
-	// The root counts its own side of the cut transfer broken too.
-	if got := value(mSnapshotsServed.WithLabelValues("broken")); got < broken+2 {
-		t.Fatalf("broken transfers %v -> %v: want the relay's and the root's", broken, got)
+	// The relay counts its side of the cut transfer broken. (The root's
+	// side is broken or complete: it may have handed all its bytes to
+	// the kernel before the proxy cut, which then drops them.)
+	if got := value(mSnapshotsServed.WithLabelValues("broken")); got < broken+1 {
+		t.Fatalf("broken transfers %v -> %v: want the relay's", broken, got)
 	}
 	if got := value(mSnapshotsServed.WithLabelValues("relayed")); got != relayed+1 {
 		t.Fatalf("relayed bootstraps %v -> %v: want the one that ended", relayed, got)
