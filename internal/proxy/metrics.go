@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 )
 
@@ -36,3 +37,18 @@ var (
 		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "members",
 		Help: "Members of a proxy pool in service, by tier (preferred: relays, or a relay's replicas; fallback)."}, []string{"db", "tier"}))
 )
+
+// FetchResults returns the remote fetches of database db's proxy reads
+// that succeeded and that failed (qs_proxy_fetches_total), for the status
+// page's tiers. It reads the two series, creating them at 0 if db's pool
+// has not counted yet.
+func FetchResults(db string) (ok, failed float64) {
+	read := func(result string) float64 {
+		var m dto.Metric
+		if err := mFetches.WithLabelValues(db, result).Write(&m); err != nil {
+			return 0
+		}
+		return m.GetCounter().GetValue()
+	}
+	return read("ok"), read("failed")
+}

@@ -462,3 +462,19 @@ func TestPickOrder(t *testing.T) {
 		t.Fatalf("every member tried: picked %s", m.addr)
 	}
 }
+
+// TestFetchResults reads back what a database's pool counted, and
+// nothing of another database's.
+func TestFetchResults(t *testing.T) {
+	db := t.Name()
+	mFetches.WithLabelValues(db, "ok").Add(5)
+	mFetches.WithLabelValues(db, "failed").Add(2)
+	mFetches.WithLabelValues(db, "retried").Add(9)
+	mFetches.WithLabelValues(db+"-other", "ok").Add(4)
+	if ok, failed := FetchResults(db); ok != 5 || failed != 2 {
+		t.Fatalf("FetchResults = %v ok, %v failed; want 5 and 2", ok, failed)
+	}
+	if ok, failed := FetchResults(db + "-none"); ok != 0 || failed != 0 {
+		t.Fatalf("FetchResults of a database that counted nothing = %v, %v", ok, failed)
+	}
+}

@@ -1,80 +1,14 @@
 package statuspage
 
-import (
-	dto "github.com/prometheus/client_model/go"
-	"github.com/quicksilver-kv/qs/internal/metrics"
-)
-
 // Counters are the cumulative read counters of one database's cache tiers,
-// as its metrics export them.
+// as its metrics export them (the server reads them from the store's and
+// the proxy's own counters, not through a scrape of every metric).
 type Counters struct {
 	MemoryHits, MemoryMisses float64 // qs_store_read_cache_lookups_total
 	// DiskHits counts proxy reads answered from the proxy's own store
 	// (values held, and keys known absent); DiskMisses those fetched.
 	DiskHits, DiskMisses float64 // qs_store_proxy_lookups_total
 	FetchOK, FetchFailed float64 // qs_proxy_fetches_total
-}
-
-// ReadCounters returns the counters of every database from the process's
-// metrics, by database name.
-func ReadCounters() map[string]Counters {
-	mfs, err := metrics.Registry.Gather()
-	if err != nil && len(mfs) == 0 {
-		return nil
-	}
-	out := map[string]Counters{}
-	add := func(m *dto.Metric, fn func(c *Counters, result string, v float64)) {
-		var db, result string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "db":
-				db = l.GetValue()
-			case "result":
-				result = l.GetValue()
-			}
-		}
-		c := out[db]
-		fn(&c, result, m.GetCounter().GetValue())
-		out[db] = c
-	}
-	for _, mf := range mfs {
-		var fn func(c *Counters, result string, v float64)
-		switch mf.GetName() {
-		case "qs_store_read_cache_lookups_total":
-			fn = func(c *Counters, result string, v float64) {
-				switch result {
-				case "hit":
-					c.MemoryHits = v
-				case "miss":
-					c.MemoryMisses = v
-				}
-			}
-		case "qs_store_proxy_lookups_total":
-			fn = func(c *Counters, result string, v float64) {
-				switch result {
-				case "hit", "negative":
-					c.DiskHits += v
-				case "miss":
-					c.DiskMisses = v
-				}
-			}
-		case "qs_proxy_fetches_total":
-			fn = func(c *Counters, result string, v float64) {
-				switch result {
-				case "ok":
-					c.FetchOK = v
-				case "failed":
-					c.FetchFailed = v
-				}
-			}
-		default:
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			add(m, fn)
-		}
-	}
-	return out
 }
 
 // Tier is one cache tier's hits over the last minute.
