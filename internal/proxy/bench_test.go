@@ -20,7 +20,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// The benchmarks of issue 4 (docs/benchmarks.md, "Proxies"). Each compares
+// The benchmarks of proxies (docs/benchmarks.md, "Proxies"). Each compares
 // a proxy with a full replica of the same data, in the same run, in
 // alternating phases, in one process (stores, replication servers and the
 // replica pool as in production, on loopback):

@@ -19,7 +19,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// The consistency test of proxies (issue 4). Writers change a small hot
+// The consistency test of proxies. Writers change a small hot
 // keyspace (sets, overwrites, deletes, re-creates) and a larger cold one
 // through the root; three replicas follow the root at different lags
 // (links that delay every byte, one of them stalling now and then); two
