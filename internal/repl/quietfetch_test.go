@@ -145,16 +145,12 @@ func fakeOldFetchServer(t *testing.T, id store.DBID) (addr string, versions func
 	bad := 0
 	serveConns(t, ln, func(c net.Conn) {
 		c.SetDeadline(time.Now().Add(60 * time.Second))
-		m, err := ReadMessage(c)
-		if err != nil {
-			return
-		}
-		h := m.(*Hello)
-		mu.Lock()
-		vs = append(vs, h.Version)
-		mu.Unlock()
-		if h.Version > RootVersion {
-			WriteMessage(c, &Refuse{Code: RefuseVersion, Reason: fmt.Sprintf("protocol version %d not supported (server speaks 1..%d)", h.Version, RootVersion)})
+		h, ok := oldHello(c, RootVersion, func(v uint16) {
+			mu.Lock()
+			vs = append(vs, v)
+			mu.Unlock()
+		})
+		if !ok {
 			return
 		}
 		if WriteMessage(c, &Welcome{Version: h.Version, ProcessID: pid, DBID: id}) != nil {

@@ -80,6 +80,26 @@ func TestReportsReachTheSource(t *testing.T) {
 	}
 }
 
+// oldHello reads a Hello as a server speaking protocol versions up to
+// newest does: it records the Hello's version, refuses a later one with
+// code "version", and returns the Hello to answer otherwise.
+func oldHello(c net.Conn, newest uint16, record func(version uint16)) (*Hello, bool) {
+	m, err := ReadMessage(c)
+	if err != nil {
+		return nil, false
+	}
+	h, ok := m.(*Hello)
+	if !ok {
+		return nil, false
+	}
+	record(h.Version)
+	if h.Version > newest {
+		WriteMessage(c, &Refuse{Code: RefuseVersion, Reason: fmt.Sprintf("protocol version %d not supported (server speaks 1..%d)", h.Version, newest)})
+		return nil, false
+	}
+	return h, true
+}
+
 // fakeOldSource behaves like a server that speaks protocol versions up to
 // newest: it refuses a Hello of a later version, and ends a stream on any
 // byte from the client. It records the versions of the Hellos it got.
@@ -90,16 +110,12 @@ func fakeOldSource(t *testing.T, id store.DBID, newest uint16) (addr string, ver
 	var vs []uint16
 	bytesAfter := 0
 	serveConns(t, ln, func(c net.Conn) {
-		m, err := ReadMessage(c)
-		if err != nil {
-			return
-		}
-		h := m.(*Hello)
-		mu.Lock()
-		vs = append(vs, h.Version)
-		mu.Unlock()
-		if h.Version > newest {
-			WriteMessage(c, &Refuse{Code: RefuseVersion, Reason: fmt.Sprintf("protocol version %d not supported (server speaks 1..%d)", h.Version, newest)})
+		h, ok := oldHello(c, newest, func(v uint16) {
+			mu.Lock()
+			vs = append(vs, v)
+			mu.Unlock()
+		})
+		if !ok {
 			return
 		}
 		w := &Welcome{Version: h.Version, ProcessID: pid, DBID: id, AppliedIndex: h.LastIndex, NextIndex: h.LastIndex + 1}
