@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -165,10 +166,7 @@ func snapshotMessages(s sealedSnapshot, h *Hello, sealed bool) []Message {
 func TestBootstrapRefusesForgedSnapshot(t *testing.T) {
 	signer, verifier := testKeys(t)
 	name := dbName(t)
-	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
-		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
-	})
+	root, rootAddr := signingRoot(t, name, signer, 0)
 	fill(t, root, "a", 300, 200)
 	write(t, root, "k", "the root's value")
 	writeN(t, root, "t", 20)
@@ -268,6 +266,21 @@ func TestBootstrapUnsealedRefused(t *testing.T) {
 	}
 }
 
+// signingRoot opens a root of database name, keeping 5 entries of log
+// (so a new replica bootstraps), and serves it with signer signing its
+// heads and seals; chunkBytes, if not 0, sets the snapshot chunk size.
+func signingRoot(t *testing.T, name string, signer *headsig.Signer, chunkBytes int) (*store.Store, string) {
+	t.Helper()
+	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
+	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
+		if chunkBytes != 0 {
+			c.ChunkBytes = chunkBytes
+		}
+		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
+	})
+	return root, addr
+}
+
 // A seal comes only to a bootstrap that asks for it: a replica without
 // the public key, sent one anyway, refuses the source as malformed
 // (counted) and installs nothing; the files it received stay for a
@@ -275,10 +288,7 @@ func TestBootstrapUnsealedRefused(t *testing.T) {
 func TestBootstrapRefusesUnaskedSeal(t *testing.T) {
 	signer, _ := testKeys(t)
 	name := dbName(t)
-	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
-		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
-	})
+	root, addr := signingRoot(t, name, signer, 0)
 	fill(t, root, "a", 100, 200)
 	s := fetchSealed(t, addr, root)
 	src := snapshotServer(t, root.DBID(), s, func(*Hello) bool { return true })
@@ -308,10 +318,7 @@ func TestBootstrapRefusesUnaskedSeal(t *testing.T) {
 func TestBootstrapSealTornResumes(t *testing.T) {
 	signer, verifier := testKeys(t)
 	name := dbName(t)
-	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	addr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
-		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
-	})
+	root, addr := signingRoot(t, name, signer, 0)
 	fill(t, root, "a", 300, 200)
 	s := fetchSealed(t, addr, root)
 	var (
@@ -386,10 +393,7 @@ func (quietPebble) Fatalf(format string, args ...any) {
 func TestBootstrapSealedThroughReplica(t *testing.T) {
 	signer, verifier := testKeys(t)
 	name := dbName(t)
-	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
-		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
-	})
+	root, rootAddr := signingRoot(t, name, signer, 0)
 	fill(t, root, "a", 300, 200)
 	writeN(t, root, "t", 20)
 
@@ -428,11 +432,7 @@ func TestBootstrapSealedThroughReplica(t *testing.T) {
 func TestBootstrapSealedRelayUpstreamCut(t *testing.T) {
 	signer, verifier := testKeys(t)
 	name := dbName(t)
-	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	rootAddr := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
-		c.ChunkBytes = 64 << 10
-		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
-	})
+	root, rootAddr := signingRoot(t, name, signer, 64<<10)
 	fill(t, root, "b", 3000, 1000)
 	writeN(t, root, "t", 20)
 	cp := filepath.Join(t.TempDir(), "probe")
@@ -542,11 +542,7 @@ func TestBootstrapSealRelayCycle(t *testing.T) {
 func TestBootstrapSealedResumesAfterCut(t *testing.T) {
 	signer, verifier := testKeys(t)
 	name := dbName(t)
-	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	src := startServer(t, root, NewProcessID(), func(c *ServerConfig) {
-		c.ChunkBytes = 64 << 10
-		c.Heads = func(string) HeadSource { return HeadSource{Signer: signer} }
-	})
+	root, src := signingRoot(t, name, signer, 64<<10)
 	fill(t, root, "b", 3000, 1000)
 	cp := filepath.Join(t.TempDir(), "probe")
 	if _, err := root.Checkpoint(cp); err != nil {
