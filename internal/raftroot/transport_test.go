@@ -22,12 +22,7 @@ func TestRemovedPeerGetsWhatWasQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var cluster [16]byte
-	tr := newTransport("db", cluster, 1, "", (&net.Dialer{}).DialContext, quiet())
-	tr.unreachable = func(uint64) {}
-	tr.snapshotled = func(uint64, bool) {}
-	defer tr.close()
-	tr.setPeer(3, ln.Addr().String())
+	tr := peerTransport(t, ln.Addr().String())
 
 	const n = 200
 	var msgs []*pb.Message
@@ -97,12 +92,7 @@ func TestRemovedPeerNotReadingIsNotWaitedFor(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	var cluster [16]byte
-	tr := newTransport("db", cluster, 1, "", (&net.Dialer{}).DialContext, quiet())
-	tr.unreachable = func(uint64) {}
-	tr.snapshotled = func(uint64, bool) {}
-	defer tr.close()
-	tr.setPeer(3, ln.Addr().String())
+	tr := peerTransport(t, ln.Addr().String())
 
 	// Far more than the socket buffers of one connection hold.
 	const n = 32
@@ -126,4 +116,17 @@ func TestRemovedPeerNotReadingIsNotWaitedFor(t *testing.T) {
 	if len(conns) > 1 {
 		t.Fatalf("the removed peer was connected to %d times, want once", len(conns))
 	}
+}
+
+// peerTransport is the transport of member 1, closed at the test's end,
+// with one peer, member 3 at addr, and no Raft node to report to.
+func peerTransport(t *testing.T, addr string) *transport {
+	t.Helper()
+	var cluster [16]byte
+	tr := newTransport("db", cluster, 1, "", (&net.Dialer{}).DialContext, quiet())
+	tr.unreachable = func(uint64) {}
+	tr.snapshotled = func(uint64, bool) {}
+	t.Cleanup(tr.close)
+	tr.setPeer(3, addr)
+	return tr
 }
