@@ -241,6 +241,10 @@ type proxyState struct {
 	transient *cache.Transient
 	shard     *cache.ShardCache // values of this node's L2 shard
 
+	// l1Hit and l1Miss are the store's tier-lookup counters of this
+	// proxy's own store, resolved once: they are counted on every read.
+	l1Hit, l1Miss *counter
+
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
 	// Since open: values served from here, values fetched, values
@@ -276,8 +280,9 @@ type cacheChange struct {
 // admitQueue bounds the fetched values waiting for the keeper.
 const admitQueue = 1024
 
-func newProxyState(o ProxyOptions) *proxyState {
+func newProxyState(o ProxyOptions, m *storeMetrics) *proxyState {
 	return &proxyState{opts: o,
+		l1Hit: m.pxTiers.WithLabelValues(TierResult{"l1", "hit"}), l1Miss: m.pxTiers.WithLabelValues(TierResult{"l1", "miss"}),
 		limits: cache.Limits{Budget: o.CacheBytes, SoftFree: o.SoftFreeBytes, HardFree: o.HardFreeBytes},
 		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue),
 		transient: cache.NewTransient(o.TransientBytes), shard: cache.NewShardCache(o.ShardCacheBytes)}
@@ -473,7 +478,7 @@ func (s *Store) reconcileRole(applied uint64) error {
 		// Tools (qs verify) open any database; a proxy's remote values
 		// then read as unavailable.
 		if pr != nil && s.px == nil {
-			s.px = newProxyState(*(&ProxyOptions{}).withDefaults())
+			s.px = newProxyState(*(&ProxyOptions{}).withDefaults(), s.m)
 		}
 		return nil
 	}

@@ -49,7 +49,7 @@ func (s *Store) fetch(at uint64, items []FetchItem) error {
 		s.putShard(kv[:len(it.Key):len(it.Key)], it.Index, kv[len(it.Key):])
 	}
 	s.m.pxMisses.Add(float64(len(items)))
-	s.m.pxTiers.WithLabelValues(TierResult{"l1", "miss"}).Add(float64(len(items)))
+	p.l1Miss.Add(float64(len(items)))
 	p.fetched.Add(int64(len(items)))
 	return nil
 }
@@ -185,7 +185,7 @@ func (s *Store) countProxy(key []byte, index uint64, found, fetched bool) {
 		s.px.clock.Touch(key)
 	default:
 		s.m.pxHits.Inc()
-		s.m.pxTiers.WithLabelValues(TierResult{"l1", "hit"}).Inc()
+		s.px.l1Hit.Inc()
 		s.px.hits.Add(1)
 		s.px.clock.Touch(key)
 		s.promoteTransient(key, index)
@@ -280,7 +280,7 @@ func (v *View) scanProxy(prefix, start []byte, limit int, fn func(key []byte, it
 				v.s.px.clock.Touch(it.key)
 			} else {
 				v.s.m.pxHits.Inc()
-				v.s.m.pxTiers.WithLabelValues(TierResult{"l1", "hit"}).Inc()
+				v.s.px.l1Hit.Inc()
 				v.s.px.hits.Add(1)
 				v.s.px.clock.Touch(it.key)
 			}

@@ -126,7 +126,7 @@ func Open(o Options) (*Store, error) {
 	s.mu.changed = make(chan struct{})
 	s.m = newStoreMetrics()
 	if o.Proxy != nil {
-		s.px = newProxyState(*o.Proxy)
+		s.px = newProxyState(*o.Proxy, s.m)
 	}
 	if !o.ReadOnly {
 		// A snapshot downloaded completely before a crash is installed now.
