@@ -172,8 +172,14 @@ func TestTurnLease(t *testing.T) {
 	if d := time.Since(start); d < turnLease/2 || d > 30*time.Second {
 		t.Fatalf("second subscriber got its turn after %v (lease %v)", d, turnLease)
 	}
-	if testutil.ToFloat64(turnLeaseExpiredTotal) != expired0+1 {
-		t.Fatal("lease expiry not counted")
+	// The stuck turn's lease ran out and was counted. The second
+	// subscriber's own lease may run out too before this reads the counter
+	// (a descheduled test on a loaded machine), and count once more.
+	if stuck.holding.Load() {
+		t.Fatal("the stuck subscriber still holds its turn")
+	}
+	if n := testutil.ToFloat64(turnLeaseExpiredTotal) - expired0; n < 1 || n > 2 {
+		t.Fatalf("%.0f lease expiries counted, want the stuck one (and at most the second's)", n)
 	}
 	other.Delivered(u, time.Now())
 	if _, err := stuck.Next(ctx, 0); err != nil { // its old turn is not given back twice
