@@ -344,8 +344,10 @@ func TestStalledSources(t *testing.T) {
 	})
 	waitCaughtUp(t, rep, root)
 	assertSame(t, root, rep)
-	if n := errCount(name, kindTimeout); n != 2 {
-		t.Fatalf("%v timeouts, want 2 (last error %v)", n, r.State().LastError)
+	// The good source may time out too on a loaded machine (a 150 ms
+	// handshake), before the replica tries it again.
+	if n := errCount(name, kindTimeout); n < 2 {
+		t.Fatalf("%v timeouts, want at least 2 (last error %v)", n, r.State().LastError)
 	}
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Fatalf("caught up after %v: timeouts not honoured", d)
