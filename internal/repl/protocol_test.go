@@ -174,9 +174,10 @@ func TestWriteSeedCorpus(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range sampleMessages() {
+	for i, m := range sampleMessages() {
 		b, _ := AppendFrame(nil, m)
-		name := filepath.Join(dir, "seed-"+m.Type().String()+"-"+strconv.Itoa(len(b)))
+		// The position keeps two samples of one type and length apart.
+		name := filepath.Join(dir, "seed-"+strconv.Itoa(i)+"-"+m.Type().String()+"-"+strconv.Itoa(len(b)))
 		content := "go test fuzz v1\n[]byte(" + strconv.Quote(string(b)) + ")\n"
 		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
