@@ -19,6 +19,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/metrics/storecollector"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
@@ -28,6 +29,10 @@ import (
 	"github.com/quicksilver-kv/qs/internal/watch"
 	"golang.org/x/net/netutil"
 )
+
+// watchMetrics counts the watch hubs and write budget of every Server of
+// the process (one, but for tests), served at /metrics.
+var watchMetrics = metrics.MustRegister(watch.NewMetrics())
 
 // Server is one qs process.
 type Server struct {
@@ -86,7 +91,7 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
-	s.watchBudget = watch.NewBudget(cfg.WatchLimits())
+	s.watchBudget = watch.NewBudget(cfg.WatchLimits(), watchMetrics)
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
 	s.raftNodes = map[string]*raftSlot{}
@@ -165,7 +170,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		return err
 	}
 	storecollector.Stores.Add(st)
-	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget}, s.log.With("db", d.Name))
+	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget, Metrics: watchMetrics}, s.log.With("db", d.Name))
 	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)

@@ -21,7 +21,7 @@ import (
 // one change each, cycling through the prefixes.
 func benchHub(b *testing.B, prefixes, subsPerPrefix int) (*Hub, []*Sub, func(i int) []wal.Entry) {
 	st := openStore(b, store.Options{})
-	h := NewHub(st, Config{Budget: NewBudget(Limits{MaxWatchers: prefixes*subsPerPrefix + 1, WriteRate: 1e12, WriteBurst: 1 << 30})}, nil)
+	h := NewHub(st, Config{Budget: NewBudget(Limits{MaxWatchers: prefixes*subsPerPrefix + 1, WriteRate: 1e12, WriteBurst: 1 << 30}, nil)}, nil)
 	var subs []*Sub
 	for p := range prefixes {
 		for range subsPerPrefix {
@@ -97,7 +97,7 @@ func BenchmarkDeliver(b *testing.B) {
 func BenchmarkTurns(b *testing.B) {
 	const waiters = 200
 	const rate = 20_000
-	ts := newTurns(1, rate, 32)
+	ts := newTurns(1, rate, 32, NewMetrics())
 	ctx := context.Background()
 	done := make(chan struct{})
 	per := b.N/waiters + 1
@@ -146,7 +146,7 @@ func BenchmarkBudgetProbe(b *testing.B) {
 		run, writes bool
 	}{{"quiet", true, false}, {"writes", false, true}, {"writes+probe", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			bu := NewBudget(Limits{})
+			bu := NewBudget(Limits{}, nil)
 			if err := bu.admit(); err != nil {
 				b.Fatal(err)
 			}
@@ -187,7 +187,7 @@ func BenchmarkBudgetProbe(b *testing.B) {
 			}
 			probes := func() float64 {
 				m := &dto.Metric{}
-				wakeDelaySeconds.Write(m)
+				bu.metrics.wakeDelay.Write(m)
 				return float64(m.GetHistogram().GetSampleCount())
 			}
 			time.Sleep(300 * time.Millisecond)

@@ -98,6 +98,7 @@ func (l *Limits) Validate() error {
 // count of subscriptions and the write turns, whose rate Run adapts.
 type Budget struct {
 	limits   Limits
+	metrics  *Metrics
 	turns    *turns
 	ctl      controlParams
 	wake     chan struct{} // a first watcher arrived: Run resumes probing
@@ -111,20 +112,24 @@ type Budget struct {
 }
 
 // NewBudget returns a budget of l, its rate at l.WriteRate until Run
-// adapts it. Zero fields take their defaults; NewBudget panics if l is
-// invalid after that.
-func NewBudget(l Limits) *Budget {
+// adapts it, counting in m (nil: a Metrics of its own). Zero fields take
+// their defaults; NewBudget panics if l is invalid after that.
+func NewBudget(l Limits, m *Metrics) *Budget {
 	l.EnsureDefaults()
 	if err := l.Validate(); err != nil {
 		panic(err)
 	}
+	if m == nil {
+		m = NewMetrics()
+	}
 	ctl := defaultControl()
 	ctl.Target = l.WakeDelayTarget
 	return &Budget{
-		limits: l,
-		turns:  newTurns(l.WriteConcurrency, l.WriteRate, l.WriteBurst),
-		ctl:    ctl,
-		wake:   make(chan struct{}, 1),
+		limits:  l,
+		metrics: m,
+		turns:   newTurns(l.WriteConcurrency, l.WriteRate, l.WriteBurst, m),
+		ctl:     ctl,
+		wake:    make(chan struct{}, 1),
 	}
 }
 
@@ -148,7 +153,7 @@ func (b *Budget) admit() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.mu.watchers >= b.limits.MaxWatchers {
-		refusedTotal.Inc()
+		b.metrics.refused.Inc()
 		return fmt.Errorf("%w (limit %d)", ErrTooManyWatchers, b.limits.MaxWatchers)
 	}
 	if b.mu.watchers++; b.mu.watchers == 1 {
@@ -183,7 +188,7 @@ func (b *Budget) watchers() int {
 // when ctx is done, or an error if it cannot start the probe (the rate
 // then stays at WriteRate).
 func (b *Budget) Run(ctx context.Context) error {
-	p, err := newProbe()
+	p, err := newProbe(b.metrics.wakeDelay)
 	if err != nil {
 		return err
 	}
@@ -198,7 +203,7 @@ func (b *Budget) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	r := &budgetRun{b: b, p: p, c: b.ctl, gc: newGCPauses(), state: controlState{Rate: b.turns.rate()}}
-	writeRateGauge.Set(r.state.Rate)
+	b.metrics.writeRate.Set(r.state.Rate)
 	return r.loop(ctx)
 }
 
@@ -305,13 +310,13 @@ func (r *budgetRun) decide(now time.Time) {
 	var d decision
 	r.state, d = c.next(r.state, o, b.limits.WriteRate)
 	b.turns.setRate(r.state.Rate)
-	writeRateGauge.Set(r.state.Rate)
-	writeRateFloorGauge.Set(c.floor(o.Watchers, b.limits.WriteRate))
+	b.metrics.writeRate.Set(r.state.Rate)
+	b.metrics.writeRateFloor.Set(c.floor(o.Watchers, b.limits.WriteRate))
 	if o.Samples > 0 {
 		b.signal.Store(int64(o.Delay))
-		wakeDelaySignalSeconds.Set(o.Delay.Seconds())
+		b.metrics.wakeDelaySignal.Set(o.Delay.Seconds())
 	}
-	rateDecisionsTotal.WithLabelValues(string(d)).Inc()
+	b.metrics.decisions[d].Inc()
 	if busy := c.busy(o); busy != r.probing {
 		r.probing = busy
 		if busy {
@@ -352,7 +357,7 @@ func (r *budgetRun) endQuiet(now time.Time, measured bool) {
 	r.quiet = append(r.quiet, q)
 	if base := r.baseline(); base > 0 {
 		r.b.baseline.Store(int64(base))
-		wakeDelayBaselineSeconds.Set(base.Seconds())
+		r.b.metrics.wakeDelayBaseline.Set(base.Seconds())
 	}
 }
 

@@ -19,6 +19,11 @@ type Config struct {
 	// watchers, how many writes per second and at once (see Limits). Nil:
 	// the hub gets a budget of its own with DefaultLimits.
 	Budget *Budget
+	// Metrics is where the hub counts, its series labelled with the
+	// store's name (db). Nil: where its budget counts (NewBudget), so
+	// that the hubs of a process count with their budget in one Metrics;
+	// a hub without Budget then counts in a Metrics of its own.
+	Metrics *Metrics
 	// BufferBatches and BufferBytes bound the changes kept for the live
 	// subscribers of one prefix (shared by all of them): the newest batches
 	// (the prefix's changes of one hub read, at most ReadBatchEntries

@@ -90,4 +90,9 @@
 // wake_delay_seconds (every probe), wake_delay_signal_seconds (the last
 // window's 90th percentile) and rate_decisions_total{decision} (raise,
 // cut, hold, gc_forgiven, no_signal), wake_delay_baseline_seconds.
+// They are counted in a Metrics, one per process, which its owner
+// registers: the budget's (NewBudget), where every hub sharing that
+// budget counts too unless Config.Metrics names another. A hub or budget
+// given none counts in one of its own, so a test reads the instance it
+// built.
 package watch

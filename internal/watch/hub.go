@@ -57,6 +57,8 @@ type Hub struct {
 	budget *Budget
 	// ownBudget: cfg.Budget was nil; Run runs the hub's own budget.
 	ownBudget bool
+	// metrics is where the hub counts: cfg.Metrics, else its budget's.
+	metrics *Metrics
 
 	watchers prometheus.Gauge
 	prefixes prometheus.Gauge
@@ -92,20 +94,19 @@ func NewHub(st *store.Store, cfg Config, log *slog.Logger) *Hub {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Hub{
-		st: st, cfg: cfg, log: log,
-		budget:   cfg.Budget,
-		watchers: watchersGauge.WithLabelValues(st.Name()),
-		prefixes: prefixesGauge.WithLabelValues(st.Name()),
-		lag:      hubLagEntries.WithLabelValues(st.Name()),
-		read:     hubReadEntriesTotal.WithLabelValues(st.Name()),
-		skipped:  hubSkippedEntriesTotal.WithLabelValues(st.Name()),
-		done:     make(chan struct{}),
-	}
+	h := &Hub{st: st, cfg: cfg, log: log, budget: cfg.Budget, metrics: cfg.Metrics, done: make(chan struct{})}
 	if h.budget == nil {
-		h.budget = NewBudget(Limits{})
+		h.budget = NewBudget(Limits{}, h.metrics)
 		h.ownBudget = true
 	}
+	if h.metrics == nil {
+		h.metrics = h.budget.metrics
+	}
+	h.watchers = h.metrics.watchers.WithLabelValues(st.Name())
+	h.prefixes = h.metrics.prefixes.WithLabelValues(st.Name())
+	h.lag = h.metrics.hubLag.WithLabelValues(st.Name())
+	h.read = h.metrics.hubRead.WithLabelValues(st.Name())
+	h.skipped = h.metrics.hubSkipped.WithLabelValues(st.Name())
 	h.mu.feeds = newFeedIndex()
 	index, t := st.AppliedPosition()
 	h.pos.Store(&position{index: index, time: t})

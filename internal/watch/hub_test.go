@@ -409,7 +409,7 @@ func TestShutdown(t *testing.T) {
 
 func TestTooManyWatchers(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{MaxWatchers: 2})})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{MaxWatchers: 2}, nil)})
 	a, err := h.Subscribe(nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -421,6 +421,9 @@ func TestTooManyWatchers(t *testing.T) {
 	defer b.Close()
 	if _, err := h.Subscribe(nil, 0); !errors.Is(err, ErrTooManyWatchers) {
 		t.Fatalf("third watcher: %v", err)
+	}
+	if n := testutil.ToFloat64(h.metrics.refused); n != 1 {
+		t.Fatalf("refused_total %v after one refusal", n)
 	}
 	a.Close()
 	a.Close() // idempotent
@@ -434,7 +437,7 @@ func TestTooManyWatchers(t *testing.T) {
 // TestSharedBudget: the hubs of several databases sharing a budget share
 // its watcher limit and its write turns.
 func TestSharedBudget(t *testing.T) {
-	b := NewBudget(Limits{MaxWatchers: 3, WriteConcurrency: 1})
+	b := NewBudget(Limits{MaxWatchers: 3, WriteConcurrency: 1}, nil)
 	ha, _ := startHub(t, openStore(t, store.Options{}), Config{Budget: b})
 	hb, _ := startHub(t, openStore(t, store.Options{}), Config{Budget: b})
 	var subs []*Sub
@@ -470,12 +473,12 @@ func TestSharedBudget(t *testing.T) {
 	// Read in this order, a turn still held after the count was read
 	// must add one to it before subs[2] can write (on a loaded machine
 	// the lease may already have run out: then nothing can be told).
-	expired0 := testutil.ToFloat64(turnLeaseExpiredTotal)
+	expired0 := testutil.ToFloat64(b.metrics.turnLeaseExpired)
 	held := subs[1].holding.Load()
 	if _, err := subs[2].Next(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if held && testutil.ToFloat64(turnLeaseExpiredTotal) == expired0 {
+	if held && testutil.ToFloat64(b.metrics.turnLeaseExpired) == expired0 {
 		t.Fatal("a subscriber of the other hub got a turn while the only one was held")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // probe measures what watch delivery costs readers: how late a goroutine
@@ -25,8 +27,9 @@ import (
 // goroutine (the budget's controller); readLoop runs on another until
 // close.
 type probe struct {
-	r, w *os.File
-	sent atomic.Int64 // Unix nanoseconds the probe in flight was sent, 0 if none
+	r, w    *os.File
+	sent    atomic.Int64        // Unix nanoseconds the probe in flight was sent, 0 if none
+	delayed prometheus.Observer // every delay, in seconds (wake_delay_seconds)
 
 	mu struct {
 		sync.Mutex
@@ -34,12 +37,13 @@ type probe struct {
 	}
 }
 
-func newProbe() (*probe, error) {
+// newProbe returns a probe that also observes every delay in delayed.
+func newProbe(delayed prometheus.Observer) (*probe, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("watch: probe pipe: %w", err)
 	}
-	return &probe{r: r, w: w}, nil
+	return &probe{r: r, w: w, delayed: delayed}, nil
 }
 
 // send sends a probe unless one is in flight; now must be the time of
@@ -67,7 +71,7 @@ func (p *probe) readLoop() {
 			continue
 		}
 		d := time.Duration(now - t0)
-		wakeDelaySeconds.Observe(d.Seconds())
+		p.delayed.Observe(d.Seconds())
 		p.mu.Lock()
 		p.mu.delays = append(p.mu.delays, d)
 		p.mu.Unlock()

@@ -57,7 +57,7 @@ func probeFor(t *testing.T, p *probe, d time.Duration) time.Duration {
 // keep every P busy.
 func TestProbeSeesSchedulerQueue(t *testing.T) {
 	schedulerBench(t)
-	p, err := newProbe()
+	p, err := newProbe(NewMetrics().wakeDelay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestProbeSeesSchedulerQueue(t *testing.T) {
 // once it is late; one in flight blocks the next send; close ends
 // readLoop.
 func TestProbeInFlight(t *testing.T) {
-	p, err := newProbe()
+	p, err := newProbe(NewMetrics().wakeDelay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,13 +164,13 @@ func waitRate(b *Budget, d time.Duration, cond func(float64) bool) (float64, boo
 func TestBudgetAdapts(t *testing.T) {
 	schedulerBench(t)
 	const ceiling = 10_000
-	b := NewBudget(Limits{WriteRate: ceiling, WriteBurst: 8, WriteConcurrency: 1})
+	b := NewBudget(Limits{WriteRate: ceiling, WriteBurst: 8, WriteConcurrency: 1}, nil)
 	if err := b.admit(); err != nil {
 		t.Fatal(err)
 	}
 	defer b.leave()
 	floor := b.ctl.floor(1, ceiling)
-	cuts0 := testutil.ToFloat64(rateDecisionsTotal.WithLabelValues(string(decideCut)))
+	cuts0 := testutil.ToFloat64(b.metrics.decisions[decideCut])
 	runBudget(t, b)
 	// Writers wanting more turns than the budget gives.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -193,11 +193,11 @@ func TestBudgetAdapts(t *testing.T) {
 	if !ok {
 		t.Fatalf("rate %.0f 60s into a hogged scheduler, want the floor %.0f", r, floor)
 	}
-	if testutil.ToFloat64(rateDecisionsTotal.WithLabelValues(string(decideCut))) <= cuts0 {
+	if testutil.ToFloat64(b.metrics.decisions[decideCut]) <= cuts0 {
 		t.Fatal("cuts not counted")
 	}
-	if testutil.ToFloat64(writeRateGauge) > floor || b.Signal() <= b.ctl.Target {
-		t.Fatalf("metrics: write_rate %v, signal %v", testutil.ToFloat64(writeRateGauge), b.Signal())
+	if testutil.ToFloat64(b.metrics.writeRate) > floor || b.Signal() <= b.ctl.Target {
+		t.Fatalf("metrics: write_rate %v, signal %v", testutil.ToFloat64(b.metrics.writeRate), b.Signal())
 	}
 	r, ok = waitRate(b, 60*time.Second, func(r float64) bool { return r >= 4*floor })
 	if !ok {
@@ -211,7 +211,7 @@ func TestBudgetAdapts(t *testing.T) {
 // probes again.
 func TestBudgetQuiet(t *testing.T) {
 	schedulerBench(t)
-	b := NewBudget(Limits{WriteRate: 10_000})
+	b := NewBudget(Limits{WriteRate: 10_000}, nil)
 	if err := b.admit(); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestBudgetQuiet(t *testing.T) {
 	runBudget(t, b)
 	probes := func() uint64 {
 		m := &dto.Metric{}
-		if err := wakeDelaySeconds.Write(m); err != nil {
+		if err := b.metrics.wakeDelay.Write(m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetHistogram().GetSampleCount()
@@ -258,11 +258,11 @@ func TestBudgetQuiet(t *testing.T) {
 // TestBudgetIdle: without watchers the budget neither probes nor
 // decides; the first watcher wakes it.
 func TestBudgetIdle(t *testing.T) {
-	b := NewBudget(Limits{})
+	b := NewBudget(Limits{}, nil)
 	total := func() float64 {
 		n := 0.0
 		for _, d := range decisions {
-			n += testutil.ToFloat64(rateDecisionsTotal.WithLabelValues(string(d)))
+			n += testutil.ToFloat64(b.metrics.decisions[d])
 		}
 		return n
 	}
@@ -292,7 +292,7 @@ func TestBudgetIdle(t *testing.T) {
 // second, pauses turns for QuietFor (no write gets one meanwhile)
 // and measures the baseline then; turns resume afterwards.
 func TestBudgetBaseline(t *testing.T) {
-	b := NewBudget(Limits{WriteRate: 20_000, WriteConcurrency: 1})
+	b := NewBudget(Limits{WriteRate: 20_000, WriteConcurrency: 1}, nil)
 	if err := b.admit(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestBudgetBaseline(t *testing.T) {
 	if os.Getenv("QS_BENCH") != "" && (n < 2 || n > 6) {
 		t.Fatalf("%d gaps of %v or more between turns in %d turns over %v, want 2 to 6 quiet periods", n, quiet*3/4, turns, elapsed)
 	}
-	if got := testutil.ToFloat64(wakeDelayBaselineSeconds); got <= 0 {
+	if got := testutil.ToFloat64(b.metrics.wakeDelayBaseline); got <= 0 {
 		t.Fatalf("wake_delay_baseline_seconds %v", got)
 	}
 	t.Logf("%d turns, %d quiet gaps in %v, baseline %v, signal %v", turns, n, elapsed, b.Baseline(), b.Signal())

@@ -162,7 +162,7 @@ func (s *Sub) endTurn() {
 // the slots stay balanced.
 func (s *Sub) leaseExpired() {
 	if s.holding.CompareAndSwap(true, false) {
-		turnLeaseExpiredTotal.Inc() // before the release wakes a waiter that may read it
+		s.h.metrics.turnLeaseExpired.Inc() // before the release wakes a waiter that may read it
 		s.h.budget.turns.release()
 	}
 }
@@ -171,7 +171,7 @@ func (s *Sub) leaseExpired() {
 func (s *Sub) fail(err error, reason string) error {
 	if s.err == nil {
 		s.err = err
-		subscribersCutTotal.WithLabelValues(reason).Inc()
+		s.h.metrics.cut[reason].Inc()
 	}
 	return s.err
 }
@@ -293,7 +293,7 @@ func (s *Sub) LastIndex() uint64 { return s.last }
 // the write turn.
 func (s *Sub) Delivered(u Update, at time.Time) {
 	s.endTurn()
-	writesTotal.Inc()
+	s.h.metrics.writes.Inc()
 	if len(u.Batches) == 0 {
 		return
 	}
@@ -308,10 +308,10 @@ func (s *Sub) Delivered(u Update, at time.Time) {
 				continue
 			}
 			prev = e.Index
-			deliveryDelaySeconds.Observe(max(0, float64(now-e.Time)/1e9))
+			s.h.metrics.deliveryDelay.Observe(max(0, float64(now-e.Time)/1e9))
 		}
 	}
-	eventsSentTotal.Add(float64(n))
+	s.h.metrics.eventsSent.Add(float64(n))
 }
 
 // Close ends the subscription. It is safe to call more than once.

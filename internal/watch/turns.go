@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -48,16 +49,21 @@ type turns struct {
 	// watcher that gets a slot meanwhile waits for it, holding the slot,
 	// so that the others stay queued for slots without waking.
 	paused atomic.Pointer[chan struct{}]
+
+	waitSeconds prometheus.Observer // turn_wait_seconds
+	waiting     prometheus.Gauge    // turn_waiting
 }
 
 const maxTurnsPerStep = 8
 
-func newTurns(concurrency int, perSecond float64, burst int) *turns {
+func newTurns(concurrency int, perSecond float64, burst int, m *Metrics) *turns {
 	step := min(maxTurnsPerStep, burst)
 	return &turns{
-		slots: make(chan struct{}, concurrency),
-		lim:   rate.NewLimiter(rate.Limit(perSecond/float64(step)), burst/step),
-		step:  step,
+		slots:       make(chan struct{}, concurrency),
+		lim:         rate.NewLimiter(rate.Limit(perSecond/float64(step)), burst/step),
+		step:        step,
+		waitSeconds: m.turnWait,
+		waiting:     m.turnWaiting,
 	}
 }
 
@@ -100,15 +106,15 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 	case ts.slots <- struct{}{}:
 	default:
 		start = time.Now()
-		turnWaiting.Inc()
+		ts.waiting.Inc()
 		select {
 		case ts.slots <- struct{}{}:
-			turnWaiting.Dec()
+			ts.waiting.Dec()
 		case <-ctx.Done():
-			turnWaiting.Dec()
+			ts.waiting.Dec()
 			return ctx.Err()
 		case <-done:
-			turnWaiting.Dec()
+			ts.waiting.Dec()
 			return ErrClosed
 		}
 	}
@@ -129,9 +135,9 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 	if ts.credit() { // the usual case, without Reserve's allocation
 		ts.taken.Add(1)
 		if start.IsZero() {
-			turnWaitSeconds.Observe(0)
+			ts.waitSeconds.Observe(0)
 		} else {
-			turnWaitSeconds.Observe(time.Since(start).Seconds())
+			ts.waitSeconds.Observe(time.Since(start).Seconds())
 		}
 		return nil
 	}
@@ -163,9 +169,9 @@ func (ts *turns) acquire(ctx context.Context, done <-chan struct{}, t **time.Tim
 	ts.bought()
 	ts.taken.Add(1)
 	if start.IsZero() {
-		turnWaitSeconds.Observe(0)
+		ts.waitSeconds.Observe(0)
 	} else {
-		turnWaitSeconds.Observe(time.Since(start).Seconds())
+		ts.waitSeconds.Observe(time.Since(start).Seconds())
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func expected(t *testing.T, st *store.Store, prefix string, from uint64) []strin
 func TestStormExactlyOnce(t *testing.T) {
 	st := openStore(t, store.Options{})
 	const rate, burst = 2000, 4
-	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteRate: rate, WriteBurst: burst, WriteConcurrency: 1}), CoalesceBytes: 200})
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteRate: rate, WriteBurst: burst, WriteConcurrency: 1}, nil), CoalesceBytes: 200})
 	prefixes := []string{"a/", "b/", ""}
 	const nsubs, writes = 300, 200
 	from := st.AppliedIndex()
@@ -103,8 +103,8 @@ func TestStormExactlyOnce(t *testing.T) {
 func TestTurnConcurrency(t *testing.T) {
 	st := openStore(t, store.Options{})
 	const k = 2
-	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteConcurrency: k, WriteRate: 1e6, WriteBurst: 1000})})
-	expired0 := testutil.ToFloat64(turnLeaseExpiredTotal)
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteConcurrency: k, WriteRate: 1e6, WriteBurst: 1000}, nil)})
+	expired0 := testutil.ToFloat64(h.metrics.turnLeaseExpired)
 	from := st.AppliedIndex()
 	var last uint64
 	for i := range 20 {
@@ -139,7 +139,7 @@ func TestTurnConcurrency(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	expired := testutil.ToFloat64(turnLeaseExpiredTotal) - expired0
+	expired := testutil.ToFloat64(h.metrics.turnLeaseExpired) - expired0
 	if float64(peak.Load()) > k+expired {
 		t.Fatalf("%d turns at once, limit %d (%.0f leases expired)", peak.Load(), k, expired)
 	}
@@ -150,8 +150,8 @@ func TestTurnConcurrency(t *testing.T) {
 // the lease only; the slots stay balanced.
 func TestTurnLease(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteConcurrency: 1})})
-	expired0 := testutil.ToFloat64(turnLeaseExpiredTotal)
+	h, _ := startHub(t, st, Config{Budget: NewBudget(Limits{WriteConcurrency: 1}, nil)})
+	expired0 := testutil.ToFloat64(h.metrics.turnLeaseExpired)
 	ctx := context.Background()
 	stuck, err := h.Subscribe(nil, st.AppliedIndex())
 	if err != nil {
@@ -181,7 +181,7 @@ func TestTurnLease(t *testing.T) {
 	if stuck.holding.Load() {
 		t.Fatal("the stuck subscriber still holds its turn")
 	}
-	if n := testutil.ToFloat64(turnLeaseExpiredTotal) - expired0; n < 1 || n > 2 {
+	if n := testutil.ToFloat64(h.metrics.turnLeaseExpired) - expired0; n < 1 || n > 2 {
 		t.Fatalf("%.0f lease expiries counted, want the stuck one (and at most the second's)", n)
 	}
 	other.Delivered(u, time.Now())
@@ -213,7 +213,7 @@ func TestHubFellBehindLog(t *testing.T) {
 	if lr, err := st.LogRange(); err != nil || lr.First <= 2 {
 		t.Fatalf("log not truncated: %+v, %v", lr, err)
 	}
-	cut0 := testutil.ToFloat64(subscribersCutTotal.WithLabelValues(cutTruncated))
+	cut0 := testutil.ToFloat64(h.metrics.cut[cutTruncated])
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.Run(ctx)
@@ -233,7 +233,7 @@ func TestHubFellBehindLog(t *testing.T) {
 	if got != 0 {
 		t.Fatalf("%d batches before the re-read error", got)
 	}
-	if testutil.ToFloat64(subscribersCutTotal.WithLabelValues(cutTruncated)) != cut0+1 {
+	if testutil.ToFloat64(h.metrics.cut[cutTruncated]) != cut0+1 {
 		t.Fatal("cut not counted as truncated")
 	}
 	lr, _ := st.LogRange()
@@ -252,8 +252,8 @@ func TestHubFellBehindLog(t *testing.T) {
 // counted as shutdown cuts.
 func TestShutdownMany(t *testing.T) {
 	st := openStore(t, store.Options{})
-	h, stop := startHub(t, st, Config{Budget: NewBudget(Limits{WriteRate: 1, WriteBurst: 1, WriteConcurrency: 1})})
-	cut0 := testutil.ToFloat64(subscribersCutTotal.WithLabelValues(cutShutdown))
+	h, stop := startHub(t, st, Config{Budget: NewBudget(Limits{WriteRate: 1, WriteBurst: 1, WriteConcurrency: 1}, nil)})
+	cut0 := testutil.ToFloat64(h.metrics.cut[cutShutdown])
 	const n = 200
 	errs := make(chan error, n)
 	subs := make([]*Sub, n)
@@ -283,9 +283,14 @@ func TestShutdownMany(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
-	if w := testutil.ToFloat64(turnWaiting); w < n/2-2 {
-		t.Fatalf("%.0f subscribers waiting for a turn", w)
+	// The subscribers that want a turn at once queue for it (less those
+	// that got one: about one a second).
+	deadline := time.Now().Add(60 * time.Second)
+	for w := testutil.ToFloat64(h.metrics.turnWaiting); w < n/2-2; w = testutil.ToFloat64(h.metrics.turnWaiting) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%.0f subscribers waiting for a turn after 60s", w)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	start := time.Now()
 	stop()
@@ -302,7 +307,7 @@ func TestShutdownMany(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("shutdown took %v", d)
 	}
-	if got := testutil.ToFloat64(subscribersCutTotal.WithLabelValues(cutShutdown)) - cut0; got != n {
+	if got := testutil.ToFloat64(h.metrics.cut[cutShutdown]) - cut0; got != n {
 		t.Fatalf("%.0f shutdown cuts counted, want %d", got, n)
 	}
 	if _, err := h.Subscribe(nil, 0); !errors.Is(err, ErrClosed) {
@@ -333,7 +338,7 @@ func TestProgressWait(t *testing.T) {
 // their prefix exactly once, in order.
 func TestExactlyOnceVaryingRate(t *testing.T) {
 	st := openStore(t, store.Options{})
-	b := NewBudget(Limits{WriteRate: 20_000, WriteBurst: 8, WriteConcurrency: 1})
+	b := NewBudget(Limits{WriteRate: 20_000, WriteBurst: 8, WriteConcurrency: 1}, nil)
 	runBudget(t, b)
 	h, _ := startHub(t, st, Config{Budget: b, CoalesceBytes: 300})
 	prefixes := []string{"a/", "b/", ""}
@@ -426,7 +431,7 @@ func TestExactlyOnceVaryingRate(t *testing.T) {
 // turn starts, a waiter that is cancelled gives its slot back, and resume
 // lets the waiters go.
 func TestTurnsPause(t *testing.T) {
-	ts := newTurns(1, 1e6, 8)
+	ts := newTurns(1, 1e6, 8, NewMetrics())
 	ts.pause()
 	ts.pause() // twice: one resume ends it
 	got := make(chan error, 3)

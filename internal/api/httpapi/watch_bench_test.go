@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 	"github.com/quicksilver-kv/qs/internal/watch"
@@ -160,8 +160,9 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		}
 		variants = append(variants, &loadVariant{name: name, limits: c, adaptive: o.compareAdaptive})
 	}
+	m := watch.NewMetrics() // of every variant's budget and hub, as of a process's
 	for _, v := range variants {
-		v.start(t, e)
+		v.start(t, e, m)
 	}
 	for i := range keys {
 		if _, err := e.st.Write(context.Background(), store.Batch{Ops: []wal.Op{setOp(fmt.Sprintf("cfg/%d/%d", i%o.groups, i), "initial value of some config key")}}); err != nil {
@@ -182,7 +183,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		gc0, pause0 := ms.NumGC, ms.PauseTotalNs
-		cpu0, hub0, start := processCPU(), readHubCounters(t), time.Now()
+		cpu0, hub0, start := processCPU(), readHubCounters(t, m), time.Now()
 		stopSampling := sampleBudget(budget, &ps.budget)
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -242,7 +243,7 @@ func watchLoad(t *testing.T, o watchLoadOptions) {
 		stopSampling()
 		ps.wall = time.Since(start)
 		ps.cpu = (processCPU() - cpu0).Seconds() / ps.wall.Seconds()
-		ps.hub = readHubCounters(t).minus(hub0)
+		ps.hub = readHubCounters(t, m).minus(hub0)
 		runtime.ReadMemStats(&ms)
 		ps.gcs, ps.gcStop = ms.NumGC-gc0, time.Duration(ms.PauseTotalNs-pause0)
 		for _, h := range hists[1:] {
@@ -339,10 +340,10 @@ type loadVariant struct {
 	samples  budgetSamples // while it served watchers, if adaptive
 }
 
-func (v *loadVariant) start(t *testing.T, e *env) {
+func (v *loadVariant) start(t *testing.T, e *env, m *watch.Metrics) {
 	v.reads = hdrhistogram.New(1, 10_000_000, 3)
 	v.delays = hdrhistogram.New(1, 600_000_000, 3)
-	v.budget = watch.NewBudget(v.limits)
+	v.budget = watch.NewBudget(v.limits, m)
 	if v.adaptive {
 		ctx, cancel := context.WithCancel(context.Background())
 		ran := make(chan struct{})
@@ -690,8 +691,10 @@ func (c hubCounters) meanWait() time.Duration {
 	return time.Duration(c.wait / max(1, c.waited) * 1e9)
 }
 
-func readHubCounters(t testing.TB) hubCounters {
-	fams, err := metrics.Registry.Gather()
+func readHubCounters(t testing.TB, m *watch.Metrics) hubCounters {
+	r := prometheus.NewRegistry()
+	r.MustRegister(m)
+	fams, err := r.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,7 +215,7 @@ func TestWatchHTTPErrors(t *testing.T) {
 	e := newEnv(t, Config{}, store.Options{Retention: store.Retention{MaxEntries: 3, MaxBytes: -1, MaxAge: -1}})
 	// No hub: 503.
 	mustError(t, e.do("GET", "/v1/db/watch", nil), http.StatusServiceUnavailable, "unavailable")
-	withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{MaxWatchers: 1})})
+	withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{MaxWatchers: 1}, nil)})
 	for i := range 10 {
 		e.put("k", fmt.Sprint(i))
 	}
@@ -320,7 +320,7 @@ func TestWatchHTTPShutdown(t *testing.T) {
 // exactly the changes of their prefix, in order, with their values.
 func TestWatchHTTPMany(t *testing.T) {
 	e := newEnv(t, Config{}, store.Options{})
-	withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{WriteRate: 3000, WriteBurst: 8, WriteConcurrency: 1}), CoalesceBytes: 64, ProgressInterval: 50 * time.Millisecond})
+	withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{WriteRate: 3000, WriteBurst: 8, WriteConcurrency: 1}, nil), CoalesceBytes: 64, ProgressInterval: 50 * time.Millisecond})
 	const n, writes = 500, 40
 	prefixes := []string{"k", "k1", "j"}
 	streams := make([]*stream, n)
@@ -364,7 +364,7 @@ func TestWatchHTTPMany(t *testing.T) {
 // index to resume from.
 func TestWatchHTTPShutdownMany(t *testing.T) {
 	e := newEnv(t, Config{}, store.Options{})
-	stop := withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{WriteRate: 50, WriteBurst: 1, WriteConcurrency: 1}), ProgressInterval: 10 * time.Millisecond})
+	stop := withHub(t, e, watch.Config{Budget: watch.NewBudget(watch.Limits{WriteRate: 50, WriteBurst: 1, WriteConcurrency: 1}, nil), ProgressInterval: 10 * time.Millisecond})
 	const n = 300
 	streams := make([]*stream, n)
 	for i := range streams {
