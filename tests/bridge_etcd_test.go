@@ -120,6 +120,23 @@ func waitSameKVs(t *testing.T, c *client.Client, cli *clientv3.Client, prefix st
 	t.Fatalf("qs does not hold etcd's keys after 60s (err %v):\n got %d keys\nwant %d keys", err, len(got), len(want))
 }
 
+// waitCopied waits for the bridge's state key to record a complete copy.
+func waitCopied(t *testing.T, c *client.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		v, err := c.Get(ctx, key, client.ReadOptions{})
+		cancel()
+		var st struct{ Copied bool }
+		if err == nil && json.Unmarshal(v.Value, &st) == nil && st.Copied {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the bridge stored no complete copy under %s after 60s", key)
+}
+
 func startEtcdBridge(t *testing.T, args ...string) *proc {
 	t.Helper()
 	all := append([]string{"bridge", "etcd", "--metrics", "127.0.0.1:0", "--log-level", "warn"}, args...)
@@ -251,6 +268,9 @@ func TestBridgeEtcdCompacted(t *testing.T) {
 	args := []string{"--endpoints", ep, "--prefix", "cfg/", "--to", root.Addr["http"]}
 	b := startEtcdBridge(t, args...)
 	waitSameKVs(t, rc, cli, "cfg/")
+	// The copy's keys are written before the batch that stores its
+	// revision: killed between the two, the bridge would copy again.
+	waitCopied(t, rc, "_bridge/etcd/cfg/")
 	b.kill()
 	cli.Delete(ctx, "cfg/a")
 	resp, err := cli.Put(ctx, "cfg/c", "3")
