@@ -168,6 +168,7 @@ func TestBinaryStats(t *testing.T) {
 }
 
 func TestBinaryBackendErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err    error
 		status uint16

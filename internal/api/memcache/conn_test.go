@@ -210,6 +210,7 @@ func TestPipelining(t *testing.T) {
 }
 
 func TestBackendErrors(t *testing.T) {
+	t.Parallel()
 	for _, tt := range sentinels {
 		t.Run(tt.kind.String(), func(t *testing.T) {
 			b := newFakeBackend()
@@ -365,6 +366,7 @@ func TestConfig(t *testing.T) {
 // the commands that read before they write are refused as set is,
 // whatever the key holds, and change nothing.
 func TestConditionalCommandsRefusedLikeSet(t *testing.T) {
+	t.Parallel()
 	b := newFakeBackend()
 	b.put("n", "x")
 	b.setErr = fmt.Errorf("forward to the root: %w", store.ErrNotRoot)
@@ -397,6 +399,7 @@ func TestFlushAll(t *testing.T) {
 // counted SERVER_ERROR, leaving the other writer's value; a key that
 // changes once is retried and the command applies.
 func TestContendedKey(t *testing.T) {
+	t.Parallel()
 	b := newFakeBackend()
 	b.put("n", "1")
 	writes := 0
@@ -434,6 +437,7 @@ func TestContendedKey(t *testing.T) {
 // TestSilencedRefusalsCounted: a refusal that noreply silences is counted
 // all the same.
 func TestSilencedRefusalsCounted(t *testing.T) {
+	t.Parallel()
 	b := newFakeBackend()
 	b.put("s", "x")
 	s := New(Config{}, b, nil)
