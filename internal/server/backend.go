@@ -9,9 +9,14 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
+
+// memcacheMetrics counts for the memcached doors of every database of the
+// process (and of every Server, where a test runs several in one process).
+var memcacheMetrics = metrics.MustRegister(memcache.NewMetrics())
 
 // memcacheBackend adapts a database to the memcached front door.
 type memcacheBackend struct {

@@ -454,6 +454,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 		mcfg.Threads = s.cfg.MemcacheThreads
 		mcfg.EventLoops = s.cfg.MemcacheEventLoops
 		mcfg.ReadNice = s.cfg.MemcacheReadNice
+		mcfg.Metrics = memcacheMetrics
 		mc := memcache.New(mcfg, memcacheBackend{db: db, flushAll: d.MemcacheFlushAll}, s.log.With("db", d.Name))
 		s.mc = append(s.mc, mc)
 		for _, addr := range d.Memcache {

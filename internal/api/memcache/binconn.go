@@ -94,8 +94,8 @@ func (c *conn) binary() bool {
 }
 
 func (c *conn) countBinary(cmd command) {
-	requestsByCmd[cmd].Inc()
-	secondsByCmd[cmd].Observe(time.Since(c.reqStart).Seconds())
+	c.m.requestsByCmd[cmd].Inc()
+	c.m.secondsByCmd[cmd].Observe(time.Since(c.reqStart).Seconds())
 }
 
 // binGet serves get, getq, getk, getkq and the gat variants.
@@ -115,7 +115,7 @@ func (c *conn) binGet(r *binRequest, op binOp) {
 		return
 	case !found:
 		c.s.stats.getMisses.Add(1)
-		getMissesTotal.Inc()
+		c.m.getMissesTotal.Inc()
 		if op.quiet {
 			return
 		}
@@ -129,7 +129,7 @@ func (c *conn) binGet(r *binRequest, op binOp) {
 		return
 	}
 	c.s.stats.getHits.Add(1)
-	getHitsTotal.Inc()
+	c.m.getHitsTotal.Inc()
 	keyLen := 0
 	if op.withKey {
 		keyLen = len(r.key)
@@ -184,7 +184,7 @@ func (c *conn) binOutcome(r *binRequest, op binOp, out outcome, idx uint64, err 
 	case outNotFound:
 		status, msg = statusNotFound, "Not found"
 	case outNonNumeric:
-		errorsByKind[kindNonNumeric].Inc()
+		c.m.errorsByKind[kindNonNumeric].Inc()
 		status, msg = statusNonNumeric, "Non-numeric server-side value for incr or decr"
 	}
 	c.out = appendBinHeader(c.out, r.opcode, 0, 0, status, len(msg), r.opaque, 0)
@@ -204,7 +204,7 @@ func (c *conn) binStats(r *binRequest) {
 // binRefuse answers a refused request (quiet or not: errors are always
 // sent) and counts it.
 func (c *conn) binRefuse(h binHeader, e *binError) {
-	errorsByKind[e.kind].Inc()
+	c.m.errorsByKind[e.kind].Inc()
 	c.debug("memcache: binary request refused", "opcode", h.opcode, "reply", e.msg)
 	c.out = appendBinHeader(c.out, h.opcode, 0, 0, e.status, len(e.msg), h.opaque, 0)
 	c.out = append(c.out, e.msg...)

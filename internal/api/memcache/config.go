@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Config holds the limits of a Server. A zero field means "use the default";
-// DefaultConfig returns every default, EnsureDefaults fills zero fields and
-// Validate rejects values the server cannot work with.
+// Config holds the limits of a Server and where it counts. A zero field
+// means "use the default"; DefaultConfig returns every default,
+// EnsureDefaults fills zero fields and Validate rejects values the server
+// cannot work with.
 type Config struct {
 	// MaxLineBytes is the longest request line accepted, terminator
 	// included. A longer line is answered with "CLIENT_ERROR line too long"
@@ -73,6 +74,11 @@ type Config struct {
 	// CAP_SYS_NICE or a matching RLIMIT_NICE; otherwise reads keep the
 	// process's priority (logged once). Default 0: off.
 	ReadNice int
+	// Metrics receives the server's qs_memcache_* series; the servers of
+	// every database of a process share one, registered once by its
+	// owner. Nil: the server counts in a Metrics of its own, registered
+	// nowhere.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns the default limits.

@@ -18,6 +18,7 @@ import (
 // goroutine running serve.
 type conn struct {
 	s    *Server
+	m    *Metrics // s.m, one load closer on the request path
 	nc   net.Conn
 	sock sock // how nc is read and written
 	// loop is sock when the connection belongs to an event loop (loop.go).
@@ -92,6 +93,7 @@ func newConn(s *Server, nc net.Conn, sk sock) *conn {
 	}
 	c := &conn{
 		s:    s,
+		m:    s.m,
 		nc:   nc,
 		sock: sk,
 		buf:  make([]byte, initialBufBytes),
@@ -252,8 +254,8 @@ func (c *conn) dispatch(perr *protoError) bool {
 			keep = false
 		}
 	}
-	requestsByCmd[req.cmd].Inc()
-	secondsByCmd[req.cmd].Observe(time.Since(c.reqStart).Seconds())
+	c.m.requestsByCmd[req.cmd].Inc()
+	c.m.secondsByCmd[req.cmd].Observe(time.Since(c.reqStart).Seconds())
 	c.noreply = false
 	return keep
 }
@@ -261,7 +263,7 @@ func (c *conn) dispatch(perr *protoError) bool {
 // refuse answers a request the parser refused and skips its data block, or
 // closes the connection when the stream cannot be followed any more.
 func (c *conn) refuse(pe *protoError) bool {
-	errorsByKind[pe.kind].Inc()
+	c.m.errorsByKind[pe.kind].Inc()
 	c.debug("memcache: request refused", "cmd", c.req.cmd.String(), "reply", pe.msg)
 	n := c.req.dataLen
 	if pe.close || (n >= 0 && n+2 > c.s.cfg.MaxSwallowBytes) {
@@ -293,7 +295,7 @@ func (c *conn) get(keys [][]byte, cas bool) {
 	}
 	if c.getOverflow {
 		c.out = c.out[:c.getMark]
-		errorsByKind[kindReplyTooLarge].Inc()
+		c.m.errorsByKind[kindReplyTooLarge].Inc()
 		c.replyLine("SERVER_ERROR reply too large: ask for fewer keys per request")
 		return
 	}
@@ -301,8 +303,8 @@ func (c *conn) get(keys [][]byte, cas bool) {
 	misses := uint64(len(keys)) - hits
 	c.s.stats.getHits.Add(hits)
 	c.s.stats.getMisses.Add(misses)
-	getHitsTotal.Add(float64(hits))
-	getMissesTotal.Add(float64(misses))
+	c.m.getHitsTotal.Add(float64(hits))
+	c.m.getMissesTotal.Add(float64(misses))
 	c.out = append(c.out, "END\r\n"...)
 }
 
@@ -336,7 +338,7 @@ func (c *conn) foundValue(key, value []byte, index uint64, a Attrs) {
 
 func (c *conn) backendFailed(err error) {
 	kind, line := backendFailure(err)
-	errorsByKind[kind].Inc()
+	c.m.errorsByKind[kind].Inc()
 	level := slog.LevelDebug
 	if kind == kindBackendCorrupt {
 		level = slog.LevelError
@@ -351,7 +353,7 @@ func (c *conn) backendFailed(err error) {
 // readFailed accounts for a read that ended the connection.
 func (c *conn) readFailed(err error) {
 	if pe, ok := err.(*protoError); ok { // line too long
-		errorsByKind[pe.kind].Inc()
+		c.m.errorsByKind[pe.kind].Inc()
 		c.debug("memcache: request refused", "reply", pe.msg)
 		c.noreply = false
 		c.linger = true
@@ -359,7 +361,7 @@ func (c *conn) readFailed(err error) {
 		return
 	}
 	if err == errRequestTimeout {
-		errorsByKind[kindTimeout].Inc()
+		c.m.errorsByKind[kindTimeout].Inc()
 	}
 	c.debug("memcache: connection closed", "reason", err.Error())
 }
@@ -395,7 +397,7 @@ func (c *conn) flush() error {
 	if err != nil {
 		c.writeErr = err
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			errorsByKind[kindTimeout].Inc()
+			c.m.errorsByKind[kindTimeout].Inc()
 		}
 	}
 	return err

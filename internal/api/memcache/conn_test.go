@@ -210,6 +210,7 @@ func TestPipelining(t *testing.T) {
 }
 
 func TestBackendErrors(t *testing.T) {
+	t.Parallel()
 	for _, tt := range sentinels {
 		t.Run(tt.kind.String(), func(t *testing.T) {
 			b := newFakeBackend()
@@ -217,15 +218,14 @@ func TestBackendErrors(t *testing.T) {
 			b.getErr, b.setErr, b.deleteErr = tt.err, tt.err, tt.err
 			s := New(Config{}, b, nil)
 			defer s.Shutdown(context.Background())
-			before := counterValue(errorsByKind[tt.kind])
 			mc := runConn(t, s, "get a\r\ngets a b\r\nset a 0 0 1\r\nx\r\ndelete a\r\nset a 0 0 1 noreply\r\nx\r\nversion\r\n", 1)
 			line := tt.reply + "\r\n"
 			want := line + line + line + line + versionReply
 			if got := mc.output(); got != want {
 				t.Fatalf("got\n%q\nwant\n%q", got, want)
 			}
-			if got := counterValue(errorsByKind[tt.kind]) - before; got != 5 {
-				t.Errorf("errors_total{kind=%q} rose by %v, want 5", tt.kind, got)
+			if got := counterValue(s.m.errorsByKind[tt.kind]); got != 5 {
+				t.Errorf("errors_total{kind=%q} %v, want 5", tt.kind, got)
 			}
 		})
 	}
@@ -366,10 +366,10 @@ func TestConfig(t *testing.T) {
 // the commands that read before they write are refused as set is,
 // whatever the key holds, and change nothing.
 func TestConditionalCommandsRefusedLikeSet(t *testing.T) {
+	t.Parallel()
 	b := newFakeBackend()
 	b.put("n", "x")
 	b.setErr = fmt.Errorf("forward to the root: %w", store.ErrNotRoot)
-	before := counterValue(errorsByKind[kindBackendNotRoot])
 	s := New(Config{}, b, nil)
 	mc := runConn(t, s, "incr n 1\r\ndecr zz 1\r\nappend n 0 0 1\r\ny\r\nreplace n 0 0 1\r\ny\r\ntouch n 0\r\ncas n 0 0 1 0\r\ny\r\n"+
 		"ma n\r\nms n 1 MA\r\ny\r\nmd n C0\r\nincr n 1 noreply\r\nget n\r\n", 0)
@@ -377,8 +377,8 @@ func TestConditionalCommandsRefusedLikeSet(t *testing.T) {
 	if got, want := mc.output(), strings.Repeat(line, 9)+"VALUE n 0 1\r\nx\r\nEND\r\n"; got != want {
 		t.Fatalf("got\n%q\nwant\n%q", got, want)
 	}
-	if got := counterValue(errorsByKind[kindBackendNotRoot]) - before; got != 10 {
-		t.Errorf("errors_total{kind=backend_not_root} rose by %v, want 10", got)
+	if got := counterValue(s.m.errorsByKind[kindBackendNotRoot]); got != 10 {
+		t.Errorf("errors_total{kind=backend_not_root} %v, want 10", got)
 	}
 }
 
@@ -399,6 +399,7 @@ func TestFlushAll(t *testing.T) {
 // counted SERVER_ERROR, leaving the other writer's value; a key that
 // changes once is retried and the command applies.
 func TestContendedKey(t *testing.T) {
+	t.Parallel()
 	b := newFakeBackend()
 	b.put("n", "1")
 	writes := 0
@@ -407,7 +408,6 @@ func TestContendedKey(t *testing.T) {
 		f.index++
 		f.data[string(key)] = fakeValue{[]byte("7"), f.index, Attrs{}}
 	}
-	before := counterValue(errorsByKind[kindContended])
 	s := New(Config{}, b, nil)
 	mc := runConn(t, s, "incr n 1\r\nappend n 0 0 1\r\nx\r\nma n\r\nget n\r\n", 0)
 	want := strings.Repeat(errContended.msg+"\r\n", 3) + "VALUE n 0 1\r\n7\r\nEND\r\n"
@@ -417,8 +417,8 @@ func TestContendedKey(t *testing.T) {
 	if writes != 3*maxAttempts {
 		t.Errorf("%d attempts, want %d", writes, 3*maxAttempts)
 	}
-	if got := counterValue(errorsByKind[kindContended]) - before; got != 3 {
-		t.Errorf("errors_total{kind=contended} rose by %v, want 3", got)
+	if got := counterValue(s.m.errorsByKind[kindContended]); got != 3 {
+		t.Errorf("errors_total{kind=contended} %v, want 3", got)
 	}
 	once := true
 	b.beforeWriteIf = func(f *fakeBackend, key []byte) {
@@ -437,9 +437,7 @@ func TestContendedKey(t *testing.T) {
 // TestSilencedRefusalsCounted: a refusal that noreply silences is counted
 // all the same.
 func TestSilencedRefusalsCounted(t *testing.T) {
-	unsupported := counterValue(errorsByKind[kindUnsupported])
-	bad := counterValue(errorsByKind[kindBadCommand])
-	nonNumeric := counterValue(errorsByKind[kindNonNumeric])
+	t.Parallel()
 	b := newFakeBackend()
 	b.put("s", "x")
 	s := New(Config{}, b, nil)
@@ -447,13 +445,13 @@ func TestSilencedRefusalsCounted(t *testing.T) {
 	if got := mc.output(); got != "" {
 		t.Fatalf("noreply requests answered %q", got)
 	}
-	if got := counterValue(errorsByKind[kindUnsupported]) - unsupported; got != 3 {
-		t.Errorf("errors_total{kind=unsupported} rose by %v, want 3", got)
+	if got := counterValue(s.m.errorsByKind[kindUnsupported]); got != 3 {
+		t.Errorf("errors_total{kind=unsupported} %v, want 3", got)
 	}
-	if got := counterValue(errorsByKind[kindBadCommand]) - bad; got != 1 {
-		t.Errorf("errors_total{kind=bad_command} rose by %v, want 1", got)
+	if got := counterValue(s.m.errorsByKind[kindBadCommand]); got != 1 {
+		t.Errorf("errors_total{kind=bad_command} %v, want 1", got)
 	}
-	if got := counterValue(errorsByKind[kindNonNumeric]) - nonNumeric; got != 1 {
-		t.Errorf("errors_total{kind=non_numeric} rose by %v, want 1", got)
+	if got := counterValue(s.m.errorsByKind[kindNonNumeric]); got != 1 {
+		t.Errorf("errors_total{kind=non_numeric} %v, want 1", got)
 	}
 }

@@ -20,7 +20,7 @@
 //	ops.go                the operations the three protocols share
 //	backend.go            Backend, the only dependency on the database
 //	errors.go             error kinds and their replies
-//	metrics.go            the qs_memcache_* collectors
+//	metrics.go            Metrics, the qs_memcache_* collectors of one or more servers
 //
 // # Invariants
 //

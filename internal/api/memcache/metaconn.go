@@ -74,14 +74,14 @@ func (c *conn) metaGet(key []byte, m *metaFlags) {
 		return
 	case !found:
 		c.s.stats.getMisses.Add(1)
-		getMissesTotal.Inc()
+		c.m.getMissesTotal.Inc()
 		if !m.quiet {
 			c.out = append(c.out, "EN\r\n"...)
 		}
 		return
 	}
 	c.s.stats.getHits.Add(1)
-	getHitsTotal.Inc()
+	c.m.getHitsTotal.Inc()
 	if m.value {
 		c.out = append(c.out, "VA "...)
 		c.out = strconv.AppendInt(c.out, int64(len(value)), 10)

@@ -8,73 +8,113 @@ import (
 
 const subsystem = "memcache"
 
-// Collectors, shared by every Server of the process.
-var (
-	requestsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "requests_total",
-		Help: "Requests received by the memcached front door, by command (invalid: unparsable or unknown).",
-	}, []string{"cmd"}))
-	errorsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
-		Help: "Requests and connections that ended in an error, by kind.",
-	}, []string{"kind"}))
-	requestSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "request_duration_seconds",
-		Help:    "Time from the first byte of a request to its reply being ready, by command.",
-		Buckets: metrics.LatencyBuckets,
-	}, []string{"cmd"}))
-	connectionsOpen = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections",
-		Help: "Connections being served.",
-	}))
-	connectionsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_total",
-		Help: "Connections accepted and served (rejected ones are counted in errors_total{kind=\"too_many_conns\"}).",
-	}))
-	idleEvictionsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "idle_evictions_total",
-		Help: "Idle connections closed to make room for a new one at the connection limit (memcached's idle kicks).",
-	}))
-	threadConnections = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_connections",
-		Help: "Connections served on a dedicated thread with blocking socket calls (memcache_threads); the others go through Go's network poller.",
-	}))
-	loopConnections = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_connections",
-		Help: "Connections served by the event loops (memcache_event_loops), parked or handed to a goroutine for a request that waits.",
-	}))
-	readNice = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
-		Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",
-	}))
-	readSliceSeconds = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_slice_seconds",
-		Help: "Scheduling slice the dedicated threads asked the kernel for (a shorter one lets a woken reader preempt long-running work); 0 until one did, and if the system refused it.",
-	}))
-	getHitsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "get_hits_total",
-		Help: "Keys found by get and gets.",
-	}))
-	getMissesTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "get_misses_total",
-		Help: "Keys not found by get and gets.",
-	}))
-)
+// Metrics holds the qs_memcache_* collectors. One Metrics may be shared by
+// every Server of a process (Config.Metrics); it is a prometheus.Collector,
+// registered by its owner.
+type Metrics struct {
+	requestsTotal      *prometheus.CounterVec
+	errorsTotal        *prometheus.CounterVec
+	requestSeconds     *prometheus.HistogramVec
+	connectionsOpen    prometheus.Gauge
+	connectionsTotal   prometheus.Counter
+	idleEvictionsTotal prometheus.Counter
+	threadConnections  prometheus.Gauge
+	loopConnections    prometheus.Gauge
+	readNice           prometheus.Gauge
+	readSliceSeconds   prometheus.Gauge
+	getHitsTotal       prometheus.Counter
+	getMissesTotal     prometheus.Counter
 
-// Children resolved once, so the read path does no label lookups, and every
-// label value is exported (as 0) from the start.
-var (
+	// Children resolved once, so the read path does no label lookups, and
+	// every label value is exported (as 0) from the start.
 	requestsByCmd [numCommands]prometheus.Counter
 	secondsByCmd  [numCommands]prometheus.Observer
 	errorsByKind  [numErrKinds]prometheus.Counter
-)
+}
 
-func init() {
+// NewMetrics returns collectors at zero, registered nowhere.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		requestsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "requests_total",
+			Help: "Requests received by the memcached front door, by command (invalid: unparsable or unknown).",
+		}, []string{"cmd"}),
+		errorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
+			Help: "Requests and connections that ended in an error, by kind.",
+		}, []string{"kind"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "request_duration_seconds",
+			Help:    "Time from the first byte of a request to its reply being ready, by command.",
+			Buckets: metrics.LatencyBuckets,
+		}, []string{"cmd"}),
+		connectionsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections",
+			Help: "Connections being served.",
+		}),
+		connectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_total",
+			Help: "Connections accepted and served (rejected ones are counted in errors_total{kind=\"too_many_conns\"}).",
+		}),
+		idleEvictionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "idle_evictions_total",
+			Help: "Idle connections closed to make room for a new one at the connection limit (memcached's idle kicks).",
+		}),
+		threadConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_connections",
+			Help: "Connections served on a dedicated thread with blocking socket calls (memcache_threads); the others go through Go's network poller.",
+		}),
+		loopConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_connections",
+			Help: "Connections served by the event loops (memcache_event_loops), parked or handed to a goroutine for a request that waits.",
+		}),
+		readNice: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
+			Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",
+		}),
+		readSliceSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "thread_slice_seconds",
+			Help: "Scheduling slice the dedicated threads asked the kernel for (a shorter one lets a woken reader preempt long-running work); 0 until one did, and if the system refused it.",
+		}),
+		getHitsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "get_hits_total",
+			Help: "Keys found by get and gets.",
+		}),
+		getMissesTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "get_misses_total",
+			Help: "Keys not found by get and gets.",
+		}),
+	}
 	for c := range numCommands {
-		requestsByCmd[c] = requestsTotal.WithLabelValues(c.String())
-		secondsByCmd[c] = requestSeconds.WithLabelValues(c.String())
+		m.requestsByCmd[c] = m.requestsTotal.WithLabelValues(c.String())
+		m.secondsByCmd[c] = m.requestSeconds.WithLabelValues(c.String())
 	}
 	for k := range numErrKinds {
-		errorsByKind[k] = errorsTotal.WithLabelValues(k.String())
+		m.errorsByKind[k] = m.errorsTotal.WithLabelValues(k.String())
+	}
+	return m
+}
+
+// collectors returns every collector of m, in the order they are exported.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.requestsTotal, m.errorsTotal, m.requestSeconds,
+		m.connectionsOpen, m.connectionsTotal, m.idleEvictionsTotal,
+		m.threadConnections, m.loopConnections, m.readNice, m.readSliceSeconds,
+		m.getHitsTotal, m.getMissesTotal,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
 	}
 }

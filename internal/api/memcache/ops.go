@@ -312,7 +312,7 @@ func ttl(a Attrs, now int64) int64 {
 // backend's.
 func (c *conn) failed(err error) {
 	if pe, ok := err.(*protoError); ok {
-		errorsByKind[pe.kind].Inc()
+		c.m.errorsByKind[pe.kind].Inc()
 		c.debug("memcache: request refused", "cmd", c.req.cmd.String(), "reply", pe.msg)
 		c.replyLine(pe.msg)
 		return

@@ -24,6 +24,7 @@ type Server struct {
 	cfg         Config
 	lim         limits
 	b           Backend
+	m           *Metrics // Config.Metrics, or a Metrics of its own
 	log         *slog.Logger
 	start       time.Time
 	versionLine []byte // "VERSION <Version>\r\n"
@@ -76,10 +77,14 @@ func New(cfg Config, b Backend, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
 	s := &Server{
 		cfg:         cfg,
 		lim:         limits{maxKeys: cfg.MaxKeysPerGet, maxValue: cfg.MaxValueBytes},
 		b:           b,
+		m:           cfg.Metrics,
 		log:         log,
 		start:       time.Now(),
 		versionLine: []byte("VERSION " + sanitize(version.Version, '_', maxErrorText) + "\r\n"),
@@ -164,7 +169,7 @@ func (s *Server) accept(nc net.Conn) {
 		return
 	}
 	if errors.Is(err, errTooManyConns) {
-		errorsByKind[kindTooManyConns].Inc()
+		s.m.errorsByKind[kindTooManyConns].Inc()
 		s.stats.rejectedConns.Add(1)
 		s.log.Debug("memcache: too many connections", "remote", remoteAddr(nc), "max", s.cfg.MaxConns)
 		// A new socket's send buffer is empty: this write does not block.
@@ -196,18 +201,18 @@ func (s *Server) registerLocked(nc net.Conn) (*conn, error) {
 		if ts, ok := newThreadSock(nc); ok {
 			sk = ts
 			s.mu.threads++
-			threadConnections.Inc()
+			s.m.threadConnections.Inc()
 		}
 	}
 	c := newConn(s, nc, sk)
 	if loops && s.attachLoopLocked(c) {
-		loopConnections.Inc()
+		s.m.loopConnections.Inc()
 	}
 	s.mu.conns[c] = struct{}{}
 	s.stats.currConns.Add(1)
 	s.stats.totalConns.Add(1)
-	connectionsOpen.Inc()
-	connectionsTotal.Inc()
+	s.m.connectionsOpen.Inc()
+	s.m.connectionsTotal.Inc()
 	return c, nil
 }
 
@@ -229,7 +234,7 @@ func (s *Server) evictIdlestLocked() bool {
 		if idlest.evictIfIdle() {
 			s.mu.evicting++
 			s.stats.evictedConns.Add(1)
-			idleEvictionsTotal.Inc()
+			s.m.idleEvictionsTotal.Inc()
 			s.log.Debug("memcache: idle connection closed for a new one", "remote", remoteAddr(idlest.nc), "idle_since", since)
 			return true
 		}
@@ -246,15 +251,15 @@ func (s *Server) unregister(c *conn) {
 	delete(s.mu.conns, c)
 	if c.sock.dedicated() {
 		s.mu.threads--
-		threadConnections.Dec()
+		s.m.threadConnections.Dec()
 	}
 	s.mu.Unlock()
 	if c.loop != nil {
 		c.loop.lp.release(c)
-		loopConnections.Dec()
+		s.m.loopConnections.Dec()
 	}
 	s.stats.currConns.Add(-1)
-	connectionsOpen.Dec()
+	s.m.connectionsOpen.Dec()
 }
 
 // Shutdown stops the server gracefully: it closes the listeners (Serve
@@ -359,7 +364,7 @@ func remoteAddr(nc net.Conn) string {
 // niceAllowed records that a read thread runs at Config.ReadNice.
 func (s *Server) niceAllowed() {
 	s.niceOnce.Do(func() {
-		readNice.Set(float64(s.cfg.ReadNice))
+		s.m.readNice.Set(float64(s.cfg.ReadNice))
 		s.log.Info("memcache: threads serving reads run at a raised priority", "nice", s.cfg.ReadNice)
 	})
 }
@@ -376,7 +381,7 @@ func (s *Server) refuseNice(err error) {
 
 // sliceSet records that a dedicated thread runs with readSlice.
 func (s *Server) sliceSet() {
-	s.sliceOnce.Do(func() { readSliceSeconds.Set(readSlice.Seconds()) })
+	s.sliceOnce.Do(func() { s.m.readSliceSeconds.Set(readSlice.Seconds()) })
 }
 
 // refuseSlice records that the system refused readSlice for a thread.

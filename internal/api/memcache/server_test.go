@@ -242,7 +242,6 @@ func TestSlowLoris(t *testing.T) { forIOModes(t, testSlowLoris) }
 func testSlowLoris(t *testing.T, threads int) {
 	const timeout = 300 * time.Millisecond
 	ts := startServer(t, withThreads(Config{RequestTimeout: timeout}, threads), newFakeBackend())
-	before := counterValue(errorsByKind[kindTimeout])
 
 	// Half a line, then silence.
 	c := dial(t, "tcp", ts.addr)
@@ -282,8 +281,8 @@ func testSlowLoris(t *testing.T, threads int) {
 	c.send("set a 0 0 10\r\n01234")
 	c.expectClosed()
 
-	if got := counterValue(errorsByKind[kindTimeout]) - before; got != 3 {
-		t.Errorf("errors_total{kind=timeout} rose by %v, want 3", got)
+	if got := counterValue(ts.m.errorsByKind[kindTimeout]); got != 3 {
+		t.Errorf("errors_total{kind=timeout} %v, want 3", got)
 	}
 	// A prompt client is unaffected.
 	c = dial(t, "tcp", ts.addr)
@@ -312,8 +311,6 @@ func TestTooManyConnections(t *testing.T) { forIOModes(t, testTooManyConnections
 
 func testTooManyConnections(t *testing.T, threads int) {
 	ts := startServer(t, withThreads(Config{MaxConns: 2}, threads), newFakeBackend())
-	before := counterValue(errorsByKind[kindTooManyConns])
-	evictedBefore := counterValue(idleEvictionsTotal)
 	allIdle := func() bool {
 		ts.mu.Lock()
 		defer ts.mu.Unlock()
@@ -338,8 +335,8 @@ func testTooManyConnections(t *testing.T, threads int) {
 	c3.expect(versionReply)
 	c2.send("version\r\n")
 	c2.expect(versionReply)
-	if got := counterValue(idleEvictionsTotal) - evictedBefore; got != 1 {
-		t.Errorf("idle_evictions_total rose by %v, want 1", got)
+	if got := counterValue(ts.m.idleEvictionsTotal); got != 1 {
+		t.Errorf("idle_evictions_total %v, want 1", got)
 	}
 	waitFor(t, "the evicted connection to go", func() bool { return ts.stats.currConns.Load() == 2 })
 
@@ -359,8 +356,8 @@ func testTooManyConnections(t *testing.T, threads int) {
 	c4 := dial(t, "tcp", ts.addr)
 	c4.expect("SERVER_ERROR too many connections\r\n")
 	c4.expectClosed()
-	if got := counterValue(errorsByKind[kindTooManyConns]) - before; got != 1 {
-		t.Errorf("errors_total{kind=too_many_conns} rose by %v, want 1", got)
+	if got := counterValue(ts.m.errorsByKind[kindTooManyConns]); got != 1 {
+		t.Errorf("errors_total{kind=too_many_conns} %v, want 1", got)
 	}
 	c2.send("\r\n")
 	c2.expect("END\r\n")
@@ -370,13 +367,12 @@ func TestLineTooLongTCP(t *testing.T) { forIOModes(t, testLineTooLongTCP) }
 
 func testLineTooLongTCP(t *testing.T, threads int) {
 	ts := startServer(t, withThreads(Config{}, threads), newFakeBackend())
-	before := counterValue(errorsByKind[kindLineTooLong])
 	c := dial(t, "tcp", ts.addr)
 	go c.nc.Write([]byte("get " + strings.Repeat("k", 3<<20) + "\r\nversion\r\n"))
 	c.expect("CLIENT_ERROR line too long\r\n")
 	c.expectClosed()
-	if got := counterValue(errorsByKind[kindLineTooLong]) - before; got != 1 {
-		t.Errorf("errors_total{kind=line_too_long} rose by %v, want 1", got)
+	if got := counterValue(ts.m.errorsByKind[kindLineTooLong]); got != 1 {
+		t.Errorf("errors_total{kind=line_too_long} %v, want 1", got)
 	}
 }
 
@@ -410,7 +406,6 @@ func testWriteTimeout(t *testing.T, threads int) {
 	b := newFakeBackend()
 	b.put("big", strings.Repeat("z", 1<<20))
 	ts := startServer(t, withThreads(Config{WriteTimeout: 200 * time.Millisecond}, threads), b)
-	before := counterValue(errorsByKind[kindTimeout])
 	c := dial(t, "tcp", ts.addr)
 	go func() {
 		for range 200 {
@@ -422,8 +417,8 @@ func testWriteTimeout(t *testing.T, threads int) {
 	waitFor(t, "the server to drop the connection", func() bool {
 		return ts.stats.currConns.Load() == 0 && ts.stats.totalConns.Load() == 1
 	})
-	if got := counterValue(errorsByKind[kindTimeout]) - before; got != 1 {
-		t.Errorf("errors_total{kind=timeout} rose by %v, want 1", got)
+	if got := counterValue(ts.m.errorsByKind[kindTimeout]); got != 1 {
+		t.Errorf("errors_total{kind=timeout} %v, want 1", got)
 	}
 }
 

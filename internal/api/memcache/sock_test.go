@@ -31,7 +31,6 @@ func TestThreadLimit(t *testing.T) {
 		t.Skip("dedicated threads are Linux only")
 	}
 	ts := startServer(t, Config{Threads: 1, EventLoops: -1}, newFakeBackend())
-	before := gaugeValue(t, threadConnections)
 	c1, c2 := dial(t, "tcp", ts.addr), dial(t, "tcp", ts.addr)
 	for _, c := range []*client{c1, c2} {
 		c.send("set k 0 0 1\r\nv\r\nget k\r\n")
@@ -48,19 +47,19 @@ func TestThreadLimit(t *testing.T) {
 	if dedicated != 1 {
 		t.Errorf("%d connections on a dedicated thread, want 1 (Threads: 1)", dedicated)
 	}
-	if g := gaugeValue(t, threadConnections) - before; g != 1 {
-		t.Errorf("thread_connections rose by %v, want 1", g)
+	if g := gaugeValue(t, ts.m.threadConnections); g != 1 {
+		t.Errorf("thread_connections %v, want 1", g)
 	}
 	c1.send("quit\r\n")
 	c1.expectClosed()
 	waitFor(t, "the dedicated thread to be given back", func() bool {
-		return gaugeValue(t, threadConnections) == before
+		return gaugeValue(t, ts.m.threadConnections) == 0
 	})
 	c3 := dial(t, "tcp", ts.addr) // takes the free thread
 	c3.send("version\r\n")
 	c3.expect(versionReply)
-	if g := gaugeValue(t, threadConnections) - before; g != 1 {
-		t.Errorf("after a reconnect thread_connections is %v above the start, want 1", g)
+	if g := gaugeValue(t, ts.m.threadConnections); g != 1 {
+		t.Errorf("after a reconnect thread_connections %v, want 1", g)
 	}
 }
 
@@ -136,8 +135,8 @@ func TestReadNice(t *testing.T) {
 	if kernelKeepsSlices() && r.slice != readSlice {
 		t.Errorf("dedicated thread's slice %v, want %v", r.slice, readSlice)
 	}
-	if r.slice == readSlice && gaugeValue(t, readSliceSeconds) != readSlice.Seconds() {
-		t.Errorf("thread_slice_seconds %v, want %v", gaugeValue(t, readSliceSeconds), readSlice.Seconds())
+	if r.slice == readSlice && gaugeValue(t, s.m.readSliceSeconds) != readSlice.Seconds() {
+		t.Errorf("thread_slice_seconds %v, want %v", gaugeValue(t, s.m.readSliceSeconds), readSlice.Seconds())
 	}
 	if r.refused {
 		if r.get != r.base {
@@ -152,7 +151,7 @@ func TestReadNice(t *testing.T) {
 	if r.set != r.base || r.bad != r.base {
 		t.Errorf("a set ran at nice %d and a refused line at %d, want the base %d", r.set, r.bad, r.base)
 	}
-	if g := gaugeValue(t, readNice); g != -5 {
+	if g := gaugeValue(t, s.m.readNice); g != -5 {
 		t.Errorf("read_nice gauge %v, want -5", g)
 	}
 }

@@ -26,7 +26,7 @@ func (c *conn) readData(req *request) (data []byte, ok bool) {
 		return nil, false
 	}
 	if block[n] != '\r' || block[n+1] != '\n' {
-		errorsByKind[kindBadDataChunk].Inc()
+		c.m.errorsByKind[kindBadDataChunk].Inc()
 		c.debug("memcache: request refused", "cmd", req.cmd.String(), "reply", errBadDataChunk.msg)
 		c.replyLine(errBadDataChunk.msg)
 		return nil, true
@@ -134,15 +134,15 @@ func (c *conn) gat(req *request) bool {
 		c.out = append(c.out, "\r\n"...)
 		if len(c.out)-mark > c.s.cfg.MaxReplyBytes {
 			c.out = c.out[:mark]
-			errorsByKind[kindReplyTooLarge].Inc()
+			c.m.errorsByKind[kindReplyTooLarge].Inc()
 			c.replyLine("SERVER_ERROR reply too large: ask for fewer keys per request")
 			return true
 		}
 	}
 	c.s.stats.getHits.Add(uint64(hits))
 	c.s.stats.getMisses.Add(uint64(len(req.keys) - hits))
-	getHitsTotal.Add(float64(hits))
-	getMissesTotal.Add(float64(len(req.keys) - hits))
+	c.m.getHitsTotal.Add(float64(hits))
+	c.m.getMissesTotal.Add(float64(len(req.keys) - hits))
 	c.out = append(c.out, "END\r\n"...)
 	return true
 }
