@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -65,8 +64,8 @@ prefixes = [""]
 	}
 	e.db.Gate = g
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(gm)
-	e.metrics = prometheus.Gatherers{reg, metrics.Registry}
+	reg.MustRegister(gm, e.m)
+	e.metrics = reg
 	return e
 }
 
