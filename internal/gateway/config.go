@@ -193,6 +193,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Logger receives reloads and their failures. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics counts admissions, refusals and reloads. Nil: a private
+	// NewMetrics (registered nowhere).
+	Metrics *Metrics
 }
 
 // DefaultPollInterval is the default of Options.PollInterval.

@@ -23,6 +23,7 @@ import (
 // no lock; Reload builds a new table and swaps it in.
 type Gateway struct {
 	opts  Options
+	m     *Metrics
 	table atomic.Pointer[table]
 	mu    struct {
 		sync.Mutex // serialises loads
@@ -68,7 +69,10 @@ func Open(o Options) (*Gateway, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{opts: o}
+	g := &Gateway{opts: o, m: o.Metrics}
+	if g.m == nil {
+		g.m = NewMetrics()
+	}
 	g.mu.quotas = map[string]*quota{}
 	if _, err := g.Reload(); err != nil {
 		return nil, err
@@ -104,7 +108,7 @@ func (g *Gateway) Reload() (changed bool, err error) {
 		err = f.Validate(g.opts.Databases)
 	}
 	if err != nil {
-		reloadsFailed.Inc()
+		g.m.reloadsFailed.Inc()
 		err = fmt.Errorf("producers file %s: %w", g.opts.Path, err)
 		g.mu.failed, g.mu.failedErr = id, err
 		if g.table.Load() != nil {
@@ -116,12 +120,12 @@ func (g *Gateway) Reload() (changed bool, err error) {
 	old := g.table.Load()
 	g.table.Store(g.buildLocked(f))
 	g.mu.loaded = id
-	reloadsOK.Inc()
-	producersGauge.Set(float64(len(f.Producers)))
+	g.m.reloadsOK.Inc()
+	g.m.producers.Set(float64(len(f.Producers)))
 	if old != nil {
 		for _, p := range old.producers {
 			if !slices.ContainsFunc(f.Producers, func(c ProducerConfig) bool { return c.Name == p.name }) {
-				deleteProducerMetrics(p.name)
+				g.m.deleteProducer(p.name)
 				delete(g.mu.quotas, p.name)
 			}
 		}
@@ -137,7 +141,7 @@ func (g *Gateway) Reload() (changed bool, err error) {
 func (g *Gateway) buildLocked(f *File) *table {
 	t := &table{byToken: map[[sha256.Size]byte]*Producer{}}
 	for _, c := range f.Producers {
-		p := &Producer{name: c.Name, prefixes: slices.Clone(c.Prefixes), maxWait: *f.MaxWait, m: newProducerMetrics(c.Name)}
+		p := &Producer{name: c.Name, prefixes: slices.Clone(c.Prefixes), maxWait: *f.MaxWait, m: g.m.producer(c.Name)}
 		if len(c.Databases) > 0 {
 			p.dbs = map[string]bool{}
 			for _, d := range c.Databases {
@@ -194,14 +198,14 @@ func (g *Gateway) Run(ctx context.Context) {
 func (g *Gateway) Authenticate(authorization string) (*Producer, error) {
 	token, ok := bearerToken(authorization)
 	if !ok {
-		rejectedUnauthenticated.Inc()
+		g.m.rejectedUnauthenticated.Inc()
 		return nil, ErrUnauthenticated
 	}
 	// The map is keyed by the hash of a high-entropy token: looking it up
 	// leaks nothing useful about other tokens through timing.
 	p := g.table.Load().byToken[sha256.Sum256([]byte(token))]
 	if p == nil {
-		rejectedInvalidToken.Inc()
+		g.m.rejectedInvalidToken.Inc()
 		return nil, ErrInvalidToken
 	}
 	return p, nil
@@ -224,7 +228,7 @@ func (g *Gateway) RefuseMemcacheWrite() error {
 	if g == nil {
 		return nil
 	}
-	rejectedMemcache.Inc()
+	g.m.rejectedMemcache.Inc()
 	return ErrMemcacheWrite
 }
 

@@ -4,7 +4,12 @@ import (
 	"errors"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 )
+
+// gatewayMetrics is the process's one gateway.Metrics, in the process
+// registry: every Server of the process counts in it.
+var gatewayMetrics = metrics.MustRegister(gateway.NewMetrics())
 
 // openGateway loads the producers file, if configured. Without one, writes
 // are open: fine for development, and said loudly at startup.
@@ -22,7 +27,7 @@ func (s *Server) openGateway() error {
 	for i, d := range s.cfg.Databases {
 		names[i] = d.Name
 	}
-	g, err := gateway.Open(gateway.Options{Path: s.cfg.ProducersFile, Databases: names, Logger: s.log})
+	g, err := gateway.Open(gateway.Options{Path: s.cfg.ProducersFile, Databases: names, Logger: s.log, Metrics: gatewayMetrics})
 	if err != nil {
 		return err
 	}

@@ -411,9 +411,9 @@ func (s *Server) StartContext(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		limit := &httpapi.ConnLimit{Max: s.cfg.MaxHTTPConns}
+		limit := &httpapi.ConnLimit{Max: s.cfg.MaxHTTPConns, Metrics: httpMetrics}
 		front = &swapHandler{}
-		front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+		front.set(httpapi.New(httpConfig(), s, s.log))
 		if len(s.waiting) > 0 {
 			front.set(s.waitingHandler())
 		}
@@ -442,7 +442,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 		// Every database is open: the API answers before the other
 		// listeners are announced.
 		if front != nil {
-			front.set(httpapi.New(httpapi.DefaultConfig(), s, s.log))
+			front.set(httpapi.New(httpConfig(), s, s.log))
 		}
 	}
 	for _, d := range s.cfg.Databases {

@@ -34,9 +34,9 @@ const streamThreshold = 1 << 20
 // the handler wrote it.
 type boundedWriter struct {
 	http.ResponseWriter
-	conn    writeDeadliner // nil: not a connection (tests' recorders)
-	timeout time.Duration
-	set     bool // a deadline was set for this answer
+	conn writeDeadliner // nil: not a connection (tests' recorders)
+	h    *handler       // its WriteTimeout, and the metrics that count timeouts
+	set  bool           // a deadline was set for this answer
 }
 
 // writeDeadliner is what net/http's response writer offers (and
@@ -64,7 +64,7 @@ func connDeadlines(w http.ResponseWriter) writeDeadliner {
 // arm gives the client a fresh WriteTimeout for the next piece.
 func (b *boundedWriter) arm() {
 	if b.conn != nil {
-		b.conn.SetWriteDeadline(time.Now().Add(b.timeout))
+		b.conn.SetWriteDeadline(time.Now().Add(b.h.cfg.WriteTimeout))
 	}
 	b.set = true
 }
@@ -85,7 +85,7 @@ func (b *boundedWriter) Write(p []byte) (int, error) {
 		n += m
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				writeTimeouts.Inc()
+				b.h.m.writeTimeouts.Inc()
 			}
 			return n, err
 		}
@@ -148,6 +148,7 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 // streamed beyond.
 type answer struct {
 	w       http.ResponseWriter
+	m       *Metrics
 	applied uint64
 	buf     []byte
 	sent    int  // bytes sent before buf
@@ -168,7 +169,7 @@ func (a *answer) flushIfLarge() error {
 		h["Qs-Applied-Index"] = []string{strconv.FormatUint(a.applied, 10)}
 		a.w.WriteHeader(http.StatusOK)
 		a.started = true
-		answersStreamed.Inc()
+		a.m.answersStreamed.Inc()
 	}
 	_, err := a.w.Write(a.buf)
 	a.sent += len(a.buf)
@@ -189,6 +190,6 @@ func (a *answer) finish() int {
 // abort ends a streamed answer that failed part way: the connection is
 // cut so that the client sees an incomplete answer, never a short one.
 func (a *answer) abort() {
-	answersCut.Inc()
+	a.m.answersCut.Inc()
 	panic(http.ErrAbortHandler)
 }

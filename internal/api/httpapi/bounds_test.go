@@ -54,7 +54,7 @@ func TestSlowBodyGets408AndClose(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.BodyTimeout = 100 * time.Millisecond
 	e := newEnv(t, cfg, store.Options{})
-	before := testutil.ToFloat64(errorsByCode[codeRequestTimeout])
+	before := testutil.ToFloat64(e.m.errorsByCode[codeRequestTimeout])
 	c, err := net.Dial("tcp", e.srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestSlowBodyGets408AndClose(t *testing.T) {
 	if n, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("server sent %d more bytes instead of closing", n)
 	}
-	if got := testutil.ToFloat64(errorsByCode[codeRequestTimeout]); got != before+1 {
+	if got := testutil.ToFloat64(e.m.errorsByCode[codeRequestTimeout]); got != before+1 {
 		t.Fatalf("request_timeout errors %v → %v", before, got)
 	}
 	// Nothing was written.
@@ -106,8 +106,8 @@ func TestNonReadingMgetClientsAreBounded(t *testing.T) {
 	runtime.GC()
 	var m0 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	streamed0 := testutil.ToFloat64(answersStreamed)
-	timeouts0 := testutil.ToFloat64(writeTimeouts)
+	streamed0 := testutil.ToFloat64(e.m.answersStreamed)
+	timeouts0 := testutil.ToFloat64(e.m.writeTimeouts)
 	for range clients {
 		c, err := net.Dial("tcp", srv.Listener.Addr().String())
 		if err != nil {
@@ -117,7 +117,7 @@ func TestNonReadingMgetClientsAreBounded(t *testing.T) {
 		c.(*net.TCPConn).SetReadBuffer(4 << 10)
 		fmt.Fprintf(c, "POST /v1/db/mget HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(req), req)
 	}
-	waitMetric(t, "answers streamed", func() float64 { return testutil.ToFloat64(answersStreamed) - streamed0 }, clients)
+	waitMetric(t, "answers streamed", func() float64 { return testutil.ToFloat64(e.m.answersStreamed) - streamed0 }, clients)
 	runtime.GC()
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)
@@ -126,7 +126,7 @@ func TestNonReadingMgetClientsAreBounded(t *testing.T) {
 	if grew > int64(clients*answer/4) {
 		t.Fatalf("%d stalled mget clients grew the heap by %d MiB (answers of %d MiB each)", clients, grew>>20, answer>>20)
 	}
-	waitMetric(t, "write timeouts", func() float64 { return testutil.ToFloat64(writeTimeouts) - timeouts0 }, clients)
+	waitMetric(t, "write timeouts", func() float64 { return testutil.ToFloat64(e.m.writeTimeouts) - timeouts0 }, clients)
 	waitMetric(t, "connections closed by the server", func() float64 { return float64(closed.Load()) }, clients)
 }
 
@@ -137,7 +137,7 @@ func TestStreamedAnswerFailingPartWayCutsTheConnection(t *testing.T) {
 	cfg.MaxResponseBytes = 3 << 20
 	e := newEnv(t, cfg, store.Options{})
 	req := fillLarge(t, e, 64, 128<<10)
-	cut := testutil.ToFloat64(answersCut)
+	cut := testutil.ToFloat64(e.m.answersCut)
 	resp, err := http.Post(e.srv.URL+"/v1/db/mget", "application/json", bytes.NewReader(req))
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestStreamedAnswerFailingPartWayCutsTheConnection(t *testing.T) {
 		}
 		t.Fatalf("a failed streamed answer ended cleanly (%d bytes)", len(body))
 	}
-	if got := testutil.ToFloat64(answersCut); got != cut+1 {
+	if got := testutil.ToFloat64(e.m.answersCut); got != cut+1 {
 		t.Fatalf("answers cut %v → %v", cut, got)
 	}
 }
@@ -160,7 +160,7 @@ func TestStreamedAnswerFailingPartWayCutsTheConnection(t *testing.T) {
 func TestStreamedAnswersAreWhole(t *testing.T) {
 	e := newEnv(t, DefaultConfig(), store.Options{})
 	req := fillLarge(t, e, 40, 64<<10)
-	streamed := testutil.ToFloat64(answersStreamed)
+	streamed := testutil.ToFloat64(e.m.answersStreamed)
 	r := e.do("POST", "/v1/db/mget", req)
 	var mg struct {
 		Index  uint64
@@ -189,7 +189,7 @@ func TestStreamedAnswersAreWhole(t *testing.T) {
 	if len(sc.Items) != 40 || sc.Next != nil {
 		t.Fatalf("scan: %d items, next %v", len(sc.Items), sc.Next)
 	}
-	if got := testutil.ToFloat64(answersStreamed); got != streamed+2 {
+	if got := testutil.ToFloat64(e.m.answersStreamed); got != streamed+2 {
 		t.Fatalf("answers streamed %v → %v, want both", streamed, got)
 	}
 }
@@ -198,7 +198,7 @@ func TestStreamedAnswersAreWhole(t *testing.T) {
 // and /metrics; anything else is answered 503 and closed.
 func TestConnLimitKeepsRoomForHealthAndMetrics(t *testing.T) {
 	e := newEnv(t, DefaultConfig(), store.Options{})
-	limit := &ConnLimit{Max: 3}
+	limit := &ConnLimit{Max: 3, Metrics: e.m}
 	srv := httptest.NewUnstartedServer(limit.Wrap(e.h))
 	srv.Config.ConnState = limit.ConnState
 	srv.Start()
@@ -211,7 +211,7 @@ func TestConnLimitKeepsRoomForHealthAndMetrics(t *testing.T) {
 		defer c.Close()
 	}
 	waitMetric(t, "open connections", func() float64 { return float64(limit.Open()) }, 3)
-	refused := testutil.ToFloat64(connsRefused)
+	refused := testutil.ToFloat64(e.m.connsRefused)
 	get := func(path string) (int, string) {
 		tr := &http.Transport{DisableKeepAlives: true}
 		defer tr.CloseIdleConnections()
@@ -232,7 +232,7 @@ func TestConnLimitKeepsRoomForHealthAndMetrics(t *testing.T) {
 	if st, body := get(keyPath("a")); st != http.StatusServiceUnavailable || !strings.Contains(body, "max_http_conns") {
 		t.Fatalf("read over the limit: %d %s", st, body)
 	}
-	if got := testutil.ToFloat64(connsRefused); got != refused+1 {
+	if got := testutil.ToFloat64(e.m.connsRefused); got != refused+1 {
 		t.Fatalf("refused %v → %v", refused, got)
 	}
 }

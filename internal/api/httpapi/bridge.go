@@ -30,10 +30,10 @@ func (h *handler) bridgeHead(w http.ResponseWriter, r *http.Request, d *Database
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
-	return writeBridgeHead(w, d, hd)
+	return h.writeBridgeHead(w, d, hd)
 }
 
-func writeBridgeHead(w http.ResponseWriter, d *Database, hd store.Head) int {
+func (h *handler) writeBridgeHead(w http.ResponseWriter, d *Database, hd store.Head) int {
 	body, err := json.Marshal(map[string]any{
 		"db_id":   d.Store.DBID().String(),
 		"index":   hd.Index,
@@ -41,13 +41,13 @@ func writeBridgeHead(w http.ResponseWriter, d *Database, hd store.Head) int {
 		"bridged": d.Bridge != nil,
 	})
 	if err != nil {
-		return writeError(w, codeInternal, err, nil)
+		return h.m.writeError(w, codeInternal, err, nil)
 	}
 	body = append(body, '\n')
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
-	h["Qs-Applied-Index"] = []string{strconv.FormatUint(hd.Index, 10)}
+	hdr := w.Header()
+	hdr["Content-Type"] = jsonContentType
+	hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
+	hdr["Qs-Applied-Index"] = []string{strconv.FormatUint(hd.Index, 10)}
 	w.Write(body)
 	return http.StatusOK
 }
@@ -96,7 +96,7 @@ func (h *handler) bridgeAppend(w http.ResponseWriter, r *http.Request, d *Databa
 	if err := d.Bridge(r.Context(), em.Entries); err != nil {
 		if errors.Is(err, store.ErrNotContiguous) {
 			applied := d.Store.AppliedIndex()
-			return writeError(w, codeConditionFailed, fmt.Errorf("qs: bridged entries %d..%d do not follow this root's log at %d: %w",
+			return h.m.writeError(w, codeConditionFailed, fmt.Errorf("qs: bridged entries %d..%d do not follow this root's log at %d: %w",
 				first(em.Entries), em.Entries[len(em.Entries)-1].Index, applied, err), &applied)
 		}
 		return h.fail(w, r, d, err)
@@ -105,7 +105,7 @@ func (h *handler) bridgeAppend(w http.ResponseWriter, r *http.Request, d *Databa
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
-	return writeBridgeHead(w, d, hd)
+	return h.writeBridgeHead(w, d, hd)
 }
 
 func first(es []wal.Entry) uint64 { return es[0].Index }

@@ -44,6 +44,9 @@ type Config struct {
 	// excepted): a client that takes none of it for this long is
 	// disconnected. Default 30 seconds.
 	WriteTimeout time.Duration
+	// Metrics counts requests, errors and timings. Nil: a private
+	// NewMetrics (registered nowhere) for each handler.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns the default limits.

@@ -17,8 +17,10 @@ const ConnReserve = 64
 // unavailable and its connection closed. The server must accept Max +
 // ConnReserve connections and report their states to ConnState.
 type ConnLimit struct {
-	Max  int
-	open atomic.Int64
+	Max int
+	// Metrics counts the refusals. Nil: a private NewMetrics.
+	Metrics *Metrics
+	open    atomic.Int64
 }
 
 // ConnState counts open connections (http.Server.ConnState).
@@ -37,12 +39,16 @@ func (l *ConnLimit) Open() int { return int(l.open.Load()) }
 // Wrap refuses requests other than health checks and metrics scrapes
 // while the connections over Max are in use.
 func (l *ConnLimit) Wrap(next http.Handler) http.Handler {
+	m := l.Metrics
+	if m == nil {
+		m = NewMetrics()
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := l.open.Load(); n > int64(l.Max) && r.URL.Path != "/healthz" && r.URL.Path != "/metrics" {
-			connsRefused.Inc()
+			m.connsRefused.Inc()
 			w.Header().Set("Connection", "close")
 			w.Header().Set("Retry-After", "1")
-			writeError(w, codeUnavailable, fmt.Errorf("qs: %d HTTP connections open, over max_http_conns %d: the rest are kept for /healthz and /metrics", n, l.Max), nil)
+			m.writeError(w, codeUnavailable, fmt.Errorf("qs: %d HTTP connections open, over max_http_conns %d: the rest are kept for /healthz and /metrics", n, l.Max), nil)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -21,7 +21,7 @@
 //	status.go, digest.go, usage.go, unread.go, tree.go, members.go
 //	              the other endpoints
 //	database.go   Database and Catalog: what the handler needs from the server
-//	metrics.go    the qs_http_* collectors
+//	metrics.go    Metrics: the qs_http_* collectors, one per process (Config.Metrics)
 //
 // # Invariants
 //

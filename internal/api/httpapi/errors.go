@@ -171,20 +171,22 @@ func mustErrorBody(code errCode, msg string) []byte {
 	return append(b, '\n')
 }
 
-// writeErrorBody sends a prepared JSON error body with the code's status.
-func writeErrorBody(w http.ResponseWriter, code errCode, body []byte) int {
+// writeErrorBody sends a prepared JSON error body with the code's status
+// and counts it.
+func (m *Metrics) writeErrorBody(w http.ResponseWriter, code errCode, body []byte) int {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h.Del("Content-Length")
 	w.WriteHeader(code.status())
 	w.Write(body)
-	errorsByCode[code].Inc()
+	m.errorsByCode[code].Inc()
 	return code.status()
 }
 
 // writeError answers with the JSON error for err and returns the status.
-// applied, when not nil, is added to the body as applied_index.
-func writeError(w http.ResponseWriter, code errCode, err error, applied *uint64) int {
+// applied, when not nil, is added to the body as applied_index. The error
+// is counted in m.
+func (m *Metrics) writeError(w http.ResponseWriter, code errCode, err error, applied *uint64) int {
 	det := errorDetail{Code: code.String(), Message: err.Error(), AppliedIndex: applied}
 	if nr := (*store.NotRootError)(nil); code == codeNotRoot && errors.As(err, &nr) {
 		det.RootHTTP = nr.Root
@@ -192,7 +194,7 @@ func writeError(w http.ResponseWriter, code errCode, err error, applied *uint64)
 	gateDetail(w.Header(), &det, code, err)
 	body, merr := json.Marshal(errorBody{Error: det})
 	if merr != nil { // cannot happen for these types; keep the answer JSON anyway
-		return writeErrorBody(w, codeInternal, encodeErrorBody)
+		return m.writeErrorBody(w, codeInternal, encodeErrorBody)
 	}
-	return writeErrorBody(w, code, append(body, '\n'))
+	return m.writeErrorBody(w, code, append(body, '\n'))
 }

@@ -57,7 +57,8 @@ func pathUnescape(s string) string {
 // its labels. Keys are bounded: database names come from configuration
 // (unknown ones are counted as ""), routes and statuses are few.
 type requestCounters struct {
-	m sync.Map // requestLabels → prometheus.Counter
+	vec *prometheus.CounterVec // qs_http_requests_total
+	m   sync.Map               // requestLabels → prometheus.Counter
 }
 
 type requestLabels struct {
@@ -73,7 +74,7 @@ func (c *requestCounters) counter(db string, rt route, status int) prometheus.Co
 	if v, ok := c.m.Load(l); ok {
 		return v.(prometheus.Counter)
 	}
-	ctr := requestsTotal.WithLabelValues(db, rt.String(), statusLabel(status))
+	ctr := c.vec.WithLabelValues(db, rt.String(), statusLabel(status))
 	c.m.Store(l, ctr)
 	return ctr
 }

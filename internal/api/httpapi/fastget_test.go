@@ -137,11 +137,11 @@ func rawDo(t *testing.T, addr, request string) (*http.Response, []byte) {
 }
 
 // httpCounts reads every child of qs_http_requests_total and
-// qs_http_errors_total.
-func httpCounts(t *testing.T) map[string]float64 {
+// qs_http_errors_total of h.
+func httpCounts(t *testing.T, h *Metrics) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for _, c := range []prometheus.Collector{requestsTotal, errorsTotal} {
+	for _, c := range []prometheus.Collector{h.requests, h.errors} {
 		ch := make(chan prometheus.Metric, 256)
 		go func() { c.Collect(ch); close(ch) }()
 		for m := range ch {
@@ -222,7 +222,7 @@ func TestFastGetAnswersAsTheRouter(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			now := httpCounts(t)
+			now := httpCounts(t, e.m)
 			for k := range countsDelta(before, now) {
 				if strings.Contains(k, "qs_http_requests_total") {
 					return now
@@ -235,7 +235,7 @@ func TestFastGetAnswersAsTheRouter(t *testing.T) {
 		}
 	}
 	for _, rq := range requests {
-		c0 := httpCounts(t)
+		c0 := httpCounts(t, e.m)
 		fast, fastBody := rawDo(t, e.srv.Listener.Addr().String(), rq)
 		c1 := counted(c0)
 		slow, slowBody := rawDo(t, ref.Listener.Addr().String(), rq)
@@ -323,7 +323,7 @@ func TestFastGetNonReadingClientsAreCut(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	timeouts0 := testutil.ToFloat64(writeTimeouts)
+	timeouts0 := testutil.ToFloat64(e.m.writeTimeouts)
 	const clients = 3
 	for range clients {
 		c, err := net.Dial("tcp", srv.Listener.Addr().String())
@@ -334,6 +334,6 @@ func TestFastGetNonReadingClientsAreCut(t *testing.T) {
 		c.(*net.TCPConn).SetReadBuffer(4 << 10)
 		io.WriteString(c, "GET /v1/db/keys/big HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
-	waitMetric(t, "write timeouts", func() float64 { return testutil.ToFloat64(writeTimeouts) - timeouts0 }, clients)
+	waitMetric(t, "write timeouts", func() float64 { return testutil.ToFloat64(e.m.writeTimeouts) - timeouts0 }, clients)
 	waitMetric(t, "connections closed by the server", func() float64 { return float64(closed.Load()) }, clients)
 }

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
@@ -20,11 +23,13 @@ import (
 // gateEnv is an env whose database "db" has a Gate with two producers:
 // "<prefix>-app" writing app/ and shared/app/ at 0.2 ops/s (burst 2, no
 // wait), and "<prefix>-admin" writing everything without limits. The
-// prefix keeps metric series of tests apart.
+// prefix names the producers in metric series.
 type gateEnv struct {
 	*env
 	app, admin string // tokens
 	path       string // producers file
+	// metrics gathers the gateway's Metrics and the HTTP API's collectors.
+	metrics prometheus.Gatherer
 }
 
 func newGateEnv(t testing.TB, name string) *gateEnv {
@@ -52,11 +57,15 @@ prefixes = [""]
 	if err := os.WriteFile(e.path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.Open(gateway.Options{Path: e.path, Logger: slog.New(slog.DiscardHandler)})
+	gm := gateway.NewMetrics()
+	g, err := gateway.Open(gateway.Options{Path: e.path, Logger: slog.New(slog.DiscardHandler), Metrics: gm})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.db.Gate = g
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(gm, e.m)
+	e.metrics = reg
 	return e
 }
 
@@ -190,7 +199,7 @@ func TestGateQuota(t *testing.T) {
 	e := newGateEnv(t, "gate-quota")
 	rejected := `qs_gateway_rejections_total{producer="gate-quota-app",reason="quota_ops"}`
 	errs := `qs_http_errors_total{kind="quota_exceeded"}`
-	r0, e0 := scrape(t, e.env, rejected), scrape(t, e.env, errs)
+	r0, e0 := scrape(t, e, rejected), scrape(t, e, errs)
 
 	mustWriteOK(t, e.doAs(e.app, "PUT", keyPath("app/1"), []byte("1")))
 	mustWriteOK(t, e.doAs(e.app, "POST", "/v1/db/batch", batchBody([2]string{"app/2", "2"})))
@@ -204,10 +213,10 @@ func TestGateQuota(t *testing.T) {
 	if a := e.st.AppliedIndex(); a != applied {
 		t.Fatalf("a refused write moved the applied index")
 	}
-	if d := scrape(t, e.env, rejected) - r0; d != 1 {
+	if d := scrape(t, e, rejected) - r0; d != 1 {
 		t.Errorf("%s moved by %v, want 1", rejected, d)
 	}
-	if d := scrape(t, e.env, errs) - e0; d != 1 {
+	if d := scrape(t, e, errs) - e0; d != 1 {
 		t.Errorf("%s moved by %v, want 1", errs, d)
 	}
 	// Another producer has its own quota.
@@ -215,10 +224,10 @@ func TestGateQuota(t *testing.T) {
 	// A batch larger than ops_burst can never pass: 413, not 429.
 	mustGateError(t, e.doAs(e.app, "POST", "/v1/db/batch", batchBody([2]string{"app/4", "4"}, [2]string{"app/5", "5"}, [2]string{"app/6", "6"})), 413, "too_large")
 	// Admitted writes are counted.
-	if n := scrape(t, e.env, `qs_gateway_ops_total{producer="gate-quota-app"}`); n != 2 {
+	if n := scrape(t, e, `qs_gateway_ops_total{producer="gate-quota-app"}`); n != 2 {
 		t.Errorf("ops_total %v, want 2", n)
 	}
-	if n := scrape(t, e.env, `qs_gateway_bytes_total{producer="gate-quota-app"}`); n != 5+1+5+1 {
+	if n := scrape(t, e, `qs_gateway_bytes_total{producer="gate-quota-app"}`); n != 5+1+5+1 {
 		t.Errorf("bytes_total %v, want 12", n)
 	}
 }
@@ -272,11 +281,27 @@ func TestGateUsage(t *testing.T) {
 	}
 }
 
-// scrape returns the value of one series of /metrics (0 if absent).
-func scrape(t *testing.T, e *env, series string) float64 {
+// exposition is what /metrics would show of g.
+func exposition(t *testing.T, g prometheus.Gatherer) []byte {
 	t.Helper()
-	r := e.do("GET", "/metrics", nil)
-	sc := bufio.NewScanner(bytes.NewReader(r.body))
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Bytes()
+}
+
+// scrape returns the value of one series of the gateway's and the HTTP
+// API's metrics, as /metrics shows it (0 if absent).
+func scrape(t *testing.T, e *gateEnv, series string) float64 {
+	t.Helper()
+	sc := bufio.NewScanner(bytes.NewReader(exposition(t, e.metrics)))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {

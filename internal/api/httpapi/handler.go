@@ -20,6 +20,7 @@ type handler struct {
 	cat Catalog
 	log *slog.Logger
 	mux *http.ServeMux
+	m   *Metrics
 	// requests holds the children of qs_http_requests_total that
 	// serveDB counted.
 	requests requestCounters
@@ -42,43 +43,47 @@ func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{cfg: cfg, cat: cat, log: log, mux: http.NewServeMux()}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	h := &handler{cfg: cfg, cat: cat, log: log, mux: http.NewServeMux(), m: cfg.Metrics}
+	h.requests.vec = cfg.Metrics.requests
 	m := h.mux
 	m.Handle("GET /v1/{db}/keys/{key...}", h.route(routeGet, h.get))
 	m.Handle("PUT /v1/{db}/keys/{key...}", h.route(routePut, h.put))
 	m.Handle("DELETE /v1/{db}/keys/{key...}", h.route(routeDelete, h.delete))
-	m.Handle("/v1/{db}/keys/{key...}", methodNotAllowed("GET, HEAD, PUT, DELETE"))
+	m.Handle("/v1/{db}/keys/{key...}", h.methodNotAllowed("GET, HEAD, PUT, DELETE"))
 	m.Handle("GET /v1/{db}/keys", h.route(routeScan, h.scan))
-	m.Handle("/v1/{db}/keys", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/{db}/keys", h.methodNotAllowed("GET, HEAD"))
 	m.Handle("POST /v1/{db}/batch", h.route(routeBatch, h.batch))
-	m.Handle("/v1/{db}/batch", methodNotAllowed("POST"))
+	m.Handle("/v1/{db}/batch", h.methodNotAllowed("POST"))
 	m.Handle("POST /v1/{db}/mget", h.route(routeMget, h.mget))
-	m.Handle("/v1/{db}/mget", methodNotAllowed("POST"))
+	m.Handle("/v1/{db}/mget", h.methodNotAllowed("POST"))
 	m.Handle("GET /v1/{db}/status", h.route(routeStatus, h.status))
-	m.Handle("/v1/{db}/status", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/{db}/status", h.methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /v1/{db}/tree", h.route(routeTree, h.tree))
-	m.Handle("/v1/{db}/tree", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/{db}/tree", h.methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /v1/node", h.node)
-	m.Handle("/v1/node", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/node", h.methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /{$}", statuspage.Handler())
 	m.Handle("GET /v1/{db}/usage", h.route(routeUsage, h.usage))
-	m.Handle("/v1/{db}/usage", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/{db}/usage", h.methodNotAllowed("GET, HEAD"))
 	m.Handle("POST /v1/{db}/raft/members", h.route(routeMembers, h.addMember))
 	m.Handle("DELETE /v1/{db}/raft/members/{id}", h.route(routeMembers, h.removeMember))
 	m.Handle("GET /v1/{db}/digest", h.route(routeDigest, h.digest))
-	m.Handle("/v1/{db}/digest", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/{db}/digest", h.methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /v1/{db}/bridge", h.route(routeBridge, h.bridgeHead))
 	m.Handle("POST /v1/{db}/bridge", h.route(routeBridge, h.bridgeAppend))
-	m.Handle("/v1/{db}/bridge", methodNotAllowed("GET, HEAD, POST"))
+	m.Handle("/v1/{db}/bridge", h.methodNotAllowed("GET, HEAD, POST"))
 	m.HandleFunc("GET /v1/{db}/watch", h.watchRoute)
-	m.Handle("/v1/{db}/watch", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/{db}/watch", h.methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /v1/members", h.overlayMembers)
-	m.Handle("/v1/members", methodNotAllowed("GET, HEAD"))
+	m.Handle("/v1/members", h.methodNotAllowed("GET, HEAD"))
 	m.Handle("GET /metrics", metrics.Handler())
-	m.Handle("/metrics", methodNotAllowed("GET, HEAD"))
+	m.Handle("/metrics", h.methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /healthz", h.healthz)
-	m.Handle("/healthz", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("/", notFound)
+	m.Handle("/healthz", h.methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("/", h.notFound)
 	return h
 }
 
@@ -108,8 +113,8 @@ func (h *handler) refuseUnclean(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodConnect || isCleanPath(r.URL.EscapedPath()) {
 		return false
 	}
-	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(codeBadRequest.status())).Inc()
-	writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
+	h.m.countOther(codeBadRequest.status())
+	h.m.writeError(w, codeBadRequest, errors.New(`qs: path has empty, "." or ".." segments; escape '/' in keys as %2F and '.' as %2E`), nil)
 	return true
 }
 
@@ -163,14 +168,14 @@ func (h *handler) serveDB(w http.ResponseWriter, r *http.Request, rt route, name
 	start := time.Now()
 	var status int
 	if d, ok := h.cat.Database(name); ok {
-		bw := &boundedWriter{ResponseWriter: w, conn: connDeadlines(w), timeout: h.cfg.WriteTimeout}
+		bw := &boundedWriter{ResponseWriter: w, conn: connDeadlines(w), h: h}
 		status = h.call(fn, bw, r, d, rt)
 	} else {
-		status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
+		status = h.m.writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
 		name = "" // a label per unknown name would let clients grow the metrics without bound
 	}
 	h.requests.counter(name, rt, status).Inc()
-	secondsByRoute[rt].Observe(time.Since(start).Seconds())
+	h.m.secondsByRoute[rt].Observe(time.Since(start).Seconds())
 }
 
 func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *Database, rt route) (status int) {
@@ -180,7 +185,7 @@ func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *
 				panic(p)
 			}
 			h.log.Error("panic serving request", "db", d.Name, "route", rt.String(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			status = writeError(w, codeInternal, errors.New("qs: internal error"), nil)
+			status = h.m.writeError(w, codeInternal, errors.New("qs: internal error"), nil)
 		}
 	}()
 	return fn(w, r, d)
@@ -197,20 +202,20 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, d *Database, err 
 		}
 		h.log.Log(r.Context(), lvl, "request failed", "db", d.Name, "method", r.Method, "path", r.URL.Path, "code", code.String(), "err", err)
 	}
-	return writeError(w, code, err, nil)
+	return h.m.writeError(w, code, err, nil)
 }
 
-func methodNotAllowed(allow string) http.Handler {
+func (h *handler) methodNotAllowed(allow string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		status := writeError(w, codeMethodNotAllowed, fmt.Errorf("qs: method %s not allowed; allowed: %s", r.Method, allow), nil)
-		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+		status := h.m.writeError(w, codeMethodNotAllowed, fmt.Errorf("qs: method %s not allowed; allowed: %s", r.Method, allow), nil)
+		h.m.countOther(status)
 	})
 }
 
-func notFound(w http.ResponseWriter, r *http.Request) {
-	status := writeError(w, codeNotFound, fmt.Errorf("qs: no such endpoint: %s", r.URL.Path), nil)
-	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
+	status := h.m.writeError(w, codeNotFound, fmt.Errorf("qs: no such endpoint: %s", r.URL.Path), nil)
+	h.m.countOther(status)
 }
 
 // healthz answers "ok", or 503 with the reasons the catalog gives (see

@@ -55,6 +55,7 @@ type env struct {
 	db  *Database
 	srv *httptest.Server
 	h   http.Handler
+	m   *Metrics // the handler's
 	// writeErr is what db.CanWrite returns; tests switch it between requests.
 	writeErr atomic.Pointer[error]
 }
@@ -69,6 +70,10 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 		}
 		return nil
 	}}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	e.m = cfg.Metrics
 	e.h = New(cfg, catalog{"db": e.db}, nil)
 	e.srv = httptest.NewServer(e.h)
 	t.Cleanup(e.srv.Close)

@@ -93,17 +93,17 @@ func (h *handler) overlayMembers(w http.ResponseWriter, r *http.Request) {
 		list, ok = oc.Members()
 	}
 	if !ok {
-		status := writeError(w, codeNotFound, errors.New("qs: this node is not a member of a gossip overlay (start it with --gossip)"), nil)
-		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+		status := h.m.writeError(w, codeNotFound, errors.New("qs: this node is not a member of a gossip overlay (start it with --gossip)"), nil)
+		h.m.countOther(status)
 		return
 	}
 	body, err := json.Marshal(list)
 	if err != nil {
-		status := writeError(w, codeInternal, err, nil)
-		requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+		status := h.m.writeError(w, codeInternal, err, nil)
+		h.m.countOther(status)
 		return
 	}
 	w.Header()["Content-Type"] = jsonContentType
 	w.Write(append(body, '\n'))
-	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(http.StatusOK)).Inc()
+	h.m.countOther(http.StatusOK)
 }

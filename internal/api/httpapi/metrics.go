@@ -49,65 +49,107 @@ var routeNames = [numRoutes]string{
 
 func (r route) String() string { return routeNames[r] }
 
-// Collectors, shared by every handler of the process.
-var (
-	requestsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "requests_total",
-		Help: "Requests answered by the HTTP API, by database (empty if unknown), route and HTTP status.",
-	}, []string{"db", "route", "code"}))
-	errorsTotal = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
-		Help: "Error answers of the HTTP API, by error code.",
-	}, []string{"kind"}))
-	requestSeconds = metrics.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "request_duration_seconds",
-		Help:    "Time to answer a request, min_index waits and body reads included, by route.",
-		Buckets: metrics.LatencyBuckets,
-	}, []string{"route"}))
-	minIndexWaitSeconds = metrics.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_wait_seconds",
-		Help:    "Time reads with min_index waited for the index to be applied (only reads that had to wait).",
-		Buckets: metrics.LatencyBuckets,
-	}))
-	minIndexTimeoutsTotal = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_timeouts_total",
-		Help: "Reads with min_index answered 504 because the index was not applied in time.",
-	}))
-	writeTimeouts = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "write_timeouts_total",
-		Help: "Answers abandoned because the client took no part of them within the write timeout (the connection is closed).",
-	}))
-	answersStreamed = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_streamed_total",
-		Help: "Scan and mget answers too large to build whole, sent as they were read.",
-	}))
-	connsRefused = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_refused_total",
-		Help: "Requests answered 503 because max_http_conns connections were open (the reserve beyond it serves /healthz and /metrics only).",
-	}))
-	answersCut = metrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_cut_total",
-		Help: "Streamed answers that failed part way (a read error or a client that stopped reading); the connection was cut.",
-	}))
-)
+// Metrics are the collectors of the handlers and connection limits that
+// share them: the server builds one per process and registers it (it is a
+// prometheus.Collector); a handler or ConnLimit given none counts in a
+// private one.
+type Metrics struct {
+	requests         *prometheus.CounterVec
+	errors           *prometheus.CounterVec
+	seconds          *prometheus.HistogramVec
+	minIndexWait     prometheus.Histogram
+	minIndexTimeouts prometheus.Counter
+	writeTimeouts    prometheus.Counter
+	answersStreamed  prometheus.Counter
+	connsRefused     prometheus.Counter
+	answersCut       prometheus.Counter
 
-// Children resolved once, so that the read path does fewer label lookups,
-// and every error kind is exported (as 0) from the start.
-var (
+	// Children resolved once, so that the read path does fewer label
+	// lookups, and every error kind is exported (as 0) from the start.
 	secondsByRoute [numRoutes]prometheus.Observer
 	errorsByCode   [numCodes]prometheus.Counter
-	// statusText holds the decimal text of every HTTP status, so that the
-	// code label costs no allocation.
-	statusText [600]string
-)
+}
 
-func init() {
+// NewMetrics returns collectors at zero, registered nowhere.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "requests_total",
+			Help: "Requests answered by the HTTP API, by database (empty if unknown), route and HTTP status.",
+		}, []string{"db", "route", "code"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
+			Help: "Error answers of the HTTP API, by error code.",
+		}, []string{"kind"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "request_duration_seconds",
+			Help:    "Time to answer a request, min_index waits and body reads included, by route.",
+			Buckets: metrics.LatencyBuckets,
+		}, []string{"route"}),
+		minIndexWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_wait_seconds",
+			Help:    "Time reads with min_index waited for the index to be applied (only reads that had to wait).",
+			Buckets: metrics.LatencyBuckets,
+		}),
+		minIndexTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "min_index_timeouts_total",
+			Help: "Reads with min_index answered 504 because the index was not applied in time.",
+		}),
+		writeTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "write_timeouts_total",
+			Help: "Answers abandoned because the client took no part of them within the write timeout (the connection is closed).",
+		}),
+		answersStreamed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_streamed_total",
+			Help: "Scan and mget answers too large to build whole, sent as they were read.",
+		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections_refused_total",
+			Help: "Requests answered 503 because max_http_conns connections were open (the reserve beyond it serves /healthz and /metrics only).",
+		}),
+		answersCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "answers_cut_total",
+			Help: "Streamed answers that failed part way (a read error or a client that stopped reading); the connection was cut.",
+		}),
+	}
 	for r := range numRoutes {
-		secondsByRoute[r] = requestSeconds.WithLabelValues(r.String())
+		m.secondsByRoute[r] = m.seconds.WithLabelValues(r.String())
 	}
 	for c := range numCodes {
-		errorsByCode[c] = errorsTotal.WithLabelValues(c.String())
+		m.errorsByCode[c] = m.errors.WithLabelValues(c.String())
 	}
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.errors, m.seconds, m.minIndexWait, m.minIndexTimeouts,
+		m.writeTimeouts, m.answersStreamed, m.connsRefused, m.answersCut}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// countOther counts a request answered outside a database route.
+func (m *Metrics) countOther(status int) {
+	m.requests.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+}
+
+// statusText holds the decimal text of every HTTP status, so that the code
+// label costs no allocation.
+var statusText [600]string
+
+func init() {
 	for i := range statusText {
 		statusText[i] = strconv.Itoa(i)
 	}

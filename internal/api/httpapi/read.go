@@ -60,7 +60,7 @@ func (h *handler) getKey(w http.ResponseWriter, r *http.Request, d *Database, ke
 		switch {
 		case !found:
 			w.Header()["Qs-Applied-Index"] = []string{strconv.FormatUint(at, 10)}
-			status = writeErrorBody(w, codeNotFound, notFoundKeyBody)
+			status = h.m.writeErrorBody(w, codeNotFound, notFoundKeyBody)
 		case len(val) > directWriteMax:
 			large, largeIdx = bytes.Clone(val), idx
 		default:
@@ -134,14 +134,14 @@ func (h *handler) await(w http.ResponseWriter, r *http.Request, d *Database, min
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	applied, err := d.Store.WaitApplied(ctx, minIndex)
 	cancel()
-	minIndexWaitSeconds.Observe(time.Since(start).Seconds())
+	h.m.minIndexWait.Observe(time.Since(start).Seconds())
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, context.DeadlineExceeded):
-		minIndexTimeoutsTotal.Inc()
+		h.m.minIndexTimeouts.Inc()
 		w.Header().Set("Qs-Applied-Index", strconv.FormatUint(applied, 10))
-		return writeError(w, codeTimeout, fmt.Errorf("qs: index %d not applied within %v; applied index is %d", minIndex, wait, applied), &applied)
+		return h.m.writeError(w, codeTimeout, fmt.Errorf("qs: index %d not applied within %v; applied index is %d", minIndex, wait, applied), &applied)
 	default:
 		return h.fail(w, r, d, err)
 	}
@@ -177,7 +177,7 @@ func (h *handler) scan(w http.ResponseWriter, r *http.Request, d *Database) int 
 		return h.fail(w, r, d, err)
 	}
 	at := v.Index()
-	a := &answer{w: w, applied: at, buf: make([]byte, 0, 4<<10)}
+	a := &answer{w: w, m: h.m, applied: at, buf: make([]byte, 0, 4<<10)}
 	a.buf = append(a.buf, `{"index":`...)
 	a.buf = strconv.AppendUint(a.buf, at, 10)
 	a.buf = append(a.buf, `,"items":[`...)
@@ -285,7 +285,7 @@ func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *Database) int 
 			return status
 		}
 	}
-	a := &answer{w: w, buf: make([]byte, 0, 4<<10)}
+	a := &answer{w: w, m: h.m, buf: make([]byte, 0, 4<<10)}
 	if err := h.lookupValues(d.Store, req.Keys, a); err != nil {
 		if a.started {
 			h.log.Warn("mget answer cut part way", "db", d.Name, "err", err)

@@ -39,7 +39,7 @@ func (h *handler) tree(w http.ResponseWriter, r *http.Request, d *Database) int 
 			return h.fail(w, r, d, err)
 		}
 	}
-	return answerJSON(w, treeOf(d), d.Store.AppliedIndex())
+	return h.answerJSON(w, treeOf(d), d.Store.AppliedIndex())
 }
 
 // NodeDoc is the answer of GET /v1/node: everything the status page shows.
@@ -65,8 +65,8 @@ type NodeDB struct {
 func (h *handler) node(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
-			status := writeError(w, classify(err), err, nil)
-			requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+			status := h.m.writeError(w, classify(err), err, nil)
+			h.m.countOther(status)
 			return
 		}
 	}
@@ -92,16 +92,16 @@ func (h *handler) node(w http.ResponseWriter, r *http.Request) {
 			doc.Databases = append(doc.Databases, ndb)
 		}
 	}
-	status := answerJSON(w, doc, 0)
-	requestsTotal.WithLabelValues("", routeOther.String(), statusLabel(status)).Inc()
+	status := h.answerJSON(w, doc, 0)
+	h.m.countOther(status)
 }
 
 // answerJSON answers 200 with v as JSON; applied, if not 0, goes in the
 // Qs-Applied-Index header.
-func answerJSON(w http.ResponseWriter, v any, applied uint64) int {
+func (h *handler) answerJSON(w http.ResponseWriter, v any, applied uint64) int {
 	body, err := json.Marshal(v)
 	if err != nil {
-		return writeError(w, codeInternal, err, nil)
+		return h.m.writeError(w, codeInternal, err, nil)
 	}
 	body = append(body, '\n')
 	hd := w.Header()

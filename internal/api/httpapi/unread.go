@@ -59,5 +59,5 @@ func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *Database, q 
 	rep.Since = since.UTC().Format(time.RFC3339)
 	rep.WindowSeconds = now.Sub(since).Seconds()
 	rep.SampleRate = d.Reads.Rate()
-	return answerJSON(w, rep, rep.Index)
+	return h.answerJSON(w, rep, rep.Index)
 }

@@ -42,10 +42,10 @@ func (h *handler) watchRoute(w http.ResponseWriter, r *http.Request) {
 	if d, ok := h.cat.Database(name); ok {
 		status = h.call(h.watch, w, r, d, routeOther)
 	} else {
-		status = writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
+		status = h.m.writeError(w, codeUnknownDatabase, fmt.Errorf("qs: unknown database %q", name), nil)
 		name = ""
 	}
-	requestsTotal.WithLabelValues(name, "watch", statusLabel(status)).Inc()
+	h.m.requests.WithLabelValues(name, "watch", statusLabel(status)).Inc()
 }
 
 // watch serves GET /v1/{db}/watch?prefix=P&from_index=N: the changes under
@@ -75,16 +75,16 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int
 		}
 	}
 	if d.Watch == nil {
-		return writeError(w, codeUnavailable, errors.New("qs: watch is not served for this database on this node"), nil)
+		return h.m.writeError(w, codeUnavailable, errors.New("qs: watch is not served for this database on this node"), nil)
 	}
 	sub, err := d.Watch.Subscribe([]byte(prefix), from)
 	switch {
 	case errors.Is(err, store.ErrLogTruncated):
-		return writeWatchError(w, http.StatusGone, watchCodeReread, err)
+		return h.m.writeWatchError(w, http.StatusGone, watchCodeReread, err)
 	case errors.Is(err, watch.ErrTooManyWatchers):
-		return writeWatchError(w, http.StatusServiceUnavailable, watchCodeTooManyWatchers, err)
+		return h.m.writeWatchError(w, http.StatusServiceUnavailable, watchCodeTooManyWatchers, err)
 	case errors.Is(err, watch.ErrClosed):
-		return writeError(w, codeUnavailable, err, nil)
+		return h.m.writeError(w, codeUnavailable, err, nil)
 	case err != nil:
 		return h.fail(w, r, d, err)
 	}
@@ -116,7 +116,7 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int
 			return http.StatusOK // the client went away
 		}
 		var out []byte
-		out, buf = streamBytes(buf, u, err, sub.LastIndex())
+		out, buf = streamBytes(buf, u, err, sub.LastIndex(), h.m)
 		// Refresh the write deadline when half of it is used: a client
 		// that reads nothing for WriteTimeout/2 to WriteTimeout is
 		// disconnected. Best effort: not every writer supports it.
@@ -140,15 +140,16 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int
 
 // streamBytes returns the bytes of one write of a watch stream: the
 // update's changes, a progress line, or the error line that ends the
-// stream (err non-nil; last is the index the stream is complete through).
+// stream (err non-nil; last is the index the stream is complete through),
+// counted in m.
 // A single batch is written from its encoding, shared with every watcher
 // of the prefix; anything else is built in buf. keep is the buffer to
 // pass next time: never a shared encoding, never one grown past
 // watchKeepBufferBytes.
-func streamBytes(buf []byte, u watch.Update, err error, last uint64) (out, keep []byte) {
+func streamBytes(buf []byte, u watch.Update, err error, last uint64, m *Metrics) (out, keep []byte) {
 	switch {
 	case err != nil:
-		out = appendStreamError(buf[:0], err, last)
+		out = appendStreamError(buf[:0], err, last, m)
 	case len(u.Batches) == 0:
 		out = appendProgress(buf[:0], u)
 	case len(u.Batches) == 1:
@@ -166,17 +167,17 @@ func streamBytes(buf []byte, u watch.Update, err error, last uint64) (out, keep 
 }
 
 // writeWatchError answers with a JSON error of a watch-only code.
-func writeWatchError(w http.ResponseWriter, status int, code string, err error) int {
+func (m *Metrics) writeWatchError(w http.ResponseWriter, status int, code string, err error) int {
 	body, merr := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
 	if merr != nil {
-		return writeErrorBody(w, codeInternal, encodeErrorBody)
+		return m.writeErrorBody(w, codeInternal, encodeErrorBody)
 	}
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h.Del("Content-Length")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
-	errorsTotal.WithLabelValues(code).Inc()
+	m.errors.WithLabelValues(code).Inc()
 	return status
 }
 
@@ -191,7 +192,7 @@ type streamErrorLine struct {
 	} `json:"error"`
 }
 
-func appendStreamError(dst []byte, err error, last uint64) []byte {
+func appendStreamError(dst []byte, err error, last uint64, m *Metrics) []byte {
 	var l streamErrorLine
 	l.Error.Message = err.Error()
 	l.Error.Index = &last
@@ -212,7 +213,7 @@ func appendStreamError(dst []byte, err error, last uint64) []byte {
 	if merr != nil {
 		return append(dst, `{"error":{"code":"internal","message":"cannot encode the error"}}`+"\n"...)
 	}
-	errorsTotal.WithLabelValues(l.Error.Code).Inc()
+	m.errors.WithLabelValues(l.Error.Code).Inc()
 	return append(append(dst, b...), '\n')
 }
 

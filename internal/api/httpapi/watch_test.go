@@ -433,7 +433,7 @@ func TestWatchStreamBytes(t *testing.T) {
 	}
 	e.put("k1", "one")
 	u := next(a, 1)
-	out, keep := streamBytes(nil, u, nil, 0)
+	out, keep := streamBytes(nil, u, nil, 0, e.m)
 	want := string(out)
 	if &out[0] != &u.Batches[0].Encoded(appendEvents)[0] {
 		t.Fatal("a lone batch is not written from its shared encoding")
@@ -443,7 +443,7 @@ func TestWatchStreamBytes(t *testing.T) {
 	if err != nil || len(p.Batches) != 0 {
 		t.Fatalf("progress %+v, %v", p, err)
 	}
-	_, keep = streamBytes(keep, p, nil, 0)
+	_, keep = streamBytes(keep, p, nil, 0, e.m)
 	e.put("k2", "two")
 	w3 := e.put("k3", "three")
 	// Both in the feed before a's next turn.
@@ -455,10 +455,10 @@ func TestWatchStreamBytes(t *testing.T) {
 			t.Fatal("the hub did not take k3 within 60s")
 		}
 	}
-	_, keep = streamBytes(keep, next(a, 2), nil, 0)
-	streamBytes(keep, watch.Update{}, watch.ErrSlow, 3)
+	_, keep = streamBytes(keep, next(a, 2), nil, 0, e.m)
+	streamBytes(keep, watch.Update{}, watch.ErrSlow, 3, e.m)
 	// b writes the first batch only now.
-	if got, _ := streamBytes(nil, next(b, 3), nil, 0); !strings.HasPrefix(string(got), want) {
+	if got, _ := streamBytes(nil, next(b, 3), nil, 0, e.m); !strings.HasPrefix(string(got), want) {
 		t.Fatalf("b writes %q, want it to start with %q", got, want)
 	}
 	// A buffer grown past the bound is not kept.
@@ -467,7 +467,7 @@ func TestWatchStreamBytes(t *testing.T) {
 		many.Batches[i] = u.Batches[0]
 	}
 	small := make([]byte, 0, 100)
-	out, keep = streamBytes(small, many, nil, 0)
+	out, keep = streamBytes(small, many, nil, 0, e.m)
 	if len(out) <= watchKeepBufferBytes || cap(keep) != cap(small) {
 		t.Fatalf("wrote %d bytes, kept a buffer of %d", len(out), cap(keep))
 	}

@@ -326,14 +326,14 @@ func TestClientFlagsHeader(t *testing.T) {
 	if r := e.do("GET", keyPath("k"), nil); r.header.Get("Qs-Flags") != "7" {
 		t.Fatalf("flags after rewrite: %v", r.header)
 	}
-	before := testutil.ToFloat64(errorsByCode[codeBadRequest])
+	before := testutil.ToFloat64(e.m.errorsByCode[codeBadRequest])
 	for _, bad := range [][]string{{"-1"}, {"4294967296"}, {"x"}, {""}, {"1", "2"}} {
 		mustError(t, put("bad", bad...), 400, "bad_request")
 	}
 	req, _ := http.NewRequest("DELETE", e.srv.URL+keyPath("k"), nil)
 	req.Header.Set("Qs-Flags", "1")
 	mustError(t, e.send(req), 400, "bad_request")
-	if got := testutil.ToFloat64(errorsByCode[codeBadRequest]); got != before+6 {
+	if got := testutil.ToFloat64(e.m.errorsByCode[codeBadRequest]); got != before+6 {
 		t.Fatalf("bad_request errors counted %v, want %v", got, before+6)
 	}
 	r = e.do("GET", keyPath("k"), nil)
