@@ -1,9 +1,12 @@
-// Package metrics holds the one Prometheus registry of the process. A
-// package declares its own collectors at package level, in its metrics.go,
-// with namespace "qs" and the package's job as subsystem, and registers them
-// here with MustRegister; or, as the store does, it counts in a plain struct
-// of each instance and a collector elsewhere (metrics/storecollector)
-// exports the instances' snapshots.
+// Package metrics holds the one Prometheus registry of the process. Names
+// use namespace "qs" and the package's job as subsystem. A component
+// counts in one of three ways: in a Metrics of its package that is itself
+// a collector, handed to each instance and registered here once per
+// process (the doors, the gateway, the watch hubs); in a plain struct of
+// each instance, exported by a collector elsewhere (the store, through
+// metrics/storecollector); or, in the packages not yet moved to either, in
+// collectors declared at package level and registered here with
+// MustRegister.
 package metrics
 
 import (
