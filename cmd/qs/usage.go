@@ -49,7 +49,7 @@ func cmdUsage(args []string) error {
 		q.Set("window", window.String())
 		q.Set("limit", strconv.Itoa(*limit))
 	} else if flagSet(fs, "window") || flagSet(fs, "limit") {
-		return fmt.Errorf("qs usage: --window and --limit go with --unread")
+		return usageErrorf("--window and --limit go with --unread")
 	}
 	if len(q) > 0 {
 		u += "?" + q.Encode()
