@@ -17,7 +17,8 @@ import (
 )
 
 // TestCLIHelpAndUsageErrors: help asked for exits 0; an unknown command or
-// flag exits 2 and its message is printed once.
+// flag, or missing or extra arguments, exit 2 and the message is printed
+// once.
 func TestCLIHelpAndUsageErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -35,6 +36,16 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 		{[]string{"bridge", "postgres", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"bridge", "etcd", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"version"}, 0, "qs " + version.Version + " ("},
+		// Missing or extra arguments are usage errors too.
+		{[]string{"get"}, 2, "usage: qs get [flags] KEY"},
+		{[]string{"put", "k"}, 2, "usage: qs put [flags] KEY VALUE|-"},
+		{[]string{"version", "extra"}, 2, "usage: qs version"},
+		{[]string{"cert"}, 2, "usage:"},
+		{[]string{"cert", "nosuch"}, 2, `unknown subcommand "nosuch"`},
+		{[]string{"bridge"}, 2, "usage: qs bridge"},
+		{[]string{"bridge", "nosuch"}, 2, `unknown bridge source "nosuch"`},
+		{[]string{"raft"}, 2, "usage: qs raft"},
+		{[]string{"usage", "--window", "1h"}, 2, "--window and --limit go with --unread"},
 	} {
 		out, code := runQS(t, c.args...)
 		if code != c.code || strings.Count(out, c.once) != 1 {

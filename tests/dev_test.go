@@ -159,7 +159,7 @@ func TestDevStopsAStaleTree(t *testing.T) {
 	default:
 		t.Fatal("the stale root still runs while the new tree is up")
 	}
-	if !strings.Contains(d.out.String(), "stopped 1 qs serve processes a previous qs dev left running") {
+	if !strings.Contains(d.out.String(), "stopped 1 qs serve process a previous qs dev left running") {
 		t.Errorf("qs dev did not say it stopped the stale tree:\n%s", d.out.String())
 	}
 	d.cmd.Process.Signal(syscall.SIGINT)
@@ -198,6 +198,14 @@ func TestDevDataCentreServesARead(t *testing.T) {
 			t.Fatalf("dc1-p1 did not answer hello within 60s: %d %s", code, out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The status page it names is the root's, showing the tree.
+	page := "http://" + rootHTTP + "/"
+	if !strings.Contains(d.out.String(), "\n  "+page+"\n") {
+		t.Errorf("qs dev did not print the status page %s:\n%s", page, d.out.String())
+	}
+	if body := httpGetBody(t, page); !strings.Contains(body, "<title>qs status</title>") {
+		t.Errorf("GET %s is not the status page:\n%.300s", page, body)
 	}
 	// The proxy's status shows its shard of the data centre.
 	out, code := runQS(t, "status", "--addr", proxy)

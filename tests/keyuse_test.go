@@ -71,7 +71,7 @@ func TestUnreadKeysAcrossTheTree(t *testing.T) {
 		t.Errorf("qs usage --unread (exit %d):\n%s", code, out)
 	}
 	out, code = runQS(t, "usage", "--addr", mid.Addr["http"], "--unread")
-	if code == 0 || !strings.Contains(out, "ask the root") {
+	if code == 0 || !strings.Contains(out, "ask the root at http://"+root.Addr["http"]) || strings.Contains(out, `{"error"`) {
 		t.Errorf("qs usage --unread at a replica (exit %d):\n%s", code, out)
 	}
 	out, code = runQS(t, "usage", "--addr", root.Addr["http"], "--window", "1h")

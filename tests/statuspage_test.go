@@ -170,3 +170,34 @@ func waitRows(t *testing.T, ctx context.Context, what string, ok func([]pageRow)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestStatusPageOfAWaitingReplica opens, in headless Chromium, the status
+// page of a new replica whose source is not up: the page is served and
+// shows the node by name and its database waiting.
+func TestStatusPageOfAWaitingReplica(t *testing.T) {
+	ctx := browser(t)
+	dir := t.TempDir()
+	rep := startCmd(t, dir, exec.Command(qsBin, "serve", "--data", dir, "--node-name", "sp-waiting",
+		"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0", "--log-level", "warn",
+		"--upstream", freeAddr(t)), 1)
+	url := "http://" + rep.Addr["http"] + "/"
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`section.db[data-db="default"]`))); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`section.db[data-db="default"] dd[data-fact="state"]`)))
+	if err != nil || state != "waiting" {
+		t.Errorf("page shows state %q (%v), want waiting", state, err)
+	}
+	if node, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#node-name"))); err != nil || node != "sp-waiting" {
+		t.Errorf("page names node %q (%v), want sp-waiting", node, err)
+	}
+	if path := os.Getenv("QS_SCREENSHOT"); path != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

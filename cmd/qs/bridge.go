@@ -33,11 +33,11 @@ var bridgeSources = map[string]func(args []string) error{
 
 func cmdBridge(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: qs bridge postgres|etcd|qs [flags] (qs bridge SOURCE -h for the flags)")
+		return usageErrorf("usage: qs bridge postgres|etcd|qs [flags] (qs bridge SOURCE -h for the flags)")
 	}
 	run, ok := bridgeSources[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown bridge source %q (known: postgres, etcd, qs)", args[0])
+		return usageErrorf("unknown bridge source %q (known: postgres, etcd, qs)", args[0])
 	}
 	return run(args[1:])
 }

@@ -27,7 +27,7 @@ qs cert sign-key --out DIR`
 
 func cmdCert(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage:\n%s", certUsage)
+		return usageErrorf("usage:\n%s", certUsage)
 	}
 	switch args[0] {
 	case "ca":
@@ -39,7 +39,7 @@ func cmdCert(args []string) error {
 	case "sign-key":
 		return certSignKey(args[1:])
 	}
-	return fmt.Errorf("qs cert %s: unknown; usage:\n%s", args[0], certUsage)
+	return usageErrorf("unknown subcommand %q; usage:\n%s", args[0], certUsage)
 }
 
 // writeNew writes a new file with mode; it never overwrites one.
@@ -64,7 +64,7 @@ func certCA(args []string) error {
 		return err
 	}
 	if *out == "" || *days < 1 {
-		return fmt.Errorf("usage:\n%s", certUsage)
+		return usageErrorf("usage:\n%s", certUsage)
 	}
 	cert, key, err := clusterauth.NewCA(*name, time.Duration(*days)*24*time.Hour)
 	if err != nil {
@@ -95,7 +95,7 @@ func certNode(args []string) error {
 		return err
 	}
 	if *caDir == "" || *name == "" || *hosts == "" || *days < 1 {
-		return fmt.Errorf("usage:\n%s", certUsage)
+		return usageErrorf("usage:\n%s", certUsage)
 	}
 	if strings.ContainsAny(*name, `/\`) {
 		return errors.New("--name must not contain a path separator")
@@ -139,7 +139,7 @@ func certKey(args []string) error {
 		return err
 	}
 	if *out == "" {
-		return fmt.Errorf("usage:\n%s", certUsage)
+		return usageErrorf("usage:\n%s", certUsage)
 	}
 	b := make([]byte, clusterauth.MinKeyBytes)
 	if _, err := rand.Read(b); err != nil {
@@ -159,7 +159,7 @@ func certSignKey(args []string) error {
 		return err
 	}
 	if *out == "" {
-		return fmt.Errorf("usage:\n%s", certUsage)
+		return usageErrorf("usage:\n%s", certUsage)
 	}
 	priv, pub, err := headsig.NewKeyPair()
 	if err != nil {

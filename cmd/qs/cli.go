@@ -67,7 +67,7 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 		return nil, err
 	}
 	if fs.NArg() != want {
-		return nil, fmt.Errorf("usage: %s", usage)
+		return nil, usageErrorf("usage: %s", usage)
 	}
 	return fs.Args(), nil
 }

@@ -82,7 +82,7 @@ func cmdDev(args []string) error {
 	if n, err := stopStaleTree(*data, 15*time.Second); err != nil {
 		return fmt.Errorf("stop the tree a previous qs dev left in %s: %w", *data, err)
 	} else if n > 0 {
-		fmt.Printf("stopped %d qs serve processes a previous qs dev left running in %s\n", n, *data)
+		fmt.Printf("stopped %d qs serve %s a previous qs dev left running in %s\n", n, processes(n), *data)
 	}
 	nodes := []*devNode{
 		{name: "root"},
@@ -221,8 +221,10 @@ func cmdDev(args []string) error {
 The replicas find their sources through the gossip overlay. Write at the root, read anywhere:
   qs put --addr %s greeting hello
   qs members --addr %s
+The whole tree in a browser (every node serves its status page at / on its HTTP address):
+  http://%s/
 Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
-`, root, root, *data, *data)
+`, root, root, root, *data, *data)
 	} else {
 		fmt.Printf(`
 Write at the root, read anywhere:
@@ -235,9 +237,11 @@ asks the leaves) and hold what the relay publishes:
   qs get --addr %s --min-index <index from put> greeting
   qs status --addr %s      (cache: hits, fetches, prefetched, shard)
 Status pages of the data centre (GET, JSON; /metrics beside them):
-%sNode logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
+%sThe whole tree in a browser (every node serves its status page at / on its HTTP address):
+  http://%s/
+Node logs: %s/<node>.log. Ctrl-C stops every node; the data stays in %s.
 `, root, byName["leaf4"].addr["http"], byName["proxy1"].addr["http"],
-			devDCName, byName[devDCProxy].addr["http"], byName[devDCProxy].addr["http"], devDCStatus(nodes), *data, *data)
+			devDCName, byName[devDCProxy].addr["http"], byName[devDCProxy].addr["http"], devDCStatus(nodes), root, *data, *data)
 	}
 	if used, err := diskUsage(*data); err == nil {
 		fmt.Printf("Disk: %.1f MiB in %s for %d nodes, about 25 MiB a node once written to (the storage engine's\n"+

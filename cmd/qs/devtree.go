@@ -82,6 +82,14 @@ func stopStaleTree(data string, grace time.Duration) (int, error) {
 	return len(stale), os.Remove(filepath.Join(data, devPidFile))
 }
 
+// processes is "process" or "processes", as n requires.
+func processes(n int) string {
+	if n == 1 {
+		return "process"
+	}
+	return "processes"
+}
+
 // servesUnder reports whether pid is a qs serve whose --data is a
 // directory under data (an absolute path), so a reused pid is left alone.
 func servesUnder(pid int, data string) bool {

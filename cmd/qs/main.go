@@ -41,9 +41,9 @@ func main() {
 
 // run runs the command named by args[0] and returns the exit status: 0 on
 // success and for help asked for (-h, --help, help), 2 for a usage error
-// (an unknown command or flag: the flag package has printed it with the
-// command's flags), 1 or the command's own status for other errors,
-// printed once.
+// (an unknown command or flag, which the flag package has printed with
+// the command's flags; or a usageError, printed here), 1 or the
+// command's own status for other errors, printed once.
 func run(args []string) int {
 	if len(args) < 1 {
 		usage()
@@ -93,6 +93,19 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return flagError{err}
 	}
 	return err
+}
+
+// usageError is a command line a command refused (missing or extra
+// arguments, a wrong combination of flags): printed like any error, it
+// exits 2 as the flag package's refusals do.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+func (e usageError) ExitCode() int { return 2 }
+
+// usageErrorf formats a usageError.
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
 }
 
 // exitCoder lets a command choose its exit status (qs verify exits 3 on

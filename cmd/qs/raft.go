@@ -24,7 +24,7 @@ func cmdRaft(args []string) error {
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return fmt.Errorf("%s", usage)
+		return usageErrorf("%s", usage)
 	}
 	c, ctx, cancel, err := cf.client()
 	if err != nil {
@@ -67,7 +67,7 @@ func cmdRaft(args []string) error {
 			fmt.Printf("leader %v term %v commit %v applied %v\n", r["leader"], r["term"], r["commit_index"], r["applied_index"])
 		}
 	default:
-		return fmt.Errorf("%s", usage)
+		return usageErrorf("%s", usage)
 	}
 	ids := make([]string, 0, len(m))
 	for id := range m {

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/quicksilver-kv/qs/client"
 	"github.com/quicksilver-kv/qs/internal/gateway"
 )
 
@@ -48,7 +49,7 @@ func cmdUsage(args []string) error {
 		q.Set("window", window.String())
 		q.Set("limit", strconv.Itoa(*limit))
 	} else if flagSet(fs, "window") || flagSet(fs, "limit") {
-		return fmt.Errorf("qs usage: --window and --limit go with --unread")
+		return usageErrorf("--window and --limit go with --unread")
 	}
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -69,7 +70,7 @@ func cmdUsage(args []string) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s: %w", base, answerError(resp.StatusCode, body))
 	}
 	if *asJSON {
 		_, err := os.Stdout.Write(body)
@@ -87,6 +88,23 @@ func cmdUsage(args []string) error {
 		return fmt.Errorf("usage answer: %w", err)
 	}
 	return printUsage(os.Stdout, rep)
+}
+
+// answerError is a server's error answer as the client package reports
+// it: the code and message of its JSON body, or the body as text when it
+// is not one.
+func answerError(status int, body []byte) *client.Error {
+	e := &client.Error{Status: status, Code: "http_" + strconv.Itoa(status), Message: strings.TrimSpace(string(body))}
+	var j struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &j) == nil && j.Error.Code != "" {
+		e.Code, e.Message = j.Error.Code, j.Error.Message
+	}
+	return e
 }
 
 // printUsage prints a report as a table: one line per producer, then one

@@ -26,3 +26,20 @@ dns                12000  310
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+func TestAnswerError(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{400, `{"error":{"code":"bad_request","message":"qs: ask the root at http://10.0.0.1:7380"}}` + "\n",
+			"qs: bad_request (400): qs: ask the root at http://10.0.0.1:7380"},
+		{502, "Bad Gateway\n", "qs: http_502 (502): Bad Gateway"}, // a proxy in between
+		{500, `{"error":{}}`, `qs: http_500 (500): {"error":{}}`}, // no code: the body as it came
+	} {
+		if got := answerError(c.status, []byte(c.body)).Error(); got != c.want {
+			t.Errorf("answerError(%d, %q) = %q, want %q", c.status, c.body, got, c.want)
+		}
+	}
+}

@@ -14,7 +14,7 @@ func init() {
 
 func cmdVersion(args []string) error {
 	if len(args) > 0 {
-		return fmt.Errorf("usage: qs version (no arguments, got %q)", args)
+		return usageErrorf("usage: qs version (no arguments, got %q)", args)
 	}
 	fmt.Println(versionLine(version.Version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, buildRevision()))
 	return nil

@@ -18,10 +18,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/statuspage"
 )
 
 // A new replica (no data directory yet, no db_id configured) takes its
@@ -148,10 +150,15 @@ func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // waitingHandler answers while some database waits for its sources:
 // /healthz is 503 (not ready), /metrics is served, the status of a
-// waiting database says "state": "waiting", and everything else is 503.
+// waiting database says "state": "waiting", the status page at / shows
+// the waiting databases (GET /v1/node), and everything else is 503.
 func (s *Server) waitingHandler() http.Handler {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", metrics.Handler())
+	m.Handle("GET /{$}", statuspage.Handler())
+	m.HandleFunc("GET /v1/node", func(w http.ResponseWriter, _ *http.Request) {
+		writeWaitJSON(w, http.StatusOK, s.waitNode(time.Now()))
+	})
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -169,6 +176,16 @@ func (s *Server) waitingHandler() http.Handler {
 	})
 	m.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { s.waitUnavailable(w) })
 	return m
+}
+
+// waitNode is GET /v1/node while databases wait: the node and, for each
+// waiting database, its status, in the form the status page reads.
+func (s *Server) waitNode(now time.Time) httpapi.NodeDoc {
+	doc := httpapi.NodeDoc{Node: s.cfg.NodeName, Time: now.UTC().Format(time.RFC3339Nano), Databases: []httpapi.NodeDB{}}
+	for _, d := range s.waiting {
+		doc.Databases = append(doc.Databases, httpapi.NodeDB{Name: d.Name, Status: s.waitStatus(d), History: []statuspage.Point{}})
+	}
+	return doc
 }
 
 func (s *Server) waitStatus(d config.Database) map[string]any {

@@ -130,6 +130,18 @@ func TestReplicaWaitsInProcess(t *testing.T) {
 	if code, _ := getStatus(t, base+"/healthz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("healthz while waiting: %d", code)
 	}
+	// The status page is served, and what it reads shows the wait.
+	resp, err := http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, "text/html") {
+		t.Fatalf("status page while waiting: %d %q", resp.StatusCode, ct)
+	}
+	if code, node := getStatus(t, base+"/v1/node"); code != 200 || !waitingIn(node, "default") {
+		t.Fatalf("GET /v1/node while waiting: %d %v", code, node)
+	}
 
 	root, err := store.Open(store.Options{Name: "default", Dir: filepath.Join(dir, "root"), MinFreeBytes: 1, BallastBytes: -1})
 	if err != nil {
@@ -167,6 +179,20 @@ func TestReplicaWaitsInProcess(t *testing.T) {
 	if code, _ := getStatus(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("healthz once started: %d", code)
 	}
+}
+
+// waitingIn reports whether a GET /v1/node answer lists database db in
+// state waiting.
+func waitingIn(node map[string]any, db string) bool {
+	dbs, _ := node["databases"].([]any)
+	for _, d := range dbs {
+		m, _ := d.(map[string]any)
+		st, _ := m["status"].(map[string]any)
+		if m["name"] == db && st["state"] == "waiting" && st["role"] == "replica" {
+			return true
+		}
+	}
+	return false
 }
 
 // TestWaitEndsWithContext: the wait ends when the start's context does,

@@ -131,8 +131,16 @@ func TestUsageUnread(t *testing.T) {
 	}
 	s, _ := keyuse.NewSampler(1) // every read sampled: the test is exact
 	e.db.Reads = s
-	// A replica here: no window.
-	mustError(t, e.do("GET", "/v1/db/usage?unread=true", nil), 400, "bad_request")
+	// A replica here: no window. It sends the operator to its root, by
+	// address once a source told it.
+	if m := mustError(t, e.do("GET", "/v1/db/usage?unread=true", nil), 400, "bad_request").Error.Message; !strings.Contains(m, "ask the root (") {
+		t.Errorf("root unknown: %q", m)
+	}
+	e.setWriteErr(&store.NotRootError{Database: "db", Root: []string{"10.0.0.1:7380"}, Detail: "a replica"})
+	if m := mustError(t, e.do("GET", "/v1/db/usage?unread=true", nil), 400, "bad_request").Error.Message; !strings.Contains(m, "ask the root at http://10.0.0.1:7380 (") {
+		t.Errorf("root known: %q", m)
+	}
+	e.setWriteErr(nil)
 
 	w := keyuse.NewWindow(time.Now().Add(-time.Hour))
 	e.db.KeyUse = w

@@ -1,13 +1,16 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
+	"github.com/quicksilver-kv/qs/internal/store"
 )
 
 // Bounds of GET /v1/{db}/usage?unread=true.
@@ -42,7 +45,7 @@ func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *Database, q 
 		limit = n
 	}
 	if d.KeyUse == nil {
-		return h.fail(w, r, d, errorf(codeBadRequest, "%v (database %s is a replica here)", gateway.ErrNoKeyUse, d.Name))
+		return h.fail(w, r, d, errorf(codeBadRequest, "%v%s (database %s is a replica here)", gateway.ErrNoKeyUse, rootHint(d), d.Name))
 	}
 	now := time.Now()
 	since := now.Add(-window)
@@ -60,4 +63,17 @@ func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *Database, q 
 	rep.WindowSeconds = now.Sub(since).Seconds()
 	rep.SampleRate = d.Reads.Rate()
 	return h.answerJSON(w, rep, rep.Index)
+}
+
+// rootHint is " at http://ROOT" when d is a replica that knows the HTTP
+// address of its root (its CanWrite refusal names it), else "".
+func rootHint(d *Database) string {
+	if d.CanWrite == nil {
+		return ""
+	}
+	var nr *store.NotRootError
+	if err := d.CanWrite(); !errors.As(err, &nr) || len(nr.Root) == 0 {
+		return ""
+	}
+	return " at http://" + strings.Join(nr.Root, " or http://")
 }
