@@ -231,7 +231,11 @@ func noBootstrap(t *testing.T, p *proc) {
 // replica's data directory started bridged is followed from its head.
 func TestBridgeQSFromAReplica(t *testing.T) {
 	dir := t.TempDir()
-	src := startQS(t, filepath.Join(dir, "source"), "--config", writeConfig(t, dir, "[[database]]\nname = \"default\"\nretain_entries = 5\n"))
+	// The source keeps 50 entries: the first 100 puts are gone from its log
+	// (an empty root cannot be bridged), and the replica, restarted as a
+	// bridged root, still finds its next entry after the root's heartbeats
+	// of a slow restart (about one a second).
+	src := startQS(t, filepath.Join(dir, "source"), "--config", writeConfig(t, dir, "[[database]]\nname = \"default\"\nretain_entries = 50\n"))
 	id := dbIDOf(t, src)
 	repDir := filepath.Join(dir, "replica")
 	rep := startQS(t, repDir, "--upstream", src.Addr["repl"])
