@@ -387,3 +387,29 @@ func TestLoopEvictsLongestWaiting(t *testing.T) {
 	c3.send("version\r\n")
 	c3.expect(versionReply)
 }
+
+// TestLoopEventWithoutRequestKeepsIdle: an event of a parked connection
+// that finds nothing to read leaves it waiting for a request, evictable,
+// since it began to.
+func TestLoopEventWithoutRequestKeepsIdle(t *testing.T) {
+	skipUnlessLoops(t)
+	ts := startServer(t, withThreads(Config{}, modeLoops), newFakeBackend())
+	cl := dial(t, "tcp", ts.addr)
+	cl.send("version\r\n")
+	cl.expect(versionReply)
+	waitParked(t, ts, 1)
+	var c *conn
+	ts.mu.Lock()
+	for x := range ts.mu.conns {
+		c = x
+	}
+	ts.mu.Unlock()
+	since, _ := c.idleSince()
+
+	c.loop.lp.ready(c) // as the loop does for an event; nothing was sent
+	if got, idle := c.idleSince(); !idle || !got.Equal(since) {
+		t.Errorf("after an event without a request: idle %v since %v, want idle since %v", idle, got, since)
+	}
+	cl.send("get a\r\nversion\r\n")
+	cl.expect("END\r\n" + versionReply)
+}
