@@ -145,6 +145,9 @@ func (c *conn) serveUntilParked() bool {
 				}
 				switch err := c.lingerRead(); {
 				case errors.Is(err, os.ErrDeadlineExceeded):
+					if testHookBeforePark != nil {
+						testHookBeforePark(c)
+					}
 					return c.loop.lp.park(c)
 				case err != nil:
 					c.readFailed(err)
@@ -537,30 +540,39 @@ func (c *conn) fill() error {
 
 // lingerRead waits up to handoffLinger for the next request of a
 // connection of an event loop that is served on a goroutine, and reads it
-// into buf. It returns os.ErrDeadlineExceeded if none came (the caller
-// parks the connection), errShutdown if the server is closing or the
-// connection was evicted meanwhile.
+// into buf. It returns os.ErrDeadlineExceeded if none came: the connection
+// is then left idle, still waiting for a request since lingerRead began,
+// so that it can be evicted at every moment of its way back to the loop
+// (the caller parks it, and park refuses a connection evicted meanwhile).
+// It returns errShutdown if the server is closing or the connection was
+// evicted meanwhile.
 func (c *conn) lingerRead() error {
 	if !c.setIdle(true) {
 		return errShutdown // or evicted
 	}
 	n, err := c.sock.read(c.buf[c.w:], time.Now().Add(handoffLinger))
-	c.setIdle(false)
-	c.mu.Lock()
-	gone := c.mu.evicted
-	c.mu.Unlock()
-	switch {
-	case n > 0:
+	if n > 0 {
+		c.setIdle(false)
 		c.w += n
 		c.beginRequest(time.Now())
 		return nil
-	case c.s.closing.Load() || gone:
-		return errShutdown
-	case err == nil:
-		return os.ErrDeadlineExceeded
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.s.closing.Load() || c.mu.evicted:
+		err = errShutdown
+	case err == nil || errors.Is(err, os.ErrDeadlineExceeded):
+		return os.ErrDeadlineExceeded // still idle
+	}
+	c.mu.idle = false
 	return err
 }
+
+// testHookBeforePark, when set by a test, runs when a connection of an
+// event loop that waited handoffLinger for a request in vain is about to
+// park.
+var testHookBeforePark func(c *conn)
 
 // setIdle records whether the connection waits for a new request. Going
 // idle fails once the server is shutting down. See wakeIfIdle for the

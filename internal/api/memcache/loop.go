@@ -209,14 +209,15 @@ func (l *eventLoop) ready(c *conn) {
 		l.closeParked(c)
 		return
 	}
-	c.mu.idle = false
+	// c stays idle, and can be evicted, until serveParked reads a request:
+	// an event with nothing to read leaves it waiting since it did.
 	c.mu.Unlock()
 
 	switch c.serveParked() {
 	case stayParked:
 		c.mu.Lock()
 		gone := c.mu.evicted || l.s.closing.Load()
-		if !gone {
+		if !gone && !c.mu.idle { // it served requests and waits again
 			c.mu.idle = true
 			c.mu.idleSince = time.Now()
 		}
@@ -294,20 +295,23 @@ func (l *eventLoop) closeIdle(now time.Time) {
 	}
 }
 
-// park puts c, which has nothing buffered, back in its loop. It reports
-// false if c must be closed instead (the server is closing, c was evicted,
-// or the socket cannot be watched).
+// park puts c, which has nothing buffered and is idle (see lingerRead),
+// back in its loop; it keeps waiting since it began to (c.mu.idleSince).
+// It reports false if c must be closed instead (the server is closing, c
+// was evicted, or the socket cannot be watched).
 func (l *eventLoop) park(c *conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.evicted || l.s.closing.Load() {
+		c.mu.idle = false
 		return false
 	}
 	if err := l.set.Add(c.loop.fd, c.loop.id); err != nil {
 		c.debug("memcache: connection closed", "reason", err.Error())
+		c.mu.idle = false
 		return false
 	}
-	c.mu.parked, c.mu.idle, c.mu.idleSince = true, true, time.Now()
+	c.mu.parked = true
 	return true
 }
 
@@ -339,6 +343,7 @@ func (c *conn) serveParked() parkedNext {
 		return closeConn
 	}
 	c.w = n
+	c.setIdle(false)
 	for c.r < c.w {
 		c.beginRequest(time.Now())
 		if c.buf[c.r] == binReqMagic {

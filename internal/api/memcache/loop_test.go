@@ -7,6 +7,8 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -290,4 +292,124 @@ func TestLoopAnswersLikePoller(t *testing.T) {
 			}
 		}
 	}
+}
+
+// holdBeforePark holds the first connection of an event loop that is about
+// to park after serving a request, on its way back from its goroutine to
+// its loop, until release is called; held reports it. (A new connection
+// may park before its first request arrives: that one passes.) Call release in a cleanup registered after
+// the server's, so that a failing test does not leave it held.
+func holdBeforePark(t *testing.T) (held <-chan *conn, release func()) {
+	t.Helper()
+	heldc, releasec := make(chan *conn, 1), make(chan struct{})
+	var first atomic.Bool
+	testHookBeforePark = func(c *conn) {
+		if !c.reqStart.IsZero() && first.CompareAndSwap(false, true) {
+			heldc <- c
+			<-releasec
+		}
+	}
+	t.Cleanup(func() { testHookBeforePark = nil }) // after the server's Shutdown
+	var once sync.Once
+	return heldc, func() { once.Do(func() { close(releasec) }) }
+}
+
+func waitHeld(t *testing.T, held <-chan *conn) *conn {
+	t.Helper()
+	select {
+	case c := <-held:
+		return c
+	case <-time.After(60 * time.Second):
+		t.Fatal("timed out waiting for a connection on its way to its loop")
+		return nil
+	}
+}
+
+// TestLoopEvictsConnectionOnItsWayToLoop: a connection of an event loop
+// that waited on its goroutine for its next request in vain and is about
+// to park still waits for a request: a new connection at MaxConns evicts
+// it rather than being refused.
+func TestLoopEvictsConnectionOnItsWayToLoop(t *testing.T) {
+	skipUnlessLoops(t)
+	held, release := holdBeforePark(t)
+	ts := startServer(t, withThreads(Config{MaxConns: 1}, modeLoops), newFakeBackend())
+	t.Cleanup(release)
+	c1 := dial(t, "tcp", ts.addr)
+	c1.send("version\r\n")
+	c1.expect(versionReply)
+	hc := waitHeld(t, held)
+	if _, idle := hc.idleSince(); !idle {
+		t.Error("a connection on its way to its loop is not idle")
+	}
+
+	c2 := dial(t, "tcp", ts.addr)
+	c2.send("version\r\n")
+	c2.expect(versionReply)
+	release()
+	c1.expectClosed()
+	if got := counterValue(ts.m.idleEvictionsTotal); got != 1 {
+		t.Errorf("idle_evictions_total %v, want 1", got)
+	}
+	if got := counterValue(ts.m.errorsByKind[kindTooManyConns]); got != 0 {
+		t.Errorf("errors_total{kind=too_many_conns} %v, want 0", got)
+	}
+	waitFor(t, "the evicted connection to go", func() bool { return ts.stats.currConns.Load() == 1 })
+	c2.send("version\r\n")
+	c2.expect(versionReply)
+}
+
+// TestLoopEvictsLongestWaiting: a connection waits for a request from the
+// moment it began to, not from when it parked in its loop: of two idle
+// connections, the one that began waiting first is evicted for a new one,
+// even if it parked last.
+func TestLoopEvictsLongestWaiting(t *testing.T) {
+	skipUnlessLoops(t)
+	held, release := holdBeforePark(t)
+	ts := startServer(t, withThreads(Config{MaxConns: 2}, modeLoops), newFakeBackend())
+	t.Cleanup(release)
+	c1 := dial(t, "tcp", ts.addr)
+	c1.send("version\r\n")
+	c1.expect(versionReply)
+	waitHeld(t, held) // c1 waits for a request, on its way to its loop
+
+	c2 := dial(t, "tcp", ts.addr)
+	c2.send("version\r\n")
+	c2.expect(versionReply)
+	waitParked(t, ts, 1) // c2, which began waiting after c1
+	release()
+	waitParked(t, ts, 2) // c1 too, parked after c2
+
+	c3 := dial(t, "tcp", ts.addr)
+	waitFor(t, "a connection to be evicted", func() bool { return counterValue(ts.m.idleEvictionsTotal) == 1 })
+	c2.send("version\r\n")
+	c2.expect(versionReply)
+	c1.expectClosed()
+	c3.send("version\r\n")
+	c3.expect(versionReply)
+}
+
+// TestLoopEventWithoutRequestKeepsIdle: an event of a parked connection
+// that finds nothing to read leaves it waiting for a request, evictable,
+// since it began to.
+func TestLoopEventWithoutRequestKeepsIdle(t *testing.T) {
+	skipUnlessLoops(t)
+	ts := startServer(t, withThreads(Config{}, modeLoops), newFakeBackend())
+	cl := dial(t, "tcp", ts.addr)
+	cl.send("version\r\n")
+	cl.expect(versionReply)
+	waitParked(t, ts, 1)
+	var c *conn
+	ts.mu.Lock()
+	for x := range ts.mu.conns {
+		c = x
+	}
+	ts.mu.Unlock()
+	since, _ := c.idleSince()
+
+	c.loop.lp.ready(c) // as the loop does for an event; nothing was sent
+	if got, idle := c.idleSince(); !idle || !got.Equal(since) {
+		t.Errorf("after an event without a request: idle %v since %v, want idle since %v", idle, got, since)
+	}
+	cl.send("get a\r\nversion\r\n")
+	cl.expect("END\r\n" + versionReply)
 }
