@@ -26,6 +26,8 @@ const (
 // by a reload are deleted), or "" for writes refused before a producer is
 // known.
 type Metrics struct {
+	metrics.Group // every collector below, for the owner to register
+
 	requests   *prometheus.CounterVec
 	ops        *prometheus.CounterVec
 	bytes      *prometheus.CounterVec
@@ -81,25 +83,8 @@ func NewMetrics() *Metrics {
 	m.rejectedMemcache = m.rejections.WithLabelValues("", reasonMemcache)
 	m.reloadsOK = m.reloads.WithLabelValues("ok")
 	m.reloadsFailed = m.reloads.WithLabelValues("error")
+	m.Group = metrics.Group{m.requests, m.ops, m.bytes, m.rejections, m.throttle, m.producers, m.reloads}
 	return m
-}
-
-func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.ops, m.bytes, m.rejections, m.throttle, m.producers, m.reloads}
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
-		c.Collect(ch)
-	}
 }
 
 // producerMetrics are the children of one producer, resolved once per load

@@ -47,3 +47,22 @@ func Handler() http.Handler {
 
 // LatencyBuckets are histogram buckets for request latencies, from 10µs to 10s.
 var LatencyBuckets = prometheus.ExponentialBucketsRange(10e-6, 10, 25)
+
+// Group is a collector made of others: a component's Metrics embeds one
+// holding its collectors, and so is itself a collector its owner
+// registers once.
+type Group []prometheus.Collector
+
+// Describe implements prometheus.Collector.
+func (g Group) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range g {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (g Group) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range g {
+		c.Collect(ch)
+	}
+}

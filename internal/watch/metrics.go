@@ -22,6 +22,8 @@ const (
 // others count for every hub sharing it. A hub or budget given none
 // counts in one of its own, registered nowhere, which a test reads.
 type Metrics struct {
+	metrics.Group // every collector below, for the owner to register
+
 	watchers   *prometheus.GaugeVec
 	prefixes   *prometheus.GaugeVec
 	hubLag     *prometheus.GaugeVec
@@ -48,8 +50,6 @@ type Metrics struct {
 	// The labelled counters, resolved once.
 	cut       map[string]prometheus.Counter // by reason
 	decisions map[decision]prometheus.Counter
-
-	all []prometheus.Collector
 }
 
 // NewMetrics returns the collectors, at zero and unregistered.
@@ -145,7 +145,7 @@ func NewMetrics() *Metrics {
 	for _, d := range decisions {
 		m.decisions[d] = m.rateDecisions.WithLabelValues(string(d))
 	}
-	m.all = []prometheus.Collector{
+	m.Group = metrics.Group{
 		m.watchers, m.prefixes, m.hubLag, m.hubRead, m.hubSkipped,
 		m.refused, m.writes, m.turnWait, m.turnWaiting, m.turnLeaseExpired,
 		m.eventsSent, m.subscribersCut, m.deliveryDelay,
@@ -153,18 +153,4 @@ func NewMetrics() *Metrics {
 		m.wakeDelayBaseline, m.rateDecisions,
 	}
 	return m
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.all {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.all {
-		c.Collect(ch)
-	}
 }

@@ -54,6 +54,8 @@ func (r route) String() string { return routeNames[r] }
 // prometheus.Collector); a handler or ConnLimit given none counts in a
 // private one.
 type Metrics struct {
+	metrics.Group // every collector below, for the owner to register
+
 	requests         *prometheus.CounterVec
 	errors           *prometheus.CounterVec
 	seconds          *prometheus.HistogramVec
@@ -118,26 +120,9 @@ func NewMetrics() *Metrics {
 	for c := range numCodes {
 		m.errorsByCode[c] = m.errors.WithLabelValues(c.String())
 	}
-	return m
-}
-
-func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.errors, m.seconds, m.minIndexWait, m.minIndexTimeouts,
+	m.Group = metrics.Group{m.requests, m.errors, m.seconds, m.minIndexWait, m.minIndexTimeouts,
 		m.writeTimeouts, m.answersStreamed, m.connsRefused, m.answersCut}
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
-		c.Collect(ch)
-	}
+	return m
 }
 
 // countOther counts a request answered outside a database route.

@@ -12,6 +12,8 @@ const subsystem = "memcache"
 // every Server of a process (Config.Metrics); it is a prometheus.Collector,
 // registered by its owner.
 type Metrics struct {
+	metrics.Group // every collector below, for the owner to register
+
 	requestsTotal      *prometheus.CounterVec
 	errorsTotal        *prometheus.CounterVec
 	requestSeconds     *prometheus.HistogramVec
@@ -92,29 +94,11 @@ func NewMetrics() *Metrics {
 	for k := range numErrKinds {
 		m.errorsByKind[k] = m.errorsTotal.WithLabelValues(k.String())
 	}
-	return m
-}
-
-// collectors returns every collector of m, in the order they are exported.
-func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	m.Group = metrics.Group{
 		m.requestsTotal, m.errorsTotal, m.requestSeconds,
 		m.connectionsOpen, m.connectionsTotal, m.idleEvictionsTotal,
 		m.threadConnections, m.loopConnections, m.readNice, m.readSliceSeconds,
 		m.getHitsTotal, m.getMissesTotal,
 	}
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
-		c.Collect(ch)
-	}
+	return m
 }
