@@ -171,6 +171,7 @@ func TestRaftSnapshotCatchUp(t *testing.T) {
 	}
 	c.start(down)
 	c.waitSameApplied(acks[len(acks)-1].index, 30*time.Second)
+	c.waitRaftApplied(down, 30*time.Second)
 	if n := metricValue(t, down.http, `qs_raft_snapshots_total{db="default",event="received"}`); n < 1 {
 		t.Fatalf("the member caught up without a snapshot (received %v)", n)
 	}
@@ -260,6 +261,38 @@ func storeRaftApplied(t *testing.T, dir string) uint64 {
 }
 
 // metricValue reads one sample from a node's /metrics (0 if absent).
+// waitRaftApplied waits until member m's Raft status has applied what
+// the other live members had applied when it was called. A member that
+// catches up from a snapshot shows the checkpoint's index in its store as
+// soon as the checkpoint is installed, but finishes the snapshot (and
+// counts it received) before its Raft status moves: the store's index
+// alone does not say that the install is over.
+func (c *raftCluster) waitRaftApplied(m *raftMember, within time.Duration) {
+	c.t.Helper()
+	var want uint64
+	for _, o := range c.members {
+		if o == m || !o.alive() {
+			continue
+		}
+		st, err := statusOf(o.http)
+		if err != nil {
+			c.t.Fatalf("member %d status: %v", o.id, err)
+		}
+		want = max(want, st.Raft.Applied)
+	}
+	deadline := time.Now().Add(within)
+	for {
+		st, err := statusOf(m.http)
+		if err == nil && st.Raft.Applied >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("member %d: raft applied %d, want %d within %v (err %v)", m.id, st.Raft.Applied, want, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func metricValue(t *testing.T, httpAddr, series string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
