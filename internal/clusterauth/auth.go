@@ -26,6 +26,9 @@ type Options struct {
 	ServerTLS, ClientTLS *tls.Config
 	// HandshakeTimeout bounds a connection's authentication. Default 10s.
 	HandshakeTimeout time.Duration
+	// Metrics count the connections of the Auth's listeners; nil: a
+	// private NewMetrics, registered nowhere. Reload keeps those of New.
+	Metrics *Metrics
 }
 
 // Auth authenticates the internal connections of one process. Its keys
@@ -34,6 +37,7 @@ type Options struct {
 type Auth struct {
 	cur     atomic.Pointer[authState]
 	timeout time.Duration
+	m       *Metrics
 }
 
 // authState is what one Reload puts in force.
@@ -60,7 +64,10 @@ func stateOf(o Options) *authState {
 
 // New returns the Auth of o.
 func New(o Options) *Auth {
-	a := &Auth{timeout: o.HandshakeTimeout}
+	a := &Auth{timeout: o.HandshakeTimeout, m: o.Metrics}
+	if a.m == nil {
+		a.m = NewMetrics()
+	}
 	a.cur.Store(stateOf(o))
 	if a.timeout <= 0 {
 		a.timeout = 10 * time.Second
@@ -212,11 +219,11 @@ func (l *listener) Accept() (net.Conn, error) {
 		}
 		if n := l.open.Add(1); l.max > 0 && n > l.max {
 			l.open.Add(-1)
-			mHandshakes.WithLabelValues(l.port, resultConnLimit).Inc()
+			l.a.m.handshakes.WithLabelValues(l.port, resultConnLimit).Inc()
 			c.Close()
 			continue
 		}
-		mConns.WithLabelValues(l.port).Inc()
+		l.a.m.conns.WithLabelValues(l.port).Inc()
 		return &Conn{Conn: c, raw: c, l: l}, nil
 	}
 }
@@ -264,7 +271,7 @@ func (c *Conn) handshake() {
 			c.Conn.SetWriteDeadline(c.wdl)
 			c.dlMu.Unlock()
 		}
-		mHandshakes.WithLabelValues(c.l.port, result).Inc()
+		a.m.handshakes.WithLabelValues(c.l.port, result).Inc()
 	}()
 	fail := func(r string, err error) {
 		var ne net.Error
@@ -329,7 +336,7 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	c.l.open.Add(-1)
-	mConns.WithLabelValues(c.l.port).Dec()
+	c.l.a.m.conns.WithLabelValues(c.l.port).Dec()
 	return c.raw.Close()
 }
 

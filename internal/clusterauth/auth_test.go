@@ -99,7 +99,7 @@ func TestClusterKeyAuthenticatesBothWays(t *testing.T) {
 	if !p.Authenticated || !p.Has("raft-node/2") || p.Has("raft-node/1") {
 		t.Fatalf("peer %+v", p)
 	}
-	if n := testutil.ToFloat64(mHandshakes.WithLabelValues("t-key-ok", resultOK)); n != 1 {
+	if n := testutil.ToFloat64(a.m.handshakes.WithLabelValues("t-key-ok", resultOK)); n != 1 {
 		t.Fatalf("ok handshakes %v, want 1", n)
 	}
 }
@@ -118,7 +118,7 @@ func TestWrongClusterKeyRefusedAndCounted(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("server did not end the handshake")
 	}
-	waitCount(t, "t-key-bad", resultBadKey, 1)
+	waitCount(t, ln, resultBadKey, 1)
 
 	// A client that forges the client MAC (it cannot check the server's
 	// proof, so it goes on) is refused by the server and counted.
@@ -137,18 +137,21 @@ func TestWrongClusterKeyRefusedAndCounted(t *testing.T) {
 	if n, err := c.Read(resp[:]); err == nil {
 		t.Fatalf("server answered %d bytes to a forged MAC", n)
 	}
-	waitCount(t, "t-key-bad", resultBadKey, 2)
+	waitCount(t, ln, resultBadKey, 2)
 }
 
-func waitCount(t *testing.T, port, result string, want float64) {
+// waitCount waits until the handshakes of result counted by the Auth of
+// ln, on its port, reach want.
+func waitCount(t *testing.T, ln net.Listener, result string, want float64) {
 	t.Helper()
+	l := ln.(*listener)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		n := testutil.ToFloat64(mHandshakes.WithLabelValues(port, result))
+		n := testutil.ToFloat64(l.a.m.handshakes.WithLabelValues(l.port, result))
 		if n >= want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("handshakes{port=%s,result=%s} = %v, want %v", port, result, n, want)
+			t.Fatalf("handshakes{port=%s,result=%s} = %v, want %v", l.port, result, n, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -168,7 +171,7 @@ func TestKeyedServerRefusesPlainProtocol(t *testing.T) {
 	if len(b) != 0 {
 		t.Fatalf("server answered %q to an unkeyed client", b)
 	}
-	waitCount(t, "t-not-keyed", resultNotKeyed, 1)
+	waitCount(t, ln, resultNotKeyed, 1)
 }
 
 func TestPlainClientOfKeyedServerGetsClearError(t *testing.T) {
@@ -205,7 +208,7 @@ func TestHandshakeDeadlineClosesSilentPeer(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("server sent data to a silent peer")
 	}
-	waitCount(t, "t-silent", resultTimeout, 1)
+	waitCount(t, ln, resultTimeout, 1)
 }
 
 func TestListenerCapsConnections(t *testing.T) {
@@ -228,7 +231,7 @@ func TestListenerCapsConnections(t *testing.T) {
 	if _, err := dial(context.Background(), "tcp", ln.Addr().String()); err == nil {
 		t.Fatal("a third connection was served over the cap of 2")
 	}
-	waitCount(t, "t-cap", resultConnLimit, 1)
+	waitCount(t, ln, resultConnLimit, 1)
 	if n := l.Open(); n != 2 {
 		t.Fatalf("%d connections open, want 2", n)
 	}

@@ -18,42 +18,59 @@ const (
 	resultConnLimit = "conn_limit" // closed at accept: too many connections open
 )
 
-var (
-	mHandshakes = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "handshakes_total",
-		Help: "Connections accepted on the internal ports (Raft, replication), by port and authentication result: ok, bad_key, not_keyed, bad_cert, timeout, io, conn_limit."},
-		[]string{"port", "result"}))
-	mConns = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections",
-		Help: "Connections open on the internal ports, authenticated or not yet, by port."},
-		[]string{"port"}))
-	mReloads = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reloads_total",
-		Help: "Reloads of the cluster key, certificates and root public keys (SIGHUP), by result: ok, error (a file did not load: the keys in force stay)."},
-		[]string{"result"}))
-	mInsecure = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "insecure",
-		Help: "1 while internal ports listen beyond loopback without authentication (--insecure)."}))
-)
+// Metrics are the collectors of the authenticators that share them: the
+// server builds one per process and registers it (it is a
+// prometheus.Collector); an Auth given none counts in a private one.
+type Metrics struct {
+	metrics.Group // every collector below, for the owner to register
+
+	handshakes *prometheus.CounterVec
+	conns      *prometheus.GaugeVec
+	reloads    *prometheus.CounterVec
+	insecure   prometheus.Gauge
+}
+
+// NewMetrics returns collectors at zero, registered nowhere.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "handshakes_total",
+			Help: "Connections accepted on the internal ports (Raft, replication), by port and authentication result: ok, bad_key, not_keyed, bad_cert, timeout, io, conn_limit."},
+			[]string{"port", "result"}),
+		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "connections",
+			Help: "Connections open on the internal ports, authenticated or not yet, by port."},
+			[]string{"port"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reloads_total",
+			Help: "Reloads of the cluster key, certificates and root public keys (SIGHUP), by result: ok, error (a file did not load: the keys in force stay)."},
+			[]string{"result"}),
+		insecure: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "insecure",
+			Help: "1 while internal ports listen beyond loopback without authentication (--insecure)."}),
+	}
+	m.Group = metrics.Group{m.handshakes, m.conns, m.reloads, m.insecure}
+	return m
+}
 
 // SetInsecure sets the insecure gauge.
-func SetInsecure(on bool) {
+func (m *Metrics) SetInsecure(on bool) {
 	v := 0.0
 	if on {
 		v = 1
 	}
-	mInsecure.Set(v)
+	m.insecure.Set(v)
 }
 
 // CountReload counts a reload of the keys and certificates: ok, or not
 // (the keys in force stay).
-func CountReload(ok bool) {
+func (m *Metrics) CountReload(ok bool) {
 	if ok {
-		mReloads.WithLabelValues("ok").Inc()
+		m.reloads.WithLabelValues("ok").Inc()
 		return
 	}
-	mReloads.WithLabelValues("error").Inc()
+	m.reloads.WithLabelValues("error").Inc()
 }
 
 // ReloadErrors is the counter of failed reloads (for tests of callers).
-func ReloadErrors() prometheus.Counter { return mReloads.WithLabelValues("error") }
+func (m *Metrics) ReloadErrors() prometheus.Counter { return m.reloads.WithLabelValues("error") }

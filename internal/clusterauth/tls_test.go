@@ -84,7 +84,7 @@ func TestMutualTLSRefusesStrangers(t *testing.T) {
 			t.Fatalf("server accepted a certificate of another CA: %v", err)
 		}
 	}
-	waitCount(t, "t-mtls-bad", resultBadCert, 1)
+	waitCount(t, ln, resultBadCert, 1)
 
 	// No certificate at all, trusting the server's CA.
 	_, c, err := LoadTLS("", "", ca)
@@ -99,7 +99,7 @@ func TestMutualTLSRefusesStrangers(t *testing.T) {
 		}
 		conn.Close()
 	}
-	waitCount(t, "t-mtls-bad", resultBadCert, 2)
+	waitCount(t, ln, resultBadCert, 2)
 }
 
 func TestServerCertificateOnlyIsNotAuthenticated(t *testing.T) {

@@ -242,7 +242,7 @@ func (a *Agent) review(r Replica) {
 		default:
 			reason = ReasonFailed
 		}
-		mSourceChanges.WithLabelValues(a.cfg.Database, string(reason)).Inc()
+		a.o.m.sourceChanges.WithLabelValues(a.cfg.Database, string(reason)).Inc()
 		a.log.Info("replication source", "source", addr, "reason", string(reason))
 		a.mu.streamed, a.mu.pending = addr, ReasonNone
 	}
@@ -251,8 +251,8 @@ func (a *Agent) review(r Replica) {
 		depth = -1
 	}
 	a.mu.Unlock()
-	mDepth.WithLabelValues(a.cfg.Database).Set(float64(depth))
-	mSourceRTT.WithLabelValues(a.cfg.Database).Set(rtt.Seconds())
+	a.o.m.depth.WithLabelValues(a.cfg.Database).Set(float64(depth))
+	a.o.m.sourceRTT.WithLabelValues(a.cfg.Database).Set(rtt.Seconds())
 
 	if a.cfg.Static || !streaming {
 		// Not streaming: the replica is already working through its

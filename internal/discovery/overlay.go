@@ -59,6 +59,9 @@ type Config struct {
 	Link Link
 	// Log receives memberlist's warnings and errors. Default slog.Default.
 	Log *slog.Logger
+	// Metrics count for the overlay and its agents; nil: a private
+	// NewMetrics, registered nowhere.
+	Metrics *Metrics
 }
 
 // Validate reports the first invalid field.
@@ -127,6 +130,7 @@ type Overlay struct {
 	keyring *memberlist.Keyring // nil without a key
 	coord   *coordinate.Client
 	log     *slog.Logger
+	m       *Metrics
 
 	leave sync.Once
 	left  error
@@ -162,7 +166,10 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	o := &Overlay{cfg: cfg, log: cfg.Log.With("component", "discovery")}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	o := &Overlay{cfg: cfg, log: cfg.Log.With("component", "discovery"), m: cfg.Metrics}
 	o.mu.coords = map[string]*coordinate.Coordinate{}
 	o.mu.samples = map[string]int{}
 	var err error
@@ -198,7 +205,7 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 		mc.AdvertiseAddr = host
 	}
-	mc.Transport = newMeteredTransport(nt, cfg.Link)
+	mc.Transport = newMeteredTransport(nt, cfg.Link, o.m)
 	if len(cfg.Key) > 0 {
 		if o.keyring, err = memberlist.NewKeyring(cfg.MoreKeys, cfg.Key); err != nil {
 			nt.Shutdown()
@@ -253,7 +260,7 @@ func (o *Overlay) SetLocal(m Meta) error {
 
 func (o *Overlay) setMetaLocked(m Meta) bool {
 	b, dropped := m.Encode()
-	mMetaDropped.Set(float64(dropped))
+	o.m.metaDropped.Set(float64(dropped))
 	if dropped > 0 {
 		o.log.Warn("databases left out of the gossip advertisement (512-byte limit)", "dropped", dropped)
 	}
@@ -399,7 +406,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	d.checkMeta(n)
-	mMembers.Set(float64(d.o.live.Add(1)))
+	d.o.m.members.Set(float64(d.o.live.Add(1)))
 	d.o.notifyChange()
 }
 
@@ -410,7 +417,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	delete(d.o.mu.samples, n.Name)
 	delete(d.o.mu.metas, n.Name)
 	d.o.mu.Unlock()
-	mMembers.Set(float64(d.o.live.Add(-1)))
+	d.o.m.members.Set(float64(d.o.live.Add(-1)))
 	d.o.notifyChange()
 }
 
@@ -424,7 +431,7 @@ func (d *delegate) checkMeta(n *memberlist.Node) {
 	_, err := d.o.metaLocked(n.Name, n.Meta)
 	d.o.mu.Unlock()
 	if err != nil {
-		mBadMeta.Inc()
+		d.o.m.badMeta.Inc()
 		d.o.log.Warn("member advertises a meta this node cannot read; ignored", "member", n.Name, "err", err)
 	}
 }
@@ -442,12 +449,12 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	c, err := decodeCoordinate(payload)
 	if err != nil {
-		mBadMeta.Inc()
+		d.o.m.badMeta.Inc()
 		d.o.log.Debug("bad coordinate in probe ack", "member", other.Name, "err", err)
 		return
 	}
 	if _, err := d.o.coord.Update(other.Name, c, rtt); err != nil {
-		mBadMeta.Inc()
+		d.o.m.badMeta.Inc()
 		d.o.log.Debug("coordinate not used", "member", other.Name, "err", err)
 		return
 	}

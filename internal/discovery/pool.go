@@ -83,11 +83,10 @@ func ChoosePool(members []Member, db string, id store.DBID, dc string, perDC, n 
 func (o *Overlay) Pool(db string, id store.DBID, dc string, n int) PoolMembers {
 	members := o.Members()
 	p := ChoosePool(members, db, id, dc, o.cfg.relaysPerDC(), n)
-	self := 0.0
+	relays := len(ViewDC(members, db, dc, o.cfg.relaysPerDC()).Relays)
 	if p.Relay {
-		self = 1
+		relays++
 	}
-	mDCRelays.WithLabelValues(db).Set(float64(len(ViewDC(members, db, dc, o.cfg.relaysPerDC()).Relays)) + self)
-	mRelay.WithLabelValues(db).Set(self)
+	o.m.setDC(db, relays, p.Relay)
 	return p
 }

@@ -154,12 +154,11 @@ func ViewDC(members []Member, db, dc string, perDC int) DCView {
 // and relay gauges of db.
 func (o *Overlay) DC(db, dc string) DCView {
 	v := ViewDC(o.Members(), db, dc, o.cfg.relaysPerDC())
-	n, self := len(v.Relays), 0.0
+	n := len(v.Relays)
 	if v.Relay {
-		n, self = n+1, 1
+		n++
 	}
-	mDCRelays.WithLabelValues(db).Set(float64(n))
-	mRelay.WithLabelValues(db).Set(self)
+	o.m.setDC(db, n, v.Relay)
 	return v
 }
 

@@ -339,11 +339,11 @@ func TestRTTAwareSourceChoice(t *testing.T) {
 	w.add("c", false, "root")
 	waitSource(t, w, "c", "a", "the near source")
 
-	before := counterValue(t, "slower")
+	before := sourceChanges(w, "c", "slower")
 	w.setDelay("c", "a", 80*time.Millisecond)
 	w.setDelay("c", "b", 0)
 	waitSource(t, w, "c", "b", "the source that became near")
-	if counterValue(t, "slower") <= before {
+	if sourceChanges(w, "c", "slower") <= before {
 		t.Fatal("the move was not counted as reason slower")
 	}
 	if _, err := w.check(); err != nil {
@@ -366,9 +366,12 @@ func waitSource(t *testing.T, w *world, node, want, what string) {
 	}
 }
 
-func counterValue(t *testing.T, reason string) float64 {
-	t.Helper()
-	return testutil.ToFloat64(mSourceChanges.WithLabelValues("db", reason))
+// sourceChanges reads source_changes_total of node's overlay for reason.
+func sourceChanges(w *world, node, reason string) float64 {
+	w.mu.Lock()
+	o := w.nodes[node].o
+	w.mu.Unlock()
+	return testutil.ToFloat64(o.m.sourceChanges.WithLabelValues("db", reason))
 }
 
 // TestPartitionedOverlay: a partition splits the overlay and the streams

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Link decides the fate of one gossip packet or stream from this member
@@ -19,6 +20,7 @@ type Link func(addr string) (delay time.Duration, drop bool)
 type meteredTransport struct {
 	memberlist.Transport
 	link    Link
+	in, out prometheus.Counter // gossip_bytes_total by direction
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	// stopping: memberlist no longer reads; what the wrapped transport
@@ -29,8 +31,10 @@ type meteredTransport struct {
 	wg       sync.WaitGroup
 }
 
-func newMeteredTransport(t memberlist.Transport, link Link) *meteredTransport {
-	m := &meteredTransport{Transport: t, link: link, packets: make(chan *memberlist.Packet),
+func newMeteredTransport(t memberlist.Transport, link Link, ms *Metrics) *meteredTransport {
+	m := &meteredTransport{Transport: t, link: link,
+		in: ms.gossipBytes.WithLabelValues("in"), out: ms.gossipBytes.WithLabelValues("out"),
+		packets: make(chan *memberlist.Packet),
 		streams: make(chan net.Conn), stopping: make(chan struct{}), done: make(chan struct{})}
 	m.wg.Add(2)
 	go func() {
@@ -38,7 +42,7 @@ func newMeteredTransport(t memberlist.Transport, link Link) *meteredTransport {
 		for {
 			select {
 			case p := <-t.PacketCh():
-				mGossipBytes.WithLabelValues("in").Add(float64(len(p.Buf)))
+				m.in.Add(float64(len(p.Buf)))
 				select {
 				case m.packets <- p:
 				case <-m.stopping:
@@ -54,7 +58,7 @@ func newMeteredTransport(t memberlist.Transport, link Link) *meteredTransport {
 			select {
 			case c := <-t.StreamCh():
 				select {
-				case m.streams <- &meteredConn{Conn: c}:
+				case m.streams <- &meteredConn{Conn: c, in: m.in, out: m.out}:
 				case <-m.stopping:
 					c.Close()
 				}
@@ -83,14 +87,14 @@ func (m *meteredTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 				select {
 				case <-m.stopping:
 				default:
-					mGossipBytes.WithLabelValues("out").Add(float64(len(buf)))
+					m.out.Add(float64(len(buf)))
 					m.Transport.WriteTo(buf, addr)
 				}
 			})
 			return time.Now(), nil
 		}
 	}
-	mGossipBytes.WithLabelValues("out").Add(float64(len(b)))
+	m.out.Add(float64(len(b)))
 	return m.Transport.WriteTo(b, addr)
 }
 
@@ -106,7 +110,7 @@ func (m *meteredTransport) DialTimeout(addr string, timeout time.Duration) (net.
 	if err != nil {
 		return nil, err
 	}
-	return &meteredConn{Conn: c}, nil
+	return &meteredConn{Conn: c, in: m.in, out: m.out}, nil
 }
 
 func (m *meteredTransport) Shutdown() error {
@@ -125,16 +129,19 @@ var errPartitioned error = partitionedError{}
 
 // meteredConn counts the bytes of a gossip stream (push/pull, large
 // messages).
-type meteredConn struct{ net.Conn }
+type meteredConn struct {
+	net.Conn
+	in, out prometheus.Counter
+}
 
 func (c *meteredConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	mGossipBytes.WithLabelValues("in").Add(float64(n))
+	c.in.Add(float64(n))
 	return n, err
 }
 
 func (c *meteredConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	mGossipBytes.WithLabelValues("out").Add(float64(n))
+	c.out.Add(float64(n))
 	return n, err
 }

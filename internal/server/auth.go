@@ -7,6 +7,7 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 )
 
 // maxRaftConns caps the connections open on one Raft listener: each
@@ -18,6 +19,11 @@ const maxRaftConns = 256
 // authentication says so.
 const insecureWarnEvery = time.Minute
 
+// clusterauthMetrics counts for the internal ports, key reloads and
+// insecure mode of every Server of the process (one, but for tests),
+// served at /metrics.
+var clusterauthMetrics = metrics.MustRegister(clusterauth.NewMetrics())
+
 // loadAuth builds the authentication of the internal ports from the
 // cluster key file and repl_tls, and refuses listen addresses beyond
 // loopback without it unless insecure is set. It returns those addresses
@@ -27,6 +33,7 @@ func loadAuth(c *config.Config) (*clusterauth.Auth, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	o.Metrics = clusterauthMetrics
 	a := clusterauth.New(o)
 	open, err := a.CheckListen(c.InternalListens(), c.Insecure)
 	if err != nil {
@@ -66,7 +73,7 @@ func (s *Server) warnInsecure() {
 	if len(s.insecure) == 0 {
 		return
 	}
-	clusterauth.SetInsecure(true)
+	clusterauthMetrics.SetInsecure(true)
 	warn := func() {
 		s.log.Warn("INSECURE: replication and Raft listen beyond loopback without authentication (--insecure): anyone who reaches them can read every value and, on Raft, write; give --cluster-key or mutual TLS",
 			"addrs", s.insecure)
@@ -80,7 +87,7 @@ func (s *Server) warnInsecure() {
 			case <-t.C:
 				warn()
 			case <-s.quit:
-				clusterauth.SetInsecure(false)
+				clusterauthMetrics.SetInsecure(false)
 				return
 			}
 		}

@@ -11,9 +11,14 @@ import (
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/discovery"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
+
+// discoveryMetrics counts for the overlay and agents of every Server of
+// the process (one, but for tests), served at /metrics.
+var discoveryMetrics = metrics.MustRegister(discovery.NewMetrics())
 
 // startOverlay joins the gossip overlay when the configuration names a
 // gossip address. It runs before the databases open: a new replica that
@@ -33,7 +38,8 @@ func (s *Server) startOverlay() error {
 	}
 	o, err := discovery.Start(discovery.Config{NodeName: s.cfg.NodeName, Bind: s.cfg.Gossip, Join: s.cfg.Join,
 		Key: key, MoreKeys: more, Insecure: s.cfg.Insecure, RelaysPerDC: s.cfg.RelaysPerDC, Log: s.log,
-		GossipInterval: s.cfg.GossipInterval.Duration, ProbeInterval: s.cfg.ProbeInterval.Duration},
+		GossipInterval: s.cfg.GossipInterval.Duration, ProbeInterval: s.cfg.ProbeInterval.Duration,
+		Metrics: discoveryMetrics},
 		discovery.Meta{Process: repl.DefaultProcessID, DC: s.cfg.DC})
 	if err != nil {
 		return err
