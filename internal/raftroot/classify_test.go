@@ -91,12 +91,12 @@ func TestWriteAnswerErrors(t *testing.T) {
 		}, store.WriteResult{}, "timeout"},
 	}
 	for _, tc := range cases {
-		before := counter(t, mProposals, "answer-test", tc.label)
+		before := counter(t, n.cfg.Metrics.proposals, "answer-test", tc.label)
 		got, err := n.answer(tc.o, res, tc.err)
 		if !tc.wantErr(err) || got != tc.wantRes {
 			t.Errorf("outcome %d: answered %+v, %v", tc.o, got, err)
 		}
-		if after := counter(t, mProposals, "answer-test", tc.label); after != before+1 {
+		if after := counter(t, n.cfg.Metrics.proposals, "answer-test", tc.label); after != before+1 {
 			t.Errorf("outcome %d: proposals_total{outcome=%q} %v → %v", tc.o, tc.label, before, after)
 		}
 	}
