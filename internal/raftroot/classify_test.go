@@ -72,6 +72,7 @@ func TestClassifyWriteOutcome(t *testing.T) {
 // (ErrUnavailable), retry with the same batch ID (a timeout), or not at all
 // (the store's refusal); and each outcome is counted under its label.
 func TestWriteAnswerErrors(t *testing.T) {
+	t.Parallel()
 	n := &Node{cfg: *(&Config{Database: "answer-test"}).EnsureDefaults()}
 	res := store.WriteResult{Index: 7, Changed: true}
 	cases := []struct {
