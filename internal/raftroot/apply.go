@@ -18,7 +18,7 @@ import (
 func (n *Node) apply(ents []*pb.Entry) bool {
 	b := decodeEntries(ents)
 	for _, bad := range b.bad {
-		mMessageErrors.WithLabelValues(n.cfg.Database, kindCommand).Inc()
+		n.cfg.Metrics.messageErrors.WithLabelValues(n.cfg.Database, kindCommand).Inc()
 		n.log.Error("committed raft entry does not decode; skipped by every member", "err", bad)
 	}
 	// Membership changes touch no store state (their commands only move
@@ -41,7 +41,7 @@ func (n *Node) apply(ents []*pb.Entry) bool {
 		case <-n.clock.After(pause):
 		}
 	}
-	mApplySeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
+	n.cfg.Metrics.applySeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
 	if n.log.Enabled(context.Background(), slog.LevelDebug) {
 		var changed, dup, skipped, failed int
 		for _, r := range res {

@@ -96,7 +96,7 @@ func TestRaftRefusesStrangersWithoutClusterKey(t *testing.T) {
 	c.writeAt(lead, put("k", "v"))
 	c.waitConverged()
 	term := lead.node.Status().Term
-	before := counter(t, mMessageErrors, "db", kindAuth)
+	before := counter(t, c.metrics.messageErrors, "db", kindAuth)
 
 	for name, a := range attacks(t, c, lead, follower) {
 		conn, err := net.Dial("tcp", a.to.cfg.Listen)
@@ -111,7 +111,7 @@ func TestRaftRefusesStrangersWithoutClusterKey(t *testing.T) {
 			t.Fatalf("%s: dial with another cluster key succeeded", name)
 		}
 	}
-	waitCounter(t, kindAuth, before+8)
+	waitCounter(t, c.metrics, kindAuth, before+8)
 	checkUntouched(t, c, term)
 }
 
@@ -124,7 +124,7 @@ func TestRaftBindsSenderToAuthenticatedMember(t *testing.T) {
 	follower := c.follower()
 	c.waitConverged()
 	term := lead.node.Status().Term
-	before := counter(t, mMessageErrors, "db", kindUnauthorized)
+	before := counter(t, c.metrics.messageErrors, "db", kindUnauthorized)
 	var third *member
 	for _, m := range c.members {
 		if m != lead && m != follower {
@@ -144,7 +144,7 @@ func TestRaftBindsSenderToAuthenticatedMember(t *testing.T) {
 			t.Fatalf("%s: answered %q", name, got)
 		}
 	}
-	waitCounter(t, kindUnauthorized, before+3)
+	waitCounter(t, c.metrics, kindUnauthorized, before+3)
 	checkUntouched(t, c, term)
 }
 
@@ -178,7 +178,7 @@ func checkUntouched(t *testing.T, c *cluster, term uint64) {
 func TestRaftBoundsFirstFrame(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	m := c.members[1]
-	before := counter(t, mMessageErrors, "db", kindBadFrame)
+	before := counter(t, c.metrics.messageErrors, "db", kindBadFrame)
 	conn, err := net.Dial("tcp", m.cfg.Listen)
 	if err != nil {
 		t.Fatal(err)
@@ -187,16 +187,16 @@ func TestRaftBoundsFirstFrame(t *testing.T) {
 	if got := sendRaw(t, conn, []byte{frameHello, 0x06, 0x40, 0x00, 0x00, 'Q', 'S', 'R', 'T'}); len(got) != 0 {
 		t.Fatalf("answered %q", got)
 	}
-	if got := counter(t, mMessageErrors, "db", kindBadFrame); got != before+1 {
+	if got := counter(t, c.metrics.messageErrors, "db", kindBadFrame); got != before+1 {
 		t.Fatalf("bad frames %v → %v: the 100 MiB first frame was not refused by its length", before, got)
 	}
 }
 
 // waitCounter waits until the transport errors of kind reach want.
-func waitCounter(t *testing.T, kind string, want float64) {
+func waitCounter(t *testing.T, m *Metrics, kind string, want float64) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		got := counter(t, mMessageErrors, "db", kind)
+		got := counter(t, m.messageErrors, "db", kind)
 		if got >= want {
 			return
 		}
@@ -216,7 +216,7 @@ func TestHelloCannotNameSnapshotSourceElsewhere(t *testing.T) {
 		kept bool
 	}{{"127.0.0.1:7390", true}, {"192.0.2.1:7390", false}, {"attacker.example:7390", false}} {
 		var cluster [16]byte
-		tr := newTransport("db", cluster, 1, "", nil, quiet())
+		tr := newTransport("db", NewMetrics(), cluster, 1, "", nil, quiet())
 		tr.known = func(id uint64) bool { return id == 2 }
 		tr.memberAddr = func(id uint64) string { return "127.0.0.1:7401" }
 		tr.deliver = func(*pb.Message) bool { return true }
@@ -255,7 +255,7 @@ func FuzzReceiveAuthenticated(f *testing.F) {
 	f.Add(hello(0))
 	f.Add([]byte{frameHello, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tr := newTransport("db", cluster, 1, "", nil, quiet())
+		tr := newTransport("db", NewMetrics(), cluster, 1, "", nil, quiet())
 		tr.known = func(id uint64) bool { return id == 2 || id == 3 }
 		tr.memberAddr = func(uint64) string { return "127.0.0.1:7401" }
 		tr.deliver = func(m *pb.Message) bool {

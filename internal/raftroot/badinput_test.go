@@ -72,7 +72,7 @@ func TestTransportRefusesBadInput(t *testing.T) {
 		{"forged sender", kindWrongPeer, append(hello(good), msg(&pb.Message{From: new(uint64(99)), To: new(target.id), Type: pb.MessageType_MsgHeartbeat.Enum()})...)},
 	}
 	for _, tc := range cases {
-		before := counter(t, mMessageErrors, "db", tc.kind)
+		before := counter(t, c.metrics.messageErrors, "db", tc.kind)
 		conn, err := net.Dial("tcp", target.cfg.Listen)
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +84,7 @@ func TestTransportRefusesBadInput(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: the member answered instead of dropping the connection", tc.name)
 		}
-		if got := counter(t, mMessageErrors, "db", tc.kind); got != before+1 {
+		if got := counter(t, c.metrics.messageErrors, "db", tc.kind); got != before+1 {
 			t.Fatalf("%s: %s errors %v → %v", tc.name, tc.kind, before, got)
 		}
 	}

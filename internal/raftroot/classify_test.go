@@ -72,6 +72,7 @@ func TestClassifyWriteOutcome(t *testing.T) {
 // (ErrUnavailable), retry with the same batch ID (a timeout), or not at all
 // (the store's refusal); and each outcome is counted under its label.
 func TestWriteAnswerErrors(t *testing.T) {
+	t.Parallel()
 	n := &Node{cfg: *(&Config{Database: "answer-test"}).EnsureDefaults()}
 	res := store.WriteResult{Index: 7, Changed: true}
 	cases := []struct {
@@ -91,12 +92,12 @@ func TestWriteAnswerErrors(t *testing.T) {
 		}, store.WriteResult{}, "timeout"},
 	}
 	for _, tc := range cases {
-		before := counter(t, mProposals, "answer-test", tc.label)
+		before := counter(t, n.cfg.Metrics.proposals, "answer-test", tc.label)
 		got, err := n.answer(tc.o, res, tc.err)
 		if !tc.wantErr(err) || got != tc.wantRes {
 			t.Errorf("outcome %d: answered %+v, %v", tc.o, got, err)
 		}
-		if after := counter(t, mProposals, "answer-test", tc.label); after != before+1 {
+		if after := counter(t, n.cfg.Metrics.proposals, "answer-test", tc.label); after != before+1 {
 			t.Errorf("outcome %d: proposals_total{outcome=%q} %v → %v", tc.o, tc.label, before, after)
 		}
 	}

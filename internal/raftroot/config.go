@@ -91,6 +91,10 @@ type Config struct {
 	// Its argument is the last committed index.
 	AfterPersist func(committed uint64)
 
+	// Metrics counts this member's events, labelled with Database; the
+	// server gives every member of the process the one it registered.
+	// Default: a private NewMetrics(), registered nowhere.
+	Metrics *Metrics
 	// Logger receives events. Default slog.Default().
 	Logger *slog.Logger
 	// FS is the Raft storage's filesystem. Default vfs.Default.
@@ -125,6 +129,9 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.MaxInflightMsgs == 0 {
 		c.MaxInflightMsgs = 256
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -58,7 +58,7 @@ func (t *transport) answerAsk(c net.Conn, h helloMsg, peer clusterauth.Peer) err
 		t.errorf(kindDescription)
 		return fmt.Errorf("qs: this member's description is %d bytes, over %d", len(body), MaxDescription)
 	}
-	mDescriptions.WithLabelValues(t.db, "answered").Inc()
+	t.m.descriptions.WithLabelValues(t.db, "answered").Inc()
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	return writeFrame(c, frameAnswer, body)
 }
@@ -107,7 +107,7 @@ func (n *Node) DescribeMembers(ctx context.Context) []Description {
 			if err != nil {
 				outcome = "failed"
 			}
-			mDescriptions.WithLabelValues(n.cfg.Database, outcome).Inc()
+			n.cfg.Metrics.descriptions.WithLabelValues(n.cfg.Database, outcome).Inc()
 			mu.Lock()
 			out = append(out, Description{ID: id, Addr: members[id], Body: body, Err: err})
 			mu.Unlock()

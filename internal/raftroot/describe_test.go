@@ -19,7 +19,7 @@ func TestDescribeMembersAnswersEachPeer(t *testing.T) {
 		id := cfg.NodeID
 		cfg.Describe = func() []byte { return []byte(fmt.Sprintf("member %d", id)) }
 	})
-	before := counter(t, mDescriptions, "db", "ok")
+	before := counter(t, c.metrics.descriptions, "db", "ok")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := c.members[2].node.DescribeMembers(ctx)
@@ -31,7 +31,7 @@ func TestDescribeMembersAnswersEachPeer(t *testing.T) {
 			t.Fatalf("member %d answered %q, %v (address %s)", d.ID, d.Body, d.Err, d.Addr)
 		}
 	}
-	if n := counter(t, mDescriptions, "db", "ok"); n != before+2 {
+	if n := counter(t, c.metrics.descriptions, "db", "ok"); n != before+2 {
 		t.Fatalf("descriptions ok %v → %v, want 2 more", before, n)
 	}
 }
@@ -42,12 +42,12 @@ func TestDescribeMembersReportsSilentPeer(t *testing.T) {
 		cfg.Describe = func() []byte { return []byte("here") }
 	})
 	c.members[3].stop()
-	before := counter(t, mDescriptions, "db", "failed")
+	before := counter(t, c.metrics.descriptions, "db", "failed")
 	got := c.members[1].node.DescribeMembers(context.Background())
 	if len(got) != 2 || got[0].Err != nil || string(got[0].Body) != "here" || got[1].Err == nil || got[1].Body != nil {
 		t.Fatalf("answers %+v: want member 2's and an error for member 3", got)
 	}
-	if n := counter(t, mDescriptions, "db", "failed"); n != before+1 {
+	if n := counter(t, c.metrics.descriptions, "db", "failed"); n != before+1 {
 		t.Fatalf("descriptions failed %v → %v, want 1 more", before, n)
 	}
 }
@@ -74,12 +74,12 @@ func TestDescribeRefusesForeignAsks(t *testing.T) {
 		{"stranger", helloMsg{cluster: c.dbid, from: 9, to: 1}, kindUnknownPeer},
 		{"another member's name", helloMsg{cluster: c.dbid, from: 1, to: 1}, kindUnauthorized},
 	} {
-		before := counter(t, mMessageErrors, "db", tc.kind)
+		before := counter(t, c.metrics.messageErrors, "db", tc.kind)
 		body, err := askDescription(context.Background(), m.cfg.Listen, tc.h, dialKey)
 		if err == nil {
 			t.Fatalf("%s: answered %q", tc.name, body)
 		}
-		waitCounter(t, tc.kind, before+1)
+		waitCounter(t, c.metrics, tc.kind, before+1)
 	}
 	var plain net.Dialer
 	if body, err := askDescription(context.Background(), m.cfg.Listen, helloMsg{cluster: c.dbid, from: 2, to: 1}, plain.DialContext); err == nil {

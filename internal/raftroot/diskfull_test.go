@@ -43,7 +43,7 @@ func TestWriteOnFullDiskRefusedBeforeProposal(t *testing.T) {
 	c.converge()
 	for _, m := range []*simMember{lead, c.others(lead)[0]} {
 		disks[m.id].free.Store(1 << 20)
-		before := counter(t, mProposals, "db", "failed")
+		before := counter(t, c.metrics.proposals, "db", "failed")
 		a := c.awaitTicking(c.write(m, put("full", "v")))
 		if !errors.Is(a.err, store.ErrDiskFull) {
 			t.Fatalf("member %d (leader %v) on a full disk answered %v, want %v", m.id, m == lead, a.err, store.ErrDiskFull)
@@ -51,7 +51,7 @@ func TestWriteOnFullDiskRefusedBeforeProposal(t *testing.T) {
 		if errors.Is(a.err, store.ErrUnavailable) || errors.Is(a.err, context.DeadlineExceeded) {
 			t.Fatalf("disk-full answer also says unavailable or timeout: %v", a.err)
 		}
-		if after := counter(t, mProposals, "db", "failed"); after != before+1 {
+		if after := counter(t, c.metrics.proposals, "db", "failed"); after != before+1 {
 			t.Fatalf("proposals_total{outcome=failed} %v → %v", before, after)
 		}
 		if !m.st.DiskFull() {

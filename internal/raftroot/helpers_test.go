@@ -36,6 +36,7 @@ type cluster struct {
 	members map[uint64]*member
 	peers   map[uint64]string
 	tweak   func(*Config)
+	metrics *Metrics // the members', as a process shares one
 	// storeTweak, when set, changes a member's store options.
 	storeTweak func(id uint64, o *store.Options)
 }
@@ -74,7 +75,7 @@ func freeAddr(t *testing.T) string {
 
 func newCluster(t *testing.T, n int, tweak func(*Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, members: map[uint64]*member{}, peers: map[uint64]string{}, tweak: tweak}
+	c := &cluster{t: t, members: map[uint64]*member{}, peers: map[uint64]string{}, tweak: tweak, metrics: NewMetrics()}
 	copy(c.dbid[:], "raftroot-test-id")
 	for i := uint64(1); i <= uint64(n); i++ {
 		c.peers[i] = freeAddr(t)
@@ -112,7 +113,7 @@ func (c *cluster) start(id uint64, dir string, join bool) *member {
 	go m.rs.Serve(ln)
 	lock := filepath.Join(dir, "bootstrap.lock")
 	cfg := Config{Database: "db", NodeID: id, Listen: c.peers[id], Peers: c.peers, Join: join,
-		Dir: filepath.Join(dir, "db.raft"), ReplAddr: m.repl, Logger: quiet(),
+		Dir: filepath.Join(dir, "db.raft"), ReplAddr: m.repl, Logger: quiet(), Metrics: c.metrics,
 		TickInterval: 20 * time.Millisecond, Heartbeat: -1,
 		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
 			r, err := repl.NewReplica(repl.ReplicaConfig{Database: "db", Sources: []string{src}, BootstrapLock: lock, ProcessID: pid}, st, quiet())

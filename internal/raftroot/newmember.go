@@ -84,11 +84,11 @@ func (n *Node) fetchForJoin() bool {
 		}
 		cancel()
 		if err == nil {
-			mSnapshots.WithLabelValues(n.cfg.Database, "received").Inc()
+			n.cfg.Metrics.snapshots.WithLabelValues(n.cfg.Database, "received").Inc()
 			n.log.Info("joining member: store copied", "store_index", n.st.AppliedIndex(), "raft_index", n.st.RaftApplied())
 			return true
 		}
-		mSnapshots.WithLabelValues(n.cfg.Database, "receive_failed").Inc()
+		n.cfg.Metrics.snapshots.WithLabelValues(n.cfg.Database, "receive_failed").Inc()
 		n.log.Warn("joining member: cannot copy a member's store yet", "err", err)
 		select {
 		case <-n.quit:

@@ -178,7 +178,7 @@ func start(cfg Config, st *store.Store, clock clockwork.Clock, connect func(Conf
 			if !ok {
 				st, ev = raft.SnapshotFailure, "send_failed"
 			}
-			mSnapshots.WithLabelValues(cfg.Database, ev).Inc()
+			n.cfg.Metrics.snapshots.WithLabelValues(cfg.Database, ev).Inc()
 			n.report(func() { n.rn.ReportSnapshot(id, st) })
 		},
 	}
@@ -327,7 +327,7 @@ func (n *Node) handleReady() error {
 	if err := n.disk.save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync); err != nil {
 		return err
 	}
-	mPersistSeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
+	n.cfg.Metrics.persistSeconds.WithLabelValues(n.cfg.Database).Observe(time.Since(t0).Seconds())
 	for _, e := range rd.Entries {
 		n.logBytes += len(e.GetData())
 	}
@@ -360,7 +360,7 @@ func (n *Node) hardStateChanges(hs *pb.HardState) bool {
 func (n *Node) softState(ss *raft.SoftState) {
 	if ss.Lead != n.lead {
 		n.lead = ss.Lead
-		mLeaderChanges.WithLabelValues(n.cfg.Database).Inc()
+		n.cfg.Metrics.leaderChanges.WithLabelValues(n.cfg.Database).Inc()
 		n.log.Info("raft leader changed", "leader", ss.Lead, "state", ss.RaftState.String())
 		n.mu.Lock()
 		n.mu.status.Leader = ss.Lead
@@ -369,9 +369,9 @@ func (n *Node) softState(ss *raft.SoftState) {
 		n.mu.Unlock()
 	}
 	if ss.RaftState == raft.StateLeader {
-		mIsLeader.WithLabelValues(n.cfg.Database).Set(1)
+		n.cfg.Metrics.isLeader.WithLabelValues(n.cfg.Database).Set(1)
 	} else {
-		mIsLeader.WithLabelValues(n.cfg.Database).Set(0)
+		n.cfg.Metrics.isLeader.WithLabelValues(n.cfg.Database).Set(0)
 	}
 }
 
@@ -450,18 +450,18 @@ func (n *Node) updateStatus() {
 		n.log.Error("this member was removed from the raft membership: it no longer follows the cluster; stop it, or add it again with a new id and an empty data directory")
 	}
 	if removed {
-		mRemoved.WithLabelValues(db).Set(1)
+		n.cfg.Metrics.removed.WithLabelValues(db).Set(1)
 	} else {
-		mRemoved.WithLabelValues(db).Set(0)
+		n.cfg.Metrics.removed.WithLabelValues(db).Set(0)
 	}
-	mTerm.WithLabelValues(db).Set(float64(bs.HardState.GetTerm()))
-	mCommit.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()))
-	mApplied.WithLabelValues(db).Set(float64(n.st.RaftApplied()))
-	mApplyLag.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()) - float64(min(n.st.RaftApplied(), bs.HardState.GetCommit())))
+	n.cfg.Metrics.term.WithLabelValues(db).Set(float64(bs.HardState.GetTerm()))
+	n.cfg.Metrics.commit.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()))
+	n.cfg.Metrics.applied.WithLabelValues(db).Set(float64(n.st.RaftApplied()))
+	n.cfg.Metrics.applyLag.WithLabelValues(db).Set(float64(bs.HardState.GetCommit()) - float64(min(n.st.RaftApplied(), bs.HardState.GetCommit())))
 	first, _ := n.disk.mem.FirstIndex()
 	last, _ := n.disk.mem.LastIndex()
-	mLogEntries.WithLabelValues(db).Set(float64(last + 1 - first))
-	mStorageBytes.WithLabelValues(db).Set(float64(n.disk.sizeBytes()))
+	n.cfg.Metrics.logEntries.WithLabelValues(db).Set(float64(last + 1 - first))
+	n.cfg.Metrics.storageBytes.WithLabelValues(db).Set(float64(n.disk.sizeBytes()))
 }
 
 // isRemoved reports whether a membership (cs) that has members leaves id

@@ -51,7 +51,7 @@ func TestRemovedMemberReportsIt(t *testing.T) {
 	}
 	gone.node.updateStatusFromLoop(context.Background())
 	var m dto.Metric
-	if err := mRemoved.WithLabelValues("db").Write(&m); err != nil || m.GetGauge().GetValue() != 1 {
+	if err := c.metrics.removed.WithLabelValues("db").Write(&m); err != nil || m.GetGauge().GetValue() != 1 {
 		t.Fatalf("qs_raft_removed %v (%v), want 1", m.GetGauge().GetValue(), err)
 	}
 }

@@ -57,7 +57,7 @@ type inbound struct {
 // connectTCP starts the member's TCP transport, listening on cfg.Ln or
 // cfg.Listen.
 func connectTCP(cfg Config, cluster [16]byte, in inbound, log *slog.Logger) (messenger, error) {
-	tr := newTransport(cfg.Database, cluster, cfg.NodeID, cfg.ReplAddr, cfg.Dial, log)
+	tr := newTransport(cfg.Database, cfg.Metrics, cluster, cfg.NodeID, cfg.ReplAddr, cfg.Dial, log)
 	tr.deliver, tr.known, tr.memberAddr = in.deliver, in.known, in.memberAddr
 	tr.unreachable, tr.snapshotled = in.unreachable, in.snapshotDone
 	tr.describe = cfg.Describe

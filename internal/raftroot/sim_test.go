@@ -192,13 +192,13 @@ func TestSimSnapshotCatchUp(t *testing.T) {
 	if first <= behind.st.RaftApplied()+1 {
 		t.Fatalf("log not compacted past the cut-off member: first %d, member at %d", first, behind.st.RaftApplied())
 	}
-	sent, received := counter(t, mSnapshots, "db", "sent"), counter(t, mSnapshots, "db", "received")
+	sent, received := counter(t, c.metrics.snapshots, "db", "sent"), counter(t, c.metrics.snapshots, "db", "received")
 	c.net.heal()
 	c.converge()
 	if got := behind.st.RaftApplied(); got < first {
 		t.Fatalf("member raft applied %d, below the leader's first index %d", got, first)
 	}
-	if counter(t, mSnapshots, "db", "sent") <= sent || counter(t, mSnapshots, "db", "received") <= received {
+	if counter(t, c.metrics.snapshots, "db", "sent") <= sent || counter(t, c.metrics.snapshots, "db", "received") <= received {
 		t.Fatal("the member caught up without a snapshot")
 	}
 }

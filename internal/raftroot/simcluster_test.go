@@ -35,6 +35,7 @@ type simCluster struct {
 	repl    map[uint64]string // replication addresses, by member
 	members map[uint64]*simMember
 	tweak   func(*Config)
+	metrics *Metrics // the members', as a process shares one
 	// storeTweak, when set, changes a member's store options.
 	storeTweak func(id uint64, o *store.Options)
 	ledger     ledger
@@ -67,7 +68,7 @@ func newSimCluster(t *testing.T, n int, seed uint64, tweak func(*Config)) *simCl
 func newSimClusterStopped(t *testing.T, n int, seed uint64, tweak func(*Config)) *simCluster {
 	t.Helper()
 	c := &simCluster{t: t, fs: vfs.NewMem(), clock: clockwork.NewFakeClockAt(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
-		net: newSimNet(seed), peers: map[uint64]string{}, repl: map[uint64]string{}, members: map[uint64]*simMember{}, tweak: tweak}
+		net: newSimNet(seed), peers: map[uint64]string{}, repl: map[uint64]string{}, members: map[uint64]*simMember{}, tweak: tweak, metrics: NewMetrics()}
 	copy(c.dbid[:], "raftroot-sim-id!")
 	for i := uint64(1); i <= uint64(n); i++ {
 		c.peers[i] = fmt.Sprintf("raft-%d", i)
@@ -102,7 +103,7 @@ func (c *simCluster) start(id uint64) *simMember {
 	}
 	m := &simMember{id: id, dir: dir, st: st}
 	cfg := Config{Database: "db", NodeID: id, Listen: c.peers[id], Peers: c.peers,
-		Dir: dir + "/db.raft", FS: c.fs, ReplAddr: c.repl[id], Logger: quiet(),
+		Dir: dir + "/db.raft", FS: c.fs, ReplAddr: c.repl[id], Logger: quiet(), Metrics: c.metrics,
 		TickInterval: simTick, Heartbeat: -1,
 		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
 			return c.fetchSnapshot(st, src, minIndex)

@@ -73,7 +73,7 @@ func (n *Node) maybeCompact() {
 	}
 	n.lastSnapIndex = applied
 	n.logBytes = 0
-	mSnapshots.WithLabelValues(n.cfg.Database, "made").Inc()
+	n.cfg.Metrics.snapshots.WithLabelValues(n.cfg.Database, "made").Inc()
 	n.log.Info("raft log compacted", "snapshot_index", applied, "store_index", d.StoreIndex, "kept_from", keepFrom)
 }
 
@@ -120,11 +120,11 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) error {
 			err := n.cfg.FetchSnapshot(ctx, src, minIndex)
 			cancel()
 			if err != nil {
-				mSnapshots.WithLabelValues(n.cfg.Database, "receive_failed").Inc()
+				n.cfg.Metrics.snapshots.WithLabelValues(n.cfg.Database, "receive_failed").Inc()
 				n.log.Warn("fetching the snapshot failed", "source", src, "err", err)
 				continue
 			}
-			mSnapshots.WithLabelValues(n.cfg.Database, "received").Inc()
+			n.cfg.Metrics.snapshots.WithLabelValues(n.cfg.Database, "received").Inc()
 			if n.st.RaftApplied() >= idx {
 				break
 			}

@@ -148,6 +148,7 @@ func readFrame(r io.Reader, buf []byte, limit uint32) (byte, []byte, error) {
 // transport sends and receives the Raft messages of one member.
 type transport struct {
 	db      string
+	m       *Metrics // counts under the label db
 	cluster [16]byte
 	self    uint64
 	repl    string // this member's replication address, told to peers
@@ -201,8 +202,8 @@ func (p *peer) draining() bool {
 	}
 }
 
-func newTransport(db string, cluster [16]byte, self uint64, repl string, dial func(ctx context.Context, network, addr string) (net.Conn, error), log *slog.Logger) *transport {
-	t := &transport{db: db, cluster: cluster, self: self, repl: repl, log: log, quit: make(chan struct{}), dial: dial}
+func newTransport(db string, m *Metrics, cluster [16]byte, self uint64, repl string, dial func(ctx context.Context, network, addr string) (net.Conn, error), log *slog.Logger) *transport {
+	t := &transport{db: db, m: m, cluster: cluster, self: self, repl: repl, log: log, quit: make(chan struct{}), dial: dial}
 	t.mu.peers = map[uint64]*peer{}
 	t.mu.repl = map[uint64]string{}
 	t.mu.conns = map[net.Conn]struct{}{}
@@ -210,7 +211,7 @@ func newTransport(db string, cluster [16]byte, self uint64, repl string, dial fu
 	return t
 }
 
-func (t *transport) errorf(kind string) { mMessageErrors.WithLabelValues(t.db, kind).Inc() }
+func (t *transport) errorf(kind string) { t.m.messageErrors.WithLabelValues(t.db, kind).Inc() }
 
 // setPeer adds a peer or changes its address.
 func (t *transport) setPeer(id uint64, addr string) {
@@ -339,7 +340,7 @@ func (t *transport) runPeer(p *peer) {
 					return err
 				}
 			}
-			mMessagesSent.WithLabelValues(t.db).Inc()
+			t.m.messagesSent.WithLabelValues(t.db).Inc()
 			return nil
 		}()
 		isSnap := m.GetType() == pb.MessageType_MsgSnap
@@ -498,7 +499,7 @@ func (t *transport) receive(c net.Conn, peer clusterauth.Peer) error {
 			t.errorf(kindWrongPeer)
 			return fmt.Errorf("qs: raft message from %d to %d on the connection of %d to %d", m.GetFrom(), m.GetTo(), h.from, t.self)
 		}
-		mMessagesReceived.WithLabelValues(t.db).Inc()
+		t.m.messagesReceived.WithLabelValues(t.db).Inc()
 		if !t.deliver(m) {
 			t.errorf(kindInboxFull)
 		}

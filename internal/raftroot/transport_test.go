@@ -123,7 +123,7 @@ func TestRemovedPeerNotReadingIsNotWaitedFor(t *testing.T) {
 func peerTransport(t *testing.T, addr string) *transport {
 	t.Helper()
 	var cluster [16]byte
-	tr := newTransport("db", cluster, 1, "", (&net.Dialer{}).DialContext, quiet())
+	tr := newTransport("db", NewMetrics(), cluster, 1, "", (&net.Dialer{}).DialContext, quiet())
 	tr.unreachable = func(uint64) {}
 	tr.snapshotled = func(uint64, bool) {}
 	t.Cleanup(tr.close)

@@ -158,7 +158,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 				fmt.Errorf("%w: propose: %v", store.ErrUnavailable, perr))
 		}
 		if lead != n.cfg.NodeID {
-			mForwarded.WithLabelValues(n.cfg.Database).Inc()
+			n.cfg.Metrics.forwarded.WithLabelValues(n.cfg.Database).Inc()
 		}
 		copies++
 		select {
@@ -180,7 +180,7 @@ func (n *Node) Write(ctx context.Context, b store.Batch) (store.WriteResult, err
 
 // answer returns a write's answer for its outcome, and counts it.
 func (n *Node) answer(o outcome, res store.WriteResult, err error) (store.WriteResult, error) {
-	mProposals.WithLabelValues(n.cfg.Database, o.label()).Inc()
+	n.cfg.Metrics.proposals.WithLabelValues(n.cfg.Database, o.label()).Inc()
 	switch o {
 	case outcomeApplied:
 		return res, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -24,6 +25,10 @@ import (
 // A database with [database.raft] is one member of a replicated root: its
 // store is written only by its raftroot.Node, which applies the committed
 // Raft log; HTTP and memcached writes are proposed through the node.
+
+// raftMetrics counts for the Raft members of every database of the
+// process (and of every Server, where a test runs several in one process).
+var raftMetrics = metrics.MustRegister(raftroot.NewMetrics())
 
 // raftDBID is the database id a new member's store is created with: the
 // configured db_id; for a joining member, the cluster's (asked from the
@@ -79,6 +84,7 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Liste
 		ProposalTimeout: d.Raft.ProposalTimeout.Duration,
 		Heartbeat:       d.Heartbeat.Duration,
 		Logger:          s.log,
+		Metrics:         raftMetrics,
 		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
 			r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: []string{src}, Dial: s.replDial(),
 				BootstrapLock: s.cfg.BootstrapLock}, st, s.log.With("db", d.Name))
