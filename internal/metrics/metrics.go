@@ -2,7 +2,8 @@
 // use namespace "qs" and the package's job as subsystem. A component
 // counts in one of three ways: in a Metrics of its package that is itself
 // a collector, handed to each instance and registered here once per
-// process (the doors, the gateway, the watch hubs); in a plain struct of
+// process (the doors, the gateway, the watch hubs, the Raft root,
+// discovery, cluster authentication); in a plain struct of
 // each instance, exported by a collector elsewhere (the store, through
 // metrics/storecollector); or, in the packages not yet moved to either, in
 // collectors declared at package level and registered here with
