@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicksilver-kv/qs/internal/metrics/metricstest"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -23,23 +24,6 @@ func openWith(t *testing.T, m *Metrics, content string) (*Gateway, string) {
 		t.Fatal(err)
 	}
 	return g, path
-}
-
-func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*dto.MetricFamily{}
-	for _, mf := range mfs {
-		out[mf.GetName()] = mf
-	}
-	return out
 }
 
 // TestMetricsExported pins the names and types an operator's dashboards
@@ -69,7 +53,7 @@ func TestMetricsExported(t *testing.T) {
 		"qs_gateway_producers":             dto.MetricType_GAUGE,
 		"qs_gateway_reloads_total":         dto.MetricType_COUNTER,
 	}
-	got := gather(t, m)
+	got := metricstest.Families(t, m)
 	for name, typ := range want {
 		if mf := got[name]; mf == nil || mf.GetType() != typ {
 			t.Errorf("%s: %v, want type %v", name, mf, typ)
@@ -103,7 +87,7 @@ func TestMetricsExported(t *testing.T) {
 	if n := testutil.ToFloat64(m.reloadsOK); n != 2 {
 		t.Errorf("successful loads = %v, want 2", n)
 	}
-	for _, mf := range gather(t, m) {
+	for _, mf := range metricstest.Families(t, m) {
 		for _, s := range mf.GetMetric() {
 			if slices.ContainsFunc(s.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "producer" && l.GetValue() == "gone" }) {
 				t.Errorf("%s keeps a series of the removed producer", mf.GetName())

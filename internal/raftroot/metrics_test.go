@@ -5,29 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quicksilver-kv/qs/internal/metrics/metricstest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// gather registers c alone in a registry that checks what it collects
-// against what it describes, and returns the families by name.
-func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*dto.MetricFamily{}
-	for _, mf := range mfs {
-		out[mf.GetName()] = mf
-	}
-	return out
-}
 
 // TestMetricsExported pins the names and types that dashboards and alert
 // rules read: a running cluster exports them from the Metrics its members
@@ -65,7 +48,7 @@ func TestMetricsExported(t *testing.T) {
 		"qs_raft_persist_seconds":         dto.MetricType_HISTOGRAM,
 		"qs_raft_apply_seconds":           dto.MetricType_HISTOGRAM,
 	}
-	got := gather(t, c.metrics)
+	got := metricstest.Families(t, c.metrics)
 	for name, typ := range want {
 		if mf := got[name]; mf == nil || mf.GetType() != typ {
 			t.Errorf("%s: %v, want type %v", name, mf, typ)
