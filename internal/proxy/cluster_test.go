@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -87,11 +88,15 @@ type cluster struct {
 	// stores are those the cluster opened (its nodes').
 	mu     sync.Mutex
 	stores []*store.Store
+	// replMetrics counts for the replication servers and replicas of
+	// the cluster's nodes, shared as those of one process share one.
+	replMetrics *repl.Metrics
 }
 
 func newCluster(t *testing.T) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cluster{t: t, name: fmt.Sprintf("%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), dbSeq.Add(1)), ctx: ctx}
+	c := &cluster{t: t, name: fmt.Sprintf("%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), dbSeq.Add(1)), ctx: ctx,
+		replMetrics: repl.NewMetrics()}
 	t.Cleanup(func() { cancel(); c.wg.Wait() })
 	return c
 }
@@ -126,7 +131,7 @@ func (c *cluster) storeSum(f func(store.Metrics) float64) float64 {
 func (c *cluster) serve(n *node) {
 	c.t.Helper()
 	srv, err := repl.NewServer(repl.ServerConfig{ProcessID: n.pid, ProgressInterval: 50 * time.Millisecond,
-		Relay: func(string) bool { return n.relay }}, func(db string) (*store.Store, bool) {
+		Relay: func(string) bool { return n.relay }, Metrics: c.replMetrics}, func(db string) (*store.Store, bool) {
 		return n.st, db == n.st.Name()
 	}, quiet)
 	if err != nil {
@@ -155,7 +160,8 @@ func (c *cluster) root() *node {
 func (c *cluster) follow(n *node, sources ...string) {
 	c.t.Helper()
 	r, err := repl.NewReplica(repl.ReplicaConfig{Database: c.name, Sources: sources, ProcessID: n.pid,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, IdleTimeout: 5 * time.Second, BootstrapMinEntries: -1}, n.st, quiet)
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, IdleTimeout: 5 * time.Second, BootstrapMinEntries: -1,
+		Metrics: c.replMetrics}, n.st, quiet)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -332,7 +338,22 @@ func (l *link) close() {
 // want, read from the process registry.
 func metricValue(t *testing.T, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
+	return gatheredValue(t, metrics.Registry, name, want)
+}
+
+// replValue sums the series of a replication metric of the cluster.
+func (c *cluster) replValue(name string) float64 {
+	c.t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.replMetrics)
+	return gatheredValue(c.t, reg, name, nil)
+}
+
+// gatheredValue sums the series of metric name of g whose labels include
+// want.
+func gatheredValue(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

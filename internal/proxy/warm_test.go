@@ -265,7 +265,7 @@ func TestShardWarmupIsNotPrefetched(t *testing.T) {
 	other := c.proxy(dbid, store.ProxyOptions{Window: 5, CacheBytes: -1, TransientBytes: 1 << 20, EvictInterval: 2 * time.Millisecond},
 		Config{Replicas: []string{relay.addr}}, root.addr)
 	sub := repl.StartPrefetch(repl.PrefetchConfig{Database: c.name, DBID: dbid, ProcessID: other.pid, Relays: []string{relay.addr},
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}, other.st, testLogger())
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Metrics: c.replMetrics}, other.st, testLogger())
 	t.Cleanup(sub.Close)
 	keys := writeEvicted(t, root, []*node{relay, warming, other}, "key", 200)
 	own := ownKeys(m, name, keys)
@@ -280,11 +280,11 @@ func TestShardWarmupIsNotPrefetched(t *testing.T) {
 	}
 	// The relay publishes to a subscriber from the moment it registers it
 	// (no other test of the package subscribes).
-	waitFor(t, "the other proxy subscribed", func() bool { return metricValue(t, "qs_repl_prefetch_subscribers", nil) >= 1 })
+	waitFor(t, "the other proxy subscribed", func() bool { return c.replValue("qs_repl_prefetch_subscribers") >= 1 })
 	if n := sub.Stats().Received; n != 0 {
 		t.Fatalf("the other proxy received %d values before any read", n)
 	}
-	quiet0 := metricValue(t, "qs_repl_fetch_quiet_total", nil)
+	quiet0 := c.replValue("qs_repl_fetch_quiet_total")
 
 	w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: warming.st, Next: warming.pool.Quiet(), Rate: 100_000, Batch: 32, Interval: time.Hour}, testLogger())
 	if err != nil {
@@ -292,7 +292,7 @@ func TestShardWarmupIsNotPrefetched(t *testing.T) {
 	}
 	t.Cleanup(w.Close)
 	waitFor(t, "the shard budget warmed", func() bool { return warming.st.ProxyStats().ShardValues >= int64(len(own)) })
-	if n := metricValue(t, "qs_repl_fetch_quiet_total", nil) - quiet0; n == 0 {
+	if n := c.replValue("qs_repl_fetch_quiet_total") - quiet0; n == 0 {
 		t.Fatal("the relay answered no quiet fetch: the warm-up did not go through it")
 	}
 	readChecked(t, warming, reads[:1])

@@ -19,7 +19,7 @@ import (
 func TestServerBoundsFirstFrame(t *testing.T) {
 	st := openStore(t, "", dbName(t), store.DBID{1}, store.Retention{})
 	addr := startServer(t, st, NewProcessID(), nil)
-	before := testutil.ToFloat64(mRefusals.WithLabelValues(RefuseBadHello.String()))
+	before := testutil.ToFloat64(metricsOf(t).refusals.WithLabelValues(RefuseBadHello.String()))
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func TestServerBoundsFirstFrame(t *testing.T) {
 	if b, _ := io.ReadAll(c); len(b) != 0 {
 		t.Fatalf("server answered %q", b)
 	}
-	if got := testutil.ToFloat64(mRefusals.WithLabelValues(RefuseBadHello.String())); got != before+1 {
+	if got := testutil.ToFloat64(metricsOf(t).refusals.WithLabelValues(RefuseBadHello.String())); got != before+1 {
 		t.Fatalf("bad_hello refusals %v → %v: the 100 MiB first frame was not refused by its length", before, got)
 	}
 }
@@ -42,7 +42,7 @@ func TestReplicationWithClusterKey(t *testing.T) {
 	k2, _ := clusterauth.ParseKey(bytes.Repeat([]byte{2}, 32))
 	auth := clusterauth.New(clusterauth.Options{Key: k1})
 	root := openStore(t, "", dbName(t), store.DBID{7}, store.Retention{})
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), ProgressInterval: 50 * time.Millisecond}, func(db string) (*store.Store, bool) {
+	srv, err := NewServer(ServerConfig{Metrics: metricsOf(t), ProcessID: NewProcessID(), ProgressInterval: 50 * time.Millisecond}, func(db string) (*store.Store, bool) {
 		return root, db == root.Name()
 	}, testLogger(t))
 	if err != nil {

@@ -57,9 +57,9 @@ func (r *Replica) progress(fn func(p *BootstrapProgress)) {
 // bootstrap runs one bootstrap session with src. progressed reports
 // whether it received or installed anything.
 func (r *Replica) bootstrap(ctx context.Context, src string, minIndex uint64) (progressed bool, err error) {
-	db := r.cfg.Database
-	mBootstrapping.WithLabelValues(db).Set(1)
-	defer mBootstrapping.WithLabelValues(db).Set(0)
+	db, ms := r.cfg.Database, r.cfg.Metrics
+	ms.bootstrapping.WithLabelValues(db).Set(1)
+	defer ms.bootstrapping.WithLabelValues(db).Set(0)
 	r.update(func(s *ReplicaState) { s.Status = StatusBootstrapping })
 	r.progress(func(p *BootstrapProgress) {
 		*p = BootstrapProgress{Active: true, Waiting: true, Source: src, Started: time.Now(), Finished: p.Finished}
@@ -77,13 +77,13 @@ func (r *Replica) bootstrap(ctx context.Context, src string, minIndex uint64) (p
 	var se *streamError
 	switch {
 	case err == nil:
-		mBootstraps.WithLabelValues(db, "installed").Inc()
+		ms.bootstraps.WithLabelValues(db, "installed").Inc()
 	case errors.As(err, &se) && se.kind == kindSeal:
-		mBootstraps.WithLabelValues(db, "seal_refused").Inc()
+		ms.bootstraps.WithLabelValues(db, "seal_refused").Inc()
 	case progressed:
-		mBootstraps.WithLabelValues(db, "interrupted").Inc()
+		ms.bootstraps.WithLabelValues(db, "interrupted").Inc()
 	default:
-		mBootstraps.WithLabelValues(db, "failed").Inc()
+		ms.bootstraps.WithLabelValues(db, "failed").Inc()
 	}
 	return progressed, err
 }
@@ -103,7 +103,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 	r := d.r
 	db := r.cfg.Database
 	d.b = r.st.OpenBootstrap(store.BootstrapHooks{
-		Damaged: func(string, error) { mErrors.WithLabelValues(db, kindCRC).Inc() },
+		Damaged: func(string, error) { r.cfg.Metrics.errors.WithLabelValues(db, kindCRC).Inc() },
 		Synced:  func(done int) { r.progress(func(p *BootstrapProgress) { p.FilesDone = done }) },
 	})
 	defer d.b.Finish()
@@ -189,7 +189,7 @@ func (d *download) run(ctx context.Context) (progressed bool, err error) {
 		resume = ResumePoint{Snapshot: snap.ID}
 	}
 	if at.OnDisk > 0 {
-		mBootstrapResumedBytes.WithLabelValues(db).Add(float64(at.OnDisk))
+		r.cfg.Metrics.bootstrapResumedBytes.WithLabelValues(db).Add(float64(at.OnDisk))
 	}
 	r.progress(func(p *BootstrapProgress) {
 		p.Snapshot, p.Index, p.BytesTotal, p.FilesTotal = snap.ID.String(), snap.Index, total, len(snap.Files)
@@ -363,7 +363,7 @@ func (fb *fileBody) next() error {
 		fb.rest = m.Data
 		fb.off += uint64(len(m.Data))
 		fb.got = fb.got || len(m.Data) > 0
-		mBootstrapBytes.WithLabelValues(r.cfg.Database).Add(float64(len(m.Data)))
+		r.cfg.Metrics.bootstrapBytes.WithLabelValues(r.cfg.Database).Add(float64(len(m.Data)))
 		r.progress(func(p *BootstrapProgress) { p.BytesDone += uint64(len(m.Data)) })
 	case *FileEnd:
 		if int(m.File) != fb.file || m.Size != fb.size || fb.off != fb.size {

@@ -191,14 +191,14 @@ func TestBootstrapRefusesForgedSnapshot(t *testing.T) {
 	})
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	refused, errs := bootstrapsOf(name, "seal_refused"), errCount(name, kindSeal)
+	refused, errs := bootstrapsOf(t, name, "seal_refused"), errCount(t, name, kindSeal)
 	_, stop := startReplica(t, rep, NewProcessID(), []string{forger}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 		c.Verifier = verifier
 	})
-	waitFor(t, "forged snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(name, "seal_refused") > refused })
+	waitFor(t, "forged snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(t, name, "seal_refused") > refused })
 	stop()
-	if n := errCount(name, kindSeal); n <= errs {
+	if n := errCount(t, name, kindSeal); n <= errs {
 		t.Fatalf("snapshot_seal errors %v -> %v", errs, n)
 	}
 	if rep.AppliedIndex() != 0 {
@@ -211,13 +211,13 @@ func TestBootstrapRefusesForgedSnapshot(t *testing.T) {
 		t.Fatalf("refused download kept: %v", err)
 	}
 
-	installed := bootstrapsOf(name, "installed")
+	installed := bootstrapsOf(t, name, "installed")
 	startReplica(t, rep, NewProcessID(), []string{rootAddr}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 		c.BootstrapMinEntries = 1 // a new replica: bootstrap rather than replay
 		c.Verifier = verifier
 	})
-	waitFor(t, "the root's snapshot installed", 30*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitFor(t, "the root's snapshot installed", 30*time.Second, func() bool { return bootstrapsOf(t, name, "installed") > installed })
 	waitCaughtUp(t, rep, root)
 	assertSame(t, rep, root)
 	if v, _ := lookupValue(t, rep, "k"); v != "the root's value" {
@@ -235,13 +235,13 @@ func TestBootstrapUnsealedRefused(t *testing.T) {
 	addr := startServer(t, root, NewProcessID(), nil)
 	fill(t, root, "a", 100, 200)
 
-	unsealable := value(mSnapshotsServed.WithLabelValues("unsealable"))
+	unsealable := value(metricsOf(t).snapshotsServed.WithLabelValues("unsealable"))
 	c, m := rawSession(t, addr, &Hello{Version: SealVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID(), Bootstrap: true})
 	c.Close()
 	if r, ok := m.(*Refuse); !ok || r.Code != RefuseUnavailable {
 		t.Fatalf("a bootstrap asking for a seal from a node without the key: %v", m)
 	}
-	if n := value(mSnapshotsServed.WithLabelValues("unsealable")); n != unsealable+1 {
+	if n := value(metricsOf(t).snapshotsServed.WithLabelValues("unsealable")); n != unsealable+1 {
 		t.Fatalf("unsealable transfers %v -> %v", unsealable, n)
 	}
 
@@ -255,12 +255,12 @@ func TestBootstrapUnsealedRefused(t *testing.T) {
 	s.seal = nil
 	liar := forgingSource(t, root.DBID(), s)
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	refused := bootstrapsOf(name, "seal_refused")
+	refused := bootstrapsOf(t, name, "seal_refused")
 	startReplica(t, rep, NewProcessID(), []string{liar}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 		c.Verifier = verifier
 	})
-	waitFor(t, "unsealed snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(name, "seal_refused") > refused })
+	waitFor(t, "unsealed snapshot refused", 30*time.Second, func() bool { return bootstrapsOf(t, name, "seal_refused") > refused })
 	if rep.AppliedIndex() != 0 {
 		t.Fatalf("applied index %d after an unsealed snapshot", rep.AppliedIndex())
 	}
@@ -294,16 +294,16 @@ func TestBootstrapRefusesUnaskedSeal(t *testing.T) {
 	src := snapshotServer(t, root.DBID(), s, func(*Hello) bool { return true })
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	installed := bootstrapsOf(name, "installed")
+	installed := bootstrapsOf(t, name, "installed")
 	err = r.Bootstrap(context.Background(), src, 0)
 	if !errors.Is(err, ErrMalformed) || errorKind(err) != kindDecode {
 		t.Fatalf("a seal the bootstrap did not ask for: %v (kind %q), want %v", err, errorKind(err), ErrMalformed)
 	}
-	if rep.AppliedIndex() != 0 || bootstrapsOf(name, "installed") != installed {
+	if rep.AppliedIndex() != 0 || bootstrapsOf(t, name, "installed") != installed {
 		t.Fatalf("applied index %d after an unasked seal", rep.AppliedIndex())
 	}
 	if r := rep.OpenBootstrap(store.BootstrapHooks{}).Resume(); r.Snapshot != s.manifest.ID.String() || r.File != len(s.files) {
@@ -350,7 +350,7 @@ func TestBootstrapSealTornResumes(t *testing.T) {
 	})
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID(),
+	r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID(),
 		Verifier: verifier}, rep, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +373,7 @@ func TestBootstrapSealTornResumes(t *testing.T) {
 	if len(resumes) != 2 || resumes[1].Snapshot != s.manifest.ID || int(resumes[1].File) != len(s.files) || resumes[1].Offset != 0 {
 		t.Fatalf("resume points asked: %+v, want the second after all %d files", resumes, len(s.files))
 	}
-	if n := errCount(name, kindSeal); n != 0 {
+	if n := errCount(t, name, kindSeal); n != 0 {
 		t.Fatalf("snapshot_seal errors %v", n)
 	}
 }
@@ -409,19 +409,19 @@ func TestBootstrapSealedThroughReplica(t *testing.T) {
 	waitCaughtUp(t, mid, root)
 
 	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
-	installed, relayed := bootstrapsOf(name, "installed"), value(mSnapshotsServed.WithLabelValues("relayed"))
+	installed, relayed := bootstrapsOf(t, name, "installed"), value(metricsOf(t).snapshotsServed.WithLabelValues("relayed"))
 	startReplica(t, leaf, NewProcessID(), []string{midAddr}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 		c.BootstrapMinEntries = 1
 		c.Verifier = verifier
 	})
-	waitFor(t, "the leaf's bootstrap installed", 30*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitFor(t, "the leaf's bootstrap installed", 30*time.Second, func() bool { return bootstrapsOf(t, name, "installed") > installed })
 	waitCaughtUp(t, leaf, root)
 	assertSame(t, leaf, root)
-	if got := value(mSnapshotsServed.WithLabelValues("relayed")); got <= relayed {
+	if got := value(metricsOf(t).snapshotsServed.WithLabelValues("relayed")); got <= relayed {
 		t.Fatalf("relayed bootstraps %v -> %v", relayed, got)
 	}
-	if n := errCount(name, kindSeal); n != 0 {
+	if n := errCount(t, name, kindSeal); n != 0 {
 		t.Fatalf("snapshot_seal errors %v", n)
 	}
 }
@@ -458,14 +458,14 @@ func TestBootstrapSealedRelayUpstreamCut(t *testing.T) {
 	waitCaughtUp(t, mid, root)
 
 	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
-	installed := bootstrapsOf(name, "installed")
-	relayed, broken := value(mSnapshotsServed.WithLabelValues("relayed")), value(mSnapshotsServed.WithLabelValues("broken"))
+	installed := bootstrapsOf(t, name, "installed")
+	relayed, broken := value(metricsOf(t).snapshotsServed.WithLabelValues("relayed")), value(metricsOf(t).snapshotsServed.WithLabelValues("broken"))
 	startReplica(t, leaf, NewProcessID(), []string{midAddr}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 		c.BootstrapMinEntries = 1
 		c.Verifier = verifier
 	})
-	waitFor(t, "the leaf's bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(name, "installed") > installed })
+	waitFor(t, "the leaf's bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(t, name, "installed") > installed })
 	waitCaughtUp(t, leaf, root)
 	assertSame(t, leaf, root)
 	if !cut() {
@@ -474,13 +474,13 @@ func TestBootstrapSealedRelayUpstreamCut(t *testing.T) {
 	// The relay counts its side of the cut transfer broken. (The root's
 	// side is broken or complete: it may have handed all its bytes to
 	// the kernel before the proxy cut, which then drops them.)
-	if got := value(mSnapshotsServed.WithLabelValues("broken")); got < broken+1 {
+	if got := value(metricsOf(t).snapshotsServed.WithLabelValues("broken")); got < broken+1 {
 		t.Fatalf("broken transfers %v -> %v: want the relay's", broken, got)
 	}
-	if got := value(mSnapshotsServed.WithLabelValues("relayed")); got != relayed+1 {
+	if got := value(metricsOf(t).snapshotsServed.WithLabelValues("relayed")); got != relayed+1 {
 		t.Fatalf("relayed bootstraps %v -> %v: want the one that ended", relayed, got)
 	}
-	if n := errCount(name, kindSeal); n != 0 {
+	if n := errCount(t, name, kindSeal); n != 0 {
 		t.Fatalf("snapshot_seal errors %v", n)
 	}
 }
@@ -555,16 +555,16 @@ func TestBootstrapSealedResumesAfterCut(t *testing.T) {
 		c.BootstrapLock = lockPath(t)
 		c.Verifier = verifier
 	})
-	waitFor(t, "sealed bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	waitFor(t, "sealed bootstrap installed", 60*time.Second, func() bool { return bootstrapsOf(t, name, "installed") == 1 })
 	waitCaughtUp(t, rep, root)
 	assertSame(t, rep, root)
 	if !cut() {
 		t.Fatal("the proxy never cut the transfer")
 	}
-	if bootstrapsOf(name, "interrupted") != 1 || value(mBootstrapResumedBytes.WithLabelValues(name)) == 0 {
-		t.Fatalf("bootstraps: %v interrupted, %v bytes resumed", bootstrapsOf(name, "interrupted"), value(mBootstrapResumedBytes.WithLabelValues(name)))
+	if bootstrapsOf(t, name, "interrupted") != 1 || value(metricsOf(t).bootstrapResumedBytes.WithLabelValues(name)) == 0 {
+		t.Fatalf("bootstraps: %v interrupted, %v bytes resumed", bootstrapsOf(t, name, "interrupted"), value(metricsOf(t).bootstrapResumedBytes.WithLabelValues(name)))
 	}
-	if n := errCount(name, kindSeal); n != 0 {
+	if n := errCount(t, name, kindSeal); n != 0 {
 		t.Fatalf("snapshot_seal errors %v", n)
 	}
 }

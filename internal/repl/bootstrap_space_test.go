@@ -60,7 +60,7 @@ func TestBootstrapOnASmallDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rep.Close() })
-	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{addr}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Database: name, Sources: []string{addr}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +69,14 @@ func TestBootstrapOnASmallDisk(t *testing.T) {
 
 	// Room for the reserve and a little more, not for the snapshot.
 	disk.setAvail(func(received uint64) uint64 { return reserve + 64<<10 - min(received, reserve) })
-	failed := bootstrapsOf(name, "failed")
+	failed := bootstrapsOf(t, name, "failed")
 	err = r.Bootstrap(ctx, addr, 0)
 	if !errors.Is(err, store.ErrDiskFull) {
 		t.Fatalf("bootstrap on a disk without room for the snapshot: %v, want %v", err, store.ErrDiskFull)
 	}
 	t.Logf("refused: %v", err)
-	if errorKind(err) != kindDiskFull || bootstrapsOf(name, "failed") != failed+1 {
-		t.Fatalf("error kind %q, failed bootstraps %v → %v", errorKind(err), failed, bootstrapsOf(name, "failed"))
+	if errorKind(err) != kindDiskFull || bootstrapsOf(t, name, "failed") != failed+1 {
+		t.Fatalf("error kind %q, failed bootstraps %v → %v", errorKind(err), failed, bootstrapsOf(t, name, "failed"))
 	}
 	if !rep.DiskFull() {
 		t.Fatal("the store does not report the disk full")
@@ -209,7 +209,7 @@ func TestBootstrapResumeChecksCompletedFiles(t *testing.T) {
 	addr, cut := tableCuttingProxy(t, src)
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Database: name, Sources: []string{src}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,12 +254,12 @@ func TestBootstrapResumeChecksCompletedFiles(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	crcErrors := errCount(name, kindCRC)
-	received := value(mBootstrapBytes.WithLabelValues(name))
+	crcErrors := errCount(t, name, kindCRC)
+	received := value(metricsOf(t).bootstrapBytes.WithLabelValues(name))
 	if err := r.Bootstrap(ctx, src, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := value(mBootstrapBytes.WithLabelValues(name)) - received; got < float64(st.Files[big].Size) {
+	if got := value(metricsOf(t).bootstrapBytes.WithLabelValues(name)) - received; got < float64(st.Files[big].Size) {
 		t.Fatalf("resumed bootstrap received %v bytes: not the damaged file (%d bytes) again", got, st.Files[big].Size)
 	}
 	// The same immutable file, in a checkpoint of the source: the one
@@ -273,8 +273,8 @@ func TestBootstrapResumeChecksCompletedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSame(t, rep, root)
-	if errCount(name, kindCRC) != crcErrors+1 {
-		t.Fatalf("damaged file not counted: crc errors %v → %v", crcErrors, errCount(name, kindCRC))
+	if errCount(t, name, kindCRC) != crcErrors+1 {
+		t.Fatalf("damaged file not counted: crc errors %v → %v", crcErrors, errCount(t, name, kindCRC))
 	}
 }
 
@@ -294,7 +294,7 @@ func TestBootstrapIntoAMemoryStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rep.Close() })
-	r, err := NewReplica(ReplicaConfig{Database: name, Sources: []string{addr}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
+	r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Database: name, Sources: []string{addr}, BootstrapLock: lockPath(t), ProcessID: NewProcessID()}, rep, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,9 @@ func fill(t *testing.T, st *store.Store, prefix string, n, size int) {
 
 func lockPath(t *testing.T) string { return filepath.Join(t.TempDir(), "bootstrap.lock") }
 
-func bootstrapsOf(db, result string) float64 { return value(mBootstraps.WithLabelValues(db, result)) }
+func bootstrapsOf(t *testing.T, db, result string) float64 {
+	return value(metricsOf(t).bootstraps.WithLabelValues(db, result))
+}
 
 // A replica behind the source's retained log bootstraps from a snapshot,
 // then continues through the log, and keeps streaming afterwards.
@@ -63,10 +65,10 @@ func TestBootstrapWhenBehindTheLog(t *testing.T) {
 	})
 	waitCaughtUp(t, rep, root)
 	assertSame(t, rep, root)
-	if got := bootstrapsOf(name, "installed"); got != 1 {
+	if got := bootstrapsOf(t, name, "installed"); got != 1 {
 		t.Fatalf("%v bootstraps installed, want 1", got)
 	}
-	if errCount(name, kindBootstrap) < 1 {
+	if errCount(t, name, kindBootstrap) < 1 {
 		t.Fatal("the refusal that led to the bootstrap was not counted")
 	}
 	st := r.State()
@@ -116,7 +118,7 @@ func TestBootstrapNewReplicaSharesSnapshot(t *testing.T) {
 		waitCaughtUp(t, rep, root)
 		stop()
 		assertSame(t, rep, root)
-		if got := bootstrapsOf(name, "installed"); got != float64(i+1) {
+		if got := bootstrapsOf(t, name, "installed"); got != float64(i+1) {
 			t.Fatalf("replica %d: %v bootstraps, want %d", i, got, i+1)
 		}
 		ids = append(ids, r.State().Bootstrap.Snapshot)
@@ -135,7 +137,7 @@ func TestBootstrapNewReplicaSharesSnapshot(t *testing.T) {
 		c.BootstrapMinEntries = 100
 	})
 	waitCaughtUp(t, rep, root)
-	if got := bootstrapsOf(name, "installed"); got != 2 {
+	if got := bootstrapsOf(t, name, "installed"); got != 2 {
 		t.Fatalf("a replica with a log bootstrapped (%v)", got)
 	}
 }
@@ -185,7 +187,7 @@ func TestBootstrapResumesAfterCut(t *testing.T) {
 	addr, cut := cuttingProxy(t, src, cutAt)
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	before := value(mBootstrapBytes.WithLabelValues(name))
+	before := value(metricsOf(t).bootstrapBytes.WithLabelValues(name))
 	startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 	})
@@ -194,10 +196,10 @@ func TestBootstrapResumesAfterCut(t *testing.T) {
 	if !cut() {
 		t.Fatal("the proxy never cut the transfer")
 	}
-	received := value(mBootstrapBytes.WithLabelValues(name)) - before
-	resumed := value(mBootstrapResumedBytes.WithLabelValues(name))
-	if bootstrapsOf(name, "interrupted") != 1 || bootstrapsOf(name, "installed") != 1 {
-		t.Fatalf("bootstraps: %v interrupted, %v installed", bootstrapsOf(name, "interrupted"), bootstrapsOf(name, "installed"))
+	received := value(metricsOf(t).bootstrapBytes.WithLabelValues(name)) - before
+	resumed := value(metricsOf(t).bootstrapResumedBytes.WithLabelValues(name))
+	if bootstrapsOf(t, name, "interrupted") != 1 || bootstrapsOf(t, name, "installed") != 1 {
+		t.Fatalf("bootstraps: %v interrupted, %v installed", bootstrapsOf(t, name, "interrupted"), bootstrapsOf(t, name, "installed"))
 	}
 	// Everything arrived once, give or take the chunk in flight at the cut.
 	if resumed < float64(cutAt)/2 || received > float64(size)+float64(256<<10) {
@@ -231,12 +233,12 @@ func TestBootstrapBadInput(t *testing.T) {
 		fill(t, root, "c", 500, 900)
 		addr, flipped := corruptingProxy(t, src, 200<<10)
 		rep := openStore(t, "", name, root.DBID(), store.Retention{})
-		crcBefore := errCount(name, kindCRC)
+		crcBefore := errCount(t, name, kindCRC)
 		startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) { c.BootstrapLock = lockPath(t) })
 		waitCaughtUp(t, rep, root)
 		assertSame(t, rep, root)
-		if !flipped() || errCount(name, kindCRC) <= crcBefore {
-			t.Fatalf("flip %v, crc errors %v", flipped(), errCount(name, kindCRC)-crcBefore)
+		if !flipped() || errCount(t, name, kindCRC) <= crcBefore {
+			t.Fatalf("flip %v, crc errors %v", flipped(), errCount(t, name, kindCRC)-crcBefore)
 		}
 	})
 	lying := func(t *testing.T, files []SnapshotFile, msgs ...Message) (*store.Store, *Replica, string) {
@@ -260,8 +262,8 @@ func TestBootstrapBadInput(t *testing.T) {
 		rep, _, name := lying(t, []SnapshotFile{{"000001.sst", uint64(len(data))}},
 			&Chunk{File: 0, Offset: 0, Data: data},
 			&FileEnd{File: 0, Size: uint64(len(data)), CRC: crc32.Checksum(data, crcTable) ^ 1})
-		before := errCount(name, kindCRC)
-		waitFor(t, "file CRC error", 10*time.Second, func() bool { return errCount(name, kindCRC) > before })
+		before := errCount(t, name, kindCRC)
+		waitFor(t, "file CRC error", 10*time.Second, func() bool { return errCount(t, name, kindCRC) > before })
 		if rep.AppliedIndex() != 3 {
 			t.Fatalf("applied %d", rep.AppliedIndex())
 		}
@@ -274,8 +276,8 @@ func TestBootstrapBadInput(t *testing.T) {
 	for _, bad := range []string{"../escape", "/abs", store.BootstrapRecord, "a/b", ""} {
 		t.Run("file name "+bad, func(t *testing.T) {
 			rep, r, name := lying(t, []SnapshotFile{{bad, 1}}, &Chunk{Data: []byte("x")})
-			before := errCount(name, kindDecode)
-			waitFor(t, "manifest refused", 10*time.Second, func() bool { return errCount(name, kindDecode) > before })
+			before := errCount(t, name, kindDecode)
+			waitFor(t, "manifest refused", 10*time.Second, func() bool { return errCount(t, name, kindDecode) > before })
 			if rep.AppliedIndex() != 3 || r.State().Bootstrap.FilesDone != 0 {
 				t.Fatalf("applied %d, progress %+v", rep.AppliedIndex(), r.State().Bootstrap)
 			}
@@ -286,8 +288,8 @@ func TestBootstrapBadInput(t *testing.T) {
 	}
 	t.Run("chunk out of place", func(t *testing.T) {
 		_, _, name := lying(t, []SnapshotFile{{"f", 10}}, &Chunk{File: 0, Offset: 5, Data: []byte("abc")})
-		before := errCount(name, kindDecode)
-		waitFor(t, "chunk refused", 10*time.Second, func() bool { return errCount(name, kindDecode) > before })
+		before := errCount(t, name, kindDecode)
+		waitFor(t, "chunk refused", 10*time.Second, func() bool { return errCount(t, name, kindDecode) > before })
 	})
 }
 
@@ -309,7 +311,7 @@ func TestBootstrapHostLock(t *testing.T) {
 		return s.Status == StatusBootstrapping && s.Bootstrap.Waiting
 	})
 	time.Sleep(300 * time.Millisecond)
-	if rep.AppliedIndex() != 0 || value(mBootstrapping.WithLabelValues(name)) != 1 {
+	if rep.AppliedIndex() != 0 || value(metricsOf(t).bootstrapping.WithLabelValues(name)) != 1 {
 		t.Fatal("bootstrapped while another held the host lock")
 	}
 	unlock()
@@ -345,7 +347,7 @@ func TestBootstrapRateLimit(t *testing.T) {
 func TestSnapshotsRemovedAtShutdown(t *testing.T) {
 	name := dbName(t)
 	root := openStore(t, "", name, store.DBID{}, store.Retention{MaxEntries: 5})
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID()}, func(db string) (*store.Store, bool) { return root, db == name }, testLogger(t))
+	srv, err := NewServer(ServerConfig{Metrics: metricsOf(t), ProcessID: NewProcessID()}, func(db string) (*store.Store, bool) { return root, db == name }, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +431,7 @@ func TestBootstrapFromRaftMemberFollowsTheLog(t *testing.T) {
 		c.BootstrapLock = lockPath(t)
 		c.BootstrapMinEntries = 100
 	})
-	waitFor(t, "the bootstrap", 10*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	waitFor(t, "the bootstrap", 10*time.Second, func() bool { return bootstrapsOf(t, name, "installed") == 1 })
 	propose(20, "b")
 	waitCaughtUp(t, rep, member)
 	assertSame(t, rep, member)
@@ -472,13 +474,13 @@ func TestLogTruncatedTriesOtherSourcesFirst(t *testing.T) {
 	})
 	waitCaughtUp(t, rep, root)
 	assertSame(t, rep, root)
-	if got := bootstrapsOf(name, "installed") + bootstrapsOf(name, "failed") + bootstrapsOf(name, "interrupted"); got != 0 {
+	if got := bootstrapsOf(t, name, "installed") + bootstrapsOf(t, name, "failed") + bootstrapsOf(t, name, "interrupted"); got != 0 {
 		t.Fatalf("%v bootstraps, want none: the secondary holds the log", got)
 	}
-	if got := errCount(name, kindBootstrap); got != 0 {
+	if got := errCount(t, name, kindBootstrap); got != 0 {
 		t.Fatalf("went for a bootstrap %v times, want none: the secondary holds the log", got)
 	}
-	if got := value(mClientRefused.WithLabelValues(name, RefuseLogTruncated.String())); got < 1 {
+	if got := value(metricsOf(t).clientRefused.WithLabelValues(name, RefuseLogTruncated.String())); got < 1 {
 		t.Fatal("the upstream's refusal was not counted")
 	}
 
@@ -492,7 +494,7 @@ func TestLogTruncatedTriesOtherSourcesFirst(t *testing.T) {
 		c.BootstrapLock = lockPath(t)
 		c.BootstrapMinEntries = -1
 	})
-	waitFor(t, "a bootstrap from the upstream", 10*time.Second, func() bool { return bootstrapsOf(name, "installed") == 1 })
+	waitFor(t, "a bootstrap from the upstream", 10*time.Second, func() bool { return bootstrapsOf(t, name, "installed") == 1 })
 	waitCaughtUp(t, rep2, root)
 	assertSame(t, rep2, root)
 }

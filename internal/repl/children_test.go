@@ -14,7 +14,7 @@ import (
 // startCountingServer is startServer that returns the server too.
 func startCountingServer(t *testing.T, st *store.Store, maxChildren int) (*Server, string) {
 	t.Helper()
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), ProgressInterval: 50 * time.Millisecond, MaxChildren: maxChildren},
+	srv, err := NewServer(ServerConfig{Metrics: metricsOf(t), ProcessID: NewProcessID(), ProgressInterval: 50 * time.Millisecond, MaxChildren: maxChildren},
 		func(db string) (*store.Store, bool) { return st, db == st.Name() }, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -80,12 +80,12 @@ func TestMaxChildren(t *testing.T) {
 		t.Fatalf("Children = %d, want 1", n)
 	}
 
-	before := value(mRefusals.WithLabelValues("full"))
+	before := value(metricsOf(t).refusals.WithLabelValues("full"))
 	_, m := rawSession(t, addr, &Hello{Version: streamVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID()})
 	if r, ok := m.(*Refuse); !ok || r.Code != RefuseFull {
 		t.Fatalf("second child answered %v, want refuse full", m)
 	}
-	if got := value(mRefusals.WithLabelValues("full")) - before; got != 1 {
+	if got := value(metricsOf(t).refusals.WithLabelValues("full")) - before; got != 1 {
 		t.Fatalf("refusals_total{code=full} grew by %v, want 1", got)
 	}
 	_, m = rawSession(t, addr, &Hello{Version: streamVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID(), NewestOnly: true})
@@ -130,7 +130,7 @@ func TestFinderSources(t *testing.T) {
 	waitCaughtUp(t, st, root)
 
 	_, thirdAddr := startCountingServer(t, root, 0)
-	errsBefore := errCount(name, kindIO) + errCount(name, kindRefused)
+	errsBefore := errCount(t, name, kindIO) + errCount(t, name, kindRefused)
 	f.set(thirdAddr, other)
 	r.Reconnect()
 	waitFor(t, "the replica to move to the new first source", 30*time.Second, func() bool {
@@ -142,7 +142,7 @@ func TestFinderSources(t *testing.T) {
 	if s := r.State(); s.Bootstraps != 0 {
 		t.Fatalf("bootstraps = %d, want 0", s.Bootstraps)
 	}
-	if got := errCount(name, kindIO) + errCount(name, kindRefused) - errsBefore; got != 0 {
+	if got := errCount(t, name, kindIO) + errCount(t, name, kindRefused) - errsBefore; got != 0 {
 		t.Fatalf("a reconnect counted %v errors", got)
 	}
 }
@@ -152,7 +152,7 @@ func TestFinderSources(t *testing.T) {
 func TestAcceptChildRefusesDetached(t *testing.T) {
 	name := dbName(t)
 	root := openStore(t, "", name, store.DBID{}, store.Retention{})
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), AcceptChild: func(db string, client ProcessID) *RefusedError {
+	srv, err := NewServer(ServerConfig{Metrics: metricsOf(t), ProcessID: NewProcessID(), AcceptChild: func(db string, client ProcessID) *RefusedError {
 		return &RefusedError{Code: RefuseDetached, Reason: "between sources"}
 	}}, func(db string) (*store.Store, bool) { return root, db == root.Name() }, testLogger(t))
 	if err != nil {
@@ -168,12 +168,12 @@ func TestAcceptChildRefusesDetached(t *testing.T) {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	before := value(mRefusals.WithLabelValues("detached"))
+	before := value(metricsOf(t).refusals.WithLabelValues("detached"))
 	_, m := rawSession(t, ln.Addr().String(), &Hello{Version: streamVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID()})
 	if r, ok := m.(*Refuse); !ok || r.Code != RefuseDetached {
 		t.Fatalf("answered %v, want refuse detached", m)
 	}
-	if got := value(mRefusals.WithLabelValues("detached")) - before; got != 1 {
+	if got := value(metricsOf(t).refusals.WithLabelValues("detached")) - before; got != 1 {
 		t.Fatalf("refusals_total{code=detached} grew by %v", got)
 	}
 	if n := srv.Children(name); n != 0 {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/headsig"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -73,6 +74,10 @@ type ReplicaConfig struct {
 	// verified batch after it is offered to the children (cut-through,
 	// relay.go) and before the store applies it. Crash tests use it.
 	BeforeApply func(last uint64)
+	// Metrics counts what the replica does, labelled with Database; the
+	// process gives all its replicas and servers the one it registered.
+	// Default: a private NewMetrics(), registered nowhere.
+	Metrics *Metrics
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -113,6 +118,9 @@ func (c *ReplicaConfig) EnsureDefaults(st *store.Store) *ReplicaConfig {
 	}
 	if c.MaxUnsignedBytes == 0 {
 		c.MaxUnsignedBytes = 256 << 20
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	return c
 }
@@ -239,7 +247,7 @@ func NewReplica(cfg ReplicaConfig, st *store.Store, log *slog.Logger) (*Replica,
 	}
 	r := &Replica{cfg: cfg, st: st, started: time.Now(), log: log.With("component", "repl-client", "db", cfg.Database)}
 	r.loadHead()
-	mRootKnown.WithLabelValues(cfg.Database).Set(0)
+	cfg.Metrics.rootKnown.WithLabelValues(cfg.Database).Set(0)
 	return r, nil
 }
 
@@ -277,8 +285,8 @@ func (r *Replica) update(fn func(s *ReplicaState)) {
 }
 
 func (r *Replica) export() {
-	mLag.WithLabelValues(r.cfg.Database).Set(r.lag().Seconds())
-	mAppliedIndex.WithLabelValues(r.cfg.Database).Set(float64(r.st.AppliedIndex()))
+	r.cfg.Metrics.lag.WithLabelValues(r.cfg.Database).Set(r.lag().Seconds())
+	r.cfg.Metrics.appliedIndex.WithLabelValues(r.cfg.Database).Set(float64(r.st.AppliedIndex()))
 }
 
 // Run replicates until ctx ends, then returns nil. The store must stay open
@@ -289,8 +297,8 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	defer r.running.Unlock()
 	defer r.saveHead(true)
-	db := r.cfg.Database
-	mForked.WithLabelValues(db).Set(0)
+	db, ms := r.cfg.Database, r.cfg.Metrics
+	ms.forked.WithLabelValues(db).Set(0)
 	// Children streaming from this store get each verified batch while
 	// the store makes it durable.
 	rl := newRelay()
@@ -318,7 +326,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer func() {
 		stopLag()
 		wg.Wait()
-		mStreaming.WithLabelValues(db).Set(0)
+		ms.streaming.WithLabelValues(db).Set(0)
 		r.update(func(s *ReplicaState) { s.Status = StatusDisconnected })
 	}()
 
@@ -350,7 +358,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		src := sources[plan.next%len(sources)]
 		if attempt > 0 {
-			mReconnects.WithLabelValues(db).Inc()
+			ms.reconnects.WithLabelValues(db).Inc()
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		r.update(func(s *ReplicaState) {
@@ -370,7 +378,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			moved, r.mu.cancel = r.mu.moved, nil
 		})
 		cancel()
-		mStreaming.WithLabelValues(db).Set(0)
+		ms.streaming.WithLabelValues(db).Set(0)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -412,7 +420,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		case step.beginBootstrap:
 			src = sources[plan.next%len(sources)]
 			r.log.Warn("replica must bootstrap from a snapshot", "source", src, "reason", err)
-			mErrors.WithLabelValues(db, kindBootstrap).Inc()
+			ms.errors.WithLabelValues(db, kindBootstrap).Inc()
 			r.update(func(s *ReplicaState) { s.LastError, s.Bootstraps = err, s.Bootstraps+1 })
 			continue
 		case step.now:
@@ -426,11 +434,11 @@ func (r *Replica) Run(ctx context.Context) error {
 			r.cfg.Finder.Failed(src)
 		}
 		kind := errorKind(err)
-		mErrors.WithLabelValues(db, kind).Inc()
+		ms.errors.WithLabelValues(db, kind).Inc()
 		r.update(func(s *ReplicaState) { s.LastError = err })
 		switch {
 		case errors.As(err, &refused):
-			mClientRefused.WithLabelValues(db, refused.Code.String()).Inc()
+			ms.clientRefused.WithLabelValues(db, refused.Code.String()).Inc()
 			lvl := slog.LevelWarn
 			if refused.Code == RefuseWrongDBID || refused.Code == RefuseSelf || refused.Code == RefuseLogTruncated {
 				lvl = slog.LevelError
@@ -454,9 +462,9 @@ var ErrForked = errors.New("qs: replica log forked from its source")
 // log) until it is repaired (qs repair re-bootstraps it). It keeps
 // serving what it has unless the node answers /healthz 503 for it.
 func (r *Replica) forked(ctx context.Context, src string, err error) {
-	db := r.cfg.Database
-	mErrors.WithLabelValues(db, kindForked).Inc()
-	mForked.WithLabelValues(db).Set(1)
+	db, ms := r.cfg.Database, r.cfg.Metrics
+	ms.errors.WithLabelValues(db, kindForked).Inc()
+	ms.forked.WithLabelValues(db).Set(1)
 	r.update(func(s *ReplicaState) { s.Status, s.LastError = StatusForked, err })
 	r.log.Error("replica log forked from its source: applying nothing more; run qs repair to bootstrap it again (the data is kept aside)",
 		"source", src, "applied_index", r.st.AppliedIndex(), "err", err)
@@ -668,7 +676,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	}
 	r.log.Info("replicating", "source", src, "from", applied+1, "source_applied", w.AppliedIndex)
 	r.update(func(s *ReplicaState) { s.Status, s.ServerIndex = StatusStreaming, w.AppliedIndex })
-	mStreaming.WithLabelValues(r.cfg.Database).Set(1)
+	r.cfg.Metrics.streaming.WithLabelValues(r.cfg.Database).Set(1)
 	c.SetWriteDeadline(time.Time{})
 	if w.Version >= ReportVersion {
 		defer r.startReports(ctx, c)()
@@ -679,7 +687,8 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 	if r.cfg.Verifier != nil {
 		gate = &headGate{v: r.cfg.Verifier, db: r.st.DBID(), limit: r.cfg.MaxUnsignedBytes, applied: applied, appliedHash: hash}
 	}
-	db := r.cfg.Database
+	db, ms := r.cfg.Database, r.cfg.Metrics
+	var appliedTotal prometheus.Counter // entries_applied_total of db, resolved on the first batch
 	apply := func(batch []wal.Entry, vouch *headsig.Head) error {
 		if vouch != nil {
 			// Before the apply: a server of this node that sees the new
@@ -687,7 +696,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			r.book.Add(*vouch)
 			r.saveHead(false)
 			r.update(func(s *ReplicaState) { s.SignedIndex = max(s.SignedIndex, vouch.Index) })
-			mSignedIndex.WithLabelValues(db).Set(float64(vouch.Index))
+			ms.signedIndex.WithLabelValues(db).Set(float64(vouch.Index))
 		}
 		if len(batch) == 0 {
 			return nil
@@ -704,9 +713,12 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			return &streamError{kindApply, fmt.Errorf("apply entries %d..%d: %w", batch[0].Index, last, err)}
 		}
 		r.relay.durable(last)
-		mApplySeconds.Observe(time.Since(t0).Seconds())
-		mBatchSize.Observe(float64(len(batch)))
-		mEntriesApplied.WithLabelValues(db).Add(float64(len(batch)))
+		ms.applySeconds.Observe(time.Since(t0).Seconds())
+		ms.batchSize.Observe(float64(len(batch)))
+		if appliedTotal == nil {
+			appliedTotal = ms.entriesApplied.WithLabelValues(db)
+		}
+		appliedTotal.Add(float64(len(batch)))
 		if !progressed {
 			r.dropPartialBootstrap()
 		}
@@ -755,7 +767,7 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
 		case *Root:
 			r.update(func(s *ReplicaState) { s.RootHTTP = m.HTTP })
-			mRootKnown.WithLabelValues(db).Set(float64(min(len(m.HTTP), 1)))
+			ms.rootKnown.WithLabelValues(db).Set(float64(min(len(m.HTTP), 1)))
 		case *Refuse:
 			return progressed, &RefusedError{Code: m.Code, Reason: m.Reason}
 		case *Done:

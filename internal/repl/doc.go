@@ -62,5 +62,7 @@
 //	                      fetches, the step down to an older server
 //	learn.go              learning a database id from the sources
 //	writeback*.go         starting writeback of downloaded files early
-//	metrics.go            the qs_repl_* collectors
+//	metrics.go            Metrics: the qs_repl_* collectors, one per
+//	                      process, given to servers, replicas and
+//	                      prefetchers in their configurations
 package repl

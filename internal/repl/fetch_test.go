@@ -179,9 +179,10 @@ func TestFetchRefusals(t *testing.T) {
 		{"truncated key", "decode", rawMsg{t: MsgFetch, p: append(make([]byte, 16), 1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 'a')}},
 		{"too many keys", "decode", rawMsg{t: MsgFetch, p: append(make([]byte, 16), 0xff, 0xff, 0x03)}},
 	}
+	ms := metricsOf(t) // the server's, read by the subtests
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {
-			before := counter(t, mFetchRefused.WithLabelValues(b.reason))
+			before := counter(t, ms.fetchRefused.WithLabelValues(b.reason))
 			c := fetchSession(t, addr, st)
 			if err := WriteMessage(c, b.msg); err != nil {
 				t.Fatal(err)
@@ -196,13 +197,13 @@ func TestFetchRefusals(t *testing.T) {
 			if _, err := ReadMessage(c); !errors.Is(err, io.EOF) {
 				t.Fatalf("connection not closed: %v", err)
 			}
-			if counter(t, mFetchRefused.WithLabelValues(b.reason)) != before+1 {
+			if counter(t, ms.fetchRefused.WithLabelValues(b.reason)) != before+1 {
 				t.Fatal("bad request not counted")
 			}
 		})
 	}
 	// A corrupt frame closes the connection, counted.
-	before := counter(t, mFetchRefused.WithLabelValues("crc"))
+	before := counter(t, metricsOf(t).fetchRefused.WithLabelValues("crc"))
 	c := fetchSession(t, addr, st)
 	fr, _ := AppendFrame(nil, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("a")}}})
 	fr[len(fr)-1] ^= 1
@@ -211,7 +212,7 @@ func TestFetchRefusals(t *testing.T) {
 	if _, err := ReadMessage(c); err == nil {
 		t.Fatal("corrupt frame answered")
 	}
-	if counter(t, mFetchRefused.WithLabelValues("crc")) != before+1 {
+	if counter(t, metricsOf(t).fetchRefused.WithLabelValues("crc")) != before+1 {
 		t.Fatal("corrupt frame not counted")
 	}
 }
@@ -233,10 +234,10 @@ func TestFetchValueTooLargeForAnAnswer(t *testing.T) {
 	is := writeOps(t, st, setOp("small", "v"))
 	addr := startServer(t, st, NewProcessID(), nil)
 	c := fetchSession(t, addr, st)
-	before := counter(t, mFetchTooLarge)
+	before := counter(t, metricsOf(t).fetchTooLarge)
 	v := roundTrip(t, c, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("big"), Index: ib}, {Key: []byte("small"), Index: is}}})
 	checkResults(t, v, []FetchResult{{Status: FetchError}, {Status: FetchOK, Index: is, Value: []byte("v")}})
-	if n := counter(t, mFetchTooLarge) - before; n != 1 {
+	if n := counter(t, metricsOf(t).fetchTooLarge) - before; n != 1 {
 		t.Errorf("fetch_values_too_large_total rose by %v, want 1", n)
 	}
 	v = roundTrip(t, c, &Fetch{ID: 2, Items: []FetchKey{{Key: []byte("small"), Index: is}}})
@@ -256,7 +257,7 @@ func TestFetchWaitsForTheNextCommit(t *testing.T) {
 	waiting := make(chan struct{}, 1)
 	testHookCatchUp = func() { waiting <- struct{}{} }
 	t.Cleanup(func() { testHookCatchUp = nil })
-	caughtUp, timedOut := counter(t, mFetchCatchUp.WithLabelValues("caught_up")), counter(t, mFetchCatchUp.WithLabelValues("timeout"))
+	caughtUp, timedOut := counter(t, metricsOf(t).fetchCatchUp.WithLabelValues("caught_up")), counter(t, metricsOf(t).fetchCatchUp.WithLabelValues("timeout"))
 	if err := WriteMessage(c, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("a"), Index: i1 + 1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +272,13 @@ func TestFetchWaitsForTheNextCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResults(t, m.(*Values), []FetchResult{{Status: FetchOK, Index: i2, Value: []byte("two")}})
-	if got := counter(t, mFetchCatchUp.WithLabelValues("caught_up")) - caughtUp; got != 1 {
+	if got := counter(t, metricsOf(t).fetchCatchUp.WithLabelValues("caught_up")) - caughtUp; got != 1 {
 		t.Errorf("fetch_catchup_total{result=caught_up} rose by %v, want 1", got)
 	}
 
 	v := roundTrip(t, c, &Fetch{ID: 2, AsOf: i2 + 3, Items: []FetchKey{{Key: []byte("a")}}})
 	checkResults(t, v, []FetchResult{{Status: FetchBehind}})
-	if got := counter(t, mFetchCatchUp.WithLabelValues("timeout")) - timedOut; got != 1 {
+	if got := counter(t, metricsOf(t).fetchCatchUp.WithLabelValues("timeout")) - timedOut; got != 1 {
 		t.Errorf("fetch_catchup_total{result=timeout} rose by %v, want 1", got)
 	}
 }

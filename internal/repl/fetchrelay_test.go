@@ -82,10 +82,10 @@ func TestRelayAnswersOnlyTheVersionItHolds(t *testing.T) {
 	writeOps(t, root, setOp("pad", "2"))
 	waitCaughtUp(t, relay, root)
 	f.fail.Store(true)
-	errsBefore := counter(t, mFetchKeys.WithLabelValues(FetchError.String()))
+	errsBefore := counter(t, metricsOf(t).fetchKeys.WithLabelValues(FetchError.String()))
 	v = roundTrip(t, c, &Fetch{ID: 4, AsOf: 0, Items: []FetchKey{{Key: []byte("c")}, {Key: []byte("pad")}}})
 	checkResults(t, v, []FetchResult{{Status: FetchError}, {Status: FetchError}})
-	if n := counter(t, mFetchKeys.WithLabelValues(FetchError.String())) - errsBefore; n != 2 {
+	if n := counter(t, metricsOf(t).fetchKeys.WithLabelValues(FetchError.String())) - errsBefore; n != 2 {
 		t.Fatalf("%v keys counted as errors, want 2", n)
 	}
 }

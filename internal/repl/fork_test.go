@@ -25,10 +25,10 @@ func waitForked(t *testing.T, r *Replica, rep *store.Store, applied uint64) {
 	t.Helper()
 	db := rep.Name()
 	waitFor(t, "state forked", 30*time.Second, func() bool { return r.State().Status == StatusForked })
-	if v := value(mForked.WithLabelValues(db)); v != 1 {
+	if v := value(metricsOf(t).forked.WithLabelValues(db)); v != 1 {
 		t.Fatalf("qs_repl_forked %v", v)
 	}
-	if n := errCount(db, kindForked); n != 1 {
+	if n := errCount(t, db, kindForked); n != 1 {
 		t.Fatalf("forked errors %v", n)
 	}
 	sessions := r.State().Sessions
@@ -88,7 +88,7 @@ func TestLagOfALogDatedInTheFuture(t *testing.T) {
 		t.Fatalf("lag %v, want about -1h", lag)
 	}
 	r.export()
-	if v := value(mLag.WithLabelValues(name)); v > -1800 {
+	if v := value(metricsOf(t).lag.WithLabelValues(name)); v > -1800 {
 		t.Fatalf("qs_repl_lag_seconds %v, want about -3600", v)
 	}
 }

@@ -88,7 +88,7 @@ func (r *Replica) loadHead() {
 			}
 		}
 	}
-	mErrors.WithLabelValues(r.cfg.Database, kindHeadFile).Inc()
+	r.cfg.Metrics.errors.WithLabelValues(r.cfg.Database, kindHeadFile).Inc()
 	r.log.Warn("saved signed head ignored; the replica forwards entries once its source sends a head", "file", r.headPath(), "err", err)
 }
 

@@ -29,7 +29,7 @@ func TestRestartedReplicaForwardsSavedHead(t *testing.T) {
 
 	// The restart: a new replica of the same store, whose source never
 	// answers again.
-	r2, err := NewReplica(ReplicaConfig{Sources: []string{"127.0.0.1:1"}, ProcessID: NewProcessID(), Verifier: verifier}, mid, testLogger(t))
+	r2, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Sources: []string{"127.0.0.1:1"}, ProcessID: NewProcessID(), Verifier: verifier}, mid, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,22 +92,22 @@ func TestDamagedSavedHeadIgnored(t *testing.T) {
 		if err := os.WriteFile(st.Options().Dir+".head", b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		before := errCount(name, kindHeadFile)
-		r, err := NewReplica(ReplicaConfig{Sources: []string{"127.0.0.1:1"}, ProcessID: NewProcessID(), Verifier: verifier}, st, testLogger(t))
+		before := errCount(t, name, kindHeadFile)
+		r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Sources: []string{"127.0.0.1:1"}, ProcessID: NewProcessID(), Verifier: verifier}, st, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := r.Book().Latest(); ok {
 			t.Errorf("%s head file loaded", what)
 		}
-		if n := errCount(name, kindHeadFile); n != before+1 {
+		if n := errCount(t, name, kindHeadFile); n != before+1 {
 			t.Errorf("%s head file counted %v -> %v", what, before, n)
 		}
 	}
 	if err := os.WriteFile(st.Options().Dir+".head", good, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReplica(ReplicaConfig{Sources: []string{"127.0.0.1:1"}, ProcessID: NewProcessID(), Verifier: verifier}, st, testLogger(t))
+	r, err := NewReplica(ReplicaConfig{Metrics: metricsOf(t), Sources: []string{"127.0.0.1:1"}, ProcessID: NewProcessID(), Verifier: verifier}, st, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func TestSignedHeadsRefuseRewrittenStream(t *testing.T) {
 			mitm, rewritten := rewritingProxy(t, src, wal.Hash{}, false)
 
 			rep := openStore(t, "", name, root.DBID(), store.Retention{})
-			before := errCount(name, kindSignature)
+			before := errCount(t, name, kindSignature)
 			r, _ := startReplica(t, rep, NewProcessID(), []string{mitm}, func(c *ReplicaConfig) {
 				if keyed {
 					c.Verifier = verifier
@@ -152,7 +152,7 @@ func TestSignedHeadsRefuseRewrittenStream(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "a signature error", 30*time.Second, func() bool { return errCount(name, kindSignature) >= before+2 })
+			waitFor(t, "a signature error", 30*time.Second, func() bool { return errCount(t, name, kindSignature) >= before+2 })
 			if rewritten() == 0 {
 				t.Fatal("the proxy rewrote nothing")
 			}
@@ -184,12 +184,12 @@ func TestSignedHeadsWithheld(t *testing.T) {
 	writeN(t, root, "a", 30)
 	mitm, _ := rewritingProxy(t, src, wal.Hash{}, true)
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	before := errCount(name, kindUnsigned)
+	before := errCount(t, name, kindUnsigned)
 	startReplica(t, rep, NewProcessID(), []string{mitm}, func(c *ReplicaConfig) {
 		c.Verifier = verifier
 		c.MaxUnsignedBytes = 200
 	})
-	waitFor(t, "an unsigned error", 30*time.Second, func() bool { return errCount(name, kindUnsigned) > before })
+	waitFor(t, "an unsigned error", 30*time.Second, func() bool { return errCount(t, name, kindUnsigned) > before })
 	if rep.AppliedIndex() != 0 {
 		t.Fatalf("applied index %d without a signed head", rep.AppliedIndex())
 	}
@@ -206,9 +206,9 @@ func TestSignedHeadsWrongKey(t *testing.T) {
 	})
 	writeN(t, root, "a", 20)
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
-	before := errCount(name, kindSignature)
+	before := errCount(t, name, kindSignature)
 	r, _ := startReplica(t, rep, NewProcessID(), []string{src}, func(c *ReplicaConfig) { c.Verifier = other })
-	waitFor(t, "a signature error", 30*time.Second, func() bool { return errCount(name, kindSignature) > before })
+	waitFor(t, "a signature error", 30*time.Second, func() bool { return errCount(t, name, kindSignature) > before })
 	if rep.AppliedIndex() != 0 {
 		t.Fatalf("applied index %d under a wrong key", rep.AppliedIndex())
 	}
@@ -247,7 +247,7 @@ func TestSignedHeadsThroughTree(t *testing.T) {
 		return mr.State().SignedIndex == want && lr.State().SignedIndex == want
 	})
 	for _, k := range []string{kindSignature, kindUnsigned, kindHash} {
-		if n := errCount(name, k); n != 0 {
+		if n := errCount(t, name, k); n != 0 {
 			t.Errorf("%s errors: %v", k, n)
 		}
 	}

@@ -63,13 +63,31 @@ func testLogger(t *testing.T) *slog.Logger {
 	return quiet
 }
 
-// dbName gives each test its own database name, so metric series of
-// different tests (or of -count runs) do not mix.
+// dbName gives each test its own database name, unique in the process
+// (across -count runs too).
 func dbName(t *testing.T) string {
 	return fmt.Sprintf("%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), dbSeq.Add(1))
 }
 
 var dbSeq atomic.Int64
+
+// testMetrics holds the Metrics of each test that asked for one
+// (*testing.T → *Metrics).
+var testMetrics sync.Map
+
+// metricsOf returns the Metrics of test t: the servers and replicas that
+// startServer and startReplica start for t count in it, as those of one
+// process share one, and t reads its counts there. A subtest has its own.
+func metricsOf(t *testing.T) *Metrics {
+	if m, ok := testMetrics.Load(t); ok {
+		return m.(*Metrics)
+	}
+	m, loaded := testMetrics.LoadOrStore(t, NewMetrics())
+	if !loaded {
+		t.Cleanup(func() { testMetrics.Delete(t) })
+	}
+	return m.(*Metrics)
+}
 
 func openStore(t *testing.T, dir string, name string, id store.DBID, ret store.Retention) *store.Store {
 	t.Helper()
@@ -87,7 +105,8 @@ func openStore(t *testing.T, dir string, name string, id store.DBID, ret store.R
 
 func startServer(t *testing.T, st *store.Store, pid ProcessID, tweak func(*ServerConfig)) string {
 	t.Helper()
-	cfg := ServerConfig{ProcessID: pid, ProgressInterval: 50 * time.Millisecond, HandshakeTimeout: 2 * time.Second, WriteTimeout: 5 * time.Second}
+	cfg := ServerConfig{ProcessID: pid, ProgressInterval: 50 * time.Millisecond, HandshakeTimeout: 2 * time.Second, WriteTimeout: 5 * time.Second,
+		Metrics: metricsOf(t)}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -121,7 +140,8 @@ func startServer(t *testing.T, st *store.Store, pid ProcessID, tweak func(*Serve
 func startReplica(t *testing.T, st *store.Store, pid ProcessID, sources []string, tweak func(*ReplicaConfig)) (*Replica, func()) {
 	t.Helper()
 	cfg := ReplicaConfig{Sources: sources, ProcessID: pid, IdleTimeout: 2 * time.Second,
-		HandshakeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
+		HandshakeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		Metrics: metricsOf(t)}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -29,7 +29,8 @@ func BenchmarkPrefetchStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer px.Close()
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), Relay: func(string) bool { return true }},
+	ms := NewMetrics() // the relay's
+	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), Relay: func(string) bool { return true }, Metrics: ms},
 		func(db string) (*store.Store, bool) { return relaySt, db == "bench" }, quiet)
 	if err != nil {
 		b.Fatal(err)
@@ -57,7 +58,6 @@ func BenchmarkPrefetchStream(b *testing.B) {
 	value := make([]byte, 1024)
 	m := &Fetch{Items: make([]FetchKey, batch)}
 	ans := &Values{Results: make([]FetchResult, batch)}
-	droppedBefore := testutil.ToFloat64(mPrefetchPublished.WithLabelValues("dropped"))
 	asker := NewProcessID()
 	b.SetBytes(int64(len(value)))
 	b.ResetTimer()
@@ -72,7 +72,7 @@ func BenchmarkPrefetchStream(b *testing.B) {
 		published += n
 	}
 	dropped := func() int64 {
-		return int64(testutil.ToFloat64(mPrefetchPublished.WithLabelValues("dropped")) - droppedBefore)
+		return int64(testutil.ToFloat64(ms.prefetchPublished.WithLabelValues("dropped")))
 	}
 	for p.Stats().Received+dropped() < int64(published) {
 		if time.Now().After(deadline.Add(time.Minute)) {

@@ -12,18 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
-)
-
-var (
-	mPrefetched = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "prefetched_total",
-		Help: "Values a proxy received on its relays' prefetch streams, by result: received, admitted (held by its transient tier), dropped (no transient tier, the version already held, or larger than the tier)."}, []string{"db", "result"}))
-	mPrefetchRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "prefetch_refused_total",
-		Help: "Prefetch stream messages a proxy refused (then it reconnects), by reason: crc (a frame failed its checksum), decode (malformed), truncated (the stream ended inside a frame), unexpected (a message a prefetch stream does not carry)."}, []string{"db", "reason"}))
 )
 
 // PrefetchConfig configures a proxy's subscriptions to the prefetch
@@ -40,6 +29,10 @@ type PrefetchConfig struct {
 	// BackoffMin and BackoffMax bound the wait before reconnecting.
 	// Defaults 100ms and 5s.
 	BackoffMin, BackoffMax time.Duration
+	// Metrics counts what the subscriptions receive; the process gives
+	// all its prefetchers the one it registered. Default: a private
+	// NewMetrics(), registered nowhere.
+	Metrics *Metrics
 }
 
 // PrefetchStats counts what a proxy's subscriptions received.
@@ -59,6 +52,8 @@ type Prefetcher struct {
 	wg     sync.WaitGroup
 
 	received, admitted, dropped, refused atomic.Int64
+	// The series of prefetched_total, resolved on first use.
+	series struct{ received, admitted, dropped counterOnUse }
 }
 
 // StartPrefetch subscribes to every relay of cfg until Close.
@@ -78,6 +73,9 @@ func StartPrefetch(cfg PrefetchConfig, st *store.Store, log *slog.Logger) *Prefe
 	if cfg.Dial == nil {
 		var d net.Dialer
 		cfg.Dial = d.DialContext
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Prefetcher{cfg: cfg, st: st, log: log.With("component", "prefetch", "db", cfg.Database), cancel: cancel}
@@ -188,19 +186,20 @@ func (p *Prefetcher) subscribe(ctx context.Context, addr string) (subscribed boo
 }
 
 func (p *Prefetcher) offer(m *Prefetch) {
+	vec, db := p.cfg.Metrics.prefetched, p.cfg.Database
 	p.received.Add(1)
-	mPrefetched.WithLabelValues(p.cfg.Database, "received").Inc()
+	p.series.received.of(vec, db, "received").Inc()
 	if p.st.OfferPrefetched(m.Key, m.Index, m.Value) {
 		p.admitted.Add(1)
-		mPrefetched.WithLabelValues(p.cfg.Database, "admitted").Inc()
+		p.series.admitted.of(vec, db, "admitted").Inc()
 		return
 	}
 	p.dropped.Add(1)
-	mPrefetched.WithLabelValues(p.cfg.Database, "dropped").Inc()
+	p.series.dropped.of(vec, db, "dropped").Inc()
 }
 
 func (p *Prefetcher) refuse(reason, addr string, err error) {
 	p.refused.Add(1)
-	mPrefetchRefused.WithLabelValues(p.cfg.Database, reason).Inc()
+	p.cfg.Metrics.prefetchRefused.WithLabelValues(p.cfg.Database, reason).Inc()
 	p.log.Warn("refused a prefetch stream message; reconnecting", "relay", addr, "reason", reason, "err", err)
 }

@@ -76,7 +76,7 @@ func TestPrefetchServesAnotherProxysMiss(t *testing.T) {
 	relayAddr := startServer(t, relay, NewProcessID(), func(c *ServerConfig) { c.Relay = func(string) bool { return true } })
 	other, f := openProxy(t, root, rootAddr)
 	waitRemote(t, other, root, 1)
-	p := StartPrefetch(PrefetchConfig{Database: root.Name(), DBID: root.DBID(), ProcessID: NewProcessID(), Relays: []string{relayAddr},
+	p := StartPrefetch(PrefetchConfig{Metrics: metricsOf(t), Database: root.Name(), DBID: root.DBID(), ProcessID: NewProcessID(), Relays: []string{relayAddr},
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}, other, quiet)
 	defer p.Close()
 
@@ -167,12 +167,12 @@ func TestPrefetchRefusesBadMessages(t *testing.T) {
 			var b [1]byte
 			c.Read(b[:]) // until the subscriber hangs up
 		})
-	p := StartPrefetch(PrefetchConfig{Database: root.Name(), DBID: root.DBID(), ProcessID: NewProcessID(), Relays: []string{addr},
+	p := StartPrefetch(PrefetchConfig{Metrics: metricsOf(t), Database: root.Name(), DBID: root.DBID(), ProcessID: NewProcessID(), Relays: []string{addr},
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, px, quiet)
 	defer p.Close()
 	waitFor(t, "four refused messages", 30*time.Second, func() bool { return p.Stats().Refused >= 4 })
 	for _, reason := range []string{"decode", "truncated", "crc", "unexpected"} {
-		if n := counter(t, mPrefetchRefused.WithLabelValues(root.Name(), reason)); n != 1 {
+		if n := counter(t, metricsOf(t).prefetchRefused.WithLabelValues(root.Name(), reason)); n != 1 {
 			t.Errorf("%s: %v refused, want 1", reason, n)
 		}
 	}
@@ -226,7 +226,7 @@ func TestPrefetchNeverServesAnotherVersion(t *testing.T) {
 		var b [1]byte
 		c.Read(b[:])
 	})
-	p := StartPrefetch(PrefetchConfig{Database: root.Name(), DBID: root.DBID(), ProcessID: NewProcessID(), Relays: []string{addr},
+	p := StartPrefetch(PrefetchConfig{Metrics: metricsOf(t), Database: root.Name(), DBID: root.DBID(), ProcessID: NewProcessID(), Relays: []string{addr},
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, px, quiet)
 	defer p.Close()
 	waitFor(t, "four prefetches admitted", 30*time.Second, func() bool { return p.Stats().Admitted == 4 })
@@ -288,12 +288,12 @@ func TestPrefetchDecodeRefusesBadPayloads(t *testing.T) {
 func TestPrefetchRefusedByANonRelay(t *testing.T) {
 	root := openStore(t, "", dbName(t), store.DBID{}, store.Retention{})
 	addr := startServer(t, root, NewProcessID(), nil)
-	before := counter(t, mRefusals.WithLabelValues(RefuseBadRequest.String()))
+	before := counter(t, metricsOf(t).refusals.WithLabelValues(RefuseBadRequest.String()))
 	_, m := rawSession(t, addr, &Hello{Version: FetchVersion, Prefetch: true, Database: root.Name(), ProcessID: NewProcessID()})
 	if r, ok := m.(*Refuse); !ok || r.Code != RefuseBadRequest {
 		t.Fatalf("prefetch hello to a full node answered %+v, want refuse bad_request", m)
 	}
-	if n := counter(t, mRefusals.WithLabelValues(RefuseBadRequest.String())) - before; n != 1 {
+	if n := counter(t, metricsOf(t).refusals.WithLabelValues(RefuseBadRequest.String())) - before; n != 1 {
 		t.Fatalf("%v refusals counted, want 1", n)
 	}
 }

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 )
 
 // The root's HTTP address: where the writes of a database are accepted.
@@ -31,10 +28,6 @@ const (
 	MaxRootAddrs = 16
 	MaxRootAddr  = 255
 )
-
-var mRootKnown = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: metrics.Namespace, Subsystem: subsystem, Name: "root_known",
-	Help: "1 while this replica knows the HTTP address of its database's root (its source told it), which its not_root answers name; 0 while it does not."}, []string{"db"}))
 
 // Root names the HTTP addresses where the database's writes are accepted
 // (the root; any member of an HA root), as the sending node knows them.

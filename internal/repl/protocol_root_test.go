@@ -83,7 +83,7 @@ func TestRootAddressDownTheTree(t *testing.T) {
 	waitFor(t, "the leaf to learn the root's address", 30*time.Second, func() bool {
 		return slices.Equal(leaf.State().RootHTTP, []string{"root-1:7380"})
 	})
-	if v := testutil.ToFloat64(mRootKnown.WithLabelValues(name)); v != 1 {
+	if v := testutil.ToFloat64(metricsOf(t).rootKnown.WithLabelValues(name)); v != 1 {
 		t.Fatalf("qs_repl_root_known = %v with the root known, want 1", v)
 	}
 	rootHTTP.Store([]string{"root-2:7380", "root-1:7380"})
@@ -95,7 +95,7 @@ func TestRootAddressDownTheTree(t *testing.T) {
 		return len(leaf.State().RootHTTP) == 0
 	})
 	waitFor(t, "qs_repl_root_known to say so", 30*time.Second, func() bool {
-		return testutil.ToFloat64(mRootKnown.WithLabelValues(name)) == 0
+		return testutil.ToFloat64(metricsOf(t).rootKnown.WithLabelValues(name)) == 0
 	})
 }
 

@@ -66,8 +66,9 @@ func checkShardFetch(m *Fetch) error {
 }
 
 // answerShard answers an L2 request from what st holds: each key's value
-// of exactly the version asked (store.ShardValue), or FetchMismatch.
-func answerShard(st *store.Store, m *Fetch) *Values {
+// of exactly the version asked (store.ShardValue), or FetchMismatch, and
+// counts the hits and misses in ms.
+func answerShard(st *store.Store, m *Fetch, ms *Metrics) *Values {
 	ans := &Values{ID: m.ID, Results: make([]FetchResult, len(m.Items))}
 	ans.Applied = st.AppliedIndex()
 	ans.Horizon = ans.Applied
@@ -85,7 +86,6 @@ func answerShard(st *store.Store, m *Fetch) *Values {
 			hits++
 		}
 	}
-	mShardKeys.WithLabelValues("hit").Add(float64(hits))
-	mShardKeys.WithLabelValues("miss").Add(float64(len(m.Items) - hits))
+	ms.addShardKeys(hits, len(m.Items)-hits)
 	return ans
 }

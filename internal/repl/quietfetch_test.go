@@ -102,7 +102,7 @@ func TestQuietFetchIsNotPublished(t *testing.T) {
 	if !fc.Quiet() || fc.Welcome.Version != QuietVersion {
 		t.Fatalf("fetch connection of version %d, quiet %v; want %d, quiet", fc.Welcome.Version, fc.Quiet(), QuietVersion)
 	}
-	quiet0, queued0 := counter(t, mFetchQuiet), counter(t, mPrefetchPublished.WithLabelValues("queued"))
+	quiet0, queued0 := counter(t, metricsOf(t).fetchQuiet), counter(t, metricsOf(t).prefetchPublished.WithLabelValues("queued"))
 	v, err := fc.FetchQuiet(ctx, 0, []FetchKey{{Key: []byte("a"), Index: ia}})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestQuietFetchIsNotPublished(t *testing.T) {
 	if f.keys.Load() != 1 {
 		t.Fatalf("the relay fetched %d keys for the quiet fetch, want 1", f.keys.Load())
 	}
-	if n := counter(t, mFetchQuiet) - quiet0; n != 1 {
+	if n := counter(t, metricsOf(t).fetchQuiet) - quiet0; n != 1 {
 		t.Fatalf("fetch_quiet_total rose by %v, want 1", n)
 	}
 	v, err = fc.Fetch(ctx, 0, []FetchKey{{Key: []byte("b"), Index: ib}})
@@ -124,10 +124,10 @@ func TestQuietFetchIsNotPublished(t *testing.T) {
 	if p := readPrefetch(t, sub); string(p.Key) != "b" || p.Index != ib || string(p.Value) != "read" {
 		t.Fatalf("first value published: %q@%d = %q, want b@%d (a was fetched quietly)", p.Key, p.Index, p.Value, ib)
 	}
-	if n := counter(t, mPrefetchPublished.WithLabelValues("queued")) - queued0; n != 1 {
+	if n := counter(t, metricsOf(t).prefetchPublished.WithLabelValues("queued")) - queued0; n != 1 {
 		t.Fatalf("prefetch_published_total{queued} rose by %v, want 1 (the plain fetch's value)", n)
 	}
-	if n := counter(t, mFetchQuiet) - quiet0; n != 1 {
+	if n := counter(t, metricsOf(t).fetchQuiet) - quiet0; n != 1 {
 		t.Fatalf("fetch_quiet_total rose by %v after a plain fetch, want 1", n)
 	}
 }
@@ -236,6 +236,7 @@ func TestFetchFlagsRefused(t *testing.T) {
 	ik := writeOps(t, root, setOp("k", "v"))
 	rootAddr := startServer(t, root, NewProcessID(), nil)
 	_, ownerAddr := openShardOwner(t, root, rootAddr, "owner-1")
+	ms := metricsOf(t) // the servers', read by the subtests
 	quietFetch := &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("k"), Index: ik}}, Flags: FetchQuiet}
 	unknown := rawMsg{t: MsgFetch, p: append((&Fetch{ID: 1, Items: []FetchKey{{Key: []byte("k"), Index: ik}}}).AppendPayload(nil), 0x40)}
 	for _, tc := range []struct {
@@ -260,7 +261,7 @@ func TestFetchFlagsRefused(t *testing.T) {
 					t.Fatalf("after the L2 welcome: %+v, %v", m, err)
 				}
 			}
-			before := counter(t, mFetchRefused.WithLabelValues("decode"))
+			before := counter(t, ms.fetchRefused.WithLabelValues("decode"))
 			if err := WriteMessage(c, tc.msg); err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +274,7 @@ func TestFetchFlagsRefused(t *testing.T) {
 			if _, err := ReadMessage(c); !errors.Is(err, io.EOF) {
 				t.Fatalf("connection not closed: %v", err)
 			}
-			if n := counter(t, mFetchRefused.WithLabelValues("decode")) - before; n != 1 {
+			if n := counter(t, ms.fetchRefused.WithLabelValues("decode")) - before; n != 1 {
 				t.Fatalf("fetch_bad_requests_total{decode} rose by %v, want 1", n)
 			}
 		})

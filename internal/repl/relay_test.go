@@ -126,7 +126,7 @@ func TestCutThroughChildAhead(t *testing.T) {
 	lr, _ := startReplica(t, leaf, NewProcessID(), []string{midAddr}, nil)
 	waitCaughtUp(t, leaf, root)
 
-	relayed := value(mEntriesRelayed)
+	relayed := value(metricsOf(t).entriesRelayed)
 	holdAt.Store(root.AppliedIndex() + 1)
 	idx := write(t, root, "b", "2")
 	waitFor(t, "the leaf to apply the held batch", 30*time.Second, func() bool { return leaf.AppliedIndex() >= idx })
@@ -136,15 +136,15 @@ func TestCutThroughChildAhead(t *testing.T) {
 	if ForwardedIndex(mid) < idx {
 		t.Fatalf("forwarded index %d, want at least %d", ForwardedIndex(mid), idx)
 	}
-	if value(mEntriesRelayed) <= relayed {
+	if value(metricsOf(t).entriesRelayed) <= relayed {
 		t.Error("entries sent before they were durable not counted")
 	}
 
 	// The child reconnects while ahead of its source.
-	aheadBefore := value(mClientRefused.WithLabelValues(name, RefuseAhead.String()))
+	aheadBefore := value(metricsOf(t).clientRefused.WithLabelValues(name, RefuseAhead.String()))
 	lr.Reconnect()
 	waitRefused(t, lr, RefuseAhead)
-	if value(mClientRefused.WithLabelValues(name, RefuseAhead.String())) <= aheadBefore {
+	if value(metricsOf(t).clientRefused.WithLabelValues(name, RefuseAhead.String())) <= aheadBefore {
 		t.Error("the ahead refusal was not counted")
 	}
 	close(release)

@@ -30,7 +30,9 @@ func value(m prometheus.Metric) float64 {
 	panic("not a counter or gauge")
 }
 
-func errCount(db, kind string) float64 { return value(mErrors.WithLabelValues(db, kind)) }
+func errCount(t *testing.T, db, kind string) float64 {
+	return value(metricsOf(t).errors.WithLabelValues(db, kind))
+}
 
 // Writes on the root, before and during streaming, reach the replica with
 // the same index, hash chain, times and data.
@@ -57,7 +59,7 @@ func TestReplicate(t *testing.T) {
 		t.Fatalf("lag %v", st.Lag)
 	}
 	for _, k := range []string{kindGap, kindHash, kindCRC, kindDecode, kindApply} {
-		if n := errCount(name, k); n != 0 {
+		if n := errCount(t, name, k); n != 0 {
 			t.Errorf("%d %s errors", int(n), k)
 		}
 	}
@@ -72,10 +74,10 @@ func TestReplicate(t *testing.T) {
 func entriesApplied(t *testing.T, name string, want float64) float64 {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for value(mEntriesApplied.WithLabelValues(name)) < want && time.Now().Before(deadline) {
+	for value(metricsOf(t).entriesApplied.WithLabelValues(name)) < want && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	return value(mEntriesApplied.WithLabelValues(name))
+	return value(metricsOf(t).entriesApplied.WithLabelValues(name))
 }
 
 // root → A → B → C: every replica serves the next; all end identical.
@@ -113,7 +115,7 @@ func TestWrongDBIDRefused(t *testing.T) {
 	root := openStore(t, "", name, store.DBID{}, store.Retention{})
 	addr := startServer(t, root, NewProcessID(), nil)
 	write(t, root, "k", "v")
-	before := value(mRefusals.WithLabelValues("wrong_dbid"))
+	before := value(metricsOf(t).refusals.WithLabelValues("wrong_dbid"))
 
 	other := openStore(t, "", name, store.DBID{}, store.Retention{}) // a different database
 	r, _ := startReplica(t, other, NewProcessID(), []string{addr}, nil)
@@ -124,10 +126,10 @@ func TestWrongDBIDRefused(t *testing.T) {
 	if other.AppliedIndex() != 0 {
 		t.Fatal("applied entries of another database")
 	}
-	if value(mRefusals.WithLabelValues("wrong_dbid")) <= before {
+	if value(metricsOf(t).refusals.WithLabelValues("wrong_dbid")) <= before {
 		t.Error("server did not count the refusal")
 	}
-	if value(mClientRefused.WithLabelValues(name, "wrong_dbid")) < 1 {
+	if value(metricsOf(t).clientRefused.WithLabelValues(name, "wrong_dbid")) < 1 {
 		t.Error("client did not count the refusal")
 	}
 }
@@ -243,10 +245,10 @@ func TestCorruptionInTransit(t *testing.T) {
 	if !flipped() {
 		t.Fatal("the proxy flipped nothing")
 	}
-	if n := errCount(name, kindCRC); n != 1 {
+	if n := errCount(t, name, kindCRC); n != 1 {
 		t.Fatalf("%v crc errors, want 1", n)
 	}
-	if n := value(mReconnects.WithLabelValues(name)); n < 1 {
+	if n := value(metricsOf(t).reconnects.WithLabelValues(name)); n < 1 {
 		t.Fatal("no reconnect counted")
 	}
 }
@@ -315,7 +317,7 @@ func TestHashMismatchAndGap(t *testing.T) {
 			r, _ := startReplica(t, rep, NewProcessID(), []string{liar, good}, nil)
 			waitCaughtUp(t, rep, root)
 			assertSame(t, root, rep)
-			if n := errCount(name, tc.kind); n < 1 {
+			if n := errCount(t, name, tc.kind); n < 1 {
 				t.Fatalf("no %s error counted; last error %v", tc.kind, r.State().LastError)
 			}
 		})
@@ -347,7 +349,7 @@ func TestStalledSources(t *testing.T) {
 	})
 	waitCaughtUp(t, rep, root)
 	assertSame(t, root, rep)
-	n := errCount(name, kindTimeout)
+	n := errCount(t, name, kindTimeout)
 	if n < 2 {
 		t.Fatalf("%v timeouts, want at least 2 (last error %v)", n, r.State().LastError)
 	}
@@ -357,7 +359,7 @@ func TestStalledSources(t *testing.T) {
 	// The good source idles with Progress messages well inside the idle
 	// timeout: the replica stays connected.
 	time.Sleep(3 * timeout)
-	if got := errCount(name, kindTimeout); got != n || r.State().Status != StatusStreaming {
+	if got := errCount(t, name, kindTimeout); got != n || r.State().Status != StatusStreaming {
 		t.Fatalf("idle good source dropped: %v timeouts after %v, state %+v", got, n, r.State())
 	}
 }
@@ -402,7 +404,7 @@ func TestReplicaRestart(t *testing.T) {
 	if rep.AppliedIndex() != first {
 		t.Fatalf("reopened at %d, want %d", rep.AppliedIndex(), first)
 	}
-	applied := value(mEntriesApplied.WithLabelValues(name))
+	applied := value(metricsOf(t).entriesApplied.WithLabelValues(name))
 	startReplica(t, rep, NewProcessID(), []string{addr}, nil)
 	waitCaughtUp(t, rep, root)
 	assertSame(t, root, rep)
@@ -410,7 +412,7 @@ func TestReplicaRestart(t *testing.T) {
 		t.Fatalf("applied %v entries after restart, want %d", got, root.AppliedIndex()-first)
 	}
 	for _, k := range []string{kindGap, kindHash, kindCRC, kindDecode, kindApply, kindRefused} {
-		if n := errCount(name, k); n != 0 {
+		if n := errCount(t, name, k); n != 0 {
 			t.Errorf("%d %s errors", int(n), k)
 		}
 	}
@@ -477,15 +479,15 @@ func TestHeartbeatLag(t *testing.T) {
 	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
 	// The replica sets its gauge after the store publishes the index.
 	waitFor(t, "heartbeats on the replica", 10*time.Second, func() bool {
-		return rep.AppliedIndex() >= 10 && value(mAppliedIndex.WithLabelValues(name)) >= 10
+		return rep.AppliedIndex() >= 10 && value(metricsOf(t).appliedIndex.WithLabelValues(name)) >= 10
 	})
 	if lag := r.State().Lag; lag <= 0 || lag > 5*time.Second {
 		t.Fatalf("lag %v", lag)
 	}
-	if g := value(mLag.WithLabelValues(name)); g <= 0 || g > 5 {
+	if g := value(metricsOf(t).lag.WithLabelValues(name)); g <= 0 || g > 5 {
 		t.Fatalf("lag gauge %v", g)
 	}
-	if g := value(mAppliedIndex.WithLabelValues(name)); g < 10 {
+	if g := value(metricsOf(t).appliedIndex.WithLabelValues(name)); g < 10 {
 		t.Fatalf("applied index gauge %v", g)
 	}
 }
@@ -495,7 +497,7 @@ func TestHeartbeatLag(t *testing.T) {
 func TestServerShutdownWithClients(t *testing.T) {
 	name := dbName(t)
 	root := openStore(t, "", name, store.DBID{}, store.Retention{})
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), ProgressInterval: 20 * time.Millisecond},
+	srv, err := NewServer(ServerConfig{Metrics: metricsOf(t), ProcessID: NewProcessID(), ProgressInterval: 20 * time.Millisecond},
 		func(string) (*store.Store, bool) { return root, true }, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -507,7 +509,7 @@ func TestServerShutdownWithClients(t *testing.T) {
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
 	r, _ := startReplica(t, rep, NewProcessID(), []string{ln.Addr().String()}, nil)
 	waitCaughtUp(t, rep, root)
-	conns := value(mServerConns)
+	conns := value(metricsOf(t).serverConns)
 	if conns < 1 {
 		t.Fatalf("server_connections %v", conns)
 	}
@@ -519,7 +521,7 @@ func TestServerShutdownWithClients(t *testing.T) {
 	if err := <-served; !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("Serve: %v", err)
 	}
-	if got := value(mServerConns); got != conns-1 {
+	if got := value(metricsOf(t).serverConns); got != conns-1 {
 		t.Fatalf("server_connections %v after shutdown, want %v", got, conns-1)
 	}
 	waitFor(t, "replica to notice", 5*time.Second, func() bool { return r.State().Status != StatusStreaming })
@@ -545,6 +547,6 @@ func TestLagOfAnEmptyReplica(t *testing.T) {
 		t.Fatalf("empty replica reports lag %v after 1.2 s", lag)
 	}
 	waitFor(t, "the lag gauge to grow", 3*time.Second, func() bool {
-		return value(mLag.WithLabelValues(name)) >= 1
+		return value(metricsOf(t).lag.WithLabelValues(name)) >= 1
 	})
 }

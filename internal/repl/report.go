@@ -12,9 +12,6 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 )
 
 // Reports: a replica tells its source what it and the nodes below it are
@@ -68,33 +65,18 @@ const (
 	dropNoSink   = "no_sink"   // the server takes no reports
 )
 
-var (
-	mReportsReceived = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reports_received_total",
-		Help: "Reports received from replication clients and handed on, by database."}, []string{"db"}))
-	mReportsDropped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reports_dropped_total",
-		Help: "Reports received and dropped, by reason: rate, too_large, invalid, no_sink."}, []string{"reason"}))
-	mReportsSent = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reports_sent_total",
-		Help: "Reports sent to sources, by database."}, []string{"db"}))
-	mReportsUnsent = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "reports_unsent_total",
-		Help: "Reports not sent, by database and reason: too_large (over MaxReportBytes), write (the connection failed)."}, []string{"db", "reason"}))
-)
-
 // readReports reads the messages a stream client sends after its Hello:
 // Reports, handed to the sink, until the connection ends or the client
 // sends anything else.
 func (cn *conn) readReports(r *bufio.Reader, h *Hello, log *slog.Logger) {
 	var last time.Time
-	minGap := cn.s.cfg.ReportMinInterval
+	minGap, ms := cn.s.cfg.ReportMinInterval, cn.s.cfg.Metrics
 	for {
 		t, body, err := readBoundedFrame(r, MaxReportBytes)
 		var big *tooLargeError
 		switch {
 		case errors.As(err, &big) && t == MsgReport:
-			mReportsDropped.WithLabelValues(dropTooLarge).Inc()
+			ms.reportsDropped.WithLabelValues(dropTooLarge).Inc()
 			log.Warn("replication client sent a report over the size limit; dropped", "bytes", big.n, "limit", MaxReportBytes)
 			continue
 		case err != nil:
@@ -108,20 +90,20 @@ func (cn *conn) readReports(r *bufio.Reader, h *Hello, log *slog.Logger) {
 		}
 		now := time.Now()
 		if !last.IsZero() && now.Sub(last) < minGap {
-			mReportsDropped.WithLabelValues(dropRate).Inc()
+			ms.reportsDropped.WithLabelValues(dropRate).Inc()
 			continue
 		}
 		last = now
 		if cn.s.cfg.Reports == nil {
-			mReportsDropped.WithLabelValues(dropNoSink).Inc()
+			ms.reportsDropped.WithLabelValues(dropNoSink).Inc()
 			continue
 		}
 		if err := cn.s.cfg.Reports(h.Database, h.ProcessID, body); err != nil {
-			mReportsDropped.WithLabelValues(dropInvalid).Inc()
+			ms.reportsDropped.WithLabelValues(dropInvalid).Inc()
 			log.Warn("replication client sent a report this server cannot use; dropped", "err", err)
 			continue
 		}
-		mReportsReceived.WithLabelValues(h.Database).Inc()
+		ms.reportsReceived.WithLabelValues(h.Database).Inc()
 	}
 }
 
@@ -209,7 +191,7 @@ func (r *Replica) startReports(ctx context.Context, c net.Conn) (stop func()) {
 			body := r.cfg.Report()
 			switch {
 			case len(body) > MaxReportBytes:
-				mReportsUnsent.WithLabelValues(r.cfg.Database, dropTooLarge).Inc()
+				r.cfg.Metrics.reportsUnsent.WithLabelValues(r.cfg.Database, dropTooLarge).Inc()
 				r.log.Warn("report over the size limit not sent", "bytes", len(body), "limit", MaxReportBytes)
 			case body != nil:
 				var err error
@@ -219,11 +201,11 @@ func (r *Replica) startReports(ctx context.Context, c net.Conn) (stop func()) {
 				}
 				if err != nil {
 					// The stream's reader sees the broken connection.
-					mReportsUnsent.WithLabelValues(r.cfg.Database, "write").Inc()
+					r.cfg.Metrics.reportsUnsent.WithLabelValues(r.cfg.Database, "write").Inc()
 					r.log.Debug("report not sent", "err", err)
 					return
 				}
-				mReportsSent.WithLabelValues(r.cfg.Database).Inc()
+				r.cfg.Metrics.reportsSent.WithLabelValues(r.cfg.Database).Inc()
 			}
 			select {
 			case <-t.C:

@@ -201,7 +201,9 @@ func TestServerReportBounds(t *testing.T) {
 		c.ReportMinInterval = time.Hour // the second report of a connection is always too soon
 	})
 	hello := &Hello{Version: ReportVersion, Database: name, DBID: root.DBID(), ProcessID: NewProcessID()}
-	dropped := func(reason string) float64 { return testutil.ToFloat64(mReportsDropped.WithLabelValues(reason)) }
+	dropped := func(reason string) float64 {
+		return testutil.ToFloat64(metricsOf(t).reportsDropped.WithLabelValues(reason))
+	}
 
 	c, m := rawSession(t, addr, hello)
 	if w, ok := m.(*Welcome); !ok || w.Version != ReportVersion {

@@ -72,14 +72,14 @@ func (s *sealRelays) release(id ProcessID) {
 func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.Context) (net.Conn, string, error)) error {
 	s := cn.s
 	if !s.sealRelays.take(h.ProcessID) {
-		mSnapshotsServed.WithLabelValues("unavailable").Inc()
+		s.cfg.Metrics.snapshotsServed.WithLabelValues("unavailable").Inc()
 		cn.refuse(RefuseCycle, "a sealed bootstrap of this client is already relayed through this server: the sources form a cycle")
 		return nil
 	}
 	defer s.sealRelays.release(h.ProcessID)
 	up, src, err := dial(ctx)
 	if err != nil {
-		mSnapshotsServed.WithLabelValues("unavailable").Inc()
+		s.cfg.Metrics.snapshotsServed.WithLabelValues("unavailable").Inc()
 		cn.refuse(RefuseUnavailable, "this node cannot seal a snapshot and cannot reach its source to relay one: %v", err)
 		return nil
 	}
@@ -88,7 +88,7 @@ func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.
 	defer stop()
 	up.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	if err := WriteMessage(up, h); err != nil {
-		mSnapshotsServed.WithLabelValues("unavailable").Inc()
+		s.cfg.Metrics.snapshotsServed.WithLabelValues("unavailable").Inc()
 		cn.refuse(RefuseUnavailable, "this node cannot seal a snapshot and could not ask its source %s for one: %v", src, err)
 		return nil
 	}
@@ -102,7 +102,7 @@ func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.
 		if k > 0 {
 			cn.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 			if _, err := cn.c.Write(buf[:k]); err != nil {
-				mSnapshotsServed.WithLabelValues("broken").Inc()
+				s.cfg.Metrics.snapshotsServed.WithLabelValues("broken").Inc()
 				return err
 			}
 			tail.write(buf[:k])
@@ -110,15 +110,15 @@ func (cn *conn) relayBootstrap(ctx context.Context, h *Hello, dial func(context.
 		}
 		if rerr != nil {
 			if ctx.Err() != nil {
-				mSnapshotsServed.WithLabelValues("broken").Inc()
+				s.cfg.Metrics.snapshotsServed.WithLabelValues("broken").Inc()
 				return ctx.Err()
 			}
 			if !tail.ended() {
 				// The client resumes through this node or another.
-				mSnapshotsServed.WithLabelValues("broken").Inc()
+				s.cfg.Metrics.snapshotsServed.WithLabelValues("broken").Inc()
 				return fmt.Errorf("the answer of %s to a relayed sealed bootstrap stopped short after %d bytes: %w", src, n, rerr)
 			}
-			mSnapshotsServed.WithLabelValues("relayed").Inc()
+			s.cfg.Metrics.snapshotsServed.WithLabelValues("relayed").Inc()
 			cn.log.Info("sealed bootstrap relayed", "source", src, "bytes", n)
 			return nil
 		}

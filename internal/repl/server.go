@@ -83,6 +83,10 @@ type ServerConfig struct {
 	// are accepted, as this node knows them now, sent to stream clients
 	// of RootVersion or later (protocol_root.go). Nil: none are sent.
 	RootHTTP func(db string) []string
+	// Metrics counts what the server does; the process gives all its
+	// servers and replicas the one it registered. Default: a private
+	// NewMetrics(), registered nowhere.
+	Metrics *Metrics
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -116,6 +120,9 @@ func (c *ServerConfig) EnsureDefaults() *ServerConfig {
 	}
 	if c.ReportMinInterval == 0 {
 		c.ReportMinInterval = 500 * time.Millisecond
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	return c
 }
@@ -186,7 +193,8 @@ func NewServer(cfg ServerConfig, lookup func(db string) (*store.Store, bool), lo
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, lookup: lookup, log: log.With("component", "repl-server")}
-	s.snaps = newSnapshotCache(cfg.SnapshotKeep, s.log)
+	s.snaps = newSnapshotCache(cfg.SnapshotKeep, cfg.Metrics, s.log)
+	s.prefetch.m = cfg.Metrics
 	if cfg.BootstrapRate > 0 {
 		s.limit = rate.NewLimiter(rate.Limit(cfg.BootstrapRate), max(cfg.ChunkBytes, int(min(cfg.BootstrapRate, MaxPayload/2))))
 	}
@@ -321,7 +329,7 @@ func (s *Server) track(c net.Conn) bool {
 		return false
 	}
 	s.mu.conns[c] = struct{}{}
-	mServerConns.Inc()
+	s.cfg.Metrics.serverConns.Inc()
 	return true
 }
 
@@ -330,7 +338,7 @@ func (s *Server) untrack(c net.Conn) {
 	defer s.mu.Unlock()
 	if _, ok := s.mu.conns[c]; ok {
 		delete(s.mu.conns, c)
-		mServerConns.Dec()
+		s.cfg.Metrics.serverConns.Dec()
 	}
 }
 
@@ -404,7 +412,7 @@ func (cn *conn) send(m Message) error {
 
 func (cn *conn) refuse(code RefuseCode, format string, args ...any) {
 	reason := fmt.Sprintf(format, args...)
-	mRefusals.WithLabelValues(code.String()).Inc()
+	cn.s.cfg.Metrics.refusals.WithLabelValues(code.String()).Inc()
 	cn.log.Warn("refused replication client", "code", code.String(), "reason", reason)
 	if err := cn.send(&Refuse{Code: code, Reason: reason}); err != nil {
 		cn.log.Debug("cannot send refusal", "err", err)
@@ -428,7 +436,7 @@ func (s *Server) handle(c net.Conn) {
 	m, err := ReadHello(r)
 	if err != nil {
 		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrChecksum) {
-			mRefusals.WithLabelValues(RefuseBadHello.String()).Inc()
+			s.cfg.Metrics.refusals.WithLabelValues(RefuseBadHello.String()).Inc()
 		}
 		cn.log.Info("replication handshake failed", "err", err)
 		return
@@ -659,11 +667,11 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 					return err
 				}
 			}
-			mEntriesSent.Add(float64(len(entries)))
+			cfg.Metrics.entriesSent.Add(float64(len(entries)))
 			next = entries[len(entries)-1].Index + 1
 			if early {
 				rl.sent(next - 1)
-				mEntriesRelayed.Add(float64(len(entries)))
+				cfg.Metrics.entriesRelayed.Add(float64(len(entries)))
 			}
 			resetTimer(idle, cfg.ProgressInterval)
 			if ctx.Err() != nil {

@@ -33,14 +33,14 @@ func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error 
 			return cn.relayBootstrap(ctx, h, heads.Upstream)
 		}
 		if signer == nil {
-			mSnapshotsServed.WithLabelValues("unsealable").Inc()
+			s.cfg.Metrics.snapshotsServed.WithLabelValues("unsealable").Inc()
 			cn.refuse(RefuseUnavailable, "%q: this node does not hold the root's signing key, so it cannot seal a snapshot; bootstrap from the root", st.Name())
 			return nil
 		}
 	}
 	snap, err := s.snaps.acquire(st, h.Resume.Snapshot, h.LastIndex)
 	if err != nil {
-		mSnapshotsServed.WithLabelValues("unavailable").Inc()
+		s.cfg.Metrics.snapshotsServed.WithLabelValues("unavailable").Inc()
 		cn.refuse(RefuseUnavailable, "cannot make a snapshot of %q: %v", st.Name(), err)
 		return err
 	}
@@ -49,7 +49,7 @@ func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error 
 	if h.Resume.Snapshot == snap.id {
 		from = h.Resume
 		if int(from.File) > len(snap.files) || (int(from.File) < len(snap.files) && from.Offset > snap.files[from.File].Size) {
-			mSnapshotsServed.WithLabelValues("bad_resume").Inc()
+			s.cfg.Metrics.snapshotsServed.WithLabelValues("bad_resume").Inc()
 			cn.refuse(RefuseBadHello, "resume point file %d offset %d is outside snapshot %s", from.File, from.Offset, snap.id)
 			return nil
 		}
@@ -69,8 +69,8 @@ func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error 
 	if err := cn.send(&Snapshot{ID: snap.id, Index: snap.head.Index, Time: snap.head.Time, Hash: snap.head.Hash, Files: snap.files}); err != nil {
 		return err
 	}
-	mSnapshotsActive.Inc()
-	defer mSnapshotsActive.Dec()
+	s.cfg.Metrics.snapshotTransfers.Inc()
+	defer s.cfg.Metrics.snapshotTransfers.Dec()
 	cn.log.Info("bootstrap transfer started", "snapshot", snap.id.String(), "index", snap.head.Index,
 		"bytes", snap.size, "resume_file", from.File, "resume_offset", from.Offset)
 	t0 := time.Now()
@@ -80,22 +80,22 @@ func (cn *conn) bootstrap(ctx context.Context, st *store.Store, h *Hello) error 
 			off = from.Offset
 		}
 		if err := cn.sendFile(ctx, snap, i, off, signer != nil); err != nil {
-			mSnapshotsServed.WithLabelValues("broken").Inc()
+			s.cfg.Metrics.snapshotsServed.WithLabelValues("broken").Inc()
 			return fmt.Errorf("snapshot file %s: %w", snap.files[i].Name, err)
 		}
 	}
 	if signer != nil {
 		d, err := snap.digest()
 		if err != nil {
-			mSnapshotsServed.WithLabelValues("broken").Inc()
+			s.cfg.Metrics.snapshotsServed.WithLabelValues("broken").Inc()
 			return fmt.Errorf("seal snapshot %s: %w", snap.id, err)
 		}
 		if err := cn.send(&Seal{Sig: signer.Seal(st.DBID(), snap.head.Index, snap.head.Hash, d)}); err != nil {
-			mSnapshotsServed.WithLabelValues("broken").Inc()
+			s.cfg.Metrics.snapshotsServed.WithLabelValues("broken").Inc()
 			return err
 		}
 	}
-	mSnapshotsServed.WithLabelValues("complete").Inc()
+	s.cfg.Metrics.snapshotsServed.WithLabelValues("complete").Inc()
 	cn.log.Info("bootstrap transfer complete", "snapshot", snap.id.String(), "took", time.Since(t0))
 	return cn.send(&Done{LastIndex: snap.head.Index})
 }
@@ -138,7 +138,7 @@ func (cn *conn) sendFile(ctx context.Context, snap *snapshot, i int, off uint64,
 			sha.Write(buf[:n])
 		}
 		off += uint64(n)
-		mSnapshotBytesSent.Add(float64(n))
+		cn.s.cfg.Metrics.snapshotBytesSent.Add(float64(n))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

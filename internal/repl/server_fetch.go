@@ -18,8 +18,9 @@ import (
 // further request is already buffered, so a pipelining client gets its
 // answers in few writes.
 func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store, hello *Hello) {
-	mFetchConns.Inc()
-	defer mFetchConns.Dec()
+	ms := cn.s.cfg.Metrics
+	ms.fetchConns.Inc()
+	defer ms.fetchConns.Dec()
 	stop := context.AfterFunc(ctx, func() { cn.c.Close() })
 	defer stop()
 	var fr frameReader
@@ -31,7 +32,7 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 			switch {
 			case errors.Is(err, io.EOF), ctx.Err() != nil:
 			case errors.Is(err, ErrChecksum):
-				mFetchRefused.WithLabelValues("crc").Inc()
+				ms.fetchRefused.WithLabelValues("crc").Inc()
 				cn.log.Warn("fetch connection: corrupt frame; closing", "err", err)
 			case errors.Is(err, ErrMalformed):
 				cn.badFetch("decode", "%v", err)
@@ -57,24 +58,24 @@ func (cn *conn) serveFetch(ctx context.Context, r *bufio.Reader, st *store.Store
 		}
 		start := time.Now()
 		if !hello.Shard {
-			catchUp(ctx, st, m)
+			catchUp(ctx, st, m, ms)
 		}
 		var ans *Values
 		switch {
 		case hello.Shard:
-			ans = answerShard(st, m)
+			ans = answerShard(st, m, ms)
 		case st.IsProxy():
-			ans = answerRelayFetch(st, m)
+			ans = answerRelayFetch(st, m, ms)
 			if m.Flags&FetchQuiet != 0 {
-				mFetchQuiet.Inc()
+				ms.fetchQuiet.Inc()
 			} else {
 				cn.s.prefetch.publish(hello.Database, hello.ProcessID, m, ans)
 			}
 		default:
-			ans = answerFetch(st, m)
+			ans = answerFetch(st, m, ms)
 		}
-		mFetchSeconds.Observe(time.Since(start).Seconds())
-		mFetchRequests.Inc()
+		ms.fetchSeconds.Observe(time.Since(start).Seconds())
+		ms.fetchRequests.Inc()
 		if out, err = AppendFrame(out[:0], ans); err != nil {
 			cn.log.Error("cannot encode a fetch answer", "err", err)
 			return
@@ -111,22 +112,25 @@ func checkFetchFlags(h *Hello, m *Fetch) error {
 
 // badFetch counts and refuses a bad request; the connection then closes.
 func (cn *conn) badFetch(reason, format string, args ...any) {
-	mFetchRefused.WithLabelValues(reason).Inc()
+	cn.s.cfg.Metrics.fetchRefused.WithLabelValues(reason).Inc()
 	cn.refuse(RefuseBadRequest, format, args...)
 }
 
 // answerFetch reads every key of m at one view: the version current at
-// min(asof, applied), which must be the one asked (if one is asked).
-func answerFetch(st *store.Store, m *Fetch) *Values {
+// min(asof, applied), which must be the one asked (if one is asked), and
+// counts them in ms.
+func answerFetch(st *store.Store, m *Fetch, ms *Metrics) *Values {
 	ans := &Values{ID: m.ID, Results: make([]FetchResult, len(m.Items))}
 	// Answer as of the published (durable) index, without waiting for a
 	// commit in flight.
 	v, applied, err := st.AsOfView()
 	if err != nil {
+		var counts [len(fetchStatusNames)]int
 		for i := range ans.Results {
 			ans.Results[i].Status = FetchError
 		}
-		mFetchKeys.WithLabelValues(FetchError.String()).Add(float64(len(m.Items)))
+		counts[FetchError] = len(m.Items)
+		ms.addFetchKeys(&counts)
 		return ans
 	}
 	defer v.Close()
@@ -167,7 +171,7 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 				// No answer can carry it (answering anyway ended the
 				// connection): the key fails, the others are answered.
 				r.Status = FetchError
-				mFetchTooLarge.Inc()
+				ms.fetchTooLarge.Inc()
 			case size > 0 && size+len(val) > maxValuesBytes:
 				// The answer must fit one frame: asked again on its own, a
 				// value as large as the limit is sent alone.
@@ -181,11 +185,7 @@ func answerFetch(st *store.Store, m *Fetch) *Values {
 		}
 		counts[r.Status]++
 	}
-	for st, n := range counts {
-		if n > 0 {
-			mFetchKeys.WithLabelValues(FetchStatus(st).String()).Add(float64(n))
-		}
-	}
+	ms.addFetchKeys(&counts)
 	return ans
 }
 
@@ -200,8 +200,9 @@ const fetchCatchUpWait = 100 * time.Millisecond
 var testHookCatchUp func()
 
 // catchUp waits, at most fetchCatchUpWait, until st applied the newest
-// index m asks for (its as-of index or a version), and counts the outcome.
-func catchUp(ctx context.Context, st *store.Store, m *Fetch) {
+// index m asks for (its as-of index or a version), and counts the outcome
+// in ms.
+func catchUp(ctx context.Context, st *store.Store, m *Fetch, ms *Metrics) {
 	need := m.AsOf
 	for i := range m.Items {
 		need = max(need, m.Items[i].Index)
@@ -214,9 +215,6 @@ func catchUp(ctx context.Context, st *store.Store, m *Fetch) {
 	if testHookCatchUp != nil {
 		testHookCatchUp()
 	}
-	if _, err := st.WaitApplied(ctx, need); err != nil {
-		mFetchCatchUp.WithLabelValues("timeout").Inc()
-		return
-	}
-	mFetchCatchUp.WithLabelValues("caught_up").Inc()
+	_, err := st.WaitApplied(ctx, need)
+	ms.countCatchUp(err == nil)
 }

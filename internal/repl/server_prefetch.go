@@ -7,18 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
-)
-
-var (
-	mPrefetchSubscribers = metrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "prefetch_subscribers",
-		Help: "Proxies subscribed to this relay's prefetch stream."}))
-	mPrefetchPublished = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "prefetch_published_total",
-		Help: "Values this relay resolved, offered to each subscriber of its prefetch stream, by result: queued, dropped (the subscriber's queue was full)."}, []string{"result"}))
 )
 
 // A subscriber's queue: what a relay has resolved but not yet sent to it.
@@ -30,6 +19,7 @@ const (
 
 // prefetchHub hands what a relay resolves to its subscribers.
 type prefetchHub struct {
+	m  *Metrics
 	n  atomic.Int32 // subscribers: lets publish skip the lock when 0
 	mu sync.Mutex
 	// subs is guarded by mu.
@@ -52,7 +42,7 @@ func (h *prefetchHub) subscribe(db string, pid ProcessID) *prefetchSub {
 	}
 	h.subs[sub] = struct{}{}
 	h.n.Add(1)
-	mPrefetchSubscribers.Inc()
+	h.m.prefetchSubscribers.Inc()
 	return sub
 }
 
@@ -61,7 +51,7 @@ func (h *prefetchHub) unsubscribe(sub *prefetchSub) {
 	defer h.mu.Unlock()
 	delete(h.subs, sub)
 	h.n.Add(-1)
-	mPrefetchSubscribers.Dec()
+	h.m.prefetchSubscribers.Dec()
 }
 
 // publish offers the values answered ok to every subscriber of db but
@@ -108,12 +98,7 @@ func (h *prefetchHub) publish(db string, asker ProcessID, m *Fetch, ans *Values)
 		}
 	}
 	h.mu.Unlock()
-	if queued > 0 {
-		mPrefetchPublished.WithLabelValues("queued").Add(float64(queued))
-	}
-	if dropped > 0 {
-		mPrefetchPublished.WithLabelValues("dropped").Add(float64(dropped))
-	}
+	h.m.addPublished(queued, dropped)
 }
 
 // servePrefetch sends a subscriber what this relay resolves, and Progress

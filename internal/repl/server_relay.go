@@ -15,8 +15,9 @@ import "github.com/quicksilver-kv/qs/internal/store"
 //     asker and the relay disagree on the log);
 //   - the read failed (no replica answered the relay in time): error.
 //
-// The asker asks elsewhere for every key not answered ok.
-func answerRelayFetch(st *store.Store, m *Fetch) *Values {
+// The asker asks elsewhere for every key not answered ok. The keys are
+// counted in ms.
+func answerRelayFetch(st *store.Store, m *Fetch, ms *Metrics) *Values {
 	ans := &Values{ID: m.ID, Results: make([]FetchResult, len(m.Items))}
 	keys := make([][]byte, len(m.Items))
 	for i := range m.Items {
@@ -46,7 +47,7 @@ func answerRelayFetch(st *store.Store, m *Fetch) *Values {
 			r.Status = FetchMismatch
 		case len(value) > MaxFetchValueBytes:
 			r.Status = FetchError
-			mFetchTooLarge.Inc()
+			ms.fetchTooLarge.Inc()
 		case size >= maxValuesBytes, size > 0 && size+len(value) > maxValuesBytes:
 			r.Status = FetchSkipped
 		default:
@@ -67,10 +68,6 @@ func answerRelayFetch(st *store.Store, m *Fetch) *Values {
 	for _, r := range ans.Results {
 		counts[r.Status]++
 	}
-	for s, n := range counts {
-		if n > 0 {
-			mFetchKeys.WithLabelValues(FetchStatus(s).String()).Add(float64(n))
-		}
-	}
+	ms.addFetchKeys(&counts)
 	return ans
 }

@@ -58,7 +58,7 @@ func TestShardConnectionAnswersExactVersions(t *testing.T) {
 	if fc.Node != "owner-1" {
 		t.Fatalf("L2 connection names the owner %q", fc.Node)
 	}
-	hits, misses := counter(t, mShardKeys.WithLabelValues("hit")), counter(t, mShardKeys.WithLabelValues("miss"))
+	hits, misses := counter(t, metricsOf(t).shardKeys.WithLabelValues("hit")), counter(t, metricsOf(t).shardKeys.WithLabelValues("miss"))
 	ans, err := fc.Fetch(ctx, 0, []FetchKey{{Key: []byte("held"), Index: idx}, {Key: []byte("held"), Index: idx + 1},
 		{Key: []byte("held"), Index: idx - 1}, {Key: []byte("never"), Index: nidx}})
 	if err != nil {
@@ -72,7 +72,7 @@ func TestShardConnectionAnswersExactVersions(t *testing.T) {
 			t.Fatalf("key %d: %v %q, want a miss", i+1, r.Status, r.Value)
 		}
 	}
-	if h, m := counter(t, mShardKeys.WithLabelValues("hit"))-hits, counter(t, mShardKeys.WithLabelValues("miss"))-misses; h != 1 || m != 3 {
+	if h, m := counter(t, metricsOf(t).shardKeys.WithLabelValues("hit"))-hits, counter(t, metricsOf(t).shardKeys.WithLabelValues("miss"))-misses; h != 1 || m != 3 {
 		t.Fatalf("shard_keys_total hit +%v miss +%v, want +1 +3", h, m)
 	}
 	if st := owner.ProxyStats(); st.Fetched != 1 {
@@ -97,7 +97,7 @@ func TestShardConnectionRefusesBadRequests(t *testing.T) {
 	if m, err := ReadMessage(c); err != nil || m.(*Node).Name != "owner-1" {
 		t.Fatalf("after the welcome: %+v, %v", m, err)
 	}
-	before := counter(t, mFetchRefused.WithLabelValues("decode"))
+	before := counter(t, metricsOf(t).fetchRefused.WithLabelValues("decode"))
 	if err := WriteMessage(c, &Fetch{ID: 1, Items: []FetchKey{{Key: []byte("k"), Index: 0}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestShardConnectionRefusesBadRequests(t *testing.T) {
 	if r, ok := m.(*Refuse); err != nil || !ok || r.Code != RefuseBadRequest {
 		t.Fatalf("an L2 request without a version answered %+v, %v", m, err)
 	}
-	if got := counter(t, mFetchRefused.WithLabelValues("decode")); got != before+1 {
+	if got := counter(t, metricsOf(t).fetchRefused.WithLabelValues("decode")); got != before+1 {
 		t.Fatalf("fetch_bad_requests_total{decode} %v → %v", before, got)
 	}
 

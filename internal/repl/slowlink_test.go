@@ -87,7 +87,7 @@ func TestSlowLinkLargeEntry(t *testing.T) {
 	// Long enough that a loaded machine's scheduling delays do not look
 	// like a dead peer; the entry takes more than twice as long to cross.
 	const timeout = 2 * time.Second
-	srv, err := NewServer(ServerConfig{ProcessID: NewProcessID(), ProgressInterval: 50 * time.Millisecond,
+	srv, err := NewServer(ServerConfig{Metrics: metricsOf(t), ProcessID: NewProcessID(), ProgressInterval: 50 * time.Millisecond,
 		HandshakeTimeout: 2 * time.Second, WriteTimeout: timeout}, func(db string) (*store.Store, bool) {
 		return root, db == root.Name()
 	}, testLogger(t))
@@ -120,7 +120,7 @@ func TestSlowLinkLargeEntry(t *testing.T) {
 		return rep.AppliedIndex() >= root.AppliedIndex()
 	})
 	assertSame(t, root, rep)
-	if n := errCount(name, kindTimeout) + errCount(name, kindIO); n != 0 {
+	if n := errCount(t, name, kindTimeout) + errCount(t, name, kindIO); n != 0 {
 		t.Errorf("%v timeouts or I/O errors on a slow but live link (last error %v)", n, r.State().LastError)
 	}
 }
@@ -155,7 +155,7 @@ func TestSourceStalledMidMessage(t *testing.T) {
 	})
 	waitCaughtUp(t, rep, root)
 	assertSame(t, root, rep)
-	if n := errCount(name, kindTimeout); n < 1 {
+	if n := errCount(t, name, kindTimeout); n < 1 {
 		t.Fatalf("no timeout counted for the stalled source (last error %v)", r.State().LastError)
 	}
 }

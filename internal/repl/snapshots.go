@@ -23,6 +23,7 @@ import (
 // once superseded.
 type snapshotCache struct {
 	keep time.Duration
+	m    *Metrics
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -84,8 +85,8 @@ func (s *snapshot) digest() (headsig.Digest, error) {
 	return filesDigest(s.files, all), nil
 }
 
-func newSnapshotCache(keep time.Duration, log *slog.Logger) *snapshotCache {
-	return &snapshotCache{keep: keep, log: log, newest: map[string]*snapshot{},
+func newSnapshotCache(keep time.Duration, m *Metrics, log *slog.Logger) *snapshotCache {
+	return &snapshotCache{keep: keep, m: m, log: log, newest: map[string]*snapshot{},
 		all: map[SnapshotID]*snapshot{}}
 }
 
@@ -181,7 +182,7 @@ func (c *snapshotCache) gcLocked() {
 			delete(c.newest, s.db)
 		}
 	}
-	mSnapshotsHeld.Set(float64(len(c.all)))
+	c.m.snapshotsHeld.Set(float64(len(c.all)))
 }
 
 // removeAll removes every snapshot; the server is stopping.
@@ -193,5 +194,5 @@ func (c *snapshotCache) removeAll() {
 		delete(c.all, id)
 		delete(c.newest, s.db)
 	}
-	mSnapshotsHeld.Set(0)
+	c.m.snapshotsHeld.Set(0)
 }

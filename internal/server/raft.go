@@ -87,7 +87,7 @@ func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Liste
 		Metrics:         raftMetrics,
 		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
 			r, err := repl.NewReplica(repl.ReplicaConfig{Database: d.Name, Sources: []string{src}, Dial: s.replDial(),
-				BootstrapLock: s.cfg.BootstrapLock}, st, s.log.With("db", d.Name))
+				BootstrapLock: s.cfg.BootstrapLock, Metrics: replMetrics}, st, s.log.With("db", d.Name))
 			if err != nil {
 				return err
 			}

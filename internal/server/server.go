@@ -201,7 +201,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 	rcfg := repl.ReplicaConfig{Database: d.Name, Sources: sources, IdleTimeout: d.ReplIdleTimeout.Duration,
 		Dial: s.replDial(), BootstrapLock: s.cfg.BootstrapLock, BootstrapMinEntries: bootstrapMinEntries(d),
-		Report: s.reports.report(db), Verifier: s.keys.verifier, BeforeApply: failpointForwarded(st)}
+		Report: s.reports.report(db), Verifier: s.keys.verifier, BeforeApply: failpointForwarded(st), Metrics: replMetrics}
 	if agent := s.newAgent(d, st); agent != nil && !d.IsStatic() {
 		rcfg.Finder = agent // configured sources take precedence
 	}
@@ -233,7 +233,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			if d.ProxyTransientBytes > 0 || d.ProxyShardCacheBytes > 0 {
 				// Subscribed to the relays elected now (refreshPool).
 				ps = newPrefetchSet(func(relay string) subscription {
-					return repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: []string{relay}, Dial: s.replDial()}, st, s.log)
+					return repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: []string{relay}, Dial: s.replDial(), Metrics: replMetrics}, st, s.log)
 				})
 				pf = ps
 				s.prefetchers = append(s.prefetchers, ps)
@@ -252,7 +252,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			// Prefetched values are held by the transient tier and the
 			// shard budget: a proxy with neither has nowhere to keep
 			// them, and does not subscribe.
-			pf = repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: d.Relays, Dial: s.replDial()}, st, s.log)
+			pf = repl.StartPrefetch(repl.PrefetchConfig{Database: d.Name, DBID: st.DBID(), Relays: d.Relays, Dial: s.replDial(), Metrics: replMetrics}, st, s.log)
 			s.prefetchers = append(s.prefetchers, pf)
 		}
 	}
@@ -488,7 +488,8 @@ func (s *Server) StartContext(ctx context.Context) error {
 			maxChildren = s.cfg.MaxChildren
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
-			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName, RootHTTP: s.rootHTTP}, func(name string) (*store.Store, bool) {
+			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName, RootHTTP: s.rootHTTP,
+			Metrics: replMetrics}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
