@@ -10,7 +10,6 @@ import (
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
 	"github.com/quicksilver-kv/qs/internal/metrics"
-	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -184,7 +183,7 @@ func (rp *reports) run(ctx context.Context, order []string) {
 func readCounters(name string, st *store.Store) statuspage.Counters {
 	c := tierCounters(st.Metrics())
 	if st.IsProxy() {
-		c.FetchOK, c.FetchFailed = proxy.FetchResults(name)
+		c.FetchOK, c.FetchFailed = proxyMetrics.FetchResults(name)
 	}
 	return c
 }

@@ -34,6 +34,10 @@ import (
 // the process (one, but for tests), served at /metrics.
 var watchMetrics = metrics.MustRegister(watch.NewMetrics())
 
+// proxyMetrics counts the pools, L2 tiers and shard warmers of the
+// proxies of every Server of the process, served at /metrics.
+var proxyMetrics = metrics.MustRegister(proxy.NewMetrics())
+
 // Server is one qs process.
 type Server struct {
 	cfg *config.Config
@@ -223,7 +227,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		discovered := s.discoversPool(d)
 		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: members, Fallback: fallback, Dial: s.replDial(),
-			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate, Dynamic: discovered}, s.log)
+			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate, Dynamic: discovered, Metrics: proxyMetrics}, s.log)
 		if err != nil {
 			return err
 		}
