@@ -63,7 +63,7 @@ func startTestServer(t *testing.T, toml string, ctx context.Context) (*Server, *
 		t.Fatal(err)
 	}
 	announced := &syncBuffer{}
-	s, err := New(cfg, slog.New(slog.DiscardHandler), announced)
+	s, err := newServer(cfg, slog.New(slog.DiscardHandler), announced, privateMeters())
 	if err != nil {
 		t.Fatal(err)
 	}
