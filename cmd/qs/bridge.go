@@ -13,12 +13,18 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/bridge"
 	"github.com/quicksilver-kv/qs/internal/bridge/etcdbridge"
 	"github.com/quicksilver-kv/qs/internal/bridge/pgbridge"
 	"github.com/quicksilver-kv/qs/internal/bridge/qsbridge"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 )
+
+// bridgeMetrics counts for the bridge this process runs (qs bridge),
+// served at its /metrics. It is registered when the process starts, so
+// every qs process exports its series (at 0 unless it runs a bridge).
+var bridgeMetrics = metrics.MustRegister(bridge.NewMetrics())
 
 func init() {
 	register("bridge", "copy a system of record into a root and follow its changes: qs bridge postgres|etcd|qs [flags]", cmdBridge)
@@ -145,7 +151,7 @@ func cmdBridgePostgres(args []string) error {
 	b, err := pgbridge.New(pgbridge.Config{
 		DSN: *dsn, Table: *table, KeyColumn: *keyCol, Prefix: *prefix, Slot: *slot, Publication: *pub,
 		StateKey: *state, Client: c, Resync: *resync, CopyBatch: *batch,
-		Progress: os.Stderr, Log: newLogger(*bf.logLevel),
+		Progress: os.Stderr, Log: newLogger(*bf.logLevel), Metrics: bridgeMetrics,
 	})
 	if err != nil {
 		return err
@@ -173,7 +179,7 @@ func cmdBridgeEtcd(args []string) error {
 	}
 	cfg := etcdbridge.Config{
 		Endpoints: splitList(*endpoints), Prefix: *prefix, StateKey: *state, Client: c, Resync: *resync,
-		CopyBatch: *batch, Progress: os.Stderr, Log: newLogger(*bf.logLevel),
+		CopyBatch: *batch, Progress: os.Stderr, Log: newLogger(*bf.logLevel), Metrics: bridgeMetrics,
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "to-prefix" {
@@ -207,7 +213,7 @@ func cmdBridgeQS(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := qsbridge.Config{Source: *from, Target: *bf.to, Database: *bf.db, Token: token, Timeout: *bf.timeout, Log: newLogger(*bf.logLevel)}
+	cfg := qsbridge.Config{Source: *from, Target: *bf.to, Database: *bf.db, Token: token, Timeout: *bf.timeout, Log: newLogger(*bf.logLevel), Metrics: bridgeMetrics}
 	if *clusterKey != "" {
 		k, err := clusterauth.LoadKey(*clusterKey)
 		if err != nil {

@@ -236,8 +236,8 @@ func benchNegative(t *testing.T) {
 	waitApplied(t, rep.st, root.st.AppliedIndex())
 	waitApplied(t, px.st, root.st.AppliedIndex())
 	fetched := func() float64 {
-		return metricValue(t, "qs_proxy_fetches_total", map[string]string{"db": c.name}) +
-			metricValue(t, "qs_proxy_replica_requests_total", map[string]string{"db": c.name})
+		return valueIn(t, c.metrics, "qs_proxy_fetches_total", map[string]string{"db": c.name}) +
+			valueIn(t, c.metrics, "qs_proxy_replica_requests_total", map[string]string{"db": c.name})
 	}
 	before := fetched()
 	run := func(st *store.Store, d time.Duration) float64 {

@@ -83,6 +83,8 @@ type cluster struct {
 	name string
 	ctx  context.Context
 	wg   sync.WaitGroup
+	// metrics are those of the cluster's pools, L2 tiers and warmers.
+	metrics *Metrics
 	// readCacheBytes, if set, is the read cache of the stores opened next.
 	readCacheBytes int64
 	// stores are those the cluster opened (its nodes').
@@ -98,6 +100,7 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, name: fmt.Sprintf("%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), dbSeq.Add(1)), ctx: ctx,
 		replMetrics: repl.NewMetrics()}
 	t.Cleanup(func() { cancel(); c.wg.Wait() })
+	c.metrics = NewMetrics()
 	return c
 }
 
@@ -182,7 +185,7 @@ func (c *cluster) replica(dbid store.DBID, sources ...string) *node {
 func (c *cluster) proxy(dbid store.DBID, po store.ProxyOptions, pc Config, upstream ...string) *node {
 	c.t.Helper()
 	n := &node{st: c.open(store.Options{DBID: dbid, ChunkBytes: 4096, Proxy: &po}), pid: repl.NewProcessID()}
-	pc.Database, pc.DBID, pc.ProcessID = c.name, dbid, n.pid
+	pc.Database, pc.DBID, pc.ProcessID, pc.Metrics = c.name, dbid, n.pid, c.metrics
 	p, err := New(pc, testLogger())
 	if err != nil {
 		c.t.Fatal(err)

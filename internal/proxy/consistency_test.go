@@ -255,14 +255,14 @@ func runConsistency(t *testing.T, o consistencyOpts) consistencyResult {
 		res.misses += m.ProxyMisses
 		res.evictions += m.ProxyEvictions
 	}
-	res.retries = counter(t, mFetches.WithLabelValues(c.name, "retried"))
+	res.retries = counter(t, c.metrics.fetches.WithLabelValues(c.name, "retried"))
 	res.historyReads = c.storeSum(func(m store.Metrics) float64 { return m.HistoryReads })
 	for _, a := range members {
-		res.replicaErrs += counter(t, mReplicaRequests.WithLabelValues(c.name, a, "error"))
+		res.replicaErrs += counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, a, "error"))
 	}
 	if o.relay {
-		res.relayOK = counter(t, mReplicaRequests.WithLabelValues(c.name, cuts[3].Addr(), "ok"))
-		res.fallback = counter(t, mFetches.WithLabelValues(c.name, "fallback"))
+		res.relayOK = counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, cuts[3].Addr(), "ok"))
+		res.fallback = counter(t, c.metrics.fetches.WithLabelValues(c.name, "fallback"))
 	}
 	for _, l := range l2s {
 		res.l2Hits += l.Hits()

@@ -44,13 +44,16 @@
 //     close and its metric series are deleted. Reads do not fail for it.
 //   - Every goroutine belongs to a connection and ends with Close.
 //
-// Metrics (subsystem "proxy"): fetch_seconds (one read's remote values,
-// end to end), fetches_total{result} (ok, failed, retried, too_large,
-// fallback),
-// replica_requests_total{replica, result} (ok, partial, error, timeout,
-// bad_answer, aborted), replica_up{replica}, replica_latency_seconds{replica},
-// replica_applied_index{replica}, member_changes_total{change} (added,
-// retired, retiered), members{tier} (preferred, fallback); for L2:
-// l2_requests_total{peer, result} (ok, error, timeout, bad_answer),
-// l2_skipped_total, l2_peer_up{peer}.
+// Metrics (subsystem "proxy") are counted in the Metrics the owner gives
+// each pool, L2 tier and warmer (the server's one per process; a private
+// one when none is given): fetch_seconds (one read's remote values, end
+// to end), fetches_total{result} (ok, failed, retried, too_large,
+// fallback), replica_requests_total{replica, result} (ok, partial, error,
+// timeout, bad_answer, aborted), replica_up{replica},
+// replica_latency_seconds{replica}, replica_applied_index{replica},
+// member_changes_total{change} (added, retired, retiered), members{tier}
+// (preferred, fallback); for L2: l2_requests_total{peer, result} (ok,
+// error, timeout, bad_answer), l2_skipped_total, l2_peer_up{peer}; for
+// the shard warm-up: shard_warm_total{result} (held, not_held, bad,
+// failed, full, done).
 package proxy

@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/cache"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
@@ -63,6 +62,9 @@ type L2Config struct {
 	// out after a failure. Defaults cache.DefaultL2SidelineMin and
 	// cache.DefaultL2SidelineMax.
 	SidelineMin, SidelineMax time.Duration
+	// Metrics are the collectors the tier counts in, shared with the
+	// process's pools. Default: a private NewMetrics().
+	Metrics *Metrics
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns c.
@@ -102,18 +104,6 @@ func (c *L2Config) Validate() error {
 	}
 	return nil
 }
-
-var (
-	mL2Requests = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "l2_requests_total",
-		Help: "L2 requests sent to each peer of the data centre, by result: ok, error (connection, refusal), timeout (no answer within the attempt timeout), bad_answer (another version, or a value that does not match the record: not used, the peer is sidelined)."}, []string{"db", "peer", "result"}))
-	mL2Skipped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "l2_skipped_total",
-		Help: "Keys not asked of L2 because no peer owning their shard was connected (down, sidelined, or none configured): fetched from the next tier."}, []string{"db"}))
-	mL2PeerUp = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: subsystem, Name: "l2_peer_up",
-		Help: "1 while an L2 peer is connected and in service, 0 while it is down or sidelined."}, []string{"db", "peer"}))
-)
 
 // L2 is the L2 tier in front of a next tier. It implements store.Fetcher.
 type L2 struct {
@@ -157,6 +147,7 @@ func NewL2(cfg L2Config, log *slog.Logger) (*L2, error) {
 		var d net.Dialer
 		cfg.Dial = d.DialContext
 	}
+	cfg.Metrics = orNew(cfg.Metrics)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &L2{cfg: cfg, log: log.With("db", cfg.Database), self: cfg.Shards.OfNode(cfg.NodeName), ctx: ctx, cancel: cancel}
 	l.peers.Store(&[]*peer{})
@@ -191,7 +182,7 @@ func (l *L2) SetPeers(addrs []string) {
 			continue
 		}
 		ctx, stop := context.WithCancel(l.ctx)
-		p := &peer{addr: a, up: mL2PeerUp.WithLabelValues(l.cfg.Database, a), stop: stop}
+		p := &peer{addr: a, up: l.cfg.Metrics.l2PeerUp.WithLabelValues(l.cfg.Database, a), stop: stop}
 		p.up.Set(0)
 		next = append(next, p)
 		l.wg.Add(1)
@@ -202,7 +193,7 @@ func (l *L2) SetPeers(addrs []string) {
 		p.stop()
 		// Its keeper may still set the removed series: it is no longer
 		// the one exported.
-		mL2PeerUp.DeleteLabelValues(l.cfg.Database, p.addr)
+		l.cfg.Metrics.l2PeerUp.DeleteLabelValues(l.cfg.Database, p.addr)
 	}
 }
 
@@ -352,7 +343,7 @@ func (l *L2) Fetch(ctx context.Context, asOf uint64, items []store.FetchItem) er
 		a.idx = append(a.idx, i)
 	}
 	if skipped > 0 {
-		mL2Skipped.WithLabelValues(l.cfg.Database).Add(float64(skipped))
+		l.cfg.Metrics.l2Skipped.WithLabelValues(l.cfg.Database).Add(float64(skipped))
 	}
 	if len(asks) > 0 {
 		start := time.Now()
@@ -434,7 +425,7 @@ func (l *L2) ask(ctx context.Context, p *peer, fc *repl.FetchConn, asOf uint64, 
 		l.fail(p, fc, "bad_answer", fmt.Errorf("%d of %d values not the version asked or not matching their records", bad, len(idx)))
 		return missed
 	}
-	mL2Requests.WithLabelValues(l.cfg.Database, p.addr, "ok").Inc()
+	l.cfg.Metrics.l2Requests.WithLabelValues(l.cfg.Database, p.addr, "ok").Inc()
 	p.mu.Lock()
 	p.mu.failures = 0
 	p.mu.Unlock()
@@ -444,7 +435,7 @@ func (l *L2) ask(ctx context.Context, p *peer, fc *repl.FetchConn, asOf uint64, 
 // fail counts a failed request and sidelines p: its connection closes,
 // and its keeper connects it again after the sideline time.
 func (l *L2) fail(p *peer, fc *repl.FetchConn, result string, err error) {
-	mL2Requests.WithLabelValues(l.cfg.Database, p.addr, result).Inc()
+	l.cfg.Metrics.l2Requests.WithLabelValues(l.cfg.Database, p.addr, result).Inc()
 	l.log.Debug("L2 request failed", "peer", p.addr, "result", result, "err", err)
 	p.mu.Lock()
 	p.mu.failures++

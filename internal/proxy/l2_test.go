@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/cache"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -64,7 +63,7 @@ func (c *cluster) l2Proxy(dbid store.DBID, m cache.ShardMap, name, replica, upst
 	po := store.ProxyOptions{Window: 5, CacheBytes: -1, ShardCacheBytes: 8 << 20, Shards: m, NodeName: name, EvictInterval: 2 * time.Millisecond}
 	n := &l2Node{node: &node{st: c.open(store.Options{DBID: dbid, ChunkBytes: 4096, Proxy: &po}), pid: repl.NewProcessID()}, name: name}
 	c.serveNamed(n.node, name)
-	p, err := New(Config{Database: c.name, DBID: dbid, ProcessID: n.pid, Replicas: []string{replica}}, testLogger())
+	p, err := New(Config{Database: c.name, DBID: dbid, ProcessID: n.pid, Replicas: []string{replica}, Metrics: c.metrics}, testLogger())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -113,7 +112,8 @@ func (c *cluster) dcPeers(proxies []*node, m cache.ShardMap, names []string, cut
 	var out []*L2
 	for i, p := range proxies {
 		l, err := NewL2(L2Config{Database: c.name, DBID: p.st.DBID(), ProcessID: p.pid, Peers: peers, Shards: m, NodeName: names[i],
-			Next: p.pool, Count: p.st.CountTier, AttemptTimeout: 300 * time.Millisecond, SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond}, testLogger())
+			Next: p.pool, Count: p.st.CountTier, AttemptTimeout: 300 * time.Millisecond, SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond,
+			Metrics: c.metrics}, testLogger())
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -164,7 +164,8 @@ func ownKeys(m cache.ShardMap, name string, keys []string) []string {
 func (c *cluster) startL2(n *l2Node, m cache.ShardMap, attempt time.Duration, peers ...string) {
 	c.t.Helper()
 	l, err := NewL2(L2Config{Database: c.name, DBID: n.st.DBID(), ProcessID: n.pid, Peers: peers, Shards: m, NodeName: n.name,
-		Next: n.l3, Count: n.st.CountTier, AttemptTimeout: attempt, SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond}, testLogger())
+		Next: n.l3, Count: n.st.CountTier, AttemptTimeout: attempt, SidelineMin: 20 * time.Millisecond, SidelineMax: 200 * time.Millisecond,
+		Metrics: c.metrics}, testLogger())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -308,13 +309,13 @@ func TestL2PeerDownOrStalledCostsOnlyLatency(t *testing.T) {
 	readChecked(t, stalled.node, ofStalled)
 	readChecked(t, good.node, ofGood)
 	link.stall.Store(true)
-	timeouts := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "timeout"})
-	skipped := metricValue(t, "qs_proxy_l2_skipped_total", map[string]string{"db": c.name})
+	timeouts := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "timeout"})
+	skipped := valueIn(t, c.metrics, "qs_proxy_l2_skipped_total", map[string]string{"db": c.name})
 	readChecked(t, asker.node, keys)
-	if got := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "timeout"}); got != timeouts+1 {
+	if got := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "timeout"}); got != timeouts+1 {
 		t.Fatalf("l2_requests_total{timeout} %v → %v, want one timeout", timeouts, got)
 	}
-	if got := metricValue(t, "qs_proxy_l2_skipped_total", map[string]string{"db": c.name}); got <= skipped {
+	if got := valueIn(t, c.metrics, "qs_proxy_l2_skipped_total", map[string]string{"db": c.name}); got <= skipped {
 		t.Fatal("keys of the shard without a running owner were not counted as skipped")
 	}
 	if h := asker.l2.Hits(); h != int64(len(ofGood)) {
@@ -322,7 +323,7 @@ func TestL2PeerDownOrStalledCostsOnlyLatency(t *testing.T) {
 	}
 	// Sidelined: the next read does not wait on the stalled owner.
 	readChecked(t, asker.node, keys)
-	if got := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "timeout"}); got != timeouts+1 {
+	if got := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "timeout"}); got != timeouts+1 {
 		t.Fatalf("a sidelined owner was asked again (%v timeouts)", got-timeouts)
 	}
 	link.stall.Store(false)
@@ -392,8 +393,8 @@ func TestL2WrongAnswerIsAMissNeverServed(t *testing.T) {
 			c.startL2(asker, m, 10*time.Second, fakeOwner(t, dbid, names[1], answer))
 			waitPeersUp(t, asker.l2, 1)
 			keys := writeEvicted(t, root, []*node{asker.node}, "key", 50)
-			bad := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "bad_answer"})
-			errs := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "error"})
+			bad := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "bad_answer"})
+			errs := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "error"})
 			readChecked(t, asker.node, keys)
 			if asker.l2.Hits() != 0 {
 				t.Fatalf("%d wrong answers used", asker.l2.Hits())
@@ -401,8 +402,8 @@ func TestL2WrongAnswerIsAMissNeverServed(t *testing.T) {
 			if asker.l3.keys.Load() != int64(len(keys)) {
 				t.Fatalf("%d values from the replicas, want all %d", asker.l3.keys.Load(), len(keys))
 			}
-			gotBad := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "bad_answer"}) - bad
-			gotErr := metricValue(t, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "error"}) - errs
+			gotBad := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "bad_answer"}) - bad
+			gotErr := valueIn(t, c.metrics, "qs_proxy_l2_requests_total", map[string]string{"db": c.name, "result": "error"}) - errs
 			if name == "malformed" && gotErr != 1 || name != "malformed" && gotBad != 1 {
 				t.Fatalf("bad answers +%v, errors +%v", gotBad, gotErr)
 			}
@@ -463,31 +464,6 @@ func TestL2HitLatencyBenchmark(t *testing.T) {
 		len(ofOwner), q(l2, .5), q(l2, .99), q(l2, .999), q(l3, .5), q(l3, .99), q(l3, .999), asker.l2.Hits())
 }
 
-// l2PeerExported reports whether the l2_peer_up series of peer is
-// exported for db.
-func l2PeerExported(t *testing.T, db, peer string) bool {
-	t.Helper()
-	mfs, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "qs_proxy_l2_peer_up" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["db"] == db && labels["peer"] == peer {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func statusAddrs(l *L2) []string {
 	var out []string
 	for _, p := range l.Status() {
@@ -543,14 +519,14 @@ func TestL2SetPeersFollowsThePeerSet(t *testing.T) {
 
 	// A peer leaves: disconnected, its series gone, its shard's keys
 	// fetched from the next tier.
-	if !l2PeerExported(t, c.name, p1.addr) {
+	if !l2PeerExported(t, c.metrics, c.name, p1.addr) {
 		t.Fatalf("l2_peer_up of %s not exported while it is a peer", p1.addr)
 	}
 	p0.l2.SetPeers([]string{p2.addr})
 	if got, want := statusAddrs(p0.l2), []string{p2.addr}; !slices.Equal(got, want) {
 		t.Fatalf("peers after removing one: %v, want %v", got, want)
 	}
-	if l2PeerExported(t, c.name, p1.addr) {
+	if l2PeerExported(t, c.metrics, c.name, p1.addr) {
 		t.Fatalf("l2_peer_up of removed peer %s still exported", p1.addr)
 	}
 	waitPeersUp(t, p0.l2, 1)

@@ -83,21 +83,21 @@ func (p *Pool) SetMembers(preferred, fallback []string) bool {
 	if plan.empty() {
 		return false
 	}
-	db := p.cfg.Database
+	db, changes := p.cfg.Database, p.cfg.Metrics.memberChanges
 	byAddr := map[string]*member{}
 	for _, m := range cur {
 		byAddr[m.addr] = m
 	}
 	for _, r := range plan.retier {
 		byAddr[r.addr].fallback.Store(r.fallback)
-		mMemberChanges.WithLabelValues(db, "retiered").Inc()
+		changes.WithLabelValues(db, "retiered").Inc()
 	}
 	retired := map[*member]bool{}
 	for _, a := range plan.retire {
 		m := byAddr[a]
 		retired[m] = true
 		p.draining[a] = m
-		mMemberChanges.WithLabelValues(db, "retired").Inc()
+		changes.WithLabelValues(db, "retired").Inc()
 	}
 	next := slices.DeleteFunc(slices.Clone(cur), func(m *member) bool { return retired[m] })
 	for _, a := range plan.add {
@@ -108,7 +108,7 @@ func (p *Pool) SetMembers(preferred, fallback []string) bool {
 		delete(p.draining, a.addr)
 		m.fallback.Store(a.fallback)
 		next = append(next, m)
-		mMemberChanges.WithLabelValues(db, "added").Inc()
+		changes.WithLabelValues(db, "added").Inc()
 	}
 	p.members.Store(&next)
 	p.setMemberGauges(next)
@@ -138,8 +138,8 @@ func (p *Pool) setMemberGauges(ms []*member) {
 			n++
 		}
 	}
-	mMembers.WithLabelValues(p.cfg.Database, "preferred").Set(float64(len(ms) - n))
-	mMembers.WithLabelValues(p.cfg.Database, "fallback").Set(float64(n))
+	p.cfg.Metrics.members.WithLabelValues(p.cfg.Database, "preferred").Set(float64(len(ms) - n))
+	p.cfg.Metrics.members.WithLabelValues(p.cfg.Database, "fallback").Set(float64(n))
 }
 
 // begin admits a request to the member; false if it is retired.
@@ -214,9 +214,9 @@ func (m *member) finishLocked() {
 		delete(m.p.draining, m.addr)
 	}
 	m.closeConns()
-	db := m.p.cfg.Database
-	mReplicaUp.DeleteLabelValues(db, m.addr)
-	mReplicaLatency.DeleteLabelValues(db, m.addr)
-	mReplicaApplied.DeleteLabelValues(db, m.addr)
-	mReplicaRequests.DeletePartialMatch(prometheus.Labels{"db": db, "replica": m.addr})
+	db, mt := m.p.cfg.Database, m.p.cfg.Metrics
+	mt.replicaUp.DeleteLabelValues(db, m.addr)
+	mt.replicaLatency.DeleteLabelValues(db, m.addr)
+	mt.replicaApplied.DeleteLabelValues(db, m.addr)
+	mt.replicaRequests.DeletePartialMatch(prometheus.Labels{"db": db, "replica": m.addr})
 }

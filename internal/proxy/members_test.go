@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -53,35 +52,6 @@ func TestPlanMembers(t *testing.T) {
 			}
 		})
 	}
-}
-
-// seriesOf counts the series of metric name whose labels include want.
-func seriesOf(t *testing.T, name string, want map[string]string) int {
-	t.Helper()
-	mfs, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for k, v := range want {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || l.GetName() == k && l.GetValue() == v
-				}
-				if !found {
-					continue next
-				}
-			}
-			n++
-		}
-	}
-	return n
 }
 
 func (l *link) open() int {
@@ -134,9 +104,9 @@ func TestSetMembersDrainsRetiredMember(t *testing.T) {
 		t.Fatalf("status after the change: %+v", st)
 	}
 	labels := map[string]string{"db": c.name, "replica": slow.Addr()}
-	if seriesOf(t, "qs_proxy_replica_up", labels) != 1 || slow.open() == 0 {
+	if seriesOf(t, c.metrics, "qs_proxy_replica_up", labels) != 1 || slow.open() == 0 {
 		t.Fatalf("the retired member was closed while it still answered a request (%d series, %d connections)",
-			seriesOf(t, "qs_proxy_replica_up", labels), slow.open())
+			seriesOf(t, c.metrics, "qs_proxy_replica_up", labels), slow.open())
 	}
 	slow.stall.Store(false)
 	if errs := <-done; errs != 0 {
@@ -144,7 +114,7 @@ func TestSetMembersDrainsRetiredMember(t *testing.T) {
 	}
 	waitFor(t, "the retired member's connections to close", func() bool { return slow.open() == 0 })
 	for _, name := range []string{"qs_proxy_replica_up", "qs_proxy_replica_latency_seconds", "qs_proxy_replica_applied_index", "qs_proxy_replica_requests_total"} {
-		if n := seriesOf(t, name, labels); n != 0 {
+		if n := seriesOf(t, c.metrics, name, labels); n != 0 {
 			t.Errorf("%s: %d series of the retired member left", name, n)
 		}
 	}
@@ -157,11 +127,11 @@ func TestSetMembersDrainsRetiredMember(t *testing.T) {
 	if errs := readKeys(t, px.st, 50, 50); errs != 0 {
 		t.Fatalf("%d reads failed through the new member", errs)
 	}
-	if counter(t, mReplicaRequests.WithLabelValues(c.name, r2addr, "ok")) == 0 {
+	if counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, r2addr, "ok")) == 0 {
 		t.Fatal("the new member answered nothing")
 	}
-	if seriesOf(t, "qs_proxy_member_changes_total", map[string]string{"db": c.name, "change": "retired"}) != 1 ||
-		metricValue(t, "qs_proxy_members", map[string]string{"db": c.name, "tier": "preferred"}) != 1 {
+	if seriesOf(t, c.metrics, "qs_proxy_member_changes_total", map[string]string{"db": c.name, "change": "retired"}) != 1 ||
+		valueIn(t, c.metrics, "qs_proxy_members", map[string]string{"db": c.name, "tier": "preferred"}) != 1 {
 		t.Fatal("membership change not counted")
 	}
 }
@@ -233,11 +203,11 @@ func TestMembershipChurnDuringReads(t *testing.T) {
 	t.Logf("%d reads, 0 failed, 0 wrong, across %d membership changes", reads.Load(), changes)
 	for _, l := range links[1:] {
 		waitFor(t, fmt.Sprintf("the connections of retired %s to close", l.Addr()), func() bool { return l.open() == 0 })
-		if n := seriesOf(t, "qs_proxy_replica_up", map[string]string{"db": c.name, "replica": l.Addr()}); n != 0 {
+		if n := seriesOf(t, c.metrics, "qs_proxy_replica_up", map[string]string{"db": c.name, "replica": l.Addr()}); n != 0 {
 			t.Errorf("retired %s keeps %d replica_up series", l.Addr(), n)
 		}
 	}
-	if n := seriesOf(t, "qs_proxy_replica_up", map[string]string{"db": c.name, "replica": r1.addr}); n != 0 {
+	if n := seriesOf(t, c.metrics, "qs_proxy_replica_up", map[string]string{"db": c.name, "replica": r1.addr}); n != 0 {
 		t.Errorf("retired %s keeps its replica_up series", r1.addr)
 	}
 	st := px.pool.Status()
@@ -282,7 +252,7 @@ func TestDynamicPoolStartsEmpty(t *testing.T) {
 	if errs := readKeys(t, px.st, 20, 19); errs != 0 {
 		t.Fatalf("%d reads failed", errs)
 	}
-	if counter(t, mFetches.WithLabelValues(c.name, "fallback")) == 0 {
+	if counter(t, c.metrics.fetches.WithLabelValues(c.name, "fallback")) == 0 {
 		t.Fatal("reads from the only (fall-back) member not counted as fall-backs")
 	}
 }

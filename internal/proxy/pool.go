@@ -60,6 +60,9 @@ type Config struct {
 	// (a proxy that finds them through the overlay); the pool may start
 	// with none, and a read then waits for one until its deadline.
 	Dynamic bool
+	// Metrics are the collectors the pool counts in, shared with the
+	// process's other pools. Default: a private NewMetrics().
+	Metrics *Metrics
 
 	// naive emulates the design the reference started from, for tests
 	// that show what the checks prevent: it asks for the latest value (no
@@ -152,11 +155,12 @@ func New(cfg Config, log *slog.Logger) (*Pool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	db := cfg.Database
+	cfg.Metrics = orNew(cfg.Metrics)
+	db, mt := cfg.Database, cfg.Metrics
 	p := &Pool{cfg: cfg, log: log.With("component", "proxy-pool", "db", db),
-		fetchSeconds: mFetchSeconds.WithLabelValues(db), fetchOK: mFetches.WithLabelValues(db, "ok"),
-		fetchFail: mFetches.WithLabelValues(db, "failed"), retry: mFetches.WithLabelValues(db, "retried"),
-		tooLarge: mFetches.WithLabelValues(db, "too_large"), fallback: mFetches.WithLabelValues(db, "fallback")}
+		fetchSeconds: mt.fetchSeconds.WithLabelValues(db), fetchOK: mt.fetches.WithLabelValues(db, "ok"),
+		fetchFail: mt.fetches.WithLabelValues(db, "failed"), retry: mt.fetches.WithLabelValues(db, "retried"),
+		tooLarge: mt.fetches.WithLabelValues(db, "too_large"), fallback: mt.fetches.WithLabelValues(db, "fallback")}
 	p.draining = map[string]*member{}
 	var members []*member
 	for _, pm := range planMembers(nil, cfg.Replicas, cfg.Fallback).add {
@@ -168,10 +172,10 @@ func New(cfg Config, log *slog.Logger) (*Pool, error) {
 }
 
 func (p *Pool) newMember(addr string, fallback bool) *member {
-	db := p.cfg.Database
+	db, mt := p.cfg.Database, p.cfg.Metrics
 	m := &member{p: p, addr: addr, conns: make([]*repl.FetchConn, p.cfg.ConnsPerReplica), queued: make([]int64, p.cfg.ConnsPerReplica),
-		up: mReplicaUp.WithLabelValues(db, addr), latency: mReplicaLatency.WithLabelValues(db, addr),
-		applied: mReplicaApplied.WithLabelValues(db, addr), requests: mReplicaRequests.MustCurryWith(prometheus.Labels{"db": db, "replica": addr})}
+		up: mt.replicaUp.WithLabelValues(db, addr), latency: mt.replicaLatency.WithLabelValues(db, addr),
+		applied: mt.replicaApplied.WithLabelValues(db, addr), requests: mt.replicaRequests.MustCurryWith(prometheus.Labels{"db": db, "replica": addr})}
 	m.fallback.Store(fallback)
 	m.up.Set(1)
 	return m

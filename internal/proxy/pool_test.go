@@ -105,11 +105,11 @@ func TestPoolSpreadsAndVerifies(t *testing.T) {
 		t.Fatalf("%d reads failed", errs)
 	}
 	for _, a := range addrs {
-		if n := counter(t, mReplicaRequests.WithLabelValues(c.name, a, "ok")); n < 10 {
+		if n := counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, a, "ok")); n < 10 {
 			t.Errorf("replica %s answered %v requests: not spread", a, n)
 		}
 	}
-	if counter(t, mFetches.WithLabelValues(c.name, "ok")) == 0 {
+	if counter(t, c.metrics.fetches.WithLabelValues(c.name, "ok")) == 0 {
 		t.Fatal("no fetch counted")
 	}
 }
@@ -147,13 +147,13 @@ func TestPoolSurvivesDeadAndDyingReplicas(t *testing.T) {
 	if errs != 0 {
 		t.Fatalf("%d reads failed", errs)
 	}
-	if counter(t, mReplicaRequests.WithLabelValues(c.name, dead, "error")) == 0 {
+	if counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, dead, "error")) == 0 {
 		t.Fatal("dead member never counted as failing")
 	}
-	if counter(t, mReplicaRequests.WithLabelValues(c.name, flaky.Addr(), "error")) == 0 {
+	if counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, flaky.Addr(), "error")) == 0 {
 		t.Fatal("cut connections never failed a request: the test did not exercise retries")
 	}
-	if counter(t, mFetches.WithLabelValues(c.name, "retried")) == 0 {
+	if counter(t, c.metrics.fetches.WithLabelValues(c.name, "retried")) == 0 {
 		t.Fatal("no retry counted")
 	}
 	st := px.pool.Status()
@@ -236,7 +236,7 @@ func TestPoolRejectsWrongAnswers(t *testing.T) {
 			if errs := readKeys(t, px.st, 200, 100); errs != 0 {
 				t.Fatalf("%d reads failed", errs)
 			}
-			if counter(t, mReplicaRequests.WithLabelValues(c.name, bad, "bad_answer")) == 0 {
+			if counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, bad, "bad_answer")) == 0 {
 				t.Fatal("the liar was never caught")
 			}
 		})
@@ -339,18 +339,18 @@ func TestPoolWaitsForSlowHealthyMember(t *testing.T) {
 		}
 		t.Logf("round %d: %d keys of %d KiB in %v (attempt timeout %v)", round, nkeys, size>>10, d, attempt)
 		for _, r := range []string{"timeout", "error", "aborted"} {
-			if n := counter(t, mReplicaRequests.WithLabelValues(c.name, slow.Addr(), r)); n != 0 {
+			if n := counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, slow.Addr(), r)); n != 0 {
 				t.Errorf("round %d: slow but healthy member: %v requests %s", round, n, r)
 			}
 		}
-		if n := counter(t, mReplicaRequests.WithLabelValues(c.name, r2.addr, "ok")); n != 0 {
+		if n := counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, r2.addr, "ok")); n != 0 {
 			t.Fatalf("round %d: the fall-back answered %v requests: the slow member was passed over", round, n)
 		}
 		if d < attempt {
 			t.Fatalf("round %d took %v: the link is not slow enough for the test to mean anything (expected ~%v)", round, d, batchTime)
 		}
 	}
-	if n := counter(t, mReplicaRequests.WithLabelValues(c.name, slow.Addr(), "ok")); n != 3 {
+	if n := counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, slow.Addr(), "ok")); n != 3 {
 		t.Errorf("slow member answered %v requests, want 3", n)
 	}
 	if st := px.pool.Status(); !st[0].Up || st[0].Failures != 0 {
@@ -368,10 +368,10 @@ func TestPoolWaitsForSlowHealthyMember(t *testing.T) {
 	if deadline := attempt + time.Duration(nkeys*(size+16)*int64(time.Second)/minRate); d >= deadline/2 {
 		t.Errorf("stalled member given up after %v: not detected by its silence (deadline %v)", d, deadline)
 	}
-	if n := counter(t, mReplicaRequests.WithLabelValues(c.name, slow.Addr(), "timeout")); n != 1 {
+	if n := counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, slow.Addr(), "timeout")); n != 1 {
 		t.Errorf("stalled member: %v timeouts, want 1", n)
 	}
-	if n := counter(t, mReplicaRequests.WithLabelValues(c.name, r2.addr, "ok")); n != 1 {
+	if n := counter(t, c.metrics.replicaRequests.WithLabelValues(c.name, r2.addr, "ok")); n != 1 {
 		t.Errorf("the fall-back answered %v requests, want 1", n)
 	}
 	if st := px.pool.Status(); st[0].Up || st[0].Failures != 1 {
@@ -402,7 +402,7 @@ func TestPoolRefusesValuesTooLargeToFetch(t *testing.T) {
 	if n := accepted.Load(); n != 0 {
 		t.Fatalf("%d connections to the member for a value none can send", n)
 	}
-	if n := counter(t, mFetches.WithLabelValues(db, "too_large")); n != 1 {
+	if n := counter(t, p.cfg.Metrics.fetches.WithLabelValues(db, "too_large")); n != 1 {
 		t.Fatalf("too_large counted %v times, want 1", n)
 	}
 	// A value of exactly the limit is asked for.
@@ -469,15 +469,20 @@ func TestPickOrder(t *testing.T) {
 // TestFetchResults reads back what a database's pool counted, and
 // nothing of another database's.
 func TestFetchResults(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics()
 	db := t.Name()
-	mFetches.WithLabelValues(db, "ok").Add(5)
-	mFetches.WithLabelValues(db, "failed").Add(2)
-	mFetches.WithLabelValues(db, "retried").Add(9)
-	mFetches.WithLabelValues(db+"-other", "ok").Add(4)
-	if ok, failed := FetchResults(db); ok != 5 || failed != 2 {
+	m.fetches.WithLabelValues(db, "ok").Add(5)
+	m.fetches.WithLabelValues(db, "failed").Add(2)
+	m.fetches.WithLabelValues(db, "retried").Add(9)
+	m.fetches.WithLabelValues(db+"-other", "ok").Add(4)
+	if ok, failed := m.FetchResults(db); ok != 5 || failed != 2 {
 		t.Fatalf("FetchResults = %v ok, %v failed; want 5 and 2", ok, failed)
 	}
-	if ok, failed := FetchResults(db + "-none"); ok != 0 || failed != 0 {
+	if ok, failed := m.FetchResults(db + "-none"); ok != 0 || failed != 0 {
 		t.Fatalf("FetchResults of a database that counted nothing = %v, %v", ok, failed)
+	}
+	if ok, failed := NewMetrics().FetchResults(db); ok != 0 || failed != 0 {
+		t.Fatalf("FetchResults of other Metrics = %v, %v, want nothing of these", ok, failed)
 	}
 }

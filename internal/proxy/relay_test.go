@@ -106,22 +106,22 @@ func TestRelayResolvesTheMissesOfItsProxies(t *testing.T) {
 	name := dc.c.name
 	dc.write(t, "k", 50)
 	readAll(t, dc.proxies[0].st, "k", 50)
-	relayFetches := counter(t, mReplicaRequests.WithLabelValues(name, dc.replica.addr, "ok"))
+	relayFetches := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.replica.addr, "ok"))
 	if relayFetches == 0 {
 		t.Fatal("the relay did not fetch the misses from the replica")
 	}
 	// The second proxy misses the same keys: the relay has them.
 	readAll(t, dc.proxies[1].st, "k", 50)
-	if n := counter(t, mReplicaRequests.WithLabelValues(name, dc.replica.addr, "ok")); n != relayFetches {
+	if n := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.replica.addr, "ok")); n != relayFetches {
 		t.Fatalf("the relay fetched again (%v requests, was %v) values it holds", n, relayFetches)
 	}
-	if n := counter(t, mReplicaRequests.WithLabelValues(name, dc.relayLink.Addr(), "ok")); n < 2 {
+	if n := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.relayLink.Addr(), "ok")); n < 2 {
 		t.Fatalf("%v requests answered by the relay, want at least one per proxy", n)
 	}
-	if n := counter(t, mReplicaRequests.WithLabelValues(name, dc.fallback.Addr(), "ok")); n != 0 {
+	if n := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.fallback.Addr(), "ok")); n != 0 {
 		t.Fatalf("proxies asked the replica %v times while the relay answered", n)
 	}
-	if n := counter(t, mFetches.WithLabelValues(name, "fallback")); n != 0 {
+	if n := counter(t, dc.c.metrics.fetches.WithLabelValues(name, "fallback")); n != 0 {
 		t.Fatalf("%v fall-back requests while the relay answered", n)
 	}
 }
@@ -141,17 +141,17 @@ func TestRelayDownAndBack(t *testing.T) {
 	for _, p := range dc.proxies {
 		readAll(t, p.st, "b", 20)
 	}
-	if n := counter(t, mFetches.WithLabelValues(name, "fallback")); n == 0 {
+	if n := counter(t, dc.c.metrics.fetches.WithLabelValues(name, "fallback")); n == 0 {
 		t.Fatal("no fall-back request counted while the relay was down")
 	}
-	if n := counter(t, mReplicaRequests.WithLabelValues(name, dc.fallback.Addr(), "ok")); n == 0 {
+	if n := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.fallback.Addr(), "ok")); n == 0 {
 		t.Fatal("the replica answered no proxy while the relay was down")
 	}
 
 	dc.relayLink.stall.Store(false)
-	before := counter(t, mReplicaRequests.WithLabelValues(name, dc.relayLink.Addr(), "ok"))
+	before := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.relayLink.Addr(), "ok"))
 	deadline := time.Now().Add(60 * time.Second)
-	for round := 0; counter(t, mReplicaRequests.WithLabelValues(name, dc.relayLink.Addr(), "ok")) == before; round++ {
+	for round := 0; counter(t, dc.c.metrics.replicaRequests.WithLabelValues(name, dc.relayLink.Addr(), "ok")) == before; round++ {
 		if time.Now().After(deadline) {
 			t.Fatal("the proxies did not return to the relay")
 		}
@@ -174,10 +174,10 @@ func TestRelayRefusedWithoutTheRelayRole(t *testing.T) {
 	dc.proxies = append(dc.proxies, px) // plain keeps what it applies: not waited for
 	dc.write(t, "k", 10)
 	readAll(t, px.st, "k", 10)
-	if n := counter(t, mReplicaRequests.WithLabelValues(dc.c.name, plain.addr, "error")); n == 0 {
+	if n := counter(t, dc.c.metrics.replicaRequests.WithLabelValues(dc.c.name, plain.addr, "error")); n == 0 {
 		t.Fatal("a proxy that is not a relay was not refused")
 	}
-	if n := counter(t, mFetches.WithLabelValues(dc.c.name, "fallback")); n == 0 {
+	if n := counter(t, dc.c.metrics.fetches.WithLabelValues(dc.c.name, "fallback")); n == 0 {
 		t.Fatal("no fall-back counted")
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -64,15 +62,14 @@ type WarmConfig struct {
 	// it would warm.
 	Ready func() bool
 	Poll  time.Duration
+	// Metrics are the collectors the warmer counts in, shared with the
+	// process's pools. Default: a private NewMetrics().
+	Metrics *Metrics
 }
 
 // DefaultWarmRate is the values a second a warmer fetches by default:
 // about 5 MB/s of 1 KiB values, a small share of a data centre link.
 const DefaultWarmRate = 5000
-
-var mWarm = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: metrics.Namespace, Subsystem: subsystem, Name: "shard_warm_total",
-	Help: "Values of a proxy's own shard fetched in the background to fill its shard budget, by result: held, not_held (a newer version held meanwhile), bad (not matching its record: dropped, counted as an integrity error), failed (the fetch failed: retried later); and passes: full (a pass stopped at a full budget), done (a pass reached the last key)."}, []string{"db", "result"}))
 
 // ShardWarmer fills a proxy's shard budget in the background.
 type ShardWarmer struct {
@@ -97,6 +94,7 @@ func StartShardWarmer(cfg WarmConfig, log *slog.Logger) (*ShardWarmer, error) {
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 5*time.Second)
 	cfg.Retry = cmp.Or(cfg.Retry, time.Second)
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
+	cfg.Metrics = orNew(cfg.Metrics)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &ShardWarmer{cfg: cfg, log: log.With("db", cfg.Database), cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(w.done); w.run(ctx) }()
@@ -163,7 +161,7 @@ func (w *ShardWarmer) pass(ctx context.Context) {
 
 func (w *ShardWarmer) count(result string, n int) {
 	if n > 0 {
-		mWarm.WithLabelValues(w.cfg.Database, result).Add(float64(n))
+		w.cfg.Metrics.warm.WithLabelValues(w.cfg.Database, result).Add(float64(n))
 	}
 }
 

@@ -25,7 +25,7 @@ func TestShardWarmupServesFirstReadsFromL2(t *testing.T) {
 	root, m, ps, nodes := c.l2DataCentre(4)
 	keys := writeEvicted(t, root, nodes, "key", 400)
 	for _, p := range ps {
-		w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: p.st, Next: p.l3, Rate: 100_000, Batch: 32, Interval: time.Hour}, testLogger())
+		w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: p.st, Next: p.l3, Rate: 100_000, Batch: 32, Interval: time.Hour, Metrics: c.metrics}, testLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestShardWarmupServesFirstReadsFromL2(t *testing.T) {
 	if want := int64(3 * len(keys)); hits != want {
 		t.Fatalf("L2 hits %d, want %d", hits, want)
 	}
-	if got := metricValue(t, "qs_proxy_shard_warm_total", map[string]string{"db": c.name, "result": "held"}); got < float64(len(keys)) {
+	if got := valueIn(t, c.metrics, "qs_proxy_shard_warm_total", map[string]string{"db": c.name, "result": "held"}); got < float64(len(keys)) {
 		t.Fatalf("shard_warm_total{held} = %v, want at least %d", got, len(keys))
 	}
 }
@@ -150,12 +150,13 @@ func TestShardWarmerBounds(t *testing.T) {
 	t.Run("full budget", func(t *testing.T) {
 		s := &fakeWarmStore{keys: 1000, room: 100, held: map[string][]byte{}}
 		f := &fakeFetcher{value: "value"}
-		w, err := StartShardWarmer(WarmConfig{Database: "warm", Store: s, Next: f, Rate: 1_000_000, Batch: 30, Interval: time.Hour}, testLogger())
+		m := NewMetrics()
+		w, err := StartShardWarmer(WarmConfig{Database: "warm", Store: s, Next: f, Rate: 1_000_000, Batch: 30, Interval: time.Hour, Metrics: m}, testLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "a full pass", func() bool {
-			return metricValue(t, "qs_proxy_shard_warm_total", map[string]string{"db": "warm", "result": "full"}) >= 1
+			return valueIn(t, m, "qs_proxy_shard_warm_total", map[string]string{"db": "warm", "result": "full"}) >= 1
 		})
 		w.Close()
 		if held, _, _ := s.state(); held != 100 || f.asked != 100 {
@@ -165,22 +166,23 @@ func TestShardWarmerBounds(t *testing.T) {
 	t.Run("failed fetch and bad values", func(t *testing.T) {
 		s := &fakeWarmStore{keys: 50, room: 1000, held: map[string][]byte{}}
 		f := &fakeFetcher{value: "not five bytes", fails: 2}
-		w, err := StartShardWarmer(WarmConfig{Database: "warmbad", Store: s, Next: f, Rate: 1_000_000, Batch: 10, Interval: time.Hour, Retry: time.Millisecond}, testLogger())
+		m := NewMetrics()
+		w, err := StartShardWarmer(WarmConfig{Database: "warmbad", Store: s, Next: f, Rate: 1_000_000, Batch: 10, Interval: time.Hour, Retry: time.Millisecond, Metrics: m}, testLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "a pass done", func() bool {
-			return metricValue(t, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "done"}) >= 1
+			return valueIn(t, m, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "done"}) >= 1
 		})
 		w.Close()
 		held, bad, _ := s.state()
 		if held != 0 || bad != 50 {
 			t.Fatalf("held %d, bad %d: want 0 and 50", held, bad)
 		}
-		if got := metricValue(t, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "failed"}); got != 20 {
+		if got := valueIn(t, m, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "failed"}); got != 20 {
 			t.Fatalf("failed %v, want 20 (two fetches of 10)", got)
 		}
-		if got := metricValue(t, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "bad"}); got != 50 {
+		if got := valueIn(t, m, "qs_proxy_shard_warm_total", map[string]string{"db": "warmbad", "result": "bad"}); got != 50 {
 			t.Fatalf("bad %v, want 50", got)
 		}
 	})
@@ -286,7 +288,7 @@ func TestShardWarmupIsNotPrefetched(t *testing.T) {
 	}
 	quiet0 := c.replValue("qs_repl_fetch_quiet_total")
 
-	w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: warming.st, Next: warming.pool.Quiet(), Rate: 100_000, Batch: 32, Interval: time.Hour}, testLogger())
+	w, err := StartShardWarmer(WarmConfig{Database: c.name, Store: warming.st, Next: warming.pool.Quiet(), Rate: 100_000, Batch: 32, Interval: time.Hour, Metrics: c.metrics}, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

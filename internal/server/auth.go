@@ -7,7 +7,6 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 )
 
 // maxRaftConns caps the connections open on one Raft listener: each
@@ -19,21 +18,17 @@ const maxRaftConns = 256
 // authentication says so.
 const insecureWarnEvery = time.Minute
 
-// clusterauthMetrics counts for the internal ports, key reloads and
-// insecure mode of every Server of the process (one, but for tests),
-// served at /metrics.
-var clusterauthMetrics = metrics.MustRegister(clusterauth.NewMetrics())
-
 // loadAuth builds the authentication of the internal ports from the
-// cluster key file and repl_tls, and refuses listen addresses beyond
-// loopback without it unless insecure is set. It returns those addresses
-// (to warn about) when insecure lets them listen.
-func loadAuth(c *config.Config) (*clusterauth.Auth, []string, error) {
+// cluster key file and repl_tls, counting in m (nil: its own), and
+// refuses listen addresses beyond loopback without it unless insecure is
+// set. It returns those addresses (to warn about) when insecure lets them
+// listen.
+func loadAuth(c *config.Config, m *clusterauth.Metrics) (*clusterauth.Auth, []string, error) {
 	o, err := authOptions(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	o.Metrics = clusterauthMetrics
+	o.Metrics = m
 	a := clusterauth.New(o)
 	open, err := a.CheckListen(c.InternalListens(), c.Insecure)
 	if err != nil {
@@ -73,7 +68,7 @@ func (s *Server) warnInsecure() {
 	if len(s.insecure) == 0 {
 		return
 	}
-	clusterauthMetrics.SetInsecure(true)
+	s.meters.auth.SetInsecure(true)
 	warn := func() {
 		s.log.Warn("INSECURE: replication and Raft listen beyond loopback without authentication (--insecure): anyone who reaches them can read every value and, on Raft, write; give --cluster-key or mutual TLS",
 			"addrs", s.insecure)
@@ -87,7 +82,7 @@ func (s *Server) warnInsecure() {
 			case <-t.C:
 				warn()
 			case <-s.quit:
-				clusterauthMetrics.SetInsecure(false)
+				s.meters.auth.SetInsecure(false)
 				return
 			}
 		}

@@ -35,13 +35,13 @@ func TestLoadAuthErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := config.Default()
 			c.ReplTLS, c.ClusterKey = tc.tls, tc.key
-			_, _, err := loadAuth(c)
+			_, _, err := loadAuth(c, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error containing %q, got %v", tc.want, err)
 			}
 		})
 	}
-	if a, open, err := loadAuth(config.Default()); err != nil || a.Mode() != "none" || len(open) != 0 {
+	if a, open, err := loadAuth(config.Default(), nil); err != nil || a.Mode() != "none" || len(open) != 0 {
 		t.Fatalf("nothing configured, on loopback: %v %v %v", a.Mode(), open, err)
 	}
 	// cert without key is a configuration error.
@@ -73,7 +73,7 @@ func TestRefusesToListenBeyondLoopbackUnauthenticated(t *testing.T) {
 				t.Fatalf("start: %v, want ErrInsecure", err)
 			}
 			c.Insecure = true
-			_, open, err := loadAuth(c)
+			_, open, err := loadAuth(c, nil)
 			if err != nil || len(open) == 0 {
 				t.Fatalf("with insecure: %v %v", open, err)
 			}
@@ -81,7 +81,7 @@ func TestRefusesToListenBeyondLoopbackUnauthenticated(t *testing.T) {
 			key := filepath.Join(t.TempDir(), "cluster.key")
 			os.WriteFile(key, []byte(strings.Repeat("ab", 32)+"\n"), 0o600)
 			c.ClusterKey = key
-			if a, open, err := loadAuth(c); err != nil || len(open) != 0 || a.Mode() != "cluster-key" {
+			if a, open, err := loadAuth(c, nil); err != nil || len(open) != 0 || a.Mode() != "cluster-key" {
 				t.Fatalf("with a cluster key: %v %v", open, err)
 			}
 		})

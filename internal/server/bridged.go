@@ -5,24 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/config"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
-
-var mBridgedEntries = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: metrics.Namespace, Subsystem: "bridged", Name: "entries_total",
-	Help: "Entries a bridged root appended from its bridge (qs bridge qs), by database.",
-}, []string{"db"}))
-
-var mBridgedRefused = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: metrics.Namespace, Subsystem: "bridged", Name: "not_contiguous_total",
-	Help: "Bridged entries a bridged root refused because they do not follow its log (another bridge, or a diverged root), by database.",
-}, []string{"db"}))
 
 // errBridged: an ordinary write sent to a bridged root.
 var errBridged = fmt.Errorf("%w: the database is bridged", store.ErrNotRoot)
@@ -34,8 +21,9 @@ var errBridged = fmt.Errorf("%w: the database is bridged", store.ErrNotRoot)
 // it): the source's arrive through the bridge.
 func (s *Server) openBridged(d config.Database, db *httpapi.Database) {
 	st := db.Store
-	mBridgedEntries.WithLabelValues(d.Name)
-	mBridgedRefused.WithLabelValues(d.Name)
+	// The series exist from the start, resolved once.
+	appended := s.meters.server.bridgedEntries.WithLabelValues(d.Name)
+	refused := s.meters.server.bridgedRefused.WithLabelValues(d.Name)
 	// Ordinary writes refused are counted with the API's errors (code
 	// not_root).
 	db.CanWrite = func() error {
@@ -46,9 +34,9 @@ func (s *Server) openBridged(d config.Database, db *httpapi.Database) {
 		err := st.Apply(ctx, entries)
 		switch {
 		case err == nil:
-			mBridgedEntries.WithLabelValues(d.Name).Add(float64(len(entries)))
+			appended.Add(float64(len(entries)))
 		case errors.Is(err, store.ErrNotContiguous):
-			mBridgedRefused.WithLabelValues(d.Name).Inc()
+			refused.Inc()
 		}
 		return err
 	}

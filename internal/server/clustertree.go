@@ -10,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/tree"
 )
@@ -51,10 +49,6 @@ func (s *Server) attachCluster(db *httpapi.Database, slot *raftSlot) {
 	slot.peers.byID = map[uint64]peerView{}
 	db.Tree = func() tree.Node { return s.clusterNode(db, slot) }
 }
-
-var mMemberDescriptionsInvalid = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: metrics.Namespace, Subsystem: "tree", Name: "member_descriptions_invalid_total",
-	Help: "Descriptions of replicated root members refused: not a valid description or tree report."}, []string{"db"}))
 
 // describe is this member's description of database db.
 func (s *Server) describe(db *httpapi.Database, slot *raftSlot) func() []byte {
@@ -120,7 +114,7 @@ func (s *Server) runClusterTree(ctx context.Context, db *httpapi.Database, slot 
 				}
 				d, n, err := decodeDescription(a.Body)
 				if err != nil {
-					mMemberDescriptionsInvalid.WithLabelValues(db.Name).Inc()
+					s.meters.server.memberDescriptionsInvalid.WithLabelValues(db.Name).Inc()
 					s.log.Info("member description refused", "db", db.Name, "member", a.ID, "err", err)
 					continue
 				}

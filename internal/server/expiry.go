@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -17,15 +16,6 @@ import (
 // a key is deleted at most about this long after its expiry (later
 // while the root cannot write).
 const expiryEvery = 250 * time.Millisecond
-
-var (
-	mExpired = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "expiry", Name: "deleted_total",
-		Help: "Keys this root deleted because their expiry came."}, []string{"db"}))
-	mExpiryFailures = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "expiry", Name: "failures_total",
-		Help: "Rounds of expiry that could not write their deletions (retried at the next round)."}, []string{"db"}))
-)
 
 // expiryLoop deletes the keys whose expiry has come while this node is
 // the root of db (the leader, for an HA root): every expiryEvery it lists
@@ -47,19 +37,20 @@ func (s *Server) expiryLoop(db *httpapi.Database, leads func() bool) {
 		if !leads() {
 			continue
 		}
-		switch err := expireDue(db, time.Now().UnixNano()); {
+		switch err := expireDue(db, time.Now().UnixNano(), s.meters.server.expired); {
 		case err == nil:
 			failures.ok(s.log, "expired keys deleted again", "db", db.Name)
 		case !errors.Is(err, store.ErrClosed):
-			mExpiryFailures.WithLabelValues(db.Name).Inc()
+			s.meters.server.expiryFailures.WithLabelValues(db.Name).Inc()
 			failures.failed(s.log, time.Now(), "expired keys not deleted", err, "db", db.Name)
 		}
 	}
 }
 
 // expireDue writes the deletions of the keys of db due at now, in as many
-// entries as it takes (bounded), and returns the first failure.
-func expireDue(db *httpapi.Database, now int64) error {
+// entries as it takes (bounded), counts them in expired, and returns the
+// first failure.
+func expireDue(db *httpapi.Database, now int64, expired *prometheus.CounterVec) error {
 	limit := db.Store.Options().MaxBatchOps
 	for range 64 {
 		due, _, err := db.Store.DueExpiries(now, limit)
@@ -80,7 +71,7 @@ func expireDue(db *httpapi.Database, now int64) error {
 			return err
 		}
 		if r.Changed && !r.Duplicate {
-			mExpired.WithLabelValues(db.Name).Add(float64(len(b.Ops)))
+			expired.WithLabelValues(db.Name).Add(float64(len(b.Ops)))
 		}
 		if len(due) < limit {
 			return nil

@@ -17,7 +17,7 @@ import (
 // removing the cluster key, mutual TLS or a signing or public key needs a
 // restart.
 func (s *Server) ReloadKeys() (err error) {
-	defer func() { clusterauthMetrics.CountReload(err == nil) }()
+	defer func() { s.meters.auth.CountReload(err == nil) }()
 	o, err := authOptions(s.cfg)
 	if err != nil {
 		return err

@@ -132,7 +132,7 @@ func TestReloadKeysWithoutRestart(t *testing.T) {
 	}
 
 	// Files that do not load: nothing changes, and it is counted.
-	failed := testutil.ToFloat64(clusterauthMetrics.ReloadErrors())
+	failed := testutil.ToFloat64(s.meters.auth.ReloadErrors())
 	writeFile(t, pubPath, []byte("not a key"))
 	if err := s.ReloadKeys(); err == nil {
 		t.Fatal("reload of a damaged public key file succeeded")
@@ -142,7 +142,7 @@ func TestReloadKeysWithoutRestart(t *testing.T) {
 	if err := s.ReloadKeys(); !errors.Is(err, clusterauth.ErrWeakKey) {
 		t.Fatalf("reload of a short cluster key: %v", err)
 	}
-	if got := testutil.ToFloat64(clusterauthMetrics.ReloadErrors()); got != failed+2 {
+	if got := testutil.ToFloat64(s.meters.auth.ReloadErrors()); got != failed+2 {
 		t.Fatalf("failed reloads counted %v -> %v", failed, got)
 	}
 	if err := dial(newKey); err != nil || verify(newPriv) != nil {

@@ -39,7 +39,7 @@ func (s *Server) startL2(d config.Database, st *store.Store, pool *proxy.Pool) (
 	}
 	l2, err := proxy.NewL2(proxy.L2Config{Database: d.Name, DBID: st.DBID(), Peers: peers, Shards: m, NodeName: s.cfg.NodeName,
 		Next: pool, Count: st.CountTier, Dial: s.replDial(), AttemptTimeout: d.ProxyL2AttemptTimeout.Duration,
-		SidelineMin: d.ProxyL2SidelineMin.Duration, SidelineMax: d.ProxyL2SidelineMax.Duration}, s.log)
+		SidelineMin: d.ProxyL2SidelineMin.Duration, SidelineMax: d.ProxyL2SidelineMax.Duration, Metrics: s.meters.proxy}, s.log)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (s *Server) startShardWarmer(d config.Database, st *store.Store, pool *prox
 		return nil
 	}
 	w, err := proxy.StartShardWarmer(proxy.WarmConfig{Database: d.Name, Store: st, Next: pool.Quiet(), Rate: d.ProxyShardWarmRate,
-		FetchTimeout: d.ProxyFetchTimeout.Duration, Ready: func() bool { return caughtUp(r.State()) }}, s.log)
+		FetchTimeout: d.ProxyFetchTimeout.Duration, Ready: func() bool { return caughtUp(r.State()) }, Metrics: s.meters.proxy}, s.log)
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
-	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/repl"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
@@ -23,30 +21,14 @@ import (
 // (internal/repl report.go), and what the status page graphs.
 type reports struct {
 	log      *slog.Logger
+	m        *Metrics
+	proxy    *proxy.Metrics // the proxies' remote fetches, for the status page
 	children *tree.Registry
 	dbs      map[string]*httpapi.Database // set before Start, read-only after
 }
 
-var (
-	mTreeNodes = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "tree", Name: "nodes",
-		Help: "Nodes of the replication tree at and below this node, as reported by its children."}, []string{"db"}))
-	mReportsInvalid = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "tree", Name: "reports_invalid_total",
-		Help: "Reports of children refused: not a valid tree report, or for a database not served here."}, []string{"reason"}))
-	mReadSamples = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "keyuse", Name: "samples_total",
-		Help: "Read samples, by database and source: local (reads sampled here), merged (received from children), dropped (over the pending bound)."}, []string{"db", "source"}))
-	mWindowKeys = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "keyuse", Name: "window_keys",
-		Help: "Keys a root remembers as read within the retention of its read window."}, []string{"db"}))
-	mWindowDropped = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "keyuse", Name: "window_dropped_total",
-		Help: "Read samples of new keys a root's read window dropped because it holds the most keys it may."}, []string{"db"}))
-)
-
-func newReports(log *slog.Logger) *reports {
-	return &reports{log: log, children: tree.NewRegistry(tree.DefaultTTL), dbs: map[string]*httpapi.Database{}}
+func newReports(log *slog.Logger, m *Metrics, pm *proxy.Metrics) *reports {
+	return &reports{log: log, m: m, proxy: pm, children: tree.NewRegistry(tree.DefaultTTL), dbs: map[string]*httpapi.Database{}}
 }
 
 // attach gives db its sampler, history and tree; a root (not a replica)
@@ -103,12 +85,12 @@ func nodeOf(name string, applied uint64, st map[string]any) tree.Node {
 func (rp *reports) receive(name string, from repl.ProcessID, body []byte) error {
 	db, ok := rp.dbs[name]
 	if !ok {
-		mReportsInvalid.WithLabelValues("unknown_database").Inc()
+		rp.m.reportsInvalid.WithLabelValues("unknown_database").Inc()
 		return fmt.Errorf("qs: report for database %q, not served here", name)
 	}
 	r, err := tree.Decode(body)
 	if err != nil {
-		mReportsInvalid.WithLabelValues("invalid").Inc()
+		rp.m.reportsInvalid.WithLabelValues("invalid").Inc()
 		return err
 	}
 	now := time.Now()
@@ -153,20 +135,20 @@ func (rp *reports) run(ctx context.Context, order []string) {
 		for _, name := range order {
 			db, prev := rp.dbs[name], seen[name]
 			n := db.Tree()
-			mTreeNodes.WithLabelValues(name).Set(float64(tree.Size(&n)))
-			db.History.Add(statuspage.Point{T: now.UnixMilli(), AppliedIndex: db.Store.AppliedIndex(), LagSeconds: n.LagSeconds, Counters: readCounters(name, db.Store)})
+			rp.m.treeNodes.WithLabelValues(name).Set(float64(tree.Size(&n)))
+			db.History.Add(statuspage.Point{T: now.UnixMilli(), AppliedIndex: db.Store.AppliedIndex(), LagSeconds: n.LagSeconds, Counters: readCounters(name, db.Store, rp.proxy)})
 			cur := exported{c: db.Reads.Counters()}
 			if db.KeyUse != nil {
 				reads, _ := db.Reads.Drain()
 				db.KeyUse.Add(reads, now)
 				ws := db.KeyUse.Stats()
-				mWindowKeys.WithLabelValues(name).Set(float64(ws.Keys))
+				rp.m.windowKeys.WithLabelValues(name).Set(float64(ws.Keys))
 				cur.windowDropped = ws.Dropped
-				mWindowDropped.WithLabelValues(name).Add(float64(cur.windowDropped - prev.windowDropped))
+				rp.m.windowDropped.WithLabelValues(name).Add(float64(cur.windowDropped - prev.windowDropped))
 			}
-			mReadSamples.WithLabelValues(name, "local").Add(float64(cur.c.Sampled - prev.c.Sampled))
-			mReadSamples.WithLabelValues(name, "merged").Add(float64(cur.c.Merged - prev.c.Merged))
-			mReadSamples.WithLabelValues(name, "dropped").Add(float64(cur.c.Dropped - prev.c.Dropped))
+			rp.m.readSamples.WithLabelValues(name, "local").Add(float64(cur.c.Sampled - prev.c.Sampled))
+			rp.m.readSamples.WithLabelValues(name, "merged").Add(float64(cur.c.Merged - prev.c.Merged))
+			rp.m.readSamples.WithLabelValues(name, "dropped").Add(float64(cur.c.Dropped - prev.c.Dropped))
 			seen[name] = cur
 		}
 		select {
@@ -179,12 +161,12 @@ func (rp *reports) run(ctx context.Context, order []string) {
 
 // readCounters reads the cache-tier counters of one database for the
 // status page: the store's own counters and, for a proxy, its remote
-// fetches. (Gathering the whole metrics registry for them, every sample,
-// was an eighth of an idle node's CPU.)
-func readCounters(name string, st *store.Store) statuspage.Counters {
+// fetches, counted in pm. (Gathering the whole metrics registry for them,
+// every sample, was an eighth of an idle node's CPU.)
+func readCounters(name string, st *store.Store, pm *proxy.Metrics) statuspage.Counters {
 	c := tierCounters(st.Metrics())
 	if st.IsProxy() {
-		c.FetchOK, c.FetchFailed = proxy.FetchResults(name)
+		c.FetchOK, c.FetchFailed = pm.FetchResults(name)
 	}
 	return c
 }

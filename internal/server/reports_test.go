@@ -34,7 +34,7 @@ func startNodeWith(t *testing.T, name, top, extra string) (*Server, string) {
 		t.Fatal(err)
 	}
 	var announced bytes.Buffer
-	s, err := New(cfg, slog.New(slog.DiscardHandler), &announced)
+	s, err := newServer(cfg, slog.New(slog.DiscardHandler), &announced, privateMeters())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +62,9 @@ func startNodeWith(t *testing.T, name, top, extra string) (*Server, string) {
 func TestBadReportsAreCounted(t *testing.T) {
 	s, _ := startNode(t, "t-bad", "")
 	id := repl.NewProcessID()
-	invalid := func(reason string) float64 { return testutil.ToFloat64(mReportsInvalid.WithLabelValues(reason)) }
-	inv0, unk0 := invalid("invalid"), invalid("unknown_database")
+	invalid := func(reason string) float64 {
+		return testutil.ToFloat64(s.meters.server.reportsInvalid.WithLabelValues(reason))
+	}
 	for _, body := range []string{``, `{`, `{"v":1,"node":{"name":""}}`, `{"v":0,"node":{"name":"x","role":"replica"}}`} {
 		if err := s.reports.receive("default", id, []byte(body)); err == nil {
 			t.Errorf("report %q accepted", body)
@@ -72,8 +73,8 @@ func TestBadReportsAreCounted(t *testing.T) {
 	if err := s.reports.receive("nope", id, []byte(`{"v":1,"node":{"name":"x","role":"replica"}}`)); err == nil {
 		t.Error("report for a database not served accepted")
 	}
-	if invalid("invalid") != inv0+4 || invalid("unknown_database") != unk0+1 {
-		t.Errorf("counted %v invalid, %v unknown", invalid("invalid")-inv0, invalid("unknown_database")-unk0)
+	if invalid("invalid") != 4 || invalid("unknown_database") != 1 {
+		t.Errorf("counted %v invalid, %v unknown", invalid("invalid"), invalid("unknown_database"))
 	}
 	if n := s.dbs["default"].Tree(); len(n.Children) != 0 {
 		t.Errorf("a refused report changed the tree: %+v", n)

@@ -40,6 +40,8 @@ type Server struct {
 	log *slog.Logger
 	// Announce receives one line per listener ("http listening on ADDR").
 	announce io.Writer
+	// meters are the Metrics the Server counts in (metrics.go).
+	meters meters
 
 	dbs   map[string]*httpapi.Database
 	order []string
@@ -85,19 +87,25 @@ type Server struct {
 	}
 }
 
-// New opens every configured database. Nothing listens until Start.
+// New opens every configured database. Nothing listens until Start. The
+// Server counts in the process's metrics, served at /metrics.
 func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, error) {
+	return newServer(cfg, log, announce, processMeters)
+}
+
+// newServer is New counting in ms.
+func newServer(cfg *config.Config, log *slog.Logger, announce io.Writer, ms meters) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, meters: ms, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
 	s.watchBudget = watch.NewBudget(cfg.WatchLimits(), watchMetrics)
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
 	s.raftNodes = map[string]*raftSlot{}
-	s.reports = newReports(log)
+	s.reports = newReports(log, ms.server, ms.proxy)
 	var err error
-	if s.auth, s.insecure, err = loadAuth(cfg); err != nil {
+	if s.auth, s.insecure, err = loadAuth(cfg, ms.auth); err != nil {
 		return nil, err
 	}
 	if s.keys, err = loadLogKeys(cfg); err != nil {
@@ -119,8 +127,8 @@ func New(cfg *config.Config, log *slog.Logger, announce io.Writer) (*Server, err
 		}
 		if d.IsReplica() {
 			// The series exist from the start, at 0 unless waiting.
-			mSourceWaiting.WithLabelValues(d.Name).Set(0)
-			mSourceWaitAttempts.WithLabelValues(d.Name)
+			ms.server.sourceWaiting.WithLabelValues(d.Name).Set(0)
+			ms.server.sourceWaitFailures.WithLabelValues(d.Name)
 		}
 		if wait {
 			s.waiting = append(s.waiting, d)
@@ -223,7 +231,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		}
 		discovered := s.discoversPool(d)
 		pool, err = proxy.New(proxy.Config{Database: d.Name, DBID: st.DBID(), Replicas: members, Fallback: fallback, Dial: s.replDial(),
-			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate, Dynamic: discovered}, s.log)
+			AttemptTimeout: d.ProxyAttemptTimeout.Duration, MinFetchRate: d.ProxyMinFetchRate, Dynamic: discovered, Metrics: s.meters.proxy}, s.log)
 		if err != nil {
 			return err
 		}

@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
@@ -40,17 +38,6 @@ const (
 	sourceWaitMax = 5 * time.Second
 	// sourceLearnTimeout bounds one attempt over all sources.
 	sourceLearnTimeout = 30 * time.Second
-)
-
-var (
-	mSourceWaiting = metrics.MustRegister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "server", Name: "source_waiting",
-		Help: "1 while a new replica waits for one of its sources to answer before it creates its store.",
-	}, []string{"db"}))
-	mSourceWaitAttempts = metrics.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "server", Name: "source_wait_failures_total",
-		Help: "Failed attempts of a new replica to learn its database id from its sources.",
-	}, []string{"db"}))
 )
 
 // sourceBackoff is the pause after the n-th failed attempt (n ≥ 1):
@@ -96,7 +83,7 @@ type waitState struct {
 func (s *Server) awaitSources(ctx context.Context) error {
 	for _, d := range s.waiting {
 		ws := s.waitStates[d.Name]
-		mSourceWaiting.WithLabelValues(d.Name).Set(1)
+		s.meters.server.sourceWaiting.WithLabelValues(d.Name).Set(1)
 		sources := append(append([]string{}, d.Upstream...), d.Secondary...)
 		for n := 1; ; n++ {
 			lctx, cancel := context.WithTimeout(ctx, sourceLearnTimeout)
@@ -107,10 +94,10 @@ func (s *Server) awaitSources(ctx context.Context) error {
 				break
 			}
 			if permanentLearnError(err) {
-				mSourceWaitAttempts.WithLabelValues(d.Name).Inc()
+				s.meters.server.sourceWaitFailures.WithLabelValues(d.Name).Inc()
 				return fmt.Errorf("new replica %s: %w (set db_id in the configuration to start without asking a source)", d.Name, err)
 			}
-			mSourceWaitAttempts.WithLabelValues(d.Name).Inc()
+			s.meters.server.sourceWaitFailures.WithLabelValues(d.Name).Inc()
 			pause := sourceBackoff(n)
 			ws.mu.Lock()
 			ws.mu.attempts = n
@@ -130,7 +117,7 @@ func (s *Server) awaitSources(ctx context.Context) error {
 			case <-t.C:
 			}
 		}
-		mSourceWaiting.WithLabelValues(d.Name).Set(0)
+		s.meters.server.sourceWaiting.WithLabelValues(d.Name).Set(0)
 		if err := s.openDatabase(d); err != nil {
 			return err
 		}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/repl"
@@ -63,7 +65,7 @@ func startTestServer(t *testing.T, toml string, ctx context.Context) (*Server, *
 		t.Fatal(err)
 	}
 	announced := &syncBuffer{}
-	s, err := New(cfg, slog.New(slog.DiscardHandler), announced)
+	s, err := newServer(cfg, slog.New(slog.DiscardHandler), announced, privateMeters())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestReplicaWaitsInProcess(t *testing.T) {
 	rootRepl := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
-	_, repOut, repStarted := startTestServer(t, fmt.Sprintf("data = %q\nhttp = \"127.0.0.1:0\"\nrepl = \"off\"\n[[database]]\nname = \"default\"\nupstream = [%q]\n",
+	rep, repOut, repStarted := startTestServer(t, fmt.Sprintf("data = %q\nhttp = \"127.0.0.1:0\"\nrepl = \"off\"\n[[database]]\nname = \"default\"\nupstream = [%q]\n",
 		filepath.Join(dir, "replica"), rootRepl), context.Background())
 	base := announcedHTTP(t, repOut)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -129,6 +131,11 @@ func TestReplicaWaitsInProcess(t *testing.T) {
 	}
 	if code, _ := getStatus(t, base+"/healthz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("healthz while waiting: %d", code)
+	}
+	// The wait and its failed attempts are counted.
+	waiting := rep.meters.server.sourceWaiting.WithLabelValues("default")
+	if w, f := testutil.ToFloat64(waiting), testutil.ToFloat64(rep.meters.server.sourceWaitFailures.WithLabelValues("default")); w != 1 || f < 1 {
+		t.Fatalf("while waiting: source_waiting %v, source_wait_failures_total %v; want 1 and at least 1", w, f)
 	}
 	// The status page is served, and what it reads shows the wait.
 	resp, err := http.Get(base + "/")
@@ -178,6 +185,9 @@ func TestReplicaWaitsInProcess(t *testing.T) {
 	}
 	if code, _ := getStatus(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("healthz once started: %d", code)
+	}
+	if w := testutil.ToFloat64(waiting); w != 0 {
+		t.Fatalf("source_waiting %v once started, want 0", w)
 	}
 }
 

@@ -44,6 +44,9 @@ type Config struct {
 	Progress io.Writer
 	// Log receives the bridge's log. Default: discard.
 	Log *slog.Logger
+	// Metrics are the collectors the bridge counts in. Default: a
+	// private bridge.NewMetrics().
+	Metrics *bridge.Metrics
 }
 
 // Bridge copies an etcd prefix into qs and follows its changes.
@@ -57,8 +60,9 @@ type Bridge struct {
 
 // New checks cfg and returns a Bridge.
 func New(cfg Config) (*Bridge, error) {
+	cfg.Metrics = bridge.OrNew(cfg.Metrics)
 	if len(cfg.Endpoints) == 0 || cfg.Client == nil {
-		bridge.Errors.WithLabelValues("config").Inc()
+		cfg.Metrics.Errors.WithLabelValues("config").Inc()
 		return nil, errors.New("etcdbridge: endpoints and qs client are required")
 	}
 	to := cfg.Prefix
@@ -86,7 +90,7 @@ func New(cfg Config) (*Bridge, error) {
 func (b *Bridge) Run(ctx context.Context) error {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: b.cfg.Endpoints, DialTimeout: 5 * time.Second, Context: ctx})
 	if err != nil {
-		bridge.Errors.WithLabelValues("config").Inc()
+		b.cfg.Metrics.Errors.WithLabelValues("config").Inc()
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer cli.Close()
@@ -98,22 +102,22 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		switch {
 		case errors.Is(err, ErrCompacted):
-			bridge.Errors.WithLabelValues("compacted").Inc()
+			b.cfg.Metrics.Errors.WithLabelValues("compacted").Inc()
 			return err
 		case errors.Is(err, bridge.ErrStateConflict):
-			bridge.Errors.WithLabelValues("conflict").Inc()
+			b.cfg.Metrics.Errors.WithLabelValues("conflict").Inc()
 			return err
 		case errors.Is(err, bridge.ErrOtherSource), errors.Is(err, errBadState):
-			bridge.Errors.WithLabelValues("config").Inc()
+			b.cfg.Metrics.Errors.WithLabelValues("config").Inc()
 			return err
 		}
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 && ce.Status != 408 && ce.Status != 429 {
-			bridge.Errors.WithLabelValues("write").Inc()
+			b.cfg.Metrics.Errors.WithLabelValues("write").Inc()
 			return err
 		}
-		bridge.Errors.WithLabelValues("source").Inc()
-		bridge.Restarts.Inc()
+		b.cfg.Metrics.Errors.WithLabelValues("source").Inc()
+		b.cfg.Metrics.Restarts.Inc()
 		b.cfg.Log.Warn("bridge interrupted; resuming from the revision stored in qs", "err", err, "retry_in", pause)
 		t := time.NewTimer(pause)
 		select {
@@ -143,7 +147,7 @@ func (b *Bridge) session(ctx context.Context, cli *clientv3.Client) error {
 	if err != nil {
 		return fmt.Errorf("%w: %q: %v", errBadState, b.w.State().Position, err)
 	}
-	bridge.CopyDone.Set(1)
+	b.cfg.Metrics.CopyDone.Set(1)
 	return b.follow(ctx, cli, rev)
 }
 
@@ -200,7 +204,7 @@ func (b *Bridge) copy(ctx context.Context, cli *clientv3.Client) error {
 			return fmt.Errorf("copy: %w", err)
 		}
 		n += len(ops)
-		bridge.RowsCopied.Add(float64(len(ops)))
+		b.cfg.Metrics.RowsCopied.Add(float64(len(ops)))
 		if b.cfg.Progress != nil {
 			fmt.Fprintf(b.cfg.Progress, "copy etcd prefix %q at revision %d: %d keys\n", b.cfg.Prefix, rev, n)
 		}
@@ -239,7 +243,7 @@ func (b *Bridge) follow(ctx context.Context, cli *clientv3.Client, rev int64) er
 		key = "\x00"
 	}
 	b.cfg.Log.Info("following changes", "prefix", b.cfg.Prefix, "from_revision", rev+1)
-	bridge.Position.Set(float64(rev))
+	b.cfg.Metrics.Position.Set(float64(rev))
 	for resp := range cli.Watch(wctx, key, opts...) {
 		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			return fmt.Errorf("%w (qs holds revision %d, etcd compacted up to %d)", ErrCompacted, rev, resp.CompactRevision)
@@ -249,7 +253,7 @@ func (b *Bridge) follow(ctx context.Context, cli *clientv3.Client, rev int64) er
 		}
 		for _, r := range Group(resp.Events) {
 			if r.Rev <= rev {
-				bridge.Transactions.WithLabelValues("skipped").Inc()
+				b.cfg.Metrics.Transactions.WithLabelValues("skipped").Inc()
 				continue
 			}
 			ops := Ops(r, b.cfg.Prefix, b.to)
@@ -258,14 +262,14 @@ func (b *Bridge) follow(ctx context.Context, cli *clientv3.Client, rev int64) er
 				return err
 			}
 			rev = r.Rev
-			bridge.Transactions.WithLabelValues("applied").Inc()
-			bridge.ChangesApplied.Add(float64(len(ops)))
-			bridge.Position.Set(float64(rev))
+			b.cfg.Metrics.Transactions.WithLabelValues("applied").Inc()
+			b.cfg.Metrics.ChangesApplied.Add(float64(len(ops)))
+			b.cfg.Metrics.Position.Set(float64(rev))
 		}
 		if h := resp.Header.Revision; h > rev {
-			bridge.LagRevisions.Set(float64(h - rev))
+			b.cfg.Metrics.LagRevisions.Set(float64(h - rev))
 		} else {
-			bridge.LagRevisions.Set(0)
+			b.cfg.Metrics.LagRevisions.Set(0)
 		}
 	}
 	if ctx.Err() != nil {

@@ -57,9 +57,13 @@ type Config struct {
 	Progress io.Writer
 	// Log receives the bridge's log. Default: discard.
 	Log *slog.Logger
+	// Metrics are the collectors the bridge counts in. Default: a
+	// private bridge.NewMetrics().
+	Metrics *bridge.Metrics
 }
 
 func (c *Config) setDefaults() error {
+	c.Metrics = bridge.OrNew(c.Metrics)
 	if c.DSN == "" || c.Table == "" || c.KeyColumn == "" || c.Client == nil {
 		return errors.New("pgbridge: DSN, table, key column and qs client are required")
 	}
@@ -109,7 +113,7 @@ type Bridge struct {
 // New checks cfg and returns a Bridge.
 func New(cfg Config) (*Bridge, error) {
 	if err := cfg.setDefaults(); err != nil {
-		bridge.Errors.WithLabelValues("config").Inc()
+		cfg.Metrics.Errors.WithLabelValues("config").Inc()
 		return nil, err
 	}
 	schema, table, _ := SplitTable(cfg.Table)
@@ -133,11 +137,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 			return nil
 		}
 		if kind := fatalKind(err); kind != "" {
-			bridge.Errors.WithLabelValues(kind).Inc()
+			b.cfg.Metrics.Errors.WithLabelValues(kind).Inc()
 			return err
 		}
-		bridge.Errors.WithLabelValues(transientKind(err)).Inc()
-		bridge.Restarts.Inc()
+		b.cfg.Metrics.Errors.WithLabelValues(transientKind(err)).Inc()
+		b.cfg.Metrics.Restarts.Inc()
 		b.cfg.Log.Warn("bridge interrupted; resuming from the position stored in qs", "err", err, "retry_in", pause)
 		t := time.NewTimer(pause)
 		select {
@@ -239,14 +243,14 @@ func (b *Bridge) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("state key %q: position %q: %w", b.cfg.StateKey, b.w.State().Position, err)
 	}
-	bridge.CopyDone.Set(1)
+	b.cfg.Metrics.CopyDone.Set(1)
 	return b.stream(ctx, rc, start)
 }
 
 func (b *Bridge) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	pc, err := pgconn.ParseConfig(b.cfg.DSN)
 	if err != nil {
-		bridge.Errors.WithLabelValues("config").Inc()
+		b.cfg.Metrics.Errors.WithLabelValues("config").Inc()
 		return nil, fmt.Errorf("PostgreSQL DSN: %w", err)
 	}
 	pc.RuntimeParams["replication"] = "database"
@@ -275,7 +279,7 @@ func (b *Bridge) stream(ctx context.Context, rc *pgconn.PgConn, start pglogrepl.
 	dec := NewDecoder(b.schema, b.table, b.cfg.KeyColumn, b.cfg.Prefix)
 	done := start      // qs holds every change up to here
 	confirmed := start // reported to PostgreSQL as flushed
-	bridge.Position.Set(float64(done))
+	b.cfg.Metrics.Position.Set(float64(done))
 	next := time.Now().Add(b.cfg.StatusInterval)
 	report := func() error {
 		next = time.Now().Add(b.cfg.StatusInterval)
@@ -283,9 +287,9 @@ func (b *Bridge) stream(ctx context.Context, rc *pgconn.PgConn, start pglogrepl.
 	}
 	lag := func(end pglogrepl.LSN) {
 		if end > done {
-			bridge.LagBytes.Set(float64(end - done))
+			b.cfg.Metrics.LagBytes.Set(float64(end - done))
 		} else {
-			bridge.LagBytes.Set(0)
+			b.cfg.Metrics.LagBytes.Set(0)
 		}
 	}
 	for {
@@ -328,7 +332,7 @@ func (b *Bridge) stream(ctx context.Context, rc *pgconn.PgConn, start pglogrepl.
 					// Everything committed before ServerWALEnd has been
 					// sent and handled: nothing of the table lies below it.
 					confirmed = max(confirmed, ka.ServerWALEnd)
-					bridge.LagSeconds.Set(0)
+					b.cfg.Metrics.LagSeconds.Set(0)
 				}
 				if ka.ReplyRequested {
 					if err := report(); err != nil {
@@ -358,7 +362,7 @@ func (b *Bridge) stream(ctx context.Context, rc *pgconn.PgConn, start pglogrepl.
 				}
 				if applied {
 					done = txn.End
-					bridge.Position.Set(float64(done))
+					b.cfg.Metrics.Position.Set(float64(done))
 				}
 				confirmed = max(confirmed, txn.End)
 				lag(xld.ServerWALEnd)
@@ -374,13 +378,13 @@ func (b *Bridge) stream(ctx context.Context, rc *pgconn.PgConn, start pglogrepl.
 // it (done is at or past its end) or it changed nothing of the table.
 func (b *Bridge) apply(ctx context.Context, txn *Txn, done pglogrepl.LSN) (bool, error) {
 	if txn.End <= done {
-		bridge.Transactions.WithLabelValues("skipped").Inc()
+		b.cfg.Metrics.Transactions.WithLabelValues("skipped").Inc()
 		return false, nil
 	}
 	if len(txn.Changes) == 0 {
 		return false, nil
 	}
-	bridge.LagSeconds.Set(time.Since(txn.Time).Seconds())
+	b.cfg.Metrics.LagSeconds.Set(time.Since(txn.Time).Seconds())
 	ops, err := Ops(ctx, txn.Changes, b.cfg.Prefix, b.w)
 	if err != nil {
 		if errors.Is(err, ErrDecode) {
@@ -392,8 +396,8 @@ func (b *Bridge) apply(ctx context.Context, txn *Txn, done pglogrepl.LSN) (bool,
 	if _, err := b.w.Commit(ctx, ops, st); err != nil {
 		return false, writeError{err}
 	}
-	bridge.ApplySeconds.Observe(time.Since(txn.Time).Seconds())
-	bridge.Transactions.WithLabelValues("applied").Inc()
-	bridge.ChangesApplied.Add(float64(len(ops)))
+	b.cfg.Metrics.ApplySeconds.Observe(time.Since(txn.Time).Seconds())
+	b.cfg.Metrics.Transactions.WithLabelValues("applied").Inc()
+	b.cfg.Metrics.ChangesApplied.Add(float64(len(ops)))
 	return true, nil
 }

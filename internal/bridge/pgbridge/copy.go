@@ -72,7 +72,7 @@ func (b *Bridge) copy(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn, ti
 			for ops := range batches {
 				if err == nil {
 					if err = b.w.Write(ctx, ops); err == nil {
-						bridge.RowsCopied.Add(float64(len(ops)))
+						b.cfg.Metrics.RowsCopied.Add(float64(len(ops)))
 					}
 				}
 			}

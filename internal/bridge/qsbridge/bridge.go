@@ -39,6 +39,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Log receives the bridge's records. Default slog.Default().
 	Log *slog.Logger
+	// Metrics are the collectors the bridge counts in. Default: a
+	// private bridge.NewMetrics().
+	Metrics *bridge.Metrics
 }
 
 // ErrDiverged says the target's log is not a prefix of the source's.
@@ -80,6 +83,7 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	cfg.Metrics = bridge.OrNew(cfg.Metrics)
 	hc := &http.Client{Timeout: cfg.Timeout}
 	return &Bridge{cfg: cfg, tgt: newTarget(cfg.Target, cfg.Database, cfg.Token, hc), pid: repl.NewProcessID(),
 		log: cfg.Log.With("component", "bridge-qs", "db", cfg.Database)}, nil
@@ -89,7 +93,7 @@ func New(cfg Config) (*Bridge, error) {
 // retrying cannot fix (ErrDiverged, ErrConfig). Transient errors of either
 // side are counted, logged and retried after a jittered backoff.
 func (b *Bridge) Run(ctx context.Context) error {
-	bridge.CopyDone.Set(1) // a log bridge has no initial copy: it follows at once
+	b.cfg.Metrics.CopyDone.Set(1) // a log bridge has no initial copy: it follows at once
 	backoff := 100 * time.Millisecond
 	for {
 		progressed, err := b.session(ctx)
@@ -97,7 +101,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			return nil
 		}
 		kind := errKind(err)
-		bridge.Errors.WithLabelValues(kind).Inc()
+		b.cfg.Metrics.Errors.WithLabelValues(kind).Inc()
 		if errors.Is(err, ErrDiverged) || errors.Is(err, ErrConfig) {
 			b.log.Error("bridge stopped", "kind", kind, "err", err)
 			return err
@@ -106,7 +110,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			backoff = 100 * time.Millisecond
 		}
 		b.log.Warn("bridge session ended; starting again from the target's head", "kind", kind, "err", err)
-		bridge.Restarts.Inc()
+		b.cfg.Metrics.Restarts.Inc()
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
 		select {
 		case <-ctx.Done():
@@ -154,7 +158,7 @@ func (b *Bridge) session(ctx context.Context) (progressed bool, err error) {
 	if !h.Bridged {
 		return false, fmt.Errorf("%w: database %s on %s is not bridged (start it with bridged = true and the source's db_id, or qs serve --bridged DBID)", ErrConfig, b.cfg.Database, b.cfg.Target)
 	}
-	bridge.Position.Set(float64(h.Index))
+	b.cfg.Metrics.Position.Set(float64(h.Index))
 
 	dctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	c, err := b.cfg.Dial(dctx, "tcp", b.cfg.Source)
@@ -243,12 +247,12 @@ func (b *Bridge) append(ctx context.Context, es []wal.Entry, s *stream) error {
 		return fmt.Errorf("target's head after appending is %d, want %d with the source's hash", h.Index, last.Index)
 	}
 	s.head, s.lastTime = h, last.Time
-	bridge.Transactions.WithLabelValues("applied").Add(float64(len(es)))
+	b.cfg.Metrics.Transactions.WithLabelValues("applied").Add(float64(len(es)))
 	for i := range es {
-		bridge.ChangesApplied.Add(float64(len(es[i].Ops)))
+		b.cfg.Metrics.ChangesApplied.Add(float64(len(es[i].Ops)))
 	}
-	bridge.Position.Set(float64(h.Index))
-	bridge.ApplySeconds.Observe(max(time.Since(time.Unix(0, last.Time)), 0).Seconds())
+	b.cfg.Metrics.Position.Set(float64(h.Index))
+	b.cfg.Metrics.ApplySeconds.Observe(max(time.Since(time.Unix(0, last.Time)), 0).Seconds())
 	return nil
 }
 
@@ -256,15 +260,15 @@ func (b *Bridge) append(ctx context.Context, es []wal.Entry, s *stream) error {
 // the age of the last entry appended (0: none yet) while behind.
 func (b *Bridge) setLag(sourceIndex, targetIndex uint64, lastTime int64) {
 	if sourceIndex > targetIndex {
-		bridge.LagEntries.Set(float64(sourceIndex - targetIndex))
+		b.cfg.Metrics.LagEntries.Set(float64(sourceIndex - targetIndex))
 	} else {
-		bridge.LagEntries.Set(0)
+		b.cfg.Metrics.LagEntries.Set(0)
 	}
 	if sourceIndex <= targetIndex || lastTime == 0 {
-		bridge.LagSeconds.Set(0)
+		b.cfg.Metrics.LagSeconds.Set(0)
 		return
 	}
-	bridge.LagSeconds.Set(max(time.Since(time.Unix(0, lastTime)), 0).Seconds())
+	b.cfg.Metrics.LagSeconds.Set(max(time.Since(time.Unix(0, lastTime)), 0).Seconds())
 }
 
 // refusal turns the source's Refuse into an error: permanent when

@@ -86,11 +86,12 @@ func write(t *testing.T, st *store.Store, prefix string, n int) {
 	}
 }
 
-// run runs a bridge until the returned stop is called; stop returns Run's
-// error. done is closed when Run returned, err is then its error.
-func run(t *testing.T, src, dst string) (stop func() error, done <-chan struct{}, err *error) {
+// run runs a bridge counting in m until the returned stop is called;
+// stop returns Run's error. done is closed when Run returned, err is then
+// its error.
+func run(t *testing.T, src, dst string, m *bridge.Metrics) (stop func() error, done <-chan struct{}, err *error) {
 	t.Helper()
-	b, e := New(Config{Source: src, Target: dst, Database: "default", Timeout: 10 * time.Second, Log: quiet})
+	b, e := New(Config{Source: src, Target: dst, Database: "default", Timeout: 10 * time.Second, Log: quiet, Metrics: m})
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -150,18 +151,19 @@ func TestBridgeCopiesTheLogVerbatim(t *testing.T) {
 	dst := openStore(t, src.DBID())
 	srcAddr, dstURL := serveRepl(t, src), serveTarget(t, dst, true)
 	write(t, src, "a/", 30)
-	stop, _, _ := run(t, srcAddr, dstURL)
+	m := bridge.NewMetrics()
+	stop, _, _ := run(t, srcAddr, dstURL, m)
 	waitHead(t, dst, src)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	write(t, src, "b/", 30)
-	stop, _, _ = run(t, srcAddr, dstURL)
+	stop, _, _ = run(t, srcAddr, dstURL, m)
 	write(t, src, "c/", 30)
 	waitHead(t, dst, src)
 	// The metrics say where the target is, and that it is caught up.
-	waitGauge(t, "position", bridge.Position, float64(dst.AppliedIndex()))
-	waitGauge(t, "lag_entries", bridge.LagEntries, 0)
+	waitGauge(t, "position", m.Position, float64(dst.AppliedIndex()))
+	waitGauge(t, "lag_entries", m.LagEntries, 0)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +182,8 @@ func TestBridgeRefusesDivergedTarget(t *testing.T) {
 	write(t, src, "a/", 5)
 	write(t, dst, "own/", 2)
 	before, _ := dst.Head()
-	diverged := testutil.ToFloat64(bridge.Errors.WithLabelValues("diverged"))
-	_, done, res := run(t, serveRepl(t, src), serveTarget(t, dst, true))
+	m := bridge.NewMetrics()
+	_, done, res := run(t, serveRepl(t, src), serveTarget(t, dst, true), m)
 	select {
 	case <-done:
 		if err := *res; !errors.Is(err, ErrDiverged) {
@@ -190,8 +192,8 @@ func TestBridgeRefusesDivergedTarget(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the bridge went on with a diverged target")
 	}
-	if got := testutil.ToFloat64(bridge.Errors.WithLabelValues("diverged")); got != diverged+1 {
-		t.Fatalf("errors_total{kind=diverged} went from %v to %v", diverged, got)
+	if got := testutil.ToFloat64(m.Errors.WithLabelValues("diverged")); got != 1 {
+		t.Fatalf("errors_total{kind=diverged} = %v, want 1", got)
 	}
 	if after, _ := dst.Head(); after != before {
 		t.Fatalf("the diverged target changed: %+v, was %+v", after, before)
@@ -209,8 +211,8 @@ func TestBridgeRefusesWrongTargets(t *testing.T) {
 		"not bridged":      serveTarget(t, openStore(t, src.DBID()), false),
 	} {
 		t.Run(name, func(t *testing.T) {
-			before := testutil.ToFloat64(bridge.Errors.WithLabelValues("config"))
-			_, done, res := run(t, srcAddr, dstURL)
+			m := bridge.NewMetrics()
+			_, done, res := run(t, srcAddr, dstURL, m)
 			select {
 			case <-done:
 				if err := *res; !errors.Is(err, ErrConfig) {
@@ -219,10 +221,44 @@ func TestBridgeRefusesWrongTargets(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("the bridge went on")
 			}
-			if got := testutil.ToFloat64(bridge.Errors.WithLabelValues("config")); got != before+1 {
-				t.Fatalf("errors_total{kind=config} went from %v to %v", before, got)
+			if got := testutil.ToFloat64(m.Errors.WithLabelValues("config")); got != 1 {
+				t.Fatalf("errors_total{kind=config} = %v, want 1", got)
 			}
 		})
+	}
+}
+
+// TestBridgesCountApart: two bridges of one process, each given its own
+// Metrics, count apart: the one refused by a diverged target counts the
+// error, the other, which copies its target up to the source's head,
+// counts its position and no error.
+func TestBridgesCountApart(t *testing.T) {
+	src := openStore(t, store.DBID{})
+	write(t, src, "a/", 5)
+	good, bad := openStore(t, src.DBID()), openStore(t, src.DBID())
+	write(t, bad, "own/", 2)
+	srcAddr := serveRepl(t, src)
+	mGood, mBad := bridge.NewMetrics(), bridge.NewMetrics()
+	stop, _, _ := run(t, srcAddr, serveTarget(t, good, true), mGood)
+	_, done, _ := run(t, srcAddr, serveTarget(t, bad, true), mBad)
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the bridge went on with a diverged target")
+	}
+	waitHead(t, good, src)
+	waitGauge(t, "position", mGood.Position, float64(good.AppliedIndex()))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(mBad.Errors.WithLabelValues("diverged")); got != 1 {
+		t.Fatalf("the refused bridge counted errors_total{kind=diverged} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(mGood.Errors.WithLabelValues("diverged")); got != 0 {
+		t.Fatalf("the bridge that copied counted errors_total{kind=diverged} = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(mBad.Position); got == float64(good.AppliedIndex()) {
+		t.Fatalf("the refused bridge's position is the other's (%v)", got)
 	}
 }
 
