@@ -51,7 +51,7 @@ func ids(ms ...*simMember) []uint64 {
 // the majority goes on taking writes; a write through the cut-off member
 // is answered without being applied, or applied; healed, it catches up.
 func TestSimPartitionedFollower(t *testing.T) {
-	c := newSimCluster(t, 3, 1, nil)
+	c := newSimCluster(t, 3, 1, func(cfg *Config) { cfg.ProposalTimeout = 50 * simTick })
 	lead := c.leader()
 	f := c.others(lead)[0]
 	c.net.isolate(f.id, c.ids())
@@ -75,7 +75,7 @@ func TestSimPartitionedFollower(t *testing.T) {
 // took while cut off is never acknowledged, and the old leader's
 // uncommitted entry gives way to the new leader's log.
 func TestSimPartitionedLeader(t *testing.T) {
-	c := newSimCluster(t, 3, 2, nil)
+	c := newSimCluster(t, 3, 2, func(cfg *Config) { cfg.ProposalTimeout = 50 * simTick })
 	old := c.leader()
 	c.mustWrite(old, "before", "v")
 	c.net.isolate(old.id, c.ids())
@@ -107,7 +107,7 @@ func TestSimPartitionedLeader(t *testing.T) {
 // elect a leader and take writes, the two take none; healed, all five
 // agree.
 func TestSimMajorityAndMinority(t *testing.T) {
-	c := newSimCluster(t, 5, 3, nil)
+	c := newSimCluster(t, 5, 3, func(cfg *Config) { cfg.ProposalTimeout = 50 * simTick })
 	old := c.leader()
 	minority := []*simMember{old, c.others(old)[0]}
 	majority := c.others(old)[1:]

@@ -52,6 +52,13 @@ type simMember struct {
 // simTick is the simulated clock's Raft tick.
 const simTick = 100 * time.Millisecond
 
+// simProposalTimeout is the members' proposal timeout unless a test sets
+// its own: far more ticks than a test lets pass (awaitTicking: 1000), so
+// a write ends by what happened to it, never because ticks went on while
+// its goroutine waited for a CPU (the writer runs on real time; ticks
+// pass whenever the test decides). A test of the timeout sets a short one.
+const simProposalTimeout = 10 * 1000 * simTick
+
 // newSimCluster starts n members (ids 1..n) with the network's faults
 // drawn from seed.
 func newSimCluster(t *testing.T, n int, seed uint64, tweak func(*Config)) *simCluster {
@@ -104,7 +111,7 @@ func (c *simCluster) start(id uint64) *simMember {
 	m := &simMember{id: id, dir: dir, st: st}
 	cfg := Config{Database: "db", NodeID: id, Listen: c.peers[id], Peers: c.peers,
 		Dir: dir + "/db.raft", FS: c.fs, ReplAddr: c.repl[id], Logger: quiet(), Metrics: c.metrics,
-		TickInterval: simTick, Heartbeat: -1,
+		TickInterval: simTick, Heartbeat: -1, ProposalTimeout: simProposalTimeout,
 		FetchSnapshot: func(ctx context.Context, src string, minIndex uint64) error {
 			return c.fetchSnapshot(st, src, minIndex)
 		}}
