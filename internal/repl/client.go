@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -703,8 +704,11 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 		}
 		last := batch[len(batch)-1].Index
 		// Verified (and vouched for, with a public key): the children may
-		// have the batch now, while the store makes it durable.
-		r.relay.add(batch)
+		// have the batch now, while the store makes it durable. Their
+		// streams run before the committer does (relay.go).
+		if r.relay.add(batch) {
+			runtime.Gosched()
+		}
 		if r.cfg.BeforeApply != nil {
 			r.cfg.BeforeApply(last)
 		}

@@ -17,6 +17,13 @@ import (
 // restart replays only what it made durable; a child that got further
 // than its restarted source is ahead of it, never forked, and waits for
 // it to catch up (RefuseAhead, policy.go).
+//
+// The children go first: the goroutine that received a batch wakes the
+// streams waiting for it, then yields its processor before it hands the
+// batch to the store. Otherwise the store's committer, woken last, runs
+// first on that processor, and the streams wait behind its work, up to its
+// fsync, before they send: a hand-off that puts most of the
+// intermediate's commit on every child's path.
 
 // relay holds the entries a replica verified and has not yet made
 // durable: at most one received batch. The Replica feeds it; the servers
@@ -28,6 +35,9 @@ type relay struct {
 		sync.Mutex
 		entries []wal.Entry // consecutive; each above the durable index
 		changed chan struct{}
+		// watched: a stream took changed since the last add, so a child
+		// may be waiting for the next batch.
+		watched bool
 	}
 }
 
@@ -49,10 +59,11 @@ func relayOf(st *store.Store) *relay {
 }
 
 // add makes verified entries available to the children. Entries that do
-// not continue the held ones replace them.
-func (rl *relay) add(entries []wal.Entry) {
+// not continue the held ones replace them. It reports whether a stream
+// was waiting for them (it asked for changed since the last add).
+func (rl *relay) add(entries []wal.Entry) (watched bool) {
 	if len(entries) == 0 {
-		return
+		return false
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
@@ -62,6 +73,8 @@ func (rl *relay) add(entries []wal.Entry) {
 	rl.mu.entries = append(rl.mu.entries, entries...)
 	close(rl.mu.changed)
 	rl.mu.changed = make(chan struct{})
+	watched, rl.mu.watched = rl.mu.watched, false
+	return watched
 }
 
 // durable drops the entries up to index: the store has them now.
@@ -91,6 +104,7 @@ func (rl *relay) drop() {
 func (rl *relay) changed() <-chan struct{} {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
+	rl.mu.watched = true
 	return rl.mu.changed
 }
 
