@@ -134,7 +134,7 @@ func (w *world) kill(name string) {
 	n := w.nodes[name]
 	n.cancel()
 	n.wg.Wait()
-	n.o.ml.Shutdown()
+	n.o.crash()
 	w.mu.Lock()
 	n.dead, n.source = true, ""
 	for _, c := range w.nodes {
