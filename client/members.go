@@ -65,8 +65,9 @@ type OverlayDC struct {
 type OverlayMember struct {
 	Name string `json:"name"`
 	Self bool   `json:"self"`
-	// Suspect: it missed its probes and is declared dead unless it
-	// answers soon.
+	// Suspect: the answering node depends on it (a relay, peer or
+	// nearby replica of a proxy; a replica's source) and it missed that
+	// node's last direct probes. Always false for the other members.
 	Suspect bool   `json:"suspect"`
 	Gossip  string `json:"gossip"`
 	DC      string `json:"dc"`

@@ -27,6 +27,14 @@
 // fall-back; an elected relay fetches from those replicas and never from
 // another relay.
 //
+// Members are read from the overlay's own copy of memberlist's node
+// table, made in memberlist's event callbacks: the nodes memberlist
+// returns are rewritten in place as news arrives. A member is Suspect
+// when this member depends on it (Dependencies) and it missed this
+// member's last direct probes (memberlist keeps its own suspicion to
+// itself); relay election, the DC view and a proxy's pool leave suspect
+// members out.
+//
 // An Agent applies Choose for one database of one process: it answers the
 // replica's question "where from?" (Sources), hears its failures (Failed)
 // and tells it to reconnect when the choice moves (Run).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -129,10 +130,20 @@ func TestConfigValidate(t *testing.T) {
 // A member whose meta cannot be read is counted and left out of Members.
 func TestBadMetaCounted(t *testing.T) {
 	m := NewMetrics()
-	d := &delegate{o: &Overlay{log: slog.New(slog.DiscardHandler), m: m}}
-	d.checkMeta(&memberlist.Node{Name: "x", Meta: []byte{42}})
+	coord, err := coordinate.NewClient(coordinate.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Overlay{log: slog.New(slog.DiscardHandler), m: m, coord: coord}
+	o.mu.nodes, o.mu.misses = map[string]node{}, map[string]int{}
+	d := &delegate{o: o}
+	d.remember(&memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: []byte{42}})
+	d.remember(&memberlist.Node{Name: "y", Addr: net.IPv4(127, 0, 0, 1), Port: 7947})
 	if got := testutil.ToFloat64(m.badMeta); got != 1 {
 		t.Fatalf("bad_meta_total grew by %v, want 1", got)
+	}
+	if ms := o.Members(); len(ms) != 1 || ms[0].Name != "y" || ms[0].Gossip != "127.0.0.1:7947" {
+		t.Fatalf("members %+v, want y alone", ms)
 	}
 }
 

@@ -23,6 +23,8 @@ type Metrics struct {
 	relay         *prometheus.GaugeVec
 	badMeta       prometheus.Counter
 	metaDropped   prometheus.Gauge
+	suspects      prometheus.Gauge
+	checks        *prometheus.CounterVec
 }
 
 // NewMetrics returns collectors at zero, registered nowhere.
@@ -55,9 +57,15 @@ func NewMetrics() *Metrics {
 		metaDropped: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "meta_databases_dropped",
 			Help: "Databases left out of this member's advertisement because they did not fit memberlist's 512-byte meta."}),
+		suspects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "suspect_members",
+			Help: "Members this node depends on (its data centre's proxies, the nearest full replicas, its sources) that missed its last direct probes."}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "dependency_probes_total",
+			Help: "Direct probes of the members this node depends on, by result (answered, missed)."}, []string{"result"}),
 	}
 	m.Group = metrics.Group{m.members, m.gossipBytes, m.sourceChanges, m.sourceRTT, m.depth,
-		m.dcRelays, m.relay, m.badMeta, m.metaDropped}
+		m.dcRelays, m.relay, m.badMeta, m.metaDropped, m.suspects, m.checks}
 	return m
 }
 

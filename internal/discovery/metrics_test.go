@@ -47,8 +47,8 @@ func TestOverlaysCountApart(t *testing.T) {
 	if n := testutil.CollectAndCount(mb.dcRelays); n != 0 {
 		t.Errorf("b: %d dc_relays series after a's DC, want 0", n)
 	}
-	if n := testutil.CollectAndCount(unused); n != 3 {
-		t.Errorf("unused Metrics exports %d series, want the 3 plain ones", n)
+	if n := testutil.CollectAndCount(unused); n != 4 {
+		t.Errorf("unused Metrics exports %d series, want the 4 plain ones", n)
 	}
 	if v := testutil.ToFloat64(unused.members); v != 0 {
 		t.Errorf("unused Metrics counts %v members", v)
@@ -67,6 +67,7 @@ func TestMetricsNames(t *testing.T) {
 	m.sourceRTT.WithLabelValues("db")
 	m.depth.WithLabelValues("db")
 	m.setDC("db", 1, true)
+	m.checks.WithLabelValues("answered")
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +80,7 @@ func TestMetricsNames(t *testing.T) {
 	want := []string{
 		"qs_discovery_bad_meta_total COUNTER",
 		"qs_discovery_dc_relays GAUGE",
+		"qs_discovery_dependency_probes_total COUNTER",
 		"qs_discovery_depth GAUGE",
 		"qs_discovery_gossip_bytes_total COUNTER",
 		"qs_discovery_members GAUGE",
@@ -86,6 +88,7 @@ func TestMetricsNames(t *testing.T) {
 		"qs_discovery_relay GAUGE",
 		"qs_discovery_source_changes_total COUNTER",
 		"qs_discovery_source_rtt_seconds GAUGE",
+		"qs_discovery_suspect_members GAUGE",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("families %v, want %v", got, want)

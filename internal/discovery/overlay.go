@@ -51,6 +51,10 @@ type Config struct {
 	// RelaysPerDC is how many relays each data centre elects among the
 	// proxies of a database (ElectRelays). Default 2.
 	RelaysPerDC int
+	// CheckInterval is how often this member probes, directly, each
+	// member it depends on (Dependencies); one that misses SuspectAfter
+	// probes in a row is Suspect. Default: the probe interval.
+	CheckInterval time.Duration
 	// RejoinInterval is how often a member that no longer sees one of its
 	// seeds alive contacts it again, so the overlay heals after a
 	// partition. Default 30s.
@@ -80,6 +84,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("discovery: probe interval %v is negative", c.ProbeInterval)
 	case c.GossipInterval < 0:
 		return fmt.Errorf("discovery: gossip interval %v is negative", c.GossipInterval)
+	case c.CheckInterval < 0:
+		return fmt.Errorf("discovery: check interval %v is negative", c.CheckInterval)
 	case c.RelaysPerDC < 0:
 		return fmt.Errorf("discovery: %d relays per data centre is negative", c.RelaysPerDC)
 	}
@@ -118,8 +124,10 @@ type Member struct {
 	// estimate yet. Zero for this member itself.
 	RTT  time.Duration
 	Self bool
-	// Suspect: it missed its probes; unless it answers soon it is
-	// declared dead and leaves the list.
+	// Suspect: this member depends on it (Dependencies) and it missed
+	// this member's last SuspectAfter direct probes. It is this member's
+	// own view: it lasts until the member answers a probe again, or the
+	// overlay declares it dead and it leaves the list.
 	Suspect bool
 }
 
@@ -132,8 +140,13 @@ type Overlay struct {
 	log     *slog.Logger
 	m       *Metrics
 
+	addr  string // the gossip address advertised
 	leave sync.Once
 	left  error
+	// stopChecks ends the probes of the dependencies; checking ends with
+	// them.
+	stopChecks context.CancelFunc
+	checking   sync.WaitGroup
 	// live counts the members memberlist reported joined and not left.
 	live atomic.Int64
 
@@ -142,18 +155,23 @@ type Overlay struct {
 		meta    []byte
 		coords  map[string]*coordinate.Coordinate // by member name
 		samples map[string]int                    // round trips measured, by member name
-		metas   map[string]decoded                // by member name
+		nodes   map[string]node                   // live members, by name
+		misses  map[string]int                    // direct probes missed in a row, by dependency's name
 		changed chan struct{}                     // closed at the next change
 	}
 }
 
-// decoded is a member's meta as last decoded, with the bytes it came
-// from: the member list is read every second by every agent, and metas
-// change far less often than that.
-type decoded struct {
-	raw  string
-	meta Meta
-	err  error
+// node is what this member keeps of a live member, copied from
+// memberlist's node table in its event callbacks (which memberlist calls
+// under the lock that guards that table): memberlist rewrites a node in
+// place when an alive message arrives, so the nodes it returns are never
+// read anywhere else. The meta is decoded once, when it arrives: the
+// member list is read every second by every agent, and metas change far
+// less often than that.
+type node struct {
+	gossip string // host:port
+	meta   Meta
+	err    error // the meta could not be decoded
 }
 
 // Start joins the overlay: it binds the gossip address, then contacts the
@@ -172,6 +190,8 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	o := &Overlay{cfg: cfg, log: cfg.Log.With("component", "discovery"), m: cfg.Metrics}
 	o.mu.coords = map[string]*coordinate.Coordinate{}
 	o.mu.samples = map[string]int{}
+	o.mu.nodes = map[string]node{}
+	o.mu.misses = map[string]int{}
 	var err error
 	if o.coord, err = coordinate.NewClient(coordinate.DefaultConfig()); err != nil {
 		return nil, err
@@ -220,19 +240,31 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 		mc.Transport.Shutdown()
 		return nil, fmt.Errorf("discovery: start gossip on %s: %w", cfg.Bind, err)
 	}
+	// memberlist announced this member to itself as it started.
+	o.mu.Lock()
+	o.addr = o.mu.nodes[cfg.NodeName].gossip
+	o.mu.Unlock()
 	if len(cfg.Join) > 0 {
 		if _, err := o.ml.Join(cfg.Join); err != nil {
 			o.log.Warn("no gossip seed answered yet; waiting to be found", "seeds", cfg.Join, "err", err)
 		}
 	}
+	every := cfg.CheckInterval
+	if every == 0 {
+		every = mc.ProbeInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o.stopChecks = cancel
+	o.checking.Add(1)
+	go func() {
+		defer o.checking.Done()
+		o.checkDependencies(ctx, every)
+	}()
 	return o, nil
 }
 
 // Addr is the gossip address this member advertises.
-func (o *Overlay) Addr() string {
-	n := o.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (o *Overlay) Addr() string { return o.addr }
 
 // Size is the number of live members, this one included.
 func (o *Overlay) Size() int { return o.ml.NumMembers() }
@@ -275,22 +307,19 @@ func (o *Overlay) setMetaLocked(m Meta) bool {
 // Members whose meta cannot be decoded are left out (and counted). The
 // metas are shared between callers: read them, never change them.
 func (o *Overlay) Members() []Member {
-	nodes := o.ml.Members()
 	self := o.coord.GetCoordinate()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]Member, 0, len(nodes))
-	for _, n := range nodes {
-		meta, err := o.metaLocked(n.Name, n.Meta)
-		if err != nil {
+	out := make([]Member, 0, len(o.mu.nodes))
+	for name, n := range o.mu.nodes {
+		if n.err != nil {
 			continue // counted when it arrived (NotifyJoin/NotifyUpdate)
 		}
-		m := Member{Name: n.Name, Gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta, RTT: -1,
-			Suspect: n.State == memberlist.StateSuspect}
-		switch c, ok := o.mu.coords[n.Name]; {
-		case n.Name == o.cfg.NodeName:
+		m := Member{Name: name, Gossip: n.gossip, Meta: n.meta, RTT: -1, Suspect: o.mu.misses[name] >= SuspectAfter}
+		switch c, ok := o.mu.coords[name]; {
+		case name == o.cfg.NodeName:
 			m.Self, m.RTT = true, 0
-		case ok && c.IsCompatibleWith(self) && o.mu.samples[n.Name] >= minSamples:
+		case ok && c.IsCompatibleWith(self) && o.mu.samples[name] >= minSamples:
 			m.RTT = self.DistanceTo(c)
 		}
 		out = append(out, m)
@@ -300,10 +329,8 @@ func (o *Overlay) Members() []Member {
 }
 
 // Changed returns a channel closed at the next change of the member
-// list: a member joins, leaves (or is declared dead) or changes its
-// advertisement. (Suspicion alone is not a change: a suspect member is
-// left out of the next election read, and leaves the list if it does not
-// answer.)
+// list: a member joins, leaves (or is declared dead), changes its
+// advertisement, or turns suspect or answers again.
 func (o *Overlay) Changed() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -322,24 +349,12 @@ func (o *Overlay) notifyChange() {
 	}
 }
 
-// metaLocked decodes raw, the meta of member name, or returns it as
-// decoded last time it was the same.
-func (o *Overlay) metaLocked(name string, raw []byte) (Meta, error) {
-	if d, ok := o.mu.metas[name]; ok && d.raw == string(raw) {
-		return d.meta, d.err
-	}
-	m, err := DecodeMeta(raw)
-	if o.mu.metas == nil {
-		o.mu.metas = map[string]decoded{}
-	}
-	o.mu.metas[name] = decoded{raw: string(raw), meta: m, err: err}
-	return m, err
-}
-
 // Leave tells the others this member goes, then stops gossiping. Later
 // calls return the first one's answer.
 func (o *Overlay) Leave(timeout time.Duration) error {
 	o.leave.Do(func() {
+		o.stopChecks()
+		o.checking.Wait()
 		o.left = o.ml.Leave(timeout)
 		if err := o.ml.Shutdown(); o.left == nil {
 			o.left = err
@@ -404,8 +419,11 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
+// memberlist calls the event callbacks holding the lock of its node
+// table: n is read here, and only here (see node).
+
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
-	d.checkMeta(n)
+	d.remember(n)
 	d.o.m.members.Set(float64(d.o.live.Add(1)))
 	d.o.notifyChange()
 }
@@ -415,24 +433,28 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	d.o.mu.Lock()
 	delete(d.o.mu.coords, n.Name)
 	delete(d.o.mu.samples, n.Name)
-	delete(d.o.mu.metas, n.Name)
+	delete(d.o.mu.nodes, n.Name)
+	delete(d.o.mu.misses, n.Name)
 	d.o.mu.Unlock()
 	d.o.m.members.Set(float64(d.o.live.Add(-1)))
 	d.o.notifyChange()
 }
 
 func (d *delegate) NotifyUpdate(n *memberlist.Node) {
-	d.checkMeta(n)
+	d.remember(n)
 	d.o.notifyChange()
 }
 
-func (d *delegate) checkMeta(n *memberlist.Node) {
+// remember copies member n into the overlay's own list, its meta decoded.
+func (d *delegate) remember(n *memberlist.Node) {
+	c := node{gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))}
+	c.meta, c.err = DecodeMeta(n.Meta)
 	d.o.mu.Lock()
-	_, err := d.o.metaLocked(n.Name, n.Meta)
+	d.o.mu.nodes[n.Name] = c
 	d.o.mu.Unlock()
-	if err != nil {
+	if c.err != nil {
 		d.o.m.badMeta.Inc()
-		d.o.log.Warn("member advertises a meta this node cannot read; ignored", "member", n.Name, "err", err)
+		d.o.log.Warn("member advertises a meta this node cannot read; ignored", "member", n.Name, "err", c.err)
 	}
 }
 

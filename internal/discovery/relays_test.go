@@ -295,7 +295,7 @@ func (n *relayNode) crash() {
 	n.crashed = true
 	n.stop()
 	<-n.done
-	n.o.ml.Shutdown()
+	n.o.crash()
 }
 
 // agreedRelays waits until every node in nodes (all of data centre dc)

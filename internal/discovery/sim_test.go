@@ -134,7 +134,7 @@ func (w *world) kill(name string) {
 	n := w.nodes[name]
 	n.cancel()
 	n.wg.Wait()
-	n.o.ml.Shutdown()
+	n.o.crash()
 	w.mu.Lock()
 	n.dead, n.source = true, ""
 	for _, c := range w.nodes {
@@ -343,8 +343,13 @@ func TestRTTAwareSourceChoice(t *testing.T) {
 	w.setDelay("c", "a", 80*time.Millisecond)
 	w.setDelay("c", "b", 0)
 	waitSource(t, w, "c", "b", "the source that became near")
-	if sourceChanges(w, "c", "slower") <= before {
-		t.Fatal("the move was not counted as reason slower")
+	// The agent counts the move at its next review of the new stream.
+	deadline := time.Now().Add(60 * time.Second)
+	for sourceChanges(w, "c", "slower") <= before {
+		if time.Now().After(deadline) {
+			t.Fatal("the move was not counted as reason slower")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if _, err := w.check(); err != nil {
 		t.Fatal(err)
