@@ -23,13 +23,12 @@ const (
 // The store's view implements it; the hand never changes a record.
 type SweepCursor interface {
 	// SeekGE moves to the first record whose key is at or after key (nil:
-	// the first record) and reports whether there is one.
-	SeekGE(key []byte) bool
-	// Next moves to the next record and reports whether there is one.
-	Next() bool
-	// Key is the key of the record the cursor is at; it is valid until
-	// the cursor moves.
-	Key() []byte
+	// the first record) and returns its key, or false if there is none.
+	// The key returned is valid until the cursor moves.
+	SeekGE(key []byte) ([]byte, bool)
+	// Next moves to the next record and returns its key, or false if
+	// there is none.
+	Next() ([]byte, bool)
 	// Record reads the record the cursor is at: the version (index) of
 	// the key's value, its length, and whether the value is stored here
 	// (false for a remote record, and for a record that does not decode:
@@ -51,17 +50,16 @@ func (c *Clock) Sweep(cur SweepCursor, hand []byte, floor uint64, need int64, ev
 	wrapped := hand == nil
 	var freed int64
 	victims := 0
-	ok := cur.SeekGE(hand)
+	k, ok := cur.SeekGE(hand)
 	for n := 0; n < MaxSweepKeys && victims < MaxVictims && freed < need; n++ {
 		if !ok {
 			if wrapped {
 				return nil, true
 			}
 			wrapped = true
-			ok = cur.SeekGE(nil)
+			k, ok = cur.SeekGE(nil)
 			continue
 		}
-		k := cur.Key()
 		if wrapped && hand != nil && string(k) >= string(hand) {
 			return append([]byte(nil), k...), true
 		}
@@ -74,10 +72,10 @@ func (c *Clock) Sweep(cur SweepCursor, hand []byte, floor uint64, need int64, ev
 			victims++
 			freed += size
 		}
-		ok = cur.Next()
+		k, ok = cur.Next()
 	}
 	if ok {
-		return append([]byte(nil), cur.Key()...), false
+		return append([]byte(nil), k...), false
 	}
 	return nil, wrapped // at the end: a full turn if it started at the first key
 }

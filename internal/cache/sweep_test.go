@@ -25,17 +25,22 @@ type fakeCursor struct {
 
 var errUnreadable = errors.New("unreadable record")
 
-func (c *fakeCursor) SeekGE(key []byte) bool {
+func (c *fakeCursor) SeekGE(key []byte) ([]byte, bool) {
 	c.at = sort.Search(len(c.recs), func(i int) bool { return c.recs[i].key >= string(key) })
-	return c.at < len(c.recs)
+	return c.key()
 }
 
-func (c *fakeCursor) Next() bool {
+func (c *fakeCursor) Next() ([]byte, bool) {
 	c.at++
-	return c.at < len(c.recs)
+	return c.key()
 }
 
-func (c *fakeCursor) Key() []byte { return []byte(c.recs[c.at].key) }
+func (c *fakeCursor) key() ([]byte, bool) {
+	if c.at >= len(c.recs) {
+		return nil, false
+	}
+	return []byte(c.recs[c.at].key), true
+}
 
 func (c *fakeCursor) Record() (uint64, int64, bool, error) {
 	r := c.recs[c.at]
@@ -187,7 +192,11 @@ type reusingCursor struct {
 	buf []byte
 }
 
-func (c *reusingCursor) Key() []byte {
-	c.buf = append(c.buf[:0], c.recs[c.at].key...)
-	return c.buf
+func (c *reusingCursor) SeekGE(key []byte) ([]byte, bool) { return c.reuse(c.fakeCursor.SeekGE(key)) }
+
+func (c *reusingCursor) Next() ([]byte, bool) { return c.reuse(c.fakeCursor.Next()) }
+
+func (c *reusingCursor) reuse(k []byte, ok bool) ([]byte, bool) {
+	c.buf = append(c.buf[:0], k...)
+	return c.buf, ok
 }

@@ -168,14 +168,24 @@ func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte,
 // (cache.SweepCursor).
 type sweepCursor View
 
-func (c *sweepCursor) SeekGE(key []byte) bool {
+func (c *sweepCursor) SeekGE(key []byte) ([]byte, bool) {
 	c.kbuf = dataKey(c.kbuf, key)
-	return c.it.SeekGE(c.kbuf) && c.it.Key()[0] == prefixData
+	return c.at(c.it.SeekGE(c.kbuf))
 }
 
-func (c *sweepCursor) Next() bool { return c.it.Next() && c.it.Key()[0] == prefixData }
+func (c *sweepCursor) Next() ([]byte, bool) { return c.at(c.it.Next()) }
 
-func (c *sweepCursor) Key() []byte { return c.it.Key()[1:] }
+// at returns the key of the value record the iterator is at, if it is
+// at one.
+func (c *sweepCursor) at(ok bool) ([]byte, bool) {
+	if !ok {
+		return nil, false
+	}
+	if k := c.it.Key(); k[0] == prefixData {
+		return k[1:], true
+	}
+	return nil, false
+}
 
 // Record decodes the record at the cursor; one that does not decode is
 // passed over as not stored (its reads report it).
