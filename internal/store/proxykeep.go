@@ -188,11 +188,16 @@ func (c *sweepCursor) at(ok bool) ([]byte, bool) {
 }
 
 // Record decodes the record at the cursor; one that does not decode is
-// passed over as not stored (its reads report it).
+// passed over as not stored (its reads report it). A record with the
+// remote flag is not stored whether it decodes or not, so it is passed
+// over without decoding: most of a proxy's records are remote.
 func (c *sweepCursor) Record() (index uint64, size int64, stored bool, err error) {
 	raw, err := c.it.ValueAndErr()
 	if err != nil {
 		return 0, 0, false, err
+	}
+	if len(raw) < recHeader || raw[4]&flagRemote != 0 {
+		return 0, 0, false, nil
 	}
 	rec, err := decodeRecord(raw)
 	if err != nil {
