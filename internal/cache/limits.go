@@ -21,6 +21,9 @@ const SoftEvictEvery = time.Second
 // Bytes is the budget, zero when there is none.
 func (l Limits) Bytes() int64 { return max(l.Budget, 0) }
 
+// Over reports whether a cache holding cached bytes is over its budget.
+func (l Limits) Over(cached int64) bool { return cached > l.Bytes() }
+
 // Disk reports which free-space limits a disk with avail free bytes is
 // below.
 func (l Limits) Disk(avail uint64) (soft, hard bool) {

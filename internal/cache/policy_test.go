@@ -45,13 +45,43 @@ func TestLimitsNeed(t *testing.T) {
 	if got := (Limits{Budget: -1}).Bytes(); got != 0 {
 		t.Errorf("a negative budget counts as %d bytes, want 0", got)
 	}
+	// No budget (zero or negative): everything outside the window goes;
+	// an empty cache needs nothing, unless the disk is short of space
+	// (then the keeper looks, and finds nothing to give up).
+	for _, tc := range []struct {
+		l      Limits
+		cached int64
+		soft   bool
+		need   int64
+		step   bool
+		over   bool
+	}{
+		{l: Limits{Budget: 0}, cached: 500, need: 500, over: true},
+		{l: Limits{Budget: -1}, cached: 500, need: 500, over: true},
+		{l: Limits{Budget: -1}, cached: 0, need: 0},
+		{l: Limits{Budget: 1000}, cached: 0, need: -1000},
+		{l: Limits{Budget: 1000}, cached: 1000, need: 0},
+		{l: Limits{Budget: 1000}, cached: 1001, need: 1, over: true},
+		{l: Limits{Budget: 1000}, cached: 0, soft: true, need: 1, step: true},
+		{l: Limits{Budget: 0}, cached: 0, soft: true, need: 1, step: true},
+	} {
+		need, step := tc.l.Need(tc.cached, tc.soft, SoftEvictEvery)
+		if need != tc.need || step != tc.step || tc.l.Over(tc.cached) != tc.over {
+			t.Errorf("budget %d, cached %d, soft %v: need %d, step %v, over %v; want %d, %v, %v",
+				tc.l.Budget, tc.cached, tc.soft, need, step, tc.l.Over(tc.cached), tc.need, tc.step, tc.over)
+		}
+	}
 	for _, tc := range []struct {
 		avail      uint64
 		soft, hard bool
-	}{{200, false, false}, {99, true, false}, {49, true, true}} {
+	}{{200, false, false}, {100, false, false}, {99, true, false}, {50, true, false}, {49, true, true}, {0, true, true}} {
 		if soft, hard := l.Disk(tc.avail); soft != tc.soft || hard != tc.hard {
 			t.Errorf("Disk(%d) = %v, %v; want %v, %v", tc.avail, soft, hard, tc.soft, tc.hard)
 		}
+	}
+	// No free-space limits: never limited, even on a full disk.
+	if soft, hard := (Limits{}).Disk(0); soft || hard {
+		t.Errorf("zero limits on a full disk: soft %v, hard %v", soft, hard)
 	}
 }
 

@@ -60,3 +60,22 @@ func (m ShardMap) OfNode(name string) int { return m.Of([]byte(name)) }
 
 // Owns reports whether the node named node keeps key.
 func (m ShardMap) Owns(node string, key []byte) bool { return m.OfNode(node) == m.Of(key) }
+
+// OwnShard is the shard of its data centre's L2 cache that a node keeps:
+// the physical shard of its name. A node without a name keeps none.
+type OwnShard struct {
+	named bool
+	shard int
+	m     ShardMap
+}
+
+// Own returns the shard the node named node keeps.
+func (m ShardMap) Own(node string) OwnShard {
+	return OwnShard{named: node != "", shard: m.OfNode(node), m: m}
+}
+
+// Named reports whether the node has a name, and so a shard.
+func (o OwnShard) Named() bool { return o.named }
+
+// Keeps reports whether key is of the node's shard.
+func (o OwnShard) Keeps(key []byte) bool { return o.named && o.m.Of(key) == o.shard }

@@ -83,3 +83,34 @@ func TestShardDoublingOnlySplits(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnShardKeepsItsNodesKeys(t *testing.T) {
+	m, _ := NewShardMap(8)
+	own := m.Own("node-a")
+	if !own.Named() {
+		t.Fatal("a named node has no shard")
+	}
+	kept := 0
+	for i := range 1000 {
+		k := []byte(fmt.Sprintf("key/%d", i))
+		if own.Keeps(k) != m.Owns("node-a", k) {
+			t.Fatalf("%s: Keeps %v, Owns %v", k, own.Keeps(k), m.Owns("node-a", k))
+		}
+		if own.Keeps(k) {
+			kept++
+		}
+	}
+	if kept == 0 || kept == 1000 {
+		t.Fatalf("the node keeps %d keys of 1000 in 8 shards", kept)
+	}
+	// A node without a name keeps no key, not even those of the empty
+	// string's shard.
+	anon := m.Own("")
+	if anon.Named() || anon.Keeps(nil) || anon.Keeps([]byte("key/1")) {
+		t.Fatal("a node without a name keeps keys")
+	}
+	// One shard: a named node keeps every key.
+	if one := (ShardMap{}).Own("node-a"); !one.Keeps([]byte("anything")) {
+		t.Fatal("the node of a one-shard map does not keep every key")
+	}
+}

@@ -15,8 +15,11 @@
 //     other path;
 //   - proxy (Options.Proxy): applies the whole log like a replica but
 //     keeps values only in a sliding window and a cache, and fetches the
-//     others (proxy.go, proxykeep.go, proxyread.go); what it keeps is
-//     decided by the cache policy of internal/cache.
+//     others (proxy.go, proxykeep.go, proxyread.go). What it keeps is
+//     decided by the cache policy of internal/cache (the window's floor,
+//     the limits, the CLOCK hand, the transient tier, the own L2 shard),
+//     from plain inputs; the store applies it as committer requests
+//     checked against each key's record.
 //
 // # How a write goes
 //
@@ -81,7 +84,13 @@
 //	bootstrap.go, bootstrap_sync.go     receiving a snapshot: download,
 //	                                    resume, checks, background syncs,
 //	                                    the ready switch
-//	proxy.go, proxykeep.go, proxyread.go  the proxy role
+//	proxy.go                            the proxy role: options, records,
+//	                                    cache requests in the committer
+//	proxykeep.go                        the cache keeper: limits, sweeps,
+//	                                    compactions (policy: internal/cache)
+//	proxyread.go                        reads through to the replicas
+//	proxytransient.go, proxyshard.go,   the transient tier, the L2 shard
+//	proxywarm.go                        budget and its warm-up
 //	verify.go, verify_log.go,           the offline check (qs verify)
 //	verify_history.go
 //	metrics.go, instruments.go,         metrics: counted per store in

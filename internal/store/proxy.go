@@ -34,6 +34,12 @@ import (
 //     reads, cleared by the sweeping hand) become remote records. A value
 //     fetched for a reader is admitted back, unless free space is below
 //     HardFreeBytes.
+//   - The policy is internal/cache's, decided from plain inputs: the
+//     window's floor (Window), how many bytes to give up (Limits), which
+//     values the hand gives up (Clock.Sweep), when to compact what was
+//     given up (Reclaim), the transient tier's admissions (Transient) and
+//     the keys of this node's L2 shard (OwnShard). Here are its
+//     mechanics: the records, the batches, and the committer requests.
 //   - Admission and eviction are committer requests (reqCache) checked
 //     against the key's current record: a change applies only if the
 //     record still has the index the request saw, so a newer write is
@@ -229,17 +235,20 @@ func decodeProxyRecord(b []byte) (proxyRecord, error) {
 }
 
 // proxyState is what the readers, the committer and the cache keeper of a
-// proxy store share. The cache's policy (reference bits, limits, the
-// admission queue) is internal/cache's; the records it acts on are here.
+// proxy store share. The cache's policy (the window, reference bits and
+// hand, limits, the admission queue, the tiers, the own shard) is
+// internal/cache's; the records it acts on are here.
 type proxyState struct {
 	opts    ProxyOptions
 	fetcher atomic.Pointer[Fetcher]
 
+	window    cache.Window
 	limits    cache.Limits
 	clock     *cache.Clock
 	admits    *cache.Queue[admission]
 	transient *cache.Transient
 	shard     *cache.ShardCache // values of this node's L2 shard
+	own       cache.OwnShard    // the keys of this node's L2 shard
 
 	// l1Hit and l1Miss are the store's tier-lookup counters of this
 	// proxy's own store, resolved once: they are counted on every read.
@@ -283,14 +292,16 @@ const admitQueue = 1024
 func newProxyState(o ProxyOptions, m *storeMetrics) *proxyState {
 	return &proxyState{opts: o,
 		l1Hit: m.pxTiers.WithLabelValues(TierResult{"l1", "hit"}), l1Miss: m.pxTiers.WithLabelValues(TierResult{"l1", "miss"}),
+		window: cache.Window(o.Window),
 		limits: cache.Limits{Budget: o.CacheBytes, SoftFree: o.SoftFreeBytes, HardFree: o.HardFreeBytes},
 		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue),
-		transient: cache.NewTransient(o.TransientBytes), shard: cache.NewShardCache(o.ShardCacheBytes)}
+		transient: cache.NewTransient(o.TransientBytes), shard: cache.NewShardCache(o.ShardCacheBytes),
+		own: o.Shards.Own(o.NodeName)}
 }
 
 // ownsShard reports whether the shard budget keeps key.
 func (p *proxyState) ownsShard(key []byte) bool {
-	return p.shard.Enabled() && p.opts.NodeName != "" && p.opts.Shards.Owns(p.opts.NodeName, key)
+	return p.shard.Enabled() && p.own.Keeps(key)
 }
 
 // budget is the value bytes the cache may hold.
@@ -298,12 +309,7 @@ func (p *proxyState) budget() int64 { return p.limits.Bytes() }
 
 // floor is the highest index outside the window when last is applied:
 // values written at or below it may be remote.
-func (p *proxyState) floor(last uint64) uint64 {
-	if last <= uint64(p.opts.Window) {
-		return 0
-	}
-	return last - uint64(p.opts.Window)
-}
+func (p *proxyState) floor(last uint64) uint64 { return p.window.Floor(last) }
 
 // admit queues a fetched value for the cache; it never blocks a reader.
 func (p *proxyState) admit(m *storeMetrics, a admission) {
@@ -531,8 +537,8 @@ func (c *committer) publishProxy() {
 	c.px.cachedBytes.Store(c.pstats.bytes)
 	m.pxCachedValues.Set(float64(c.pstats.values))
 	m.pxCachedBytes.Set(float64(c.pstats.bytes))
-	m.pxWindowEntries.Set(float64(min(c.last.index, uint64(c.px.opts.Window))))
-	if c.pstats.bytes > c.px.budget() {
+	m.pxWindowEntries.Set(float64(c.px.window.Entries(c.last.index)))
+	if c.px.limits.Over(c.pstats.bytes) {
 		c.px.admits.Kick()
 	}
 }

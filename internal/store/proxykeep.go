@@ -9,24 +9,14 @@ import (
 
 // The cache keeper of a proxy store: one goroutine, owned by the store,
 // that turns the readers' admissions and the cache's limits into committer
-// requests. Everything it decides is checked again by the committer
-// against the key's record at commit time (prepareCache).
+// requests. What to evict and when is internal/cache's policy (Limits,
+// Pacer, Clock.Sweep, Reclaim); the keeper feeds it the store's records
+// and counters, and everything it decides is checked again by the
+// committer against the key's record at commit time (prepareCache).
 
-const (
-	// maxAdmitBatch and maxEvictBatch bound one cache request.
-	maxAdmitBatch = 1024
-	maxEvictBatch = 4096
-	// maxSweep bounds the records one eviction round looks at, and
-	// maxRounds the rounds of one tick.
-	maxSweep  = 20000
-	maxRounds = 8
-	// compactAfter: once this many value bytes were evicted, the key range
-	// they span is compacted (and once this many log bytes were dropped,
-	// the log's keyspace). An eviction rewrites a record in place; its old
-	// value keeps taking disk until a compaction rewrites its file, and
-	// nothing else would trigger one in a cold range.
-	compactAfter = 64 << 20
-)
+// maxAdmitBatch bounds the admissions of one cache request (the
+// evictions of one are bounded by cache.MaxVictims).
+const maxAdmitBatch = 1024
 
 func (s *Store) keepProxyCache() {
 	defer s.bg.Done()
@@ -36,9 +26,7 @@ func (s *Store) keepProxyCache() {
 	var hand []byte // the CLOCK hand: the key to sweep from
 	var lastSoft time.Time
 	pace := cache.NewPacer(p.opts.EvictInterval)
-	// The evicted bytes and key range since the last compaction.
-	var evicted int64
-	var lo, hi []byte
+	var reclaim cache.Reclaim // evicted since the last compaction
 	for {
 		select {
 		case <-s.quit:
@@ -54,7 +42,7 @@ func (s *Store) keepProxyCache() {
 				s.submitCache(&cacheChange{admit: admits})
 			}
 		}
-		if p.logDropped.Load() >= compactAfter {
+		if p.logDropped.Load() >= cache.CompactAfter {
 			// The log a proxy applies passes through its tables, and
 			// retention drops it with range deletions: give it back too.
 			p.logDropped.Store(0)
@@ -68,7 +56,7 @@ func (s *Store) keepProxyCache() {
 		if need <= 0 || pace.Idle(now, s.applied.Load()) {
 			continue
 		}
-		rounds := pace.Rounds(maxRounds)
+		rounds := pace.Rounds(cache.MaxSweepRounds)
 		for round := 0; round < rounds && need > 0; round++ {
 			victims, next, cycled := s.sweep(hand, need)
 			hand = next
@@ -77,18 +65,11 @@ func (s *Store) keepProxyCache() {
 				ch := &cacheChange{evict: victims}
 				s.submitCache(ch)
 				need -= ch.evictedBytes
-				evicted += ch.evictedBytes
 				for _, v := range victims {
-					if lo == nil || string(v.key) < string(lo) {
-						lo = v.key
-					}
-					if hi == nil || string(v.key) > string(hi) {
-						hi = v.key
-					}
+					reclaim.Key(v.key)
 				}
-				if evicted >= compactAfter {
+				if lo, hi, compact := reclaim.Freed(ch.evictedBytes); compact {
 					s.compactEvicted(lo, hi)
-					evicted, lo, hi = 0, nil, nil
 				}
 			}
 			if cycled {
@@ -165,11 +146,11 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// sweep moves the CLOCK hand over the value records from hand on, and
-// returns stored values outside the window that were not used since the
-// hand last passed (their reference bit is cleared as it passes), until
-// they add up to need bytes or a bound is reached. cycled reports that
-// the hand came back to where it started or to the first key.
+// sweep runs one round of the CLOCK hand (cache.Clock.Sweep) over the
+// value records from hand on, and returns the stored values outside the
+// window it gives up, adding up to need bytes unless a bound or a whole
+// turn comes first; next is where the next round starts, and cycled
+// reports a whole turn.
 func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte, cycled bool) {
 	v, err := s.View()
 	if err != nil {
@@ -177,42 +158,50 @@ func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte,
 	}
 	defer v.Close()
 	p := s.px
-	floor := p.floor(v.Index())
-	it := v.it
-	first := []byte{prefixData}
-	from := first
-	if hand != nil {
-		from = dataKey(nil, hand)
+	next, cycled = p.clock.Sweep((*sweepCursor)(v), hand, p.floor(v.Index()), need, func(key []byte, index uint64) {
+		victims = append(victims, eviction{key: append([]byte(nil), key...), index: index})
+	})
+	return victims, next, cycled
+}
+
+// sweepCursor is a view's value records as the hand sees them
+// (cache.SweepCursor).
+type sweepCursor View
+
+func (c *sweepCursor) SeekGE(key []byte) ([]byte, bool) {
+	c.kbuf = dataKey(c.kbuf, key)
+	return c.at(c.it.SeekGE(c.kbuf))
+}
+
+func (c *sweepCursor) Next() ([]byte, bool) { return c.at(c.it.Next()) }
+
+// at returns the key of the value record the iterator is at, if it is
+// at one.
+func (c *sweepCursor) at(ok bool) ([]byte, bool) {
+	if !ok {
+		return nil, false
 	}
-	wrapped := hand == nil
-	var freed int64
-	ok := it.SeekGE(from)
-	for n := 0; n < maxSweep && len(victims) < maxEvictBatch && freed < need; n++ {
-		if !ok || it.Key()[0] != prefixData {
-			if wrapped {
-				return victims, nil, true
-			}
-			wrapped = true
-			ok = it.SeekGE(first)
-			continue
-		}
-		k := it.Key()
-		if wrapped && hand != nil && string(k) >= string(from) {
-			return victims, append([]byte(nil), k[1:]...), true
-		}
-		raw, err := it.ValueAndErr()
-		if err != nil {
-			return victims, nil, false
-		}
-		rec, err := decodeRecord(raw)
-		if err == nil && rec.kind != recRemote && rec.index <= floor && !p.clock.SecondChance(k[1:]) {
-			victims = append(victims, eviction{key: append([]byte(nil), k[1:]...), index: rec.index})
-			freed += int64(rec.valueLen)
-		}
-		ok = it.Next()
+	if k := c.it.Key(); k[0] == prefixData {
+		return k[1:], true
 	}
-	if ok && it.Key()[0] == prefixData {
-		return victims, append([]byte(nil), it.Key()[1:]...), false
+	return nil, false
+}
+
+// Record decodes the record at the cursor; one that does not decode is
+// passed over as not stored (its reads report it). A record with the
+// remote flag is not stored whether it decodes or not, so it is passed
+// over without decoding: most of a proxy's records are remote.
+func (c *sweepCursor) Record() (index uint64, size int64, stored bool, err error) {
+	raw, err := c.it.ValueAndErr()
+	if err != nil {
+		return 0, 0, false, err
 	}
-	return victims, nil, wrapped // at the end: a full turn if it started at the first key
+	if len(raw) < recHeader || raw[4]&flagRemote != 0 {
+		return 0, 0, false, nil
+	}
+	rec, err := decodeRecord(raw)
+	if err != nil {
+		return 0, 0, false, nil
+	}
+	return rec.index, int64(rec.valueLen), rec.kind != recRemote, nil
 }

@@ -16,7 +16,7 @@ package store
 // returns nothing.
 func (s *Store) ShardWarmItems(from []byte, n, scan int) (items []FetchItem, at uint64, next []byte, err error) {
 	p := s.px
-	if p == nil || !p.shard.Enabled() || p.opts.NodeName == "" || n <= 0 || scan <= 0 {
+	if p == nil || !p.shard.Enabled() || !p.own.Named() || n <= 0 || scan <= 0 {
 		return nil, 0, nil, nil
 	}
 	v, err := s.View()
