@@ -1,13 +1,13 @@
 // Package metrics holds the one Prometheus registry of the process. Names
 // use namespace "qs" and the package's job as subsystem. A component
-// counts in one of three ways: in a Metrics of its package that is itself
+// counts in one of two ways: in a Metrics of its package that is itself
 // a collector, handed to each instance and registered here once per
 // process (the doors, the gateway, the watch hubs, the Raft root,
-// discovery, cluster authentication); in a plain struct of
-// each instance, exported by a collector elsewhere (the store, through
-// metrics/storecollector); or, in the packages not yet moved to either, in
-// collectors declared at package level and registered here with
-// MustRegister.
+// discovery, cluster authentication, replication, the proxy pool, the
+// bridges and the server's own mechanisms); or in a plain struct of each
+// instance, exported by a collector elsewhere (the store, through
+// metrics/storecollector). Only the process-wide garbage-collector floor
+// (gcfloor) declares its gauges at package level.
 package metrics
 
 import (
