@@ -13,28 +13,38 @@ import (
 const DefaultPoolReplicas = 3
 
 // FullReplicas are the members holding the whole dataset of database db
-// with id id (its roots and replicas; not its proxies) that are not
-// suspect and have a replication address, this member excluded: the
-// nearest by estimated RTT first, those without an estimate after them,
-// the name breaking ties; at most n. Pure.
+// with id id (its roots and replicas; not its proxies) that have a
+// replication address, this member excluded: those not suspect first,
+// the nearest by estimated RTT first, those without an estimate after
+// them, the name breaking ties; at most n. Suspect members come last
+// rather than not at all: suspicion is this member's own probes going
+// unanswered (a lossy path, a busy host), and a proxy whose every
+// replica is suspect still has somewhere to fetch from. Pure.
 func FullReplicas(members []Member, db string, id store.DBID, n int) []Endpoint {
 	type cand struct {
 		Endpoint
-		rtt time.Duration
+		rtt     time.Duration
+		suspect bool
 	}
 	var cs []cand
 	for _, m := range members {
-		if m.Self || m.Suspect || m.Meta.Repl == "" {
+		if m.Self || m.Meta.Repl == "" {
 			continue
 		}
 		for _, d := range m.Meta.DBs {
 			if d.Name == db && d.ID == id && !d.Role.IsProxy() {
-				cs = append(cs, cand{Endpoint{Name: m.Name, Repl: m.Meta.Repl}, m.RTT})
+				cs = append(cs, cand{Endpoint{Name: m.Name, Repl: m.Meta.Repl}, m.RTT, m.Suspect})
 				break
 			}
 		}
 	}
 	slices.SortFunc(cs, func(a, b cand) int {
+		if a.suspect != b.suspect {
+			if a.suspect {
+				return 1
+			}
+			return -1
+		}
 		if (a.rtt < 0) != (b.rtt < 0) {
 			if a.rtt < 0 {
 				return 1

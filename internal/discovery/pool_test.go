@@ -49,8 +49,15 @@ func TestFullReplicas(t *testing.T) {
 		}
 		return out
 	}
-	if got, want := names(FullReplicas(ms, "default", poolID, 10)), []string{"near", "tie-a", "tie-b", "root", "far", "unknown"}; !reflect.DeepEqual(got, want) {
+	if got, want := names(FullReplicas(ms, "default", poolID, 10)), []string{"near", "tie-a", "tie-b", "root", "far", "unknown", "suspect"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("all: got %v, want %v", got, want)
+	}
+	// Every replica suspect (this member's probes lost on the way): they
+	// are still the pool, nearest first, not nothing.
+	allSuspect := []Member{suspect, poolMember("far-suspect", "a", RoleReplica, 50*time.Millisecond), self}
+	allSuspect[1].Suspect = true
+	if got, want := names(FullReplicas(allSuspect, "default", poolID, 3)), []string{"suspect", "far-suspect"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("all suspect: got %v, want %v", got, want)
 	}
 	if got, want := names(FullReplicas(ms, "default", poolID, 2)), []string{"near", "tie-a"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("2 nearest: got %v, want %v", got, want)

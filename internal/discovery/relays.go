@@ -19,7 +19,8 @@ type RelayMember struct {
 	// Relay: it advertises itself a relay now (it was elected in the last
 	// election it ran, or it is configured as one).
 	Relay bool
-	// Suspect: the overlay suspects it dead (it missed its probes).
+	// Suspect: this member suspects it dead (it missed this member's
+	// direct probes; see suspicion.go).
 	Suspect bool
 	// Client: its relays are fixed by its configuration
 	// (RoleRelayClient); it is never elected.

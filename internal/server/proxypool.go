@@ -16,8 +16,8 @@ import (
 // A proxy's pool is re-read from the overlay this long after the last of
 // a burst of membership changes (a member that dies or joins is often one
 // of several changes heard within a few gossip rounds), at the latest
-// poolSettleMax after the first, and every poolResync anyway: suspicion
-// and round-trip estimates change without a change notification.
+// poolSettleMax after the first, and every poolResync anyway: round-trip
+// estimates change without a change notification.
 const (
 	poolSettle    = 250 * time.Millisecond
 	poolSettleMax = 2 * time.Second
