@@ -123,6 +123,7 @@ func newServer(cfg *config.Config, log *slog.Logger, announce io.Writer, ms mete
 		wait, err := needsSource(cfg, d)
 		if err != nil {
 			s.closeStores()
+			s.leaveOverlay()
 			return nil, err
 		}
 		if d.IsReplica() {
