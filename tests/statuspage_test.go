@@ -177,16 +177,16 @@ func waitRows(t *testing.T, ctx context.Context, what string, ok func([]pageRow)
 func TestStatusPageOfAWaitingReplica(t *testing.T) {
 	ctx := browser(t)
 	dir := t.TempDir()
-	upstream := freeAddr(t)
+	up1, up2, second := freeAddr(t), freeAddr(t), freeAddr(t)
 	rep := startCmd(t, dir, exec.Command(qsBin, "serve", "--data", dir, "--node-name", "sp-waiting",
 		"--http", "127.0.0.1:0", "--memcache", "127.0.0.1:0", "--repl", "127.0.0.1:0", "--log-level", "warn",
-		"--upstream", upstream), 1)
+		"--upstream", up1+","+up2, "--secondary", second), 1)
 	url := "http://" + rep.Addr["http"] + "/"
 	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`section.db[data-db="default"]`))); err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
 	source, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`section.db[data-db="default"] dd[data-fact="source"]`)))
-	if want := "waiting for " + upstream; err != nil || source != want {
+	if want := "waiting for " + up1 + ", " + up2 + " or " + second; err != nil || source != want {
 		t.Errorf("page shows source %q (%v), want %q", source, err, want)
 	}
 	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`section.db[data-db="default"] dd[data-fact="state"]`)))
