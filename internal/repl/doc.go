@@ -41,15 +41,23 @@
 //
 // # Where things are
 //
-//	protocol.go, protocol_fetch.go, report.go
-//	                      framing, encoding and decoding of every message (pure)
-//	server.go             the server: Hello, streaming the log, refusals, child limits
+//	protocol.go           version bounds, message types, refusal codes, process ids
+//	protocol_encoding.go  encoding and decoding of the stream's messages (pure)
+//	protocol_frames.go    framing: writing and reading checksummed frames (pure)
+//	protocol_fetch.go, report.go
+//	                      the fetch and report messages
+//	server.go             the server: accepting, child limits, shutdown
+//	server_config.go      ServerConfig: its defaults and validation
+//	server_conn.go        one client connection: Hello, Welcome, refusals
+//	server_stream.go      streaming the log and the signed heads that cover it
 //	relay.go              cut-through: a replica's verified, not yet durable batch
 //	server_bootstrap.go, snapshots.go
 //	                      serving bootstraps from shared store checkpoints
 //	server_fetch.go       answering a proxy's Fetch from one view of the store
 //	server_relay.go       a relay (a proxy) answering the Fetch of its data centre's proxies
 //	client.go             Replica: following an ordered list of sources
+//	client_config.go      ReplicaConfig: its defaults and validation
+//	client_session.go     one session with a source: Hello, checking and applying batches
 //	policy.go             the source policy of Replica.Run, free of I/O
 //	heads.go              signed heads: the Head message, the sources a
 //	                      server sends them from, the client's gate (pure)
