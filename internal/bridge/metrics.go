@@ -76,7 +76,7 @@ func NewMetrics() *Metrics {
 		}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "errors_total",
-			Help: "Errors by kind: config (no primary key, wal_level, permission, bad flags, another database id), slot_lost, compacted, decode, source, write, conflict, diverged (a bridged root whose log is not the source's).",
+			Help: "Errors by kind: config (no primary key, wal_level, permission, bad flags, another database id), slot_lost, compacted, decode, source, write, moved (an earlier batch of the bridge landed late; resumed), conflict, diverged (a bridged root whose log is not the source's).",
 		}, []string{"kind"}),
 		Restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "restarts_total",

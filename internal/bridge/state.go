@@ -26,6 +26,14 @@ type State struct {
 // this bridge last wrote or read it: another bridge runs for the same key.
 var ErrStateConflict = errors.New("bridge: the state key changed under the bridge (another bridge writing the same key?)")
 
+// ErrStateMoved says the state key changed before this writer's first
+// write since it may have been overtaken: a write sent earlier (by a
+// bridge that stopped, or by this writer when its answer was lost) landed
+// after the state was read. The caller loads the state again and resumes
+// from it. A second change of the key in the same situation is
+// ErrStateConflict.
+var ErrStateMoved = errors.New("bridge: the state key moved after it was read (an earlier write of the bridge landed late)")
+
 // ErrOtherSource says the state key holds the position of another source.
 var ErrOtherSource = errors.New("bridge: the state key belongs to another source")
 
@@ -37,7 +45,12 @@ type Writer struct {
 	key   string
 	index uint64 // index of the state key as last written or read; 0: absent
 	state State
-	mu    struct {
+	// unsettled is true while a conditional write sent earlier may still
+	// land: from the start (a bridge killed before this one may have had
+	// a write in flight) and after a Commit whose answer was lost, until a
+	// Commit succeeds (which makes any older conditional write fail).
+	unsettled bool
+	mu        struct {
 		sync.Mutex
 		seen uint64 // highest index qs answered, for reads after a write
 	}
@@ -58,7 +71,7 @@ func (w *Writer) seen() uint64 {
 
 // NewWriter returns a Writer storing its state under key.
 func NewWriter(c *client.Client, key string) *Writer {
-	return &Writer{c: c, key: key}
+	return &Writer{c: c, key: key, unsettled: true}
 }
 
 // Key is the state key.
@@ -94,9 +107,12 @@ func (w *Writer) Load(ctx context.Context, source string) (st State, ok bool, er
 }
 
 // Commit writes ops and st in one atomic batch, on condition that the
-// state key is still at the index the writer knows. On ErrStateConflict
-// (or any other error) the caller must Load again before the next Commit:
-// a write whose answer was lost may have been applied.
+// state key is still at the index the writer knows. On any error the
+// caller must Load again before the next Commit: a write whose answer was
+// lost may have been applied. The condition failing is ErrStateMoved the
+// first time while an earlier write may still land (see unsettled), which
+// the caller resumes from, and ErrStateConflict otherwise: another writer
+// is active.
 func (w *Writer) Commit(ctx context.Context, ops []client.Op, st State) (uint64, error) {
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -111,12 +127,20 @@ func (w *Writer) Commit(ctx context.Context, ops []client.Op, st State) (uint64,
 		if errors.As(err, &e) {
 			w.saw(e.AppliedIndex)
 			if e.Code == "condition_failed" {
+				if w.unsettled {
+					w.unsettled = false
+					return 0, fmt.Errorf("%w: %v", ErrStateMoved, err)
+				}
 				return 0, fmt.Errorf("%w: %v", ErrStateConflict, err)
 			}
+			if e.Status >= 400 && e.Status < 500 && e.Status != 408 && e.Status != 429 {
+				return 0, err // refused: nothing was applied
+			}
 		}
+		w.unsettled = true // the write may still land
 		return 0, err
 	}
-	w.index, w.state = res.Index, st
+	w.index, w.state, w.unsettled = res.Index, st, false
 	w.saw(res.Index)
 	return res.Index, nil
 }

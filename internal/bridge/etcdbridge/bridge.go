@@ -112,11 +112,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 			return err
 		}
 		var ce *client.Error
-		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 && ce.Status != 408 && ce.Status != 429 {
+		kind := "source"
+		if errors.Is(err, bridge.ErrStateMoved) {
+			kind = "moved" // an earlier write landed late: resume from it
+		} else if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 && ce.Status != 408 && ce.Status != 429 {
 			b.cfg.Metrics.Errors.WithLabelValues("write").Inc()
 			return err
 		}
-		b.cfg.Metrics.Errors.WithLabelValues("source").Inc()
+		b.cfg.Metrics.Errors.WithLabelValues(kind).Inc()
 		b.cfg.Metrics.Restarts.Inc()
 		b.cfg.Log.Warn("bridge interrupted; resuming from the revision stored in qs", "err", err, "retry_in", pause)
 		t := time.NewTimer(pause)

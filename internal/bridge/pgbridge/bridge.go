@@ -177,6 +177,9 @@ func fatalKind(err error) string {
 }
 
 func transientKind(err error) string {
+	if errors.Is(err, bridge.ErrStateMoved) {
+		return "moved" // an earlier write landed late: resume from it
+	}
 	var we writeError
 	if errors.As(err, &we) {
 		return "write"

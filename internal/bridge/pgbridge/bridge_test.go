@@ -38,6 +38,8 @@ func TestErrorKinds(t *testing.T) {
 	for err, kind := range map[error]string{
 		errors.New("connection refused"):        "source",
 		ErrSlotInUse:                            "slot_in_use",
+		writeError{bridge.ErrStateMoved}:        "moved",
+		bridge.ErrStateMoved:                    "moved",
 		writeError{&client.Error{Status: 503}}:  "write",
 		writeError{&client.Error{Status: 429}}:  "write",
 		writeError{errors.New("reset by peer")}: "write",
