@@ -122,10 +122,16 @@ func printUsage(w io.Writer, r gateway.UsageReport) error {
 			line(fmt.Sprintf("  %q", pre.Prefix), pre.Figures)
 		}
 	}
-	if r.Unowned != nil {
-		fmt.Fprintf(tw, "(no producer)\t%d\t%d\t%d\n", r.Unowned.Keys, r.Unowned.KeyBytes, r.Unowned.ValueBytes)
+	// The last two rows come from the store's running totals, which count
+	// keys and bytes as written, not what they cost in the store: that
+	// would take a pass over every key, so those cells say "-".
+	counts := func(name string, c gateway.Counts) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t-\t-\n", name, c.Keys, c.KeyBytes, c.ValueBytes)
 	}
-	fmt.Fprintf(tw, "(database)\t%d\t%d\t%d\n", r.Total.Keys, r.Total.KeyBytes, r.Total.ValueBytes)
+	if r.Unowned != nil {
+		counts("(no producer)", *r.Unowned)
+	}
+	counts("(database)", r.Total)
 	return tw.Flush()
 }
 

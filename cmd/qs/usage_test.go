@@ -27,6 +27,29 @@ dns                12000  310
 	}
 }
 
+// TestPrintUsage: every row has all six cells; the totals, which the
+// store does not cost, say "-" where a figure is not known.
+func TestPrintUsage(t *testing.T) {
+	var b strings.Builder
+	f := gateway.Figures{Counts: gateway.Counts{Keys: 1, KeyBytes: 5, ValueBytes: 5}, OverheadBytes: 22, StoredBytes: 32}
+	err := printUsage(&b, gateway.UsageReport{DB: "default", Index: 2,
+		Producers: []gateway.ProducerUsage{{Name: "dns", Figures: f, Prefixes: []gateway.PrefixUsage{{Prefix: "dns/", Figures: f}}}},
+		Unowned:   &gateway.Counts{}, Total: gateway.Counts{Keys: 1, KeyBytes: 5, ValueBytes: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `database default at index 2
+producer / prefix  keys  key bytes  value bytes  overhead bytes  stored bytes
+dns                1     5          5            22              32
+  "dns/"           1     5          5            22              32
+(no producer)      0     0          0            -               -
+(database)         1     5          5            -               -
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
 func TestAnswerError(t *testing.T) {
 	for _, c := range []struct {
 		status int
