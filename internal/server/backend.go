@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/metrics"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -20,7 +20,7 @@ var memcacheMetrics = metrics.MustRegister(memcache.NewMetrics())
 
 // memcacheBackend adapts a database to the memcached front door.
 type memcacheBackend struct {
-	db       *httpapi.Database
+	db       *service.Database
 	flushAll bool // the database allows flush_all (memcache_flush_all)
 }
 

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -19,7 +19,7 @@ var errBridged = fmt.Errorf("%w: the database is bridged", store.ErrNotRoot)
 // stream, so its log stays the source's; it refuses every other write and
 // writes no heartbeats of its own (StartContext runs no heartbeat loop for
 // it): the source's arrive through the bridge.
-func (s *Server) openBridged(d config.Database, db *httpapi.Database) {
+func (s *Server) openBridged(d config.Database, db *service.Database) {
 	st := db.Store
 	// The series exist from the start, resolved once.
 	appended := s.meters.server.bridgedEntries.WithLabelValues(d.Name)

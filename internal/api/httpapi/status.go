@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/quicksilver-kv/qs/internal/service"
 )
 
 // status serves GET /v1/{db}/status: the store's position and counters,
 // with the fields of Database.Status added. Database.Status may set "role";
 // its other fields never replace the store's.
-func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) status(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return h.fail(w, r, d, err)
@@ -35,7 +37,7 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) in
 }
 
 // statusOf is the document of GET /v1/{db}/status.
-func statusOf(d *Database) (map[string]any, error) {
+func statusOf(d *service.Database) (map[string]any, error) {
 	s := d.Store
 	st, err := s.Stats()
 	if err != nil {
