@@ -328,7 +328,7 @@ func TestWriteToReplicaAsksItOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := &service.Database{Name: "default", Store: st, CanWrite: func() error {
+	db := &service.Database{Name: "default", Store: st, Refuse: func() error {
 		return fmt.Errorf("%w: a replica", store.ErrNotRoot)
 	}}
 	var puts atomic.Int32

@@ -26,7 +26,7 @@ func (s *Server) openBridged(d config.Database, db *service.Database) {
 	refused := s.meters.server.bridgedRefused.WithLabelValues(d.Name)
 	// Ordinary writes refused are counted with the API's errors (code
 	// not_root).
-	db.CanWrite = func() error {
+	db.Refuse = func() error {
 		return fmt.Errorf("%w: database %s takes entries only from qs bridge qs, which copies another root's log into it; "+
 			"send writes to the source's root, or restart this node without bridged to make it the root", errBridged, d.Name)
 	}

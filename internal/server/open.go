@@ -69,7 +69,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		return nil
 	}
 	if !d.IsReplica() {
-		db.CanWrite = func() error { return nil }
+		db.Refuse = func() error { return nil }
 		db.Status = func() map[string]any { return map[string]any{"role": "root", "history": historyStatus(st)} }
 		if slot := s.raftNodes[d.Name]; slot != nil {
 			db.Status = slot.status
@@ -136,7 +136,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			s.prefetchers = append(s.prefetchers, pf)
 		}
 	}
-	db.CanWrite = func() error { return s.notRoot(d, r) }
+	db.Refuse = func() error { return s.notRoot(d, r) }
 	db.Status = func() map[string]any {
 		rs := r.State()
 		m := map[string]any{

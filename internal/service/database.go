@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
@@ -19,9 +21,10 @@ type Database struct {
 	// Node is the name of the node serving the database (its status
 	// shows it as "node").
 	Node string
-	// CanWrite returns nil when this node takes writes for the database,
-	// or an error wrapping store.ErrNotRoot that names the root.
-	CanWrite func() error
+	// Refuse returns nil when this node takes writes for the database, or
+	// why it does not: an error wrapping store.ErrNotRoot that names the
+	// root. Nil: the node takes them. Callers ask CanWrite, not Refuse.
+	Refuse func() error
 	// Status returns the role-specific fields (role, upstream, lag, ...)
 	// of the database's status: GET /v1/{db}/status, the memcached stats'
 	// role, this node's line of the tree. May be nil.
@@ -76,4 +79,32 @@ func (d *Database) Write(ctx context.Context, b store.Batch) (store.WriteResult,
 		return d.Propose(ctx, b)
 	}
 	return d.Store.Write(ctx, b)
+}
+
+// CanWrite returns nil when this node takes writes for the database, or
+// the refusal of Refuse. A refusal that wraps none of the store's errors
+// a door answers (refusedKinds) is wrapped in store.ErrNotRoot: whatever
+// the reason, a node that takes no writes is not the database's root.
+func (d *Database) CanWrite() error {
+	if d.Refuse == nil {
+		return nil
+	}
+	err := d.Refuse()
+	if err == nil {
+		return nil
+	}
+	for _, k := range refusedKinds {
+		if errors.Is(err, k) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", store.ErrNotRoot, err)
+}
+
+// refusedKinds are the errors a refusal keeps as they are: the store's
+// (a closed store, a Raft member starting, ...) and the context's.
+var refusedKinds = []error{
+	store.ErrNotRoot, store.ErrClosed, store.ErrUnavailable, store.ErrCorrupt, store.ErrDiskFull,
+	store.ErrWriteFailed, store.ErrInvalid, store.ErrTooLarge, store.ErrConditionFailed,
+	context.Canceled, context.DeadlineExceeded,
 }

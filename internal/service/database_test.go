@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -64,5 +65,38 @@ func TestWriteProposes(t *testing.T) {
 	}
 	if st.AppliedIndex() != 0 {
 		t.Fatalf("store written directly: applied index %d", st.AppliedIndex())
+	}
+}
+
+// TestCanWrite: a node takes writes without Refuse or when it says nil;
+// a refusal is always a store.ErrNotRoot unless it names another of the
+// store's errors, and keeps what it said (the root's addresses).
+func TestCanWrite(t *testing.T) {
+	refuse := func(err error) *Database { return &Database{Refuse: func() error { return err }} }
+	if err := (&Database{}).CanWrite(); err != nil {
+		t.Fatalf("no Refuse: %v", err)
+	}
+	if err := refuse(nil).CanWrite(); err != nil {
+		t.Fatalf("Refuse saying nil: %v", err)
+	}
+
+	plain := errors.New("replicates from upstream-1")
+	err := refuse(plain).CanWrite()
+	if !errors.Is(err, store.ErrNotRoot) || !errors.Is(err, plain) {
+		t.Fatalf("plain refusal not a not-root refusal: %v", err)
+	}
+
+	nr := &store.NotRootError{Database: "db", Root: []string{"root-1:7380"}, Detail: "a replica"}
+	err = refuse(nr).CanWrite()
+	var got *store.NotRootError
+	if !errors.Is(err, store.ErrNotRoot) || !errors.As(err, &got) || !slices.Equal(got.Root, nr.Root) {
+		t.Fatalf("not-root refusal: %v", err)
+	}
+
+	for _, kind := range []error{store.ErrClosed, store.ErrUnavailable, store.ErrDiskFull, context.Canceled} {
+		err = refuse(fmt.Errorf("database db: %w", kind)).CanWrite()
+		if !errors.Is(err, kind) || errors.Is(err, store.ErrNotRoot) {
+			t.Fatalf("refusal %v became %v", kind, err)
+		}
 	}
 }

@@ -17,6 +17,9 @@
 //   - A write goes through Database.Write only: through Propose when set
 //     (a replicated root, whose store only the Raft member writes), else
 //     through Store.Write. No caller writes the store directly.
+//   - Database.CanWrite is asked before a write is accepted; its refusal
+//     always wraps a store error, store.ErrNotRoot when the refusal names
+//     no other, so every door tells it apart with errors.Is.
 //   - Fields are set by the wiring before the database is served and are
 //     read-only afterwards; nil fields have the meaning their comment
 //     gives, so a test builds a Database from a store alone.

@@ -57,7 +57,7 @@ type env struct {
 	srv *httptest.Server
 	h   http.Handler
 	m   *Metrics // the handler's
-	// writeErr is what db.CanWrite returns; tests switch it between requests.
+	// writeErr is what db.Refuse returns; tests switch it between requests.
 	writeErr atomic.Pointer[error]
 }
 
@@ -65,7 +65,7 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 	t.Helper()
 	st := openStore(t, o)
 	e := &env{t: t, st: st}
-	e.db = &service.Database{Name: "db", Node: "node-a", Store: st, CanWrite: func() error {
+	e.db = &service.Database{Name: "db", Node: "node-a", Store: st, Refuse: func() error {
 		if p := e.writeErr.Load(); p != nil {
 			return *p
 		}
@@ -81,7 +81,7 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 	return e
 }
 
-// setWriteErr makes CanWrite return err (nil: writable).
+// setWriteErr makes Refuse return err (nil: writable).
 func (e *env) setWriteErr(err error) {
 	if err == nil {
 		e.writeErr.Store(nil)

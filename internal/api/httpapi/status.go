@@ -44,7 +44,7 @@ func statusOf(d *service.Database) (map[string]any, error) {
 		return nil, err
 	}
 	role := "root"
-	if checkWritable(d) != nil {
+	if d.CanWrite() != nil {
 		role = "replica"
 	}
 	out := map[string]any{"role": role}

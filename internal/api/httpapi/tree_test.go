@@ -50,7 +50,7 @@ func TestNodeEndpointAndPage(t *testing.T) {
 	h := statuspage.NewHistory()
 	h.Add(statuspage.Point{T: 1000, AppliedIndex: 1})
 	h.Add(statuspage.Point{T: 3000, AppliedIndex: 5, LagSeconds: 0.25})
-	db := &service.Database{Name: "db", Node: "node-a", Store: st, CanWrite: func() error { return nil }, History: h}
+	db := &service.Database{Name: "db", Node: "node-a", Store: st, Refuse: func() error { return nil }, History: h}
 	srv := httptest.NewServer(New(Config{}, listed{catalog{"db": db}}, nil))
 	t.Cleanup(srv.Close)
 

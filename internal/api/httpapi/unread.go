@@ -69,9 +69,6 @@ func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *service.Data
 // rootHint is " at http://ROOT" when d is a replica that knows the HTTP
 // address of its root (its CanWrite refusal names it), else "".
 func rootHint(d *service.Database) string {
-	if d.CanWrite == nil {
-		return ""
-	}
 	var nr *store.NotRootError
 	if err := d.CanWrite(); !errors.As(err, &nr) || len(nr.Root) == 0 {
 		return ""

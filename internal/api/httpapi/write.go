@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -55,7 +54,7 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *service.Da
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
-	if err := checkWritable(d); err != nil {
+	if err := d.CanWrite(); err != nil {
 		return h.fail(w, r, d, err)
 	}
 	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key), Flags: flags, Expires: expires}}, Conds: conds}
@@ -107,7 +106,7 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *service.Datab
 			return h.fail(w, r, d, err)
 		}
 	}
-	if err := checkWritable(d); err != nil {
+	if err := d.CanWrite(); err != nil {
 		return h.fail(w, r, d, err)
 	}
 	p, err := authenticate(d, r)
@@ -159,23 +158,6 @@ func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *service.Data
 	hd["Content-Length"] = []string{strconv.Itoa(len(buf))}
 	w.Write(buf)
 	return http.StatusOK
-}
-
-// checkWritable asks the database whether this node takes its writes. A
-// nil CanWrite means it does. A refusal is reported as not_root unless the
-// error says something more precise (a closed store, say).
-func checkWritable(d *service.Database) error {
-	if d.CanWrite == nil {
-		return nil
-	}
-	err := d.CanWrite()
-	if err == nil {
-		return nil
-	}
-	if classify(err) == codeInternal {
-		return fmt.Errorf("%w: %w", store.ErrNotRoot, err)
-	}
-	return err
 }
 
 // preallocMax bounds the buffer allocated up front from a Content-Length,
