@@ -125,19 +125,10 @@ func (b memcacheBackend) flushBatch(limit int) (store.Batch, error) {
 
 func (b memcacheBackend) Stats() [][2]string {
 	s := b.db.Store
-	role := "root"
-	if b.db.CanWrite() != nil {
-		role = "replica"
-	}
-	if b.db.Status != nil {
-		if r, ok := b.db.Status()["role"].(string); ok {
-			role = r
-		}
-	}
 	return [][2]string{
 		{"db", s.Name()},
 		{"db_id", s.DBID().String()},
-		{"role", role},
+		{"role", b.db.Role()},
 		{"applied_index", strconv.FormatUint(s.AppliedIndex(), 10)},
 	}
 }

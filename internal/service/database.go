@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
@@ -107,4 +108,37 @@ var refusedKinds = []error{
 	store.ErrNotRoot, store.ErrClosed, store.ErrUnavailable, store.ErrCorrupt, store.ErrDiskFull,
 	store.ErrWriteFailed, store.ErrInvalid, store.ErrTooLarge, store.ErrConditionFailed,
 	context.Canceled, context.DeadlineExceeded,
+}
+
+// RoleStatus is the role-specific part of the database's status, in a map
+// of its own: the fields of Status, with "role" set from CanWrite ("root"
+// when the node takes writes, else "replica") when Status sets none.
+func (d *Database) RoleStatus() map[string]any {
+	out := map[string]any{}
+	if d.Status != nil {
+		maps.Copy(out, d.Status())
+	}
+	if _, ok := out["role"]; !ok {
+		out["role"] = d.writeRole()
+	}
+	return out
+}
+
+// Role is the database's role on this node: the "role" of Status when it
+// is a string, else "root" when the node takes writes, "replica" when not.
+func (d *Database) Role() string {
+	if d.Status != nil {
+		if r, ok := d.Status()["role"].(string); ok {
+			return r
+		}
+	}
+	return d.writeRole()
+}
+
+// writeRole is the role CanWrite tells: "root" or "replica".
+func (d *Database) writeRole() string {
+	if d.CanWrite() != nil {
+		return "replica"
+	}
+	return "root"
 }

@@ -100,3 +100,44 @@ func TestCanWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestRoleStatus: the role comes from Status when it names one, else
+// from CanWrite; Status's other fields are kept, in a map of the
+// caller's own.
+func TestRoleStatus(t *testing.T) {
+	refusing := func() error { return errors.New("a replica") }
+	for _, c := range []struct {
+		name       string
+		refuse     func() error
+		status     map[string]any
+		wantStatus any
+		wantRole   string
+	}{
+		{name: "root", wantStatus: "root", wantRole: "root"},
+		{name: "refusing", refuse: refusing, wantStatus: "replica", wantRole: "replica"},
+		{name: "status without role", refuse: refusing, status: map[string]any{"state": "streaming"}, wantStatus: "replica", wantRole: "replica"},
+		{name: "status role", refuse: refusing, status: map[string]any{"role": "proxy", "state": "streaming"}, wantStatus: "proxy", wantRole: "proxy"},
+		{name: "status role not a string", status: map[string]any{"role": 3}, wantStatus: 3, wantRole: "root"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := &Database{Refuse: c.refuse}
+			if c.status != nil {
+				d.Status = func() map[string]any { return c.status }
+			}
+			m := d.RoleStatus()
+			if m["role"] != c.wantStatus {
+				t.Fatalf("RoleStatus role %v, want %v", m["role"], c.wantStatus)
+			}
+			if c.status != nil && m["state"] != c.status["state"] {
+				t.Fatalf("RoleStatus lost Status's fields: %v", m)
+			}
+			m["added"] = true
+			if _, ok := c.status["added"]; ok {
+				t.Fatal("RoleStatus returned Status's own map")
+			}
+			if r := d.Role(); r != c.wantRole {
+				t.Fatalf("Role %q, want %q", r, c.wantRole)
+			}
+		})
+	}
+}

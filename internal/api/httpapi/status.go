@@ -10,8 +10,8 @@ import (
 )
 
 // status serves GET /v1/{db}/status: the store's position and counters,
-// with the fields of Database.Status added. Database.Status may set "role";
-// its other fields never replace the store's.
+// with the fields of service.Database.RoleStatus added. Its "role" stays; its
+// other fields never replace the store's.
 func (h *handler) status(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
@@ -43,16 +43,7 @@ func statusOf(d *service.Database) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	role := "root"
-	if d.CanWrite() != nil {
-		role = "replica"
-	}
-	out := map[string]any{"role": role}
-	if d.Status != nil {
-		for k, v := range d.Status() {
-			out[k] = v
-		}
-	}
+	out := d.RoleStatus()
 	applied := s.AppliedIndex()
 	var appliedTime any // null until the first entry
 	if t := s.AppliedTime(); !t.IsZero() {
