@@ -16,12 +16,13 @@ import (
 
 	"github.com/quicksilver-kv/qs/client"
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
-type catalog map[string]*httpapi.Database
+type catalog map[string]*service.Database
 
-func (c catalog) Database(name string) (*httpapi.Database, bool) { d, ok := c[name]; return d, ok }
+func (c catalog) Database(name string) (*service.Database, bool) { d, ok := c[name]; return d, ok }
 
 func newServer(t testing.TB) *httptest.Server {
 	t.Helper()
@@ -327,7 +328,7 @@ func TestWriteToReplicaAsksItOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := &httpapi.Database{Name: "default", Store: st, CanWrite: func() error {
+	db := &service.Database{Name: "default", Store: st, Refuse: func() error {
 		return fmt.Errorf("%w: a replica", store.ErrNotRoot)
 	}}
 	var puts atomic.Int32

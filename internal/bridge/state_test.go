@@ -10,12 +10,13 @@ import (
 	"github.com/quicksilver-kv/qs/client"
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/bridge"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
-type catalog map[string]*httpapi.Database
+type catalog map[string]*service.Database
 
-func (c catalog) Database(name string) (*httpapi.Database, bool) {
+func (c catalog) Database(name string) (*service.Database, bool) {
 	d, ok := c[name]
 	return d, ok
 }

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/api/memcache"
 	"github.com/quicksilver-kv/qs/internal/metrics"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -20,7 +20,7 @@ var memcacheMetrics = metrics.MustRegister(memcache.NewMetrics())
 
 // memcacheBackend adapts a database to the memcached front door.
 type memcacheBackend struct {
-	db       *httpapi.Database
+	db       *service.Database
 	flushAll bool // the database allows flush_all (memcache_flush_all)
 }
 
@@ -125,19 +125,10 @@ func (b memcacheBackend) flushBatch(limit int) (store.Batch, error) {
 
 func (b memcacheBackend) Stats() [][2]string {
 	s := b.db.Store
-	role := "root"
-	if b.db.CanWrite() != nil {
-		role = "replica"
-	}
-	if b.db.Status != nil {
-		if r, ok := b.db.Status()["role"].(string); ok {
-			role = r
-		}
-	}
 	return [][2]string{
 		{"db", s.Name()},
 		{"db_id", s.DBID().String()},
-		{"role", role},
+		{"role", b.db.Role()},
 		{"applied_index", strconv.FormatUint(s.AppliedIndex(), 10)},
 	}
 }

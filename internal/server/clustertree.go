@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/tree"
 )
@@ -45,13 +45,13 @@ type clusterTree struct {
 }
 
 // attachCluster makes db's tree the whole cluster's.
-func (s *Server) attachCluster(db *httpapi.Database, slot *raftSlot) {
+func (s *Server) attachCluster(db *service.Database, slot *raftSlot) {
 	slot.peers.byID = map[uint64]peerView{}
 	db.Tree = func() tree.Node { return s.clusterNode(db, slot) }
 }
 
 // describe is this member's description of database db.
-func (s *Server) describe(db *httpapi.Database, slot *raftSlot) func() []byte {
+func (s *Server) describe(db *service.Database, slot *raftSlot) func() []byte {
 	return func() []byte {
 		body, err := tree.Encode(tree.Report{Node: s.reports.children.Compose(db.Name, memberNode(db, slot), time.Now())})
 		if err != nil {
@@ -84,7 +84,7 @@ func decodeDescription(b []byte) (memberDescription, tree.Node, error) {
 
 // memberNode is this member's own node: its role, and its Raft state as
 // its state.
-func memberNode(db *httpapi.Database, slot *raftSlot) tree.Node {
+func memberNode(db *service.Database, slot *raftSlot) tree.Node {
 	n := self(db)
 	if rn := slot.Load(); rn != nil {
 		n.State = raftState(rn.Status().State)
@@ -98,7 +98,7 @@ func memberNode(db *httpapi.Database, slot *raftSlot) tree.Node {
 
 // runClusterTree asks the peers of db's member for their descriptions
 // every statuspage.Every, until ctx ends.
-func (s *Server) runClusterTree(ctx context.Context, db *httpapi.Database, slot *raftSlot) {
+func (s *Server) runClusterTree(ctx context.Context, db *service.Database, slot *raftSlot) {
 	t := time.NewTicker(statuspage.Every)
 	defer t.Stop()
 	for {
@@ -132,7 +132,7 @@ func (s *Server) runClusterTree(ctx context.Context, db *httpapi.Database, slot 
 
 // clusterNode is the whole cluster's tree as this member knows it: peers
 // not heard from within tree.DefaultTTL show as unreachable.
-func (s *Server) clusterNode(db *httpapi.Database, slot *raftSlot) tree.Node {
+func (s *Server) clusterNode(db *service.Database, slot *raftSlot) tree.Node {
 	now := time.Now()
 	me := tree.Member{Node: s.reports.children.Compose(db.Name, memberNode(db, slot), now)}
 	rn := slot.Load()

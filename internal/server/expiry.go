@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -24,7 +24,7 @@ const expiryEvery = 250 * time.Millisecond
 // written again in between makes the entry fail and the round list the
 // keys again. The deletions are ordinary entries of the log: every node
 // applies them at the same index.
-func (s *Server) expiryLoop(db *httpapi.Database, leads func() bool) {
+func (s *Server) expiryLoop(db *service.Database, leads func() bool) {
 	t := time.NewTicker(expiryEvery)
 	defer t.Stop()
 	failures := repeatLog{interval: time.Minute}
@@ -50,7 +50,7 @@ func (s *Server) expiryLoop(db *httpapi.Database, leads func() bool) {
 // expireDue writes the deletions of the keys of db due at now, in as many
 // entries as it takes (bounded), counts them in expired, and returns the
 // first failure.
-func expireDue(db *httpapi.Database, now int64, expired *prometheus.CounterVec) error {
+func expireDue(db *service.Database, now int64, expired *prometheus.CounterVec) error {
 	limit := db.Store.Options().MaxBatchOps
 	for range 64 {
 		due, _, err := db.Store.DueExpiries(now, limit)

@@ -6,12 +6,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/metrics/storecollector"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/watch"
 )
@@ -51,7 +51,7 @@ func (s *Server) openDatabase(d config.Database) error {
 	}
 	storecollector.Stores.Add(st)
 	hub := watch.NewHub(st, watch.Config{Budget: s.watchBudget, Metrics: watchMetrics}, s.log.With("db", d.Name))
-	db := &httpapi.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
+	db := &service.Database{Name: d.Name, Node: s.cfg.NodeName, Store: st, Watch: hub, Gate: s.gate}
 	s.dbs[d.Name] = db
 	s.order = append(s.order, d.Name)
 	if err := s.reports.attach(db, d.IsReplica()); err != nil {
@@ -69,7 +69,7 @@ func (s *Server) openDatabase(d config.Database) error {
 		return nil
 	}
 	if !d.IsReplica() {
-		db.CanWrite = func() error { return nil }
+		db.Refuse = func() error { return nil }
 		db.Status = func() map[string]any { return map[string]any{"role": "root", "history": historyStatus(st)} }
 		if slot := s.raftNodes[d.Name]; slot != nil {
 			db.Status = slot.status
@@ -136,7 +136,7 @@ func (s *Server) openDatabase(d config.Database) error {
 			s.prefetchers = append(s.prefetchers, pf)
 		}
 	}
-	db.CanWrite = func() error { return s.notRoot(d, r) }
+	db.Refuse = func() error { return s.notRoot(d, r) }
 	db.Status = func() map[string]any {
 		rs := r.State()
 		m := map[string]any{

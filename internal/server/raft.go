@@ -13,12 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 	"github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -63,7 +63,7 @@ func raftDBID(d config.Database, peers map[uint64]string, dial func(ctx context.
 // startRaft starts the Raft member of database d on ln (its Raft
 // listener), once the replication listener (which serves snapshots to
 // members that fell behind) is up.
-func (s *Server) startRaft(d config.Database, db *httpapi.Database, ln net.Listener) error {
+func (s *Server) startRaft(d config.Database, db *service.Database, ln net.Listener) error {
 	peers, err := config.ParsePeers(d.Raft.Peers)
 	if err != nil {
 		return err

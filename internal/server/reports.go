@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/tree"
@@ -24,16 +24,16 @@ type reports struct {
 	m        *Metrics
 	proxy    *proxy.Metrics // the proxies' remote fetches, for the status page
 	children *tree.Registry
-	dbs      map[string]*httpapi.Database // set before Start, read-only after
+	dbs      map[string]*service.Database // set before Start, read-only after
 }
 
 func newReports(log *slog.Logger, m *Metrics, pm *proxy.Metrics) *reports {
-	return &reports{log: log, m: m, proxy: pm, children: tree.NewRegistry(tree.DefaultTTL), dbs: map[string]*httpapi.Database{}}
+	return &reports{log: log, m: m, proxy: pm, children: tree.NewRegistry(tree.DefaultTTL), dbs: map[string]*service.Database{}}
 }
 
 // attach gives db its sampler, history and tree; a root (not a replica)
 // also gets the read window where samples of the whole tree end.
-func (rp *reports) attach(db *httpapi.Database, replica bool) error {
+func (rp *reports) attach(db *service.Database, replica bool) error {
 	s, err := keyuse.NewSampler(keyuse.DefaultRate)
 	if err != nil {
 		return err
@@ -49,7 +49,7 @@ func (rp *reports) attach(db *httpapi.Database, replica bool) error {
 }
 
 // self is this node's own line in the tree of db, from its status.
-func self(db *httpapi.Database) tree.Node {
+func self(db *service.Database) tree.Node {
 	var st map[string]any
 	if db.Status != nil {
 		st = db.Status()
@@ -106,7 +106,7 @@ func (rp *reports) receive(name string, from repl.ProcessID, body []byte) error 
 }
 
 // report is the report a replica of db sends its source.
-func (rp *reports) report(db *httpapi.Database) func() []byte {
+func (rp *reports) report(db *service.Database) func() []byte {
 	return func() []byte {
 		n := db.Tree()
 		reads, sampled := db.Reads.Drain()

@@ -21,6 +21,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/proxy"
 	"github.com/quicksilver-kv/qs/internal/raftroot"
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 	"github.com/quicksilver-kv/qs/internal/watch"
@@ -40,7 +41,7 @@ type Server struct {
 	// meters are the Metrics the Server counts in (metrics.go).
 	meters meters
 
-	dbs   map[string]*httpapi.Database
+	dbs   map[string]*service.Database
 	order []string
 	// watchBudget is shared by the watch hubs of every database: watcher
 	// count and write turns are the process's.
@@ -95,7 +96,7 @@ func newServer(cfg *config.Config, log *slog.Logger, announce io.Writer, ms mete
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, meters: ms, announce: announce, dbs: map[string]*httpapi.Database{}, quit: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, meters: ms, announce: announce, dbs: map[string]*service.Database{}, quit: make(chan struct{})}
 	s.watchBudget = watch.NewBudget(cfg.WatchLimits(), watchMetrics)
 	s.replicas = map[string]*repl.Replica{}
 	s.rafts = map[string]*raftroot.Node{}
@@ -142,8 +143,8 @@ func newServer(cfg *config.Config, log *slog.Logger, announce io.Writer, ms mete
 	return s, nil
 }
 
-// Database implements httpapi.Catalog.
-func (s *Server) Database(name string) (*httpapi.Database, bool) {
+// Database implements service.Catalog.
+func (s *Server) Database(name string) (*service.Database, bool) {
 	d, ok := s.dbs[name]
 	return d, ok
 }
@@ -364,7 +365,7 @@ func (s *Server) serveErr(what string, err error) {
 
 // heartbeatLoop writes a heartbeat entry whenever the database has had no
 // entry for the interval, so replicas can tell lag from silence.
-func (s *Server) heartbeatLoop(db *httpapi.Database, every time.Duration) {
+func (s *Server) heartbeatLoop(db *service.Database, every time.Duration) {
 	t := time.NewTicker(every / 2)
 	defer t.Stop()
 	// A full disk fails every attempt, twice an interval: say so once a

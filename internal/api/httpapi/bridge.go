@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -20,7 +21,7 @@ import (
 
 // bridgeHead serves GET /v1/{db}/bridge: {"db_id", "index", "hash",
 // "bridged"} of any database.
-func (h *handler) bridgeHead(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) bridgeHead(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return h.fail(w, r, d, err)
@@ -33,7 +34,7 @@ func (h *handler) bridgeHead(w http.ResponseWriter, r *http.Request, d *Database
 	return h.writeBridgeHead(w, d, hd)
 }
 
-func (h *handler) writeBridgeHead(w http.ResponseWriter, d *Database, hd store.Head) int {
+func (h *handler) writeBridgeHead(w http.ResponseWriter, d *service.Database, hd store.Head) int {
 	body, err := json.Marshal(map[string]any{
 		"db_id":   d.Store.DBID().String(),
 		"index":   hd.Index,
@@ -59,7 +60,7 @@ func (h *handler) writeBridgeHead(w http.ResponseWriter, d *Database, hd store.H
 // as a replica applies a stream, in one durable commit. It answers the new
 // head, as GET does. Entries that do not follow are refused whole with 409
 // condition_failed and the applied index, and nothing is written.
-func (h *handler) bridgeAppend(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) bridgeAppend(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return h.fail(w, r, d, err)

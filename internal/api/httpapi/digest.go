@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/quicksilver-kv/qs/internal/service"
 )
 
 // digestSlot lets one digest run at a time in the process: each reads the
@@ -17,7 +19,7 @@ var digestSlot = make(chan struct{}, 1)
 // same data. Heartbeats change no data, so nodes at different indexes after
 // the same last write have the same digest. It reads every value (checking
 // every CRC): an operator's tool, not a request path.
-func (h *handler) digest(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) digest(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		q, err := parseQuery(r.URL.RawQuery, "min_index", "timeout")
 		if err != nil {

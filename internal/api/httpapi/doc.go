@@ -1,7 +1,10 @@
 // Package httpapi is the HTTP front door of Quicksilver: reads on every
 // node, writes on the root of each database. New returns one http.Handler
-// serving every database of a Catalog; the server wiring owns listeners,
-// timeouts and the connection limit (ConnLimit).
+// serving every database of a service.Catalog; the server wiring owns
+// listeners, timeouts and the connection limit (ConnLimit). The database
+// itself (its store, role, write path and admission) is a
+// service.Database, shared with the memcached door: this package adds the
+// HTTP answers, codes and JSON.
 //
 // The protocol (endpoints, key escaping, answers, error codes, metrics) is
 // described once, for clients and operators, in docs/protocol.md ("HTTP
@@ -20,7 +23,7 @@
 //	watch.go      watch streams over the database's watch.Hub
 //	status.go, digest.go, usage.go, unread.go, tree.go, members.go
 //	              the other endpoints
-//	database.go   Database and Catalog: what the handler needs from the server
+//	catalog.go    what the handler may ask the catalog beyond its databases
 //	metrics.go    Metrics: the qs_http_* collectors, one per process (Config.Metrics)
 //
 // # Invariants

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -222,7 +223,7 @@ func TestErrorIntegrity(t *testing.T) {
 	}
 	st.Close()
 	st = corruptValue(t, dir, "bad", store.Options{})
-	db := &Database{Name: "db", Store: st}
+	db := &service.Database{Name: "db", Store: st}
 	srv := &env{t: t, st: st, db: db, h: New(Config{}, catalog{"db": db}, nil)}
 	srv.srv = httptest.NewServer(srv.h)
 	t.Cleanup(srv.srv.Close)

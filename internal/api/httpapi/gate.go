@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -14,7 +15,7 @@ import (
 // admits every write: the producer is nil and every step passes.
 
 // authenticate returns the producer presenting r's bearer token.
-func authenticate(d *Database, r *http.Request) (*gateway.Producer, error) {
+func authenticate(d *service.Database, r *http.Request) (*gateway.Producer, error) {
 	if d.Gate == nil {
 		return nil, nil
 	}
@@ -22,7 +23,7 @@ func authenticate(d *Database, r *http.Request) (*gateway.Producer, error) {
 }
 
 // authorize checks every op's key against the producer's prefixes.
-func authorize(d *Database, p *gateway.Producer, ops []wal.Op) error {
+func authorize(d *service.Database, p *gateway.Producer, ops []wal.Op) error {
 	if p == nil {
 		return nil
 	}

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/metrics"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 )
 
-// handler serves the API for the databases of a Catalog.
+// handler serves the API for the databases of a service.Catalog.
 type handler struct {
 	cfg Config
-	cat Catalog
+	cat service.Catalog
 	log *slog.Logger
 	mux *http.ServeMux
 	m   *Metrics
@@ -29,13 +30,13 @@ type handler struct {
 // dbHandler serves one request for a known database and returns the HTTP
 // status it answered with (for metrics). It writes the whole answer,
 // success or JSON error.
-type dbHandler func(w http.ResponseWriter, r *http.Request, d *Database) int
+type dbHandler func(w http.ResponseWriter, r *http.Request, d *service.Database) int
 
 // New returns the handler of the HTTP API for the databases of cat, with
 // GET /metrics and GET /healthz mounted too. Zero fields of cfg take their
 // defaults; New panics if cfg is invalid after that (validate configuration
 // when it is loaded, with Config.Validate). A nil log discards log records.
-func New(cfg Config, cat Catalog, log *slog.Logger) http.Handler {
+func New(cfg Config, cat service.Catalog, log *slog.Logger) http.Handler {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		panic(err)
@@ -99,7 +100,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The most frequent request skips the router and the connection's
 		// body deadline (it has no body); serveDB counts, bounds and
 		// recovers it as it does every routed request.
-		h.serveDB(w, r, routeGet, db, func(w http.ResponseWriter, r *http.Request, d *Database) int {
+		h.serveDB(w, r, routeGet, db, func(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 			return h.getKey(w, r, d, key)
 		})
 		return
@@ -178,7 +179,7 @@ func (h *handler) serveDB(w http.ResponseWriter, r *http.Request, rt route, name
 	h.m.secondsByRoute[rt].Observe(time.Since(start).Seconds())
 }
 
-func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *Database, rt route) (status int) {
+func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *service.Database, rt route) (status int) {
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -193,7 +194,7 @@ func (h *handler) call(fn dbHandler, w http.ResponseWriter, r *http.Request, d *
 
 // fail answers with the JSON error for err and returns the status. Server
 // errors are logged; client errors are only counted.
-func (h *handler) fail(w http.ResponseWriter, r *http.Request, d *Database, err error) int {
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, d *service.Database, err error) int {
 	code := classify(err)
 	if code.status() >= 500 {
 		lvl := slog.LevelWarn

@@ -12,14 +12,15 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// catalog is a Catalog backed by a map.
-type catalog map[string]*Database
+// catalog is a service.Catalog backed by a map.
+type catalog map[string]*service.Database
 
-func (c catalog) Database(name string) (*Database, bool) {
+func (c catalog) Database(name string) (*service.Database, bool) {
 	d, ok := c[name]
 	return d, ok
 }
@@ -52,11 +53,11 @@ func openStore(t testing.TB, o store.Options) *store.Store {
 type env struct {
 	t   testing.TB
 	st  *store.Store
-	db  *Database
+	db  *service.Database
 	srv *httptest.Server
 	h   http.Handler
 	m   *Metrics // the handler's
-	// writeErr is what db.CanWrite returns; tests switch it between requests.
+	// writeErr is what db.Refuse returns; tests switch it between requests.
 	writeErr atomic.Pointer[error]
 }
 
@@ -64,7 +65,7 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 	t.Helper()
 	st := openStore(t, o)
 	e := &env{t: t, st: st}
-	e.db = &Database{Name: "db", Node: "node-a", Store: st, CanWrite: func() error {
+	e.db = &service.Database{Name: "db", Node: "node-a", Store: st, Refuse: func() error {
 		if p := e.writeErr.Load(); p != nil {
 			return *p
 		}
@@ -80,7 +81,7 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 	return e
 }
 
-// setWriteErr makes CanWrite return err (nil: writable).
+// setWriteErr makes Refuse return err (nil: writable).
 func (e *env) setWriteErr(err error) {
 	if err == nil {
 		e.writeErr.Store(nil)

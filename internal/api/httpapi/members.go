@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -24,7 +25,7 @@ type memberRequest struct {
 	Addr string `json:"addr"`
 }
 
-func (h *handler) addMember(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) addMember(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if err := h.checkMembers(r, d); err != nil {
 		return h.fail(w, r, d, err)
 	}
@@ -45,7 +46,7 @@ func (h *handler) addMember(w http.ResponseWriter, r *http.Request, d *Database)
 	return h.members(w, d)
 }
 
-func (h *handler) removeMember(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) removeMember(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if err := h.checkMembers(r, d); err != nil {
 		return h.fail(w, r, d, err)
 	}
@@ -59,7 +60,7 @@ func (h *handler) removeMember(w http.ResponseWriter, r *http.Request, d *Databa
 	return h.members(w, d)
 }
 
-func (h *handler) checkMembers(r *http.Request, d *Database) error {
+func (h *handler) checkMembers(r *http.Request, d *service.Database) error {
 	if d.Members == nil {
 		return errorf(codeBadRequest, "qs: database %s is not a replicated (raft) root", d.Name)
 	}
@@ -72,7 +73,7 @@ func (h *handler) checkMembers(r *http.Request, d *Database) error {
 	return authorize(d, p, []wal.Op{{Type: wal.OpDelete, Key: []byte{}}})
 }
 
-func (h *handler) members(w http.ResponseWriter, d *Database) int {
+func (h *handler) members(w http.ResponseWriter, d *service.Database) int {
 	out := map[string]any{}
 	if d.Status != nil {
 		out["members"] = d.Status()["members"]

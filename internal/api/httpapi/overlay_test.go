@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/quicksilver-kv/qs/internal/service"
 )
 
 // overlayCatalog is a catalog whose node is (or is not) a gossip member.
@@ -20,7 +22,7 @@ func (c overlayCatalog) Members() (any, bool) { return c.list, c.member }
 // 404 not_found with a clear message when it is not, or when the catalog
 // knows of no overlay at all; other methods 405.
 func TestOverlayMembersEndpoint(t *testing.T) {
-	get := func(cat Catalog, method string) *httptest.ResponseRecorder {
+	get := func(cat service.Catalog, method string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		New(Config{}, cat, nil).ServeHTTP(w, httptest.NewRequest(method, "/v1/members", nil))
 		return w
@@ -33,7 +35,7 @@ func TestOverlayMembersEndpoint(t *testing.T) {
 	if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &out) != nil || out.Self != "a" || len(out.Members) != 1 {
 		t.Fatalf("member: %d %s", w.Code, w.Body)
 	}
-	for name, cat := range map[string]Catalog{"not a member": overlayCatalog{}, "no overlay": catalog{}} {
+	for name, cat := range map[string]service.Catalog{"not a member": overlayCatalog{}, "no overlay": catalog{}} {
 		w := get(cat, http.MethodGet)
 		var e struct {
 			Error struct {

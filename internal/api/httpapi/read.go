@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -24,12 +25,12 @@ var errEmptyKey = errorf(codeBadRequest, "qs: empty key")
 
 // get serves GET /v1/{db}/keys/{key...}: the raw value, with the index that
 // wrote it and the index the read was served at in headers.
-func (h *handler) get(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) get(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	return h.getKey(w, r, d, r.PathValue("key"))
 }
 
 // getKey answers a GET of key, named by the request's path.
-func (h *handler) getKey(w http.ResponseWriter, r *http.Request, d *Database, key string) int {
+func (h *handler) getKey(w http.ResponseWriter, r *http.Request, d *service.Database, key string) int {
 	if key == "" {
 		return h.fail(w, r, d, errEmptyKey)
 	}
@@ -102,7 +103,7 @@ func setValueHeaders(h http.Header, n int, index, applied uint64) {
 // awaitParams reads min_index and timeout from q and waits for the index.
 // It returns 0 when the read may go on, or the status of the error answer
 // it sent.
-func (h *handler) awaitParams(w http.ResponseWriter, r *http.Request, d *Database, q url.Values) int {
+func (h *handler) awaitParams(w http.ResponseWriter, r *http.Request, d *service.Database, q url.Values) int {
 	var minIndex uint64
 	if v, ok := q["min_index"]; ok {
 		n, err := strconv.ParseUint(v[0], 10, 64)
@@ -126,7 +127,7 @@ func (h *handler) awaitParams(w http.ResponseWriter, r *http.Request, d *Databas
 // across nodes. It returns 0 when the read may go on, or the status of the
 // error answer it sent: 504 timeout with the applied index in the
 // Qs-Applied-Index header and the body.
-func (h *handler) await(w http.ResponseWriter, r *http.Request, d *Database, minIndex uint64, wait time.Duration) int {
+func (h *handler) await(w http.ResponseWriter, r *http.Request, d *service.Database, minIndex uint64, wait time.Duration) int {
 	if d.Store.AppliedIndex() >= minIndex {
 		return 0
 	}
@@ -152,7 +153,7 @@ var errPageFull = errors.New("page full")
 
 // scan serves GET /v1/{db}/keys?prefix=P&start=K&limit=L: one page of keys
 // with prefix, from the first key ≥ start, in key order.
-func (h *handler) scan(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) scan(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	var prefix, start string
 	limit := h.cfg.DefaultScanLimit
 	if r.URL.RawQuery != "" {
@@ -253,7 +254,7 @@ type mgetRequest struct {
 
 // mget serves POST /v1/{db}/mget: the values of several keys, read at one
 // index. Absent keys are left out of the answer.
-func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) mget(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	var q url.Values
 	if r.URL.RawQuery != "" {
 		var err error

@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/quicksilver-kv/qs/internal/service"
 )
 
 // status serves GET /v1/{db}/status: the store's position and counters,
-// with the fields of Database.Status added. Database.Status may set "role";
-// its other fields never replace the store's.
-func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) int {
+// with the fields of service.Database.RoleStatus added. Its "role" stays; its
+// other fields never replace the store's.
+func (h *handler) status(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return h.fail(w, r, d, err)
@@ -35,22 +37,13 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request, d *Database) in
 }
 
 // statusOf is the document of GET /v1/{db}/status.
-func statusOf(d *Database) (map[string]any, error) {
+func statusOf(d *service.Database) (map[string]any, error) {
 	s := d.Store
 	st, err := s.Stats()
 	if err != nil {
 		return nil, err
 	}
-	role := "root"
-	if checkWritable(d) != nil {
-		role = "replica"
-	}
-	out := map[string]any{"role": role}
-	if d.Status != nil {
-		for k, v := range d.Status() {
-			out[k] = v
-		}
-	}
+	out := d.RoleStatus()
 	applied := s.AppliedIndex()
 	var appliedTime any // null until the first entry
 	if t := s.AppliedTime(); !t.IsZero() {

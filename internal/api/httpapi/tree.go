@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/tree"
 )
@@ -22,7 +23,7 @@ type TreeDoc struct {
 	Size int `json:"size"`
 }
 
-func treeOf(d *Database) TreeDoc {
+func treeOf(d *service.Database) TreeDoc {
 	var n tree.Node
 	if d.Tree != nil {
 		n = d.Tree()
@@ -33,7 +34,7 @@ func treeOf(d *Database) TreeDoc {
 }
 
 // tree serves GET /v1/{db}/tree.
-func (h *handler) tree(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) tree(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return h.fail(w, r, d, err)

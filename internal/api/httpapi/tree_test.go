@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/keyuse"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/tree"
@@ -49,7 +50,7 @@ func TestNodeEndpointAndPage(t *testing.T) {
 	h := statuspage.NewHistory()
 	h.Add(statuspage.Point{T: 1000, AppliedIndex: 1})
 	h.Add(statuspage.Point{T: 3000, AppliedIndex: 5, LagSeconds: 0.25})
-	db := &Database{Name: "db", Node: "node-a", Store: st, CanWrite: func() error { return nil }, History: h}
+	db := &service.Database{Name: "db", Node: "node-a", Store: st, Refuse: func() error { return nil }, History: h}
 	srv := httptest.NewServer(New(Config{}, listed{catalog{"db": db}}, nil))
 	t.Cleanup(srv.Close)
 
@@ -210,7 +211,7 @@ func BenchmarkGetSampled(b *testing.B) {
 	}
 	for _, rate := range []int{0, keyuse.DefaultRate, 1} {
 		name := "off"
-		db := &Database{Name: "db", Store: st}
+		db := &service.Database{Name: "db", Store: st}
 		if rate > 0 {
 			db.Reads, _ = keyuse.NewSampler(rate)
 			name = "rate=" + strconv.Itoa(rate)

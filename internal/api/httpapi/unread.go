@@ -10,6 +10,7 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/gateway"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
@@ -24,7 +25,7 @@ const (
 // per producer and prefix, the keys with no sampled read within the
 // window (default 24h, at most keyuse.Retention), listing at most limit
 // keys per prefix (default 100, at most 10000).
-func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *Database, q url.Values) int {
+func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *service.Database, q url.Values) int {
 	if v := q.Get("unread"); v != "true" {
 		return h.fail(w, r, d, errorf(codeBadRequest, "qs: unread=%q: window and limit go with unread=true", v))
 	}
@@ -67,10 +68,7 @@ func (h *handler) unread(w http.ResponseWriter, r *http.Request, d *Database, q 
 
 // rootHint is " at http://ROOT" when d is a replica that knows the HTTP
 // address of its root (its CanWrite refusal names it), else "".
-func rootHint(d *Database) string {
-	if d.CanWrite == nil {
-		return ""
-	}
+func rootHint(d *service.Database) string {
 	var nr *store.NotRootError
 	if err := d.CanWrite(); !errors.As(err, &nr) || len(nr.Root) == 0 {
 		return ""

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/quicksilver-kv/qs/internal/service"
 )
 
 // usage serves GET /v1/{db}/usage[?producer=NAME]: the keys and bytes
 // stored under each producer's prefixes (gateway.Gateway.Usage), read at
 // one index. It costs a pass over the value records under every prefix
 // reported: an operator's tool, not a request for every page view.
-func (h *handler) usage(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) usage(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	var producer string
 	if r.URL.RawQuery != "" {
 		q, err := parseQuery(r.URL.RawQuery, "producer", "unread", "window", "limit")

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/watch"
 )
@@ -51,7 +52,7 @@ func (h *handler) watchRoute(w http.ResponseWriter, r *http.Request) {
 // watch serves GET /v1/{db}/watch?prefix=P&from_index=N: the changes under
 // P after index N as newline-delimited JSON, with progress lines while
 // idle, until the client goes away or the hub stops.
-func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) watch(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	var prefix string
 	from := d.Store.AppliedIndex()
 	if r.URL.RawQuery != "" {

@@ -3,27 +3,27 @@ package httpapi
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
 // put serves PUT /v1/{db}/keys/{key...}: the body is the new value.
-func (h *handler) put(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) put(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	return h.writeKey(w, r, d, wal.OpSet)
 }
 
 // delete serves DELETE /v1/{db}/keys/{key...}. Deleting an absent key is
 // not an error: it answers 200 with "changed": false.
-func (h *handler) delete(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) delete(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	return h.writeKey(w, r, d, wal.OpDelete)
 }
 
-func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, op wal.OpType) int {
+func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *service.Database, op wal.OpType) int {
 	key := r.PathValue("key")
 	if key == "" {
 		return h.fail(w, r, d, errEmptyKey)
@@ -54,7 +54,7 @@ func (h *handler) writeKey(w http.ResponseWriter, r *http.Request, d *Database, 
 	if err != nil {
 		return h.fail(w, r, d, err)
 	}
-	if err := checkWritable(d); err != nil {
+	if err := d.CanWrite(); err != nil {
 		return h.fail(w, r, d, err)
 	}
 	b := store.Batch{Ops: []wal.Op{{Type: op, Key: []byte(key), Flags: flags, Expires: expires}}, Conds: conds}
@@ -100,13 +100,13 @@ func flagsHeader(r *http.Request, op wal.OpType) (uint32, error) {
 
 // batch serves POST /v1/{db}/batch: several operations applied atomically,
 // under optional compare-and-swap conditions.
-func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *Database) int {
+func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *service.Database) int {
 	if r.URL.RawQuery != "" {
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return h.fail(w, r, d, err)
 		}
 	}
-	if err := checkWritable(d); err != nil {
+	if err := d.CanWrite(); err != nil {
 		return h.fail(w, r, d, err)
 	}
 	p, err := authenticate(d, r)
@@ -133,7 +133,7 @@ func (h *handler) batch(w http.ResponseWriter, r *http.Request, d *Database) int
 // commit writes b and answers {"index":N,"changed":bool} once it is
 // durable, with "duplicate":true when the request's Idempotency-Key was
 // seen before (nothing applied; the first attempt's outcome).
-func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *Database, b store.Batch) int {
+func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *service.Database, b store.Batch) int {
 	if k := r.Header["Idempotency-Key"]; len(k) > 0 {
 		if len(k) > 1 || k[0] == "" || len(k[0]) > store.MaxBatchIDBytes {
 			return h.fail(w, r, d, errorf(codeBadRequest, "qs: Idempotency-Key must be one value of 1 to %d bytes", store.MaxBatchIDBytes))
@@ -158,23 +158,6 @@ func (h *handler) commit(w http.ResponseWriter, r *http.Request, d *Database, b 
 	hd["Content-Length"] = []string{strconv.Itoa(len(buf))}
 	w.Write(buf)
 	return http.StatusOK
-}
-
-// checkWritable asks the database whether this node takes its writes. A
-// nil CanWrite means it does. A refusal is reported as not_root unless the
-// error says something more precise (a closed store, say).
-func checkWritable(d *Database) error {
-	if d.CanWrite == nil {
-		return nil
-	}
-	err := d.CanWrite()
-	if err == nil {
-		return nil
-	}
-	if classify(err) == codeInternal {
-		return fmt.Errorf("%w: %w", store.ErrNotRoot, err)
-	}
-	return err
 }
 
 // preallocMax bounds the buffer allocated up front from a Content-Length,

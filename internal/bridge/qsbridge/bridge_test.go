@@ -20,6 +20,7 @@ import (
 	"github.com/quicksilver-kv/qs/internal/api/httpapi"
 	"github.com/quicksilver-kv/qs/internal/bridge"
 	"github.com/quicksilver-kv/qs/internal/repl"
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -57,9 +58,9 @@ func serveRepl(t *testing.T, st *store.Store) string {
 	return ln.Addr().String()
 }
 
-type catalog map[string]*httpapi.Database
+type catalog map[string]*service.Database
 
-func (c catalog) Database(name string) (*httpapi.Database, bool) {
+func (c catalog) Database(name string) (*service.Database, bool) {
 	d, ok := c[name]
 	return d, ok
 }
@@ -67,7 +68,7 @@ func (c catalog) Database(name string) (*httpapi.Database, bool) {
 // serveTarget serves st over HTTP, bridged when bridged is set.
 func serveTarget(t *testing.T, st *store.Store, bridged bool) string {
 	t.Helper()
-	d := &httpapi.Database{Name: st.Name(), Store: st}
+	d := &service.Database{Name: st.Name(), Store: st}
 	if bridged {
 		d.Bridge = st.Apply
 	}
