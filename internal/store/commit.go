@@ -6,7 +6,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -18,36 +17,20 @@ type committer struct {
 	log   logRecord
 	stats statsRecord
 
-	// per group
-	batch *pebble.Batch
-	it    *pebble.Iterator // lookups of committed state, per group
-	// inLog holds the value records to write once the group's block is
-	// finished: in-log records if it is stored uncompressed, inline ones
-	// otherwise. A later op on the same key in the group removes its entry.
-	inLog      map[string]pendingValue
-	offs       []int
-	overlay    map[string]*keyState
-	blk        wal.BlockBuilder
-	blockFirst uint64
-	entries    int
-	buf, kbuf  []byte
-	sumBuf     []byte // a block summary (summary.go)
+	// g is the group's scratch state, reset by every group (groupblock.go).
+	g groupPending
+	// Retention (retire.go, log.go, summary.go):
 	// blocks dropped from the log by retention, by what was read
 	droppedBySummary, droppedByBlock *counter
 	// when retention last ran (Options.Elapsed), if it has
 	lastGC time.Duration
 	gcRan  bool
-	// ids are the outcomes of the group's batches with an ID.
-	ids          map[string]batchOutcome
-	lastIDExpiry time.Time
-	// Retired log blocks (retire.go): the totals, and the blocks the
-	// group's ops counted down.
+	// Retired log blocks (retire.go): the totals.
 	retired      retiredTotals
 	retiredDirty bool
-	touched      map[uint64]*retiredState
 	rm           *retiredMetrics
-	hrefs        map[histRefKey]histRefState // history versions into log blocks the group changed
-	lkey         []byte                      // a key buffer of retire.go
+	lkey         []byte // a key buffer of retire.go
+	lastIDExpiry time.Time
 
 	// eval turns commands into entries (evaluate.go); place keeps the
 	// values of applied sets as the node's role does (placement.go).
@@ -74,20 +57,14 @@ type committer struct {
 	pxDirty     bool
 	windowFloor uint64 // values written at or below it are stored remote
 
-	// Log segments (segment.go): whether the group appended its block to
-	// a segment; the block a replay at open applies again.
-	appended  bool
+	// Replay at open (segstore.go): the block a replay applies again.
 	replay    *blockRef
 	replayEnd int64                   // after the replayed block's frames
 	replayIDs map[string]batchOutcome // the replayed group's outcomes
-	idsBuf    []byte
-	// The group's changes of what points into each segment.
-	segDelta   map[uint64]segUse
-	logDropped int64 // log bytes retention dropped in this group
 }
 
 func newCommitter(s *Store) (*committer, error) {
-	c := &committer{s: s, overlay: map[string]*keyState{}, inLog: map[string]pendingValue{}}
+	c := &committer{s: s, g: newGroupPending()}
 	c.eval = evaluator{idempotencyWindow: s.opts.IdempotencyWindow.Nanoseconds()}
 	c.place = placementOf(s)
 	var err error
@@ -129,7 +106,6 @@ func newCommitter(s *Store) (*committer, error) {
 	if err := c.loadProxy(); err != nil {
 		return nil, err
 	}
-	c.segDelta = map[uint64]segUse{}
 	return c, nil
 }
 
@@ -138,30 +114,16 @@ func (c *committer) commit(group []*request) {
 	start := time.Now()
 	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
 	baseHist, basePx := c.hist, c.pstats
-	c.histDirty, c.pxDirty, c.logDropped = false, false, 0
-	c.batch = s.db.NewBatch()
-	defer func() {
-		c.batch.Close()
-		c.batch = nil
-		if c.it != nil {
-			c.it.Close()
-			c.it = nil
-		}
-	}()
-	clear(c.overlay)
-	clear(c.inLog)
-	clear(c.ids)
+	c.histDirty, c.pxDirty = false, false
+	c.g.begin(s.db.NewBatch())
+	defer c.g.end()
 	if c.replay != nil && len(c.replayIDs) > 0 {
-		if c.ids == nil {
-			c.ids = map[string]batchOutcome{}
+		if c.g.ids == nil {
+			c.g.ids = map[string]batchOutcome{}
 		}
-		maps.Copy(c.ids, c.replayIDs)
+		maps.Copy(c.g.ids, c.replayIDs)
 	}
-	clear(c.touched)
-	clear(c.hrefs)
 	c.retiredDirty = false
-	c.blk.Reset()
-	c.entries = 0
 
 	// A block being replayed is durable already: the space it needs is
 	// taken.
@@ -181,8 +143,6 @@ func (c *committer) commit(group []*request) {
 	// durability rules cover, and so do a proxy's (whose blocks retention
 	// drops within its window).
 	segmented := s.segs != nil && c.place.segmented() && !s.opts.blocksInPebble && c.needsSync(group)
-	c.appended = false
-	clear(c.segDelta)
 
 	var groupErr error
 	segmentFull := false // a log segment got ENOSPC (see enterDiskFull)
@@ -207,23 +167,23 @@ func (c *committer) commit(group []*request) {
 			break
 		}
 	}
-	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty || len(c.segDelta) > 0) {
+	if groupErr == nil && (c.g.blk.Len() > 0 || len(c.g.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty || len(c.g.segDelta) > 0) {
 		if c.raftIndex != baseRaft {
-			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
+			c.g.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
 		var blkLen int
 		var uncompressed bool
-		if c.blk.Len() > 0 {
+		if c.g.blk.Len() > 0 {
 			var err error
 			if blkLen, uncompressed, err = c.setBlock(segmented); err != nil {
 				groupErr = classifyCommitError(err)
 				segmentFull = segmented && errors.Is(groupErr, ErrDiskFull)
 			}
 		}
-		if groupErr == nil && c.blk.Len() > 0 {
-			c.sumBuf = c.encodeSummary(c.sumBuf, blkLen, uncompressed)
-			c.batch.Set(summaryKey(c.blockFirst), c.sumBuf, nil)
-			c.writeInLogRecords(uncompressed)
+		if groupErr == nil && c.g.blk.Len() > 0 {
+			c.g.sumBuf = c.encodeSummary(c.g.sumBuf, blkLen, uncompressed)
+			c.g.batch.Set(summaryKey(c.g.blockFirst), c.g.sumBuf, nil)
+			c.g.writeInLogRecords(uncompressed)
 			c.log.bytes += int64(blkLen + 9)
 			s.m.logBlockBytes.Observe(float64(blkLen))
 			if err := c.gcHistory(); err != nil {
@@ -236,13 +196,13 @@ func (c *committer) commit(group []*request) {
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
 			}
-			c.logDropped = logBytes - c.log.bytes
-			c.batch.Set(metaApplied, c.last.encode(), nil)
-			c.batch.Set(metaLog, c.log.encode(), nil)
-			c.batch.Set(metaStats, c.stats.encode(), nil)
+			c.g.logDropped = logBytes - c.log.bytes
+			c.g.batch.Set(metaApplied, c.last.encode(), nil)
+			c.g.batch.Set(metaLog, c.log.encode(), nil)
+			c.g.batch.Set(metaStats, c.stats.encode(), nil)
 		}
 		if c.retiredDirty { // retention, or a segment's compaction
-			c.batch.Set(metaRetired, c.retired.encode(), nil)
+			c.g.batch.Set(metaRetired, c.retired.encode(), nil)
 		}
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
@@ -254,14 +214,14 @@ func (c *committer) commit(group []*request) {
 			groupErr = fmt.Errorf("%w: segment use: %v", ErrWriteFailed, err)
 		}
 		syncStart := time.Now()
-		if groupErr == nil && c.appended {
+		if groupErr == nil && c.g.appended {
 			// The durability point: Pebble's batch follows, unsynced.
 			if err := s.segs.sync(); err != nil {
 				groupErr = classifyCommitError(err)
 			}
 		}
 		if groupErr == nil {
-			if err := s.engineWrite(func() error { return c.batch.Commit(c.writeOptions(group)) }); err != nil {
+			if err := s.engineWrite(func() error { return c.g.batch.Commit(c.writeOptions(group)) }); err != nil {
 				groupErr = classifyCommitError(err)
 			}
 		}
@@ -270,7 +230,7 @@ func (c *committer) commit(group []*request) {
 	if segmented {
 		if groupErr != nil {
 			s.segs.fail() // abandons the group's frames, if it appended any
-		} else if c.appended {
+		} else if c.g.appended {
 			s.segs.done()
 		}
 	}
@@ -295,9 +255,9 @@ func (c *committer) commit(group []*request) {
 		c.rm.bytes.Set(float64(c.retired.bytes))
 	}
 	if groupErr == nil && c.last.index != base.index {
-		s.cache.invalidate(c.overlay, c.last.index)
+		s.cache.invalidate(c.g.overlay, c.last.index)
 		s.publish(c.last)
-		s.m.entries.Add(float64(c.entries))
+		s.m.entries.Add(float64(c.g.entries))
 		s.m.commits.Inc()
 		s.m.logBytes.Set(float64(c.log.bytes))
 		s.m.logEntries.Set(float64(c.last.index - c.log.first + 1))
@@ -351,20 +311,20 @@ func (c *committer) prepareApply(r *request) error {
 // append adds e to the group's block and its ops to the batch. With seal,
 // the entry's hash is computed here (root); otherwise it was verified.
 func (c *committer) append(e *wal.Entry, seal bool) error {
-	if c.blk.Len() == 0 {
-		c.blockFirst = e.Index
+	if c.g.blk.Len() == 0 {
+		c.g.blockFirst = e.Index
 	}
 	// The body is encoded into the block itself and hashed there: each
 	// value is copied once, from the request to the block.
-	at := c.blk.AddEntry(e, c.last.hash, seal)
+	at := c.g.blk.AddEntry(e, c.last.hash, seal)
 	c.entryTime = e.Time
-	c.offs = e.ValueOffsets(c.offs[:0])
+	c.g.offs = e.ValueOffsets(c.g.offs[:0])
 	for i, op := range e.Ops {
-		if err := c.applyOp(op, e.Index, at+c.offs[i]); err != nil {
+		if err := c.applyOp(op, e.Index, at+c.g.offs[i]); err != nil {
 			return err
 		}
 	}
 	c.last = appliedRecord{index: e.Index, hash: e.Hash, time: e.Time}
-	c.entries++
+	c.g.entries++
 	return nil
 }

@@ -138,7 +138,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 		r := ks.logRec
 		c.hbuf = encodeInLog(c.hbuf, r.index, ks.attrs, r.block, r.offset, r.valueLen, r.valueCRC)
 		valueLen = r.valueLen
-		c.noteHistRef(key, *r, until)
+		c.g.noteHistRef(key, *r, until)
 		c.rm.historyRefs.Inc()
 	} else {
 		old, lost, err := c.oldValue(key, ks)
@@ -152,7 +152,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 			valueLen = len(old)
 		}
 	}
-	c.batch.Set(c.hkey, c.hbuf, nil)
+	c.g.batch.Set(c.hkey, c.hbuf, nil)
 	size := historySize(len(c.hkey), valueLen)
 	c.tkey = histTimeKey(c.tkey, until, key)
 	c.tval = binary.BigEndian.AppendUint64(c.tval[:0], uint64(c.entryTime))
@@ -161,7 +161,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 		c.tval = binary.AppendUvarint(c.tval, ks.logRec.block)
 		c.tval = binary.AppendUvarint(c.tval, ks.logRec.index)
 	}
-	c.batch.Set(c.tkey, c.tval, nil)
+	c.g.batch.Set(c.tkey, c.tval, nil)
 	c.hist.bytes += int64(size + len(c.tkey) + len(c.tval))
 	c.hist.entries++
 	c.histDirty = true
@@ -253,29 +253,29 @@ func (c *committer) gcHistory() error {
 			return err
 		}
 		until, key, kok := parseHistTimeKey(k)
-		g, vok := parseHistGC(v)
+		gc, vok := parseHistGC(v)
 		if !kok || !vok {
 			// Unusable GC entry: drop it; its version (if any) stays
 			// until the key's next versions, which is harmless.
 			c.s.m.integrityErrors.WithLabelValues("history_gc").Inc()
-			c.batch.Delete(k, nil)
+			c.g.batch.Delete(k, nil)
 			continue
 		}
-		t, size := g.time, g.size
+		t, size := gc.time, gc.size
 		if t >= cutoff && !over() {
 			break
 		}
 		c.hkey = histVersionKey(c.hkey, key, until)
-		if g.inLog {
+		if gc.inLog {
 			// Its block loses a reference (if the block was dropped
 			// since, the version was copied out and there is no count).
-			c.noteHistGone(key, g.index)
-			if err := c.countDown(g.block, int64(size)-int64(len(c.hkey)+recHeader)); err != nil {
+			c.g.noteHistGone(key, gc.index)
+			if err := c.countDown(gc.block, int64(size)-int64(len(c.hkey)+recHeader)); err != nil {
 				return err
 			}
 		}
-		c.batch.Delete(c.hkey, nil)
-		c.batch.Delete(k, nil)
+		c.g.batch.Delete(c.hkey, nil)
+		c.g.batch.Delete(k, nil)
 		c.hist.bytes -= int64(size) + int64(len(k)+len(v))
 		c.hist.entries--
 		c.hist.horizon = max(c.hist.horizon, until)

@@ -154,7 +154,7 @@ func (s *Store) readLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 // deleted the key (its new record is in the batch). A key the group only
 // read (a condition, an identical rewrite) keeps its stored record.
 func (c *committer) pointsInto(key []byte, blockFirst uint64) bool {
-	ks, ok := c.overlay[string(key)]
+	ks, ok := c.g.overlay[string(key)]
 	return !ok || (ks.logRec != nil && ks.logRec.block == blockFirst)
 }
 
@@ -180,7 +180,7 @@ func (c *committer) truncateLog() error {
 		return nil
 	}
 	c.gcRan, c.lastGC = true, elapsed
-	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.blockFirst)})
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.g.blockFirst)})
 	if err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (c *committer) truncateLog() error {
 			break
 		}
 		if present {
-			c.batch.Delete(summaryKey(blockFirst), nil)
+			c.g.batch.Delete(summaryKey(blockFirst), nil)
 		}
 		if usable {
 			bySummary++

@@ -48,10 +48,10 @@ func (fullPlacement) applying(*committer, uint64) {}
 func (fullPlacement) set(c *committer, op wal.Op, index uint64, valueOff int, _ *keyState) (int, bool) {
 	switch {
 	case len(op.Value) >= minInLogBytes && len(op.Value) <= c.s.opts.ChunkBytes:
-		c.inLog[string(op.Key)] = pendingValue{index: index, attrs: attrsOf(op), offset: valueOff, value: op.Value}
+		c.g.inLog[string(op.Key)] = pendingValue{index: index, attrs: attrsOf(op), offset: valueOff, value: op.Value}
 	case len(op.Value) <= c.s.opts.ChunkBytes:
-		c.buf = encodeInline(c.buf, index, attrsOf(op), op.Value)
-		c.batch.Set(c.kbuf, c.buf, nil)
+		c.g.buf = encodeInline(c.g.buf, index, attrsOf(op), op.Value)
+		c.g.batch.Set(c.g.kbuf, c.g.buf, nil)
 	default:
 		return c.writeValue(op.Key, index, attrsOf(op), op.Value), false
 	}

@@ -353,8 +353,8 @@ func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int,
 	c.proxyForget(ks)
 	if index <= c.windowFloor {
 		d := ValueDigestOf(op.Value)
-		c.buf = encodeRemote(c.buf, index, attrsOf(op), len(op.Value), crc(op.Value), &d)
-		c.batch.Set(c.kbuf, c.buf, nil)
+		c.g.buf = encodeRemote(c.g.buf, index, attrsOf(op), len(op.Value), crc(op.Value), &d)
+		c.g.batch.Set(c.g.kbuf, c.g.buf, nil)
 		return 0, true
 	}
 	c.pstats.values++
@@ -388,7 +388,7 @@ func (c *committer) prepareCache(r *request) error {
 			ch.stale++
 			continue
 		}
-		c.kbuf = dataKey(c.kbuf, a.key)
+		c.g.kbuf = dataKey(c.g.kbuf, a.key)
 		n := c.writeValue(a.key, a.index, ks.attrs, a.value)
 		*ks = keyState{exists: true, index: a.index, attrs: ks.attrs, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
 		c.pstats.values++
@@ -416,11 +416,11 @@ func (c *committer) prepareCache(r *request) error {
 		if err := c.release(ks); err != nil {
 			return err
 		}
-		c.kbuf = dataKey(c.kbuf, e.key)
-		c.buf = encodeRemote(c.buf, ks.index, ks.attrs, ks.valueLen, sum, digest)
-		c.batch.Set(c.kbuf, c.buf, nil)
+		c.g.kbuf = dataKey(c.g.kbuf, e.key)
+		c.g.buf = encodeRemote(c.g.buf, ks.index, ks.attrs, ks.valueLen, sum, digest)
+		c.g.batch.Set(c.g.kbuf, c.g.buf, nil)
 		for i := 0; i < ks.chunks; i++ {
-			c.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
+			c.g.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
 		}
 		c.proxyForget(ks)
 		*ks = keyState{exists: true, index: ks.index, attrs: ks.attrs, valueLen: ks.valueLen, valueCRC: sum, remote: true}
@@ -438,19 +438,19 @@ func (c *committer) prepareCache(r *request) error {
 // counted down in a group that wrote no entry (groups with entries settle
 // them with their block).
 func (c *committer) writeRoleMeta() error {
-	if c.blk.Len() == 0 && len(c.touched) > 0 {
+	if c.g.blk.Len() == 0 && len(c.g.touched) > 0 {
 		if err := c.settleRetired(); err != nil {
 			return err
 		}
 		if c.retiredDirty {
-			c.batch.Set(metaRetired, c.retired.encode(), nil)
+			c.g.batch.Set(metaRetired, c.retired.encode(), nil)
 		}
 	}
 	if c.histDirty {
-		c.batch.Set(metaHistory, c.hist.encode(), nil)
+		c.g.batch.Set(metaHistory, c.hist.encode(), nil)
 	}
 	if c.pxDirty {
-		c.batch.Set(metaProxy, c.pstats.encode(), nil)
+		c.g.batch.Set(metaProxy, c.pstats.encode(), nil)
 	}
 	return nil
 }
@@ -532,7 +532,7 @@ func (s *Store) reconcileRole(applied uint64) error {
 // keeper when the cache is over budget.
 func (c *committer) publishProxy() {
 	m := c.s.m
-	c.px.logDropped.Add(c.logDropped)
+	c.px.logDropped.Add(c.g.logDropped)
 	c.px.cachedValues.Store(c.pstats.values)
 	c.px.cachedBytes.Store(c.pstats.bytes)
 	m.pxCachedValues.Set(float64(c.pstats.values))

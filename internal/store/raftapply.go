@@ -37,7 +37,7 @@ var metaRaft = []byte("mraft")
 
 // writeOptions is the durability of the group's batch.
 func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
-	if c.needsSync(group) && !c.appended && c.replay == nil {
+	if c.needsSync(group) && !c.g.appended && c.replay == nil {
 		return pebble.Sync
 	}
 	// A group whose block went to a synced log segment, or that is

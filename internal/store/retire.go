@@ -198,7 +198,7 @@ func (c *committer) historyAt(key []byte, blockFirst, index uint64) (liveRef, bo
 	if !c.hist.enabled {
 		return liveRef{}, false, nil
 	}
-	if st, ok := c.hrefs[histRefKey{string(key), index}]; ok {
+	if st, ok := c.g.hrefs[histRefKey{string(key), index}]; ok {
 		live := !st.gone && st.rec.block == blockFirst
 		return liveRef{rec: st.rec, hist: true, until: st.until}, live, nil
 	}
@@ -241,23 +241,6 @@ type histRefState struct {
 	gone  bool
 }
 
-// noteHistRef notes a version the group records as a reference (rec).
-func (c *committer) noteHistRef(key []byte, rec record, until uint64) {
-	if c.hrefs == nil {
-		c.hrefs = map[histRefKey]histRefState{}
-	}
-	c.hrefs[histRefKey{string(key), rec.index}] = histRefState{rec: rec, until: until}
-}
-
-// noteHistGone notes that the group removes (or copies out) the version
-// of key written at index.
-func (c *committer) noteHistGone(key []byte, index uint64) {
-	if c.hrefs == nil {
-		c.hrefs = map[histRefKey]histRefState{}
-	}
-	c.hrefs[histRefKey{string(key), index}] = histRefState{gone: true}
-}
-
 // liveRecord counts the live values of a block.
 func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, error) {
 	r := retiredRecord{blockBytes: int64(len(blk))}
@@ -275,14 +258,14 @@ func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, er
 // (historySize).
 func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 	return c.forEachLiveValue(blockFirst, blk, func(key []byte, ref liveRef, value []byte) {
-		c.buf = encodeInline(c.buf, ref.rec.index, ref.rec.attrs, value)
+		c.g.buf = encodeInline(c.g.buf, ref.rec.index, ref.rec.attrs, value)
 		if ref.hist {
 			c.lkey = histVersionKey(c.lkey, key, ref.until)
-			c.noteHistGone(key, ref.rec.index)
+			c.g.noteHistGone(key, ref.rec.index)
 		} else {
 			c.lkey = dataKey(c.lkey, key)
 		}
-		c.batch.Set(c.lkey, c.buf, nil)
+		c.g.batch.Set(c.lkey, c.g.buf, nil)
 		c.s.m.materialized.Inc()
 	})
 }
@@ -329,7 +312,7 @@ func (c *committer) readBlock(b uint64) ([]byte, error) {
 
 // retire keeps a block leaving the log as the home of its live values.
 func (c *committer) retire(blockFirst uint64, r retiredRecord) {
-	c.batch.Set(retiredKey(blockFirst), r.encode(), nil)
+	c.g.batch.Set(retiredKey(blockFirst), r.encode(), nil)
 	c.retired.blocks++
 	c.retired.bytes += r.blockBytes
 	c.retiredDirty = true
@@ -365,7 +348,7 @@ func (c *committer) countDown(b uint64, n int64) error {
 // touch returns the group's state of retired block b, loading its record
 // the first time; settleRetired writes or frees the blocks touched.
 func (c *committer) touch(b uint64) (*retiredState, error) {
-	st := c.touched[b]
+	st := c.g.touched[b]
 	if st == nil {
 		st = &retiredState{}
 		v, err := c.s.getMeta(retiredKey(b))
@@ -381,10 +364,10 @@ func (c *committer) touch(b uint64) (*retiredState, error) {
 			}
 			st.ok = true
 		}
-		if c.touched == nil {
-			c.touched = map[uint64]*retiredState{}
+		if c.g.touched == nil {
+			c.g.touched = map[uint64]*retiredState{}
 		}
-		c.touched[b] = st
+		c.g.touched[b] = st
 	}
 	return st, nil
 }
@@ -403,16 +386,16 @@ func (c *committer) settleRetired() error {
 	}
 	c.s.sparseRetired = nil
 	var errs []error
-	for b, st := range c.touched {
+	for b, st := range c.g.touched {
 		if !st.ok {
 			continue
 		}
 		if st.rec.live > 0 && !st.rec.sparse() {
-			c.batch.Set(retiredKey(b), st.rec.encode(), nil)
+			c.g.batch.Set(retiredKey(b), st.rec.encode(), nil)
 			continue
 		}
 		if err := c.freeRetired(b, st); err != nil {
-			c.batch.Set(retiredKey(b), st.rec.encode(), nil)
+			c.g.batch.Set(retiredKey(b), st.rec.encode(), nil)
 			errs = append(errs, err)
 		}
 	}
@@ -437,7 +420,7 @@ func (c *committer) freeRetired(b uint64, st *retiredState) error {
 			"counted", st.rec.live, "found", actual.live)
 		st.rec = actual
 		if actual.live > 0 && !actual.sparse() {
-			c.batch.Set(retiredKey(b), actual.encode(), nil)
+			c.g.batch.Set(retiredKey(b), actual.encode(), nil)
 			return nil
 		}
 	}
@@ -453,7 +436,7 @@ func (c *committer) dropRetired(b uint64, rec retiredRecord, blk []byte) error {
 	if err := c.dropBlock(b); err != nil {
 		return err
 	}
-	c.batch.Delete(retiredKey(b), nil)
+	c.g.batch.Delete(retiredKey(b), nil)
 	c.retired.blocks--
 	c.retired.bytes -= rec.blockBytes
 	c.retiredDirty = true
@@ -486,8 +469,8 @@ func (s *Store) recountRetired() error {
 		return err
 	}
 	defer func() {
-		if c.it != nil {
-			c.it.Close()
+		if c.g.it != nil {
+			c.g.it.Close()
 		}
 	}()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
