@@ -19,17 +19,9 @@ type committer struct {
 
 	// g is the group's scratch state, reset by every group (groupblock.go).
 	g groupPending
-	// Retention (retire.go, log.go, summary.go):
-	// blocks dropped from the log by retention, by what was read
-	droppedBySummary, droppedByBlock *counter
-	// when retention last ran (Options.Elapsed), if it has
-	lastGC time.Duration
-	gcRan  bool
-	// Retired log blocks (retire.go): the totals.
-	retired      retiredTotals
-	retiredDirty bool
-	rm           *retiredMetrics
-	lkey         []byte // a key buffer of retire.go
+	// ret is log retention and the retired log blocks (retire.go).
+	ret retention
+	// when expired batch IDs were last removed (idempotency.go)
 	lastIDExpiry time.Time
 
 	// eval turns commands into entries (evaluate.go); place keeps the
@@ -87,13 +79,9 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.stats, err = decodeStats(v); err != nil {
 		return nil, err
 	}
-	if c.retired, err = s.loadRetiredTotals(); err != nil {
+	if c.ret, err = newRetention(s); err != nil {
 		return nil, err
 	}
-	c.rm = &s.m.retired
-	c.droppedBySummary, c.droppedByBlock = &s.m.droppedBySummary, &s.m.droppedByBlock
-	c.rm.blocks.Set(float64(c.retired.blocks))
-	c.rm.bytes.Set(float64(c.retired.bytes))
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {
 		return nil, err
 	}
@@ -112,7 +100,7 @@ func newCommitter(s *Store) (*committer, error) {
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
+	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.ret.totals
 	baseHist, basePx := c.hist, c.pstats
 	c.histDirty, c.pxDirty = false, false
 	c.g.begin(s.db.NewBatch())
@@ -123,7 +111,7 @@ func (c *committer) commit(group []*request) {
 		}
 		maps.Copy(c.g.ids, c.replayIDs)
 	}
-	c.retiredDirty = false
+	c.ret.dirty = false
 
 	// A block being replayed is durable already: the space it needs is
 	// taken.
@@ -201,9 +189,7 @@ func (c *committer) commit(group []*request) {
 			c.g.batch.Set(metaLog, c.log.encode(), nil)
 			c.g.batch.Set(metaStats, c.stats.encode(), nil)
 		}
-		if c.retiredDirty { // retention, or a segment's compaction
-			c.g.batch.Set(metaRetired, c.retired.encode(), nil)
-		}
+		c.ret.writeTotals(c.g.batch) // retention, or a segment's compaction
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
@@ -238,7 +224,7 @@ func (c *committer) commit(group []*request) {
 		if errors.Is(groupErr, ErrDiskFull) {
 			c.enterDiskFull(groupErr, segmentFull)
 		}
-		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
+		c.last, c.log, c.stats, c.raftIndex, c.ret.totals = base, baseLog, baseStats, baseRaft, baseRetired
 		c.hist, c.pstats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
@@ -251,8 +237,7 @@ func (c *committer) commit(group []*request) {
 	} else {
 		s.raftApplied.Store(c.raftIndex)
 		c.publishRoleMeta()
-		c.rm.blocks.Set(float64(c.retired.blocks))
-		c.rm.bytes.Set(float64(c.retired.bytes))
+		c.ret.publish()
 	}
 	if groupErr == nil && c.last.index != base.index {
 		s.cache.invalidate(c.g.overlay, c.last.index)

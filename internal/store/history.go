@@ -139,7 +139,7 @@ func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error 
 		c.hbuf = encodeInLog(c.hbuf, r.index, ks.attrs, r.block, r.offset, r.valueLen, r.valueCRC)
 		valueLen = r.valueLen
 		c.g.noteHistRef(key, *r, until)
-		c.rm.historyRefs.Inc()
+		c.ret.m.historyRefs.Inc()
 	} else {
 		old, lost, err := c.oldValue(key, ks)
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -175,11 +174,9 @@ func (c *committer) truncateLog() error {
 	over := func(count, bytes int64) bool {
 		return (r.MaxEntries > 0 && count > r.MaxEntries) || (r.MaxBytes > 0 && bytes > r.MaxBytes)
 	}
-	elapsed := c.s.opts.Elapsed()
-	if !over(count, c.log.bytes) && c.gcRan && elapsed-c.lastGC < time.Second && elapsed >= c.lastGC {
+	if !c.ret.due(c.s.opts.Elapsed(), over(count, c.log.bytes)) {
 		return nil
 	}
-	c.gcRan, c.lastGC = true, elapsed
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.g.blockFirst)})
 	if err != nil {
 		return err
@@ -268,8 +265,7 @@ func (c *committer) truncateLog() error {
 		return it.Error()
 	}
 	c.s.m.logTruncated.Add(float64(first - c.log.first))
-	c.droppedBySummary.Add(float64(bySummary))
-	c.droppedByBlock.Add(float64(n - bySummary))
+	c.ret.dropped(bySummary, n-bySummary)
 	c.log = logRecord{first: first, bytes: bytes, baseHash: base}
 	return stopped
 }

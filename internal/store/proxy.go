@@ -442,9 +442,7 @@ func (c *committer) writeRoleMeta() error {
 		if err := c.settleRetired(); err != nil {
 			return err
 		}
-		if c.retiredDirty {
-			c.g.batch.Set(metaRetired, c.retired.encode(), nil)
-		}
+		c.ret.writeTotals(c.g.batch)
 	}
 	if c.histDirty {
 		c.g.batch.Set(metaHistory, c.hist.encode(), nil)
