@@ -36,12 +36,8 @@ type committer struct {
 	raftIndex uint64
 	raft      bool
 
-	// MVCC history (history.go).
-	hist                   historyRecord
-	histDirty              bool
-	lastHistGC             time.Time
-	entryTime              int64 // of the entry being appended
-	hbuf, hkey, tkey, tval []byte
+	// hw writes the MVCC history (history.go).
+	hw historyWriter
 
 	// Proxy stores only (proxy.go).
 	px          *proxyState
@@ -88,7 +84,7 @@ func newCommitter(s *Store) (*committer, error) {
 	if v, err = s.getMeta(metaHistory); err != nil {
 		return nil, err
 	}
-	if c.hist, err = decodeHistoryRecord(v); err != nil {
+	if c.hw.rec, err = decodeHistoryRecord(v); err != nil {
 		return nil, err
 	}
 	if err := c.loadProxy(); err != nil {
@@ -101,8 +97,8 @@ func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
 	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.ret.totals
-	baseHist, basePx := c.hist, c.pstats
-	c.histDirty, c.pxDirty = false, false
+	baseHist, basePx := c.hw.rec, c.pstats
+	c.hw.dirty, c.pxDirty = false, false
 	c.g.begin(s.db.NewBatch())
 	defer c.g.end()
 	if c.replay != nil && len(c.replayIDs) > 0 {
@@ -225,7 +221,7 @@ func (c *committer) commit(group []*request) {
 			c.enterDiskFull(groupErr, segmentFull)
 		}
 		c.last, c.log, c.stats, c.raftIndex, c.ret.totals = base, baseLog, baseStats, baseRaft, baseRetired
-		c.hist, c.pstats = baseHist, basePx
+		c.hw.rec, c.pstats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
@@ -302,7 +298,7 @@ func (c *committer) append(e *wal.Entry, seal bool) error {
 	// The body is encoded into the block itself and hashed there: each
 	// value is copied once, from the request to the block.
 	at := c.g.blk.AddEntry(e, c.last.hash, seal)
-	c.entryTime = e.Time
+	c.hw.entryTime = e.Time
 	c.g.offs = e.ValueOffsets(c.g.offs[:0])
 	for i, op := range e.Ops {
 		if err := c.applyOp(op, e.Index, at+c.g.offs[i]); err != nil {

@@ -112,7 +112,7 @@ func (c *committer) applyOp(op wal.Op, index uint64, valueOff int) error {
 	if err != nil {
 		return err
 	}
-	keep := c.hist.enabled && ks.exists && ks.index != index
+	keep := c.hw.rec.enabled && ks.exists && ks.index != index
 	if !keep || !historyRefers(ks) {
 		// Else the history's version takes over the reference.
 		if err := c.release(ks); err != nil {

@@ -444,9 +444,7 @@ func (c *committer) writeRoleMeta() error {
 		}
 		c.ret.writeTotals(c.g.batch)
 	}
-	if c.histDirty {
-		c.g.batch.Set(metaHistory, c.hist.encode(), nil)
-	}
+	c.hw.write(c.g.batch)
 	if c.pxDirty {
 		c.g.batch.Set(metaProxy, c.pstats.encode(), nil)
 	}
@@ -455,12 +453,7 @@ func (c *committer) writeRoleMeta() error {
 
 // publishRoleMeta exports the committed history and proxy counters.
 func (c *committer) publishRoleMeta() {
-	m := c.s.m
-	if c.hist.enabled {
-		m.historyBytes.Set(float64(c.hist.bytes))
-		m.historyVersions.Set(float64(c.hist.entries))
-		m.historyHorizon.Set(float64(c.hist.horizon))
-	}
+	c.hw.publish(c.s.m)
 	c.place.publish(c)
 }
 

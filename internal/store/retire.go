@@ -272,7 +272,7 @@ func (c *committer) liveAt(key []byte, blockFirst, index uint64) (liveRef, bool,
 // historyAt reports whether the history version of key written at index
 // will still point into the log block blockFirst once the group commits.
 func (c *committer) historyAt(key []byte, blockFirst, index uint64) (liveRef, bool, error) {
-	if !c.hist.enabled {
+	if !c.hw.rec.enabled {
 		return liveRef{}, false, nil
 	}
 	if st, ok := c.g.hrefs[histRefKey{string(key), index}]; ok {
@@ -527,7 +527,7 @@ func (s *Store) recountRetired() error {
 	c := &committer{s: s}
 	hb, err := s.getMeta(metaHistory)
 	if err == nil {
-		c.hist, err = decodeHistoryRecord(hb)
+		c.hw.rec, err = decodeHistoryRecord(hb)
 	}
 	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
 		return err
