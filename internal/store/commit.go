@@ -39,11 +39,8 @@ type committer struct {
 	// hw writes the MVCC history (history.go).
 	hw historyWriter
 
-	// Proxy stores only (proxy.go).
-	px          *proxyState
-	pstats      proxyRecord
-	pxDirty     bool
-	windowFloor uint64 // values written at or below it are stored remote
+	// px is a proxy's cache state (proxy.go).
+	px proxyWriter
 
 	// Replay at open (segstore.go): the block a replay applies again.
 	replay    *blockRef
@@ -87,8 +84,11 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.hw.rec, err = decodeHistoryRecord(v); err != nil {
 		return nil, err
 	}
-	if err := c.loadProxy(); err != nil {
+	if c.px, err = newProxyWriter(s); err != nil {
 		return nil, err
+	}
+	if c.px.state != nil {
+		c.publishRoleMeta()
 	}
 	return c, nil
 }
@@ -97,8 +97,8 @@ func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
 	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.ret.totals
-	baseHist, basePx := c.hw.rec, c.pstats
-	c.hw.dirty, c.pxDirty = false, false
+	baseHist, basePx := c.hw.rec, c.px.stats
+	c.hw.dirty, c.px.dirty = false, false
 	c.g.begin(s.db.NewBatch())
 	defer c.g.end()
 	if c.replay != nil && len(c.replayIDs) > 0 {
@@ -151,7 +151,7 @@ func (c *committer) commit(group []*request) {
 			break
 		}
 	}
-	if groupErr == nil && (c.g.blk.Len() > 0 || len(c.g.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty || len(c.g.segDelta) > 0) {
+	if groupErr == nil && (c.g.blk.Len() > 0 || len(c.g.ids) > 0 || c.raftIndex != baseRaft || c.px.dirty || len(c.g.segDelta) > 0) {
 		if c.raftIndex != baseRaft {
 			c.g.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
@@ -221,7 +221,7 @@ func (c *committer) commit(group []*request) {
 			c.enterDiskFull(groupErr, segmentFull)
 		}
 		c.last, c.log, c.stats, c.raftIndex, c.ret.totals = base, baseLog, baseStats, baseRaft, baseRetired
-		c.hw.rec, c.pstats = baseHist, basePx
+		c.hw.rec, c.px.stats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr

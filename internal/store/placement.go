@@ -72,16 +72,18 @@ func (fullPlacement) publish(*committer) {}
 // proxyPlacement keeps the values its window holds.
 type proxyPlacement struct{}
 
-func (proxyPlacement) applying(c *committer, last uint64) { c.windowFloor = c.px.floor(last) }
+func (proxyPlacement) applying(c *committer, last uint64) { c.px.windowFloor = c.px.state.floor(last) }
 
 func (proxyPlacement) set(c *committer, op wal.Op, index uint64, _ int, ks *keyState) (int, bool) {
 	return c.proxySet(op, index, ks)
 }
 
-func (proxyPlacement) forget(c *committer, ks *keyState) { c.proxyForget(ks) }
+func (proxyPlacement) forget(c *committer, ks *keyState) { c.px.forget(ks) }
 
 func (proxyPlacement) segmented() bool { return false }
 
 func (proxyPlacement) cache(c *committer, r *request) error { return c.prepareCache(r) }
 
-func (proxyPlacement) publish(c *committer) { c.publishProxy() }
+func (proxyPlacement) publish(c *committer) {
+	c.px.publish(c.s.m, c.last.index, c.g.logDropped)
+}
