@@ -3,49 +3,43 @@ package store
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// committer is the state owned by the commit loop: the log tail and the
-// counters, and per-group scratch space.
+// committer is the commit loop: it runs each group's sequence (commit)
+// and wires the concerns together, each owning its state:
+//
+//	last, log, stats  the log tail and the counters (commit.go, log.go)
+//	g                 a group's scratch state, reset per group
+//	                  (groupblock.go, keystate.go)
+//	ret               log retention and retired log blocks (retire.go)
+//	hw                the MVCC history (history.go)
+//	px                a proxy's cache counters (proxy.go)
+//	rp                the block a replay at open applies (segstore.go)
+//	raftIndex         the last applied Raft index (raftapply.go)
+//	lastIDExpiry      when batch IDs last expired (idempotency.go)
+//	eval, place,      evaluation, where values go, a root's clock
+//	clock             (evaluate.go, placement.go, rootclock.go)
 type committer struct {
 	s     *Store
 	last  appliedRecord
 	log   logRecord
 	stats statsRecord
 
-	// g is the group's scratch state, reset by every group (groupblock.go).
-	g groupPending
-	// ret is log retention and the retired log blocks (retire.go).
+	g   groupPending
 	ret retention
-	// when expired batch IDs were last removed (idempotency.go)
+	hw  historyWriter
+	px  proxyWriter
+	rp  replayState
+
+	raftIndex    uint64
 	lastIDExpiry time.Time
 
-	// eval turns commands into entries (evaluate.go); place keeps the
-	// values of applied sets as the node's role does (placement.go).
 	eval  evaluator
 	place placement
-	// clock stamps a root's entries (rootclock.go).
 	clock rootClock
-
-	// Raft apply (raftapply.go): the last applied Raft index; whether the
-	// store applies a Raft log.
-	raftIndex uint64
-	raft      bool
-
-	// hw writes the MVCC history (history.go).
-	hw historyWriter
-
-	// px is a proxy's cache state (proxy.go).
-	px proxyWriter
-
-	// Replay at open (segstore.go): the block a replay applies again.
-	replay    *blockRef
-	replayEnd int64                   // after the replayed block's frames
-	replayIDs map[string]batchOutcome // the replayed group's outcomes
 }
 
 func newCommitter(s *Store) (*committer, error) {
@@ -101,17 +95,12 @@ func (c *committer) commit(group []*request) {
 	c.hw.dirty, c.px.dirty = false, false
 	c.g.begin(s.db.NewBatch())
 	defer c.g.end()
-	if c.replay != nil && len(c.replayIDs) > 0 {
-		if c.g.ids == nil {
-			c.g.ids = map[string]batchOutcome{}
-		}
-		maps.Copy(c.g.ids, c.replayIDs)
-	}
+	c.rp.restoreIDs(&c.g)
 	c.ret.dirty = false
 
 	// A block being replayed is durable already: the space it needs is
 	// taken.
-	if c.replay == nil {
+	if !c.rp.active() {
 		if err := c.checkSpace(); err != nil {
 			for _, r := range group {
 				r.err = err

@@ -230,12 +230,8 @@ func (c *committer) blockCompression() wal.Compression {
 // byte for byte, so offsets into it are not used).
 func (c *committer) setBlock(segmented bool) (int, bool, error) {
 	key := logKey(c.g.blockFirst)
-	if c.replay != nil {
-		c.g.buf = c.replay.encode(c.g.buf[:0])
-		c.g.batch.Set(key, c.g.buf, nil)
-		c.g.batch.Set(metaSegments, segTail{seq: c.replay.seq, off: c.replayEnd}.encode(), nil)
-		c.g.useSegment(c.replay.seq, int64(c.replay.n), 1)
-		return c.replay.n, false, nil
+	if c.rp.active() {
+		return c.rp.setBlock(&c.g, key), false, nil
 	}
 	comp := c.blockCompression()
 	hdr, payload := c.g.blk.Parts(c.g.buf[:0], comp)
