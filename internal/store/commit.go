@@ -101,7 +101,7 @@ func (c *committer) commit(group []*request) {
 	// A block being replayed is durable already: the space it needs is
 	// taken.
 	if !c.rp.active() {
-		if err := c.checkSpace(); err != nil {
+		if err := s.checkCommitSpace(); err != nil {
 			for _, r := range group {
 				r.err = err
 				s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
@@ -115,7 +115,7 @@ func (c *committer) commit(group []*request) {
 	// commands, a proxy's cache) stay in Pebble, which their own
 	// durability rules cover, and so do a proxy's (whose blocks retention
 	// drops within its window).
-	segmented := s.segs != nil && c.place.segmented() && !s.opts.blocksInPebble && c.needsSync(group)
+	segmented := s.segs != nil && c.place.segmented() && !s.opts.blocksInPebble && needsSync(group)
 
 	var groupErr error
 	segmentFull := false // a log segment got ENOSPC (see enterDiskFull)
@@ -207,7 +207,7 @@ func (c *committer) commit(group []*request) {
 	}
 	if groupErr != nil {
 		if errors.Is(groupErr, ErrDiskFull) {
-			c.enterDiskFull(groupErr, segmentFull)
+			s.enterDiskFull(groupErr, segmentFull)
 		}
 		c.last, c.log, c.stats, c.raftIndex, c.ret.totals = base, baseLog, baseStats, baseRaft, baseRetired
 		c.hw.rec, c.px.stats = baseHist, basePx

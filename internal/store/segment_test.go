@@ -468,10 +468,10 @@ func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, Options{Name: "seg-raft"})
 	c := &committer{s: s}
-	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
+	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
 		t.Fatal("a Raft group asks for a sync")
 	}
-	if !c.needsSync([]*request{{kind: reqRaft}, {kind: reqWrite}}) {
+	if !needsSync([]*request{{kind: reqRaft}, {kind: reqWrite}}) {
 		t.Fatal("a group with a write does not ask for a sync")
 	}
 	c.g.appended = true
