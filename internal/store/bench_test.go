@@ -336,16 +336,16 @@ func BenchmarkBlockIntoBatch(b *testing.B) {
 		c := &committer{s: s}
 		b.SetBytes(80 << 10)
 		for i := 0; b.Loop(); i++ {
-			c.batch = s.db.NewBatch()
-			c.blk.Reset()
+			c.g.batch = s.db.NewBatch()
+			c.g.blk.Reset()
 			es := entries(i)
-			c.blockFirst = es[0].Index
+			c.g.blockFirst = es[0].Index
 			for j := range es {
-				c.blk.AddEntry(&es[j], c.last.hash, true)
+				c.g.blk.AddEntry(&es[j], c.last.hash, true)
 				c.last.hash = es[j].Hash
 			}
 			c.setBlock(false)
-			c.batch.Close()
+			c.g.batch.Close()
 		}
 	})
 	b.Run("staged", func(b *testing.B) {

@@ -3,91 +3,47 @@ package store
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// committer is the state owned by the commit loop: the log tail and the
-// counters, and per-group scratch space.
+// committer is the commit loop: it runs each group's sequence (commit)
+// and wires the concerns together, each owning its state:
+//
+//	last, log, stats  the log tail and the counters (commit.go, log.go)
+//	g                 a group's scratch state, reset per group
+//	                  (groupblock.go, keystate.go)
+//	ret               log retention and retired log blocks (retire.go)
+//	hw                the MVCC history (history.go)
+//	px                a proxy's cache counters (proxy.go)
+//	rp                the block a replay at open applies (segstore.go)
+//	raftIndex         the last applied Raft index (raftapply.go)
+//	lastIDExpiry      when batch IDs last expired (idempotency.go)
+//	eval, place,      evaluation, where values go, a root's clock
+//	clock             (evaluate.go, placement.go, rootclock.go)
 type committer struct {
 	s     *Store
 	last  appliedRecord
 	log   logRecord
 	stats statsRecord
 
-	// per group
-	batch *pebble.Batch
-	it    *pebble.Iterator // lookups of committed state, per group
-	// inLog holds the value records to write once the group's block is
-	// finished: in-log records if it is stored uncompressed, inline ones
-	// otherwise. A later op on the same key in the group removes its entry.
-	inLog      map[string]pendingValue
-	offs       []int
-	overlay    map[string]*keyState
-	blk        wal.BlockBuilder
-	blockFirst uint64
-	entries    int
-	buf, kbuf  []byte
-	sumBuf     []byte // a block summary (summary.go)
-	// blocks dropped from the log by retention, by what was read
-	droppedBySummary, droppedByBlock *counter
-	// when retention last ran (Options.Elapsed), if it has
-	lastGC time.Duration
-	gcRan  bool
-	// ids are the outcomes of the group's batches with an ID.
-	ids          map[string]batchOutcome
-	lastIDExpiry time.Time
-	// Retired log blocks (retire.go): the totals, and the blocks the
-	// group's ops counted down.
-	retired      retiredTotals
-	retiredDirty bool
-	touched      map[uint64]*retiredState
-	rm           *retiredMetrics
-	hrefs        map[histRefKey]histRefState // history versions into log blocks the group changed
-	lkey         []byte                      // a key buffer of retire.go
+	g   groupPending
+	ret retention
+	hw  historyWriter
+	px  proxyWriter
+	rp  replayState
 
-	// eval turns commands into entries (evaluate.go); place keeps the
-	// values of applied sets as the node's role does (placement.go).
+	raftIndex    uint64
+	lastIDExpiry time.Time
+
 	eval  evaluator
 	place placement
-	// clock stamps a root's entries (rootclock.go).
 	clock rootClock
-
-	// Raft apply (raftapply.go): the last applied Raft index; whether the
-	// store applies a Raft log.
-	raftIndex uint64
-	raft      bool
-
-	// MVCC history (history.go).
-	hist                   historyRecord
-	histDirty              bool
-	lastHistGC             time.Time
-	entryTime              int64 // of the entry being appended
-	hbuf, hkey, tkey, tval []byte
-
-	// Proxy stores only (proxy.go).
-	px          *proxyState
-	pstats      proxyRecord
-	pxDirty     bool
-	windowFloor uint64 // values written at or below it are stored remote
-
-	// Log segments (segment.go): whether the group appended its block to
-	// a segment; the block a replay at open applies again.
-	appended  bool
-	replay    *blockRef
-	replayEnd int64                   // after the replayed block's frames
-	replayIDs map[string]batchOutcome // the replayed group's outcomes
-	idsBuf    []byte
-	// The group's changes of what points into each segment.
-	segDelta   map[uint64]segUse
-	logDropped int64 // log bytes retention dropped in this group
 }
 
 func newCommitter(s *Store) (*committer, error) {
-	c := &committer{s: s, overlay: map[string]*keyState{}, inLog: map[string]pendingValue{}}
+	c := &committer{s: s, g: newGroupPending()}
 	c.eval = evaluator{idempotencyWindow: s.opts.IdempotencyWindow.Nanoseconds()}
 	c.place = placementOf(s)
 	var err error
@@ -110,63 +66,42 @@ func newCommitter(s *Store) (*committer, error) {
 	if c.stats, err = decodeStats(v); err != nil {
 		return nil, err
 	}
-	if c.retired, err = s.loadRetiredTotals(); err != nil {
+	if c.ret, err = newRetention(s); err != nil {
 		return nil, err
 	}
-	c.rm = &s.m.retired
-	c.droppedBySummary, c.droppedByBlock = &s.m.droppedBySummary, &s.m.droppedByBlock
-	c.rm.blocks.Set(float64(c.retired.blocks))
-	c.rm.bytes.Set(float64(c.retired.bytes))
 	if c.raftIndex, err = s.readRaftApplied(); err != nil {
 		return nil, err
 	}
 	if v, err = s.getMeta(metaHistory); err != nil {
 		return nil, err
 	}
-	if c.hist, err = decodeHistoryRecord(v); err != nil {
+	if c.hw.rec, err = decodeHistoryRecord(v); err != nil {
 		return nil, err
 	}
-	if err := c.loadProxy(); err != nil {
+	if c.px, err = newProxyWriter(s); err != nil {
 		return nil, err
 	}
-	c.segDelta = map[uint64]segUse{}
+	if c.px.state != nil {
+		c.publishRoleMeta()
+	}
 	return c, nil
 }
 
 func (c *committer) commit(group []*request) {
 	s := c.s
 	start := time.Now()
-	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.retired
-	baseHist, basePx := c.hist, c.pstats
-	c.histDirty, c.pxDirty, c.logDropped = false, false, 0
-	c.batch = s.db.NewBatch()
-	defer func() {
-		c.batch.Close()
-		c.batch = nil
-		if c.it != nil {
-			c.it.Close()
-			c.it = nil
-		}
-	}()
-	clear(c.overlay)
-	clear(c.inLog)
-	clear(c.ids)
-	if c.replay != nil && len(c.replayIDs) > 0 {
-		if c.ids == nil {
-			c.ids = map[string]batchOutcome{}
-		}
-		maps.Copy(c.ids, c.replayIDs)
-	}
-	clear(c.touched)
-	clear(c.hrefs)
-	c.retiredDirty = false
-	c.blk.Reset()
-	c.entries = 0
+	base, baseLog, baseStats, baseRaft, baseRetired := c.last, c.log, c.stats, c.raftIndex, c.ret.totals
+	baseHist, basePx := c.hw.rec, c.px.stats
+	c.hw.dirty, c.px.dirty = false, false
+	c.g.begin(s.db.NewBatch())
+	defer c.g.end()
+	c.rp.restoreIDs(&c.g)
+	c.ret.dirty = false
 
 	// A block being replayed is durable already: the space it needs is
 	// taken.
-	if c.replay == nil {
-		if err := c.checkSpace(); err != nil {
+	if !c.rp.active() {
+		if err := s.checkCommitSpace(); err != nil {
 			for _, r := range group {
 				r.err = err
 				s.m.writeErrors.WithLabelValues(errorKind(err)).Inc()
@@ -180,9 +115,7 @@ func (c *committer) commit(group []*request) {
 	// commands, a proxy's cache) stay in Pebble, which their own
 	// durability rules cover, and so do a proxy's (whose blocks retention
 	// drops within its window).
-	segmented := s.segs != nil && c.place.segmented() && !s.opts.blocksInPebble && c.needsSync(group)
-	c.appended = false
-	clear(c.segDelta)
+	segmented := s.segs != nil && c.place.segmented() && !s.opts.blocksInPebble && needsSync(group)
 
 	var groupErr error
 	segmentFull := false // a log segment got ENOSPC (see enterDiskFull)
@@ -207,23 +140,23 @@ func (c *committer) commit(group []*request) {
 			break
 		}
 	}
-	if groupErr == nil && (c.blk.Len() > 0 || len(c.ids) > 0 || c.raftIndex != baseRaft || c.pxDirty || len(c.segDelta) > 0) {
+	if groupErr == nil && (c.g.blk.Len() > 0 || len(c.g.ids) > 0 || c.raftIndex != baseRaft || c.px.dirty || len(c.g.segDelta) > 0) {
 		if c.raftIndex != baseRaft {
-			c.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
+			c.g.batch.Set(metaRaft, encodeRaftIndex(c.raftIndex), nil)
 		}
 		var blkLen int
 		var uncompressed bool
-		if c.blk.Len() > 0 {
+		if c.g.blk.Len() > 0 {
 			var err error
 			if blkLen, uncompressed, err = c.setBlock(segmented); err != nil {
 				groupErr = classifyCommitError(err)
 				segmentFull = segmented && errors.Is(groupErr, ErrDiskFull)
 			}
 		}
-		if groupErr == nil && c.blk.Len() > 0 {
-			c.sumBuf = c.encodeSummary(c.sumBuf, blkLen, uncompressed)
-			c.batch.Set(summaryKey(c.blockFirst), c.sumBuf, nil)
-			c.writeInLogRecords(uncompressed)
+		if groupErr == nil && c.g.blk.Len() > 0 {
+			c.g.sumBuf = c.encodeSummary(c.g.sumBuf, blkLen, uncompressed)
+			c.g.batch.Set(summaryKey(c.g.blockFirst), c.g.sumBuf, nil)
+			c.g.writeInLogRecords(uncompressed)
 			c.log.bytes += int64(blkLen + 9)
 			s.m.logBlockBytes.Observe(float64(blkLen))
 			if err := c.gcHistory(); err != nil {
@@ -236,14 +169,12 @@ func (c *committer) commit(group []*request) {
 			if err := c.truncateLog(); err != nil {
 				s.opts.Logger.Warn("log retention skipped", "db", s.opts.Name, "err", err)
 			}
-			c.logDropped = logBytes - c.log.bytes
-			c.batch.Set(metaApplied, c.last.encode(), nil)
-			c.batch.Set(metaLog, c.log.encode(), nil)
-			c.batch.Set(metaStats, c.stats.encode(), nil)
+			c.g.logDropped = logBytes - c.log.bytes
+			c.g.batch.Set(metaApplied, c.last.encode(), nil)
+			c.g.batch.Set(metaLog, c.log.encode(), nil)
+			c.g.batch.Set(metaStats, c.stats.encode(), nil)
 		}
-		if c.retiredDirty { // retention, or a segment's compaction
-			c.batch.Set(metaRetired, c.retired.encode(), nil)
-		}
+		c.ret.writeTotals(c.g.batch) // retention, or a segment's compaction
 		if err := c.writeBatchIDs(); err != nil {
 			s.opts.Logger.Warn("batch id expiry skipped", "db", s.opts.Name, "err", err)
 		}
@@ -254,14 +185,14 @@ func (c *committer) commit(group []*request) {
 			groupErr = fmt.Errorf("%w: segment use: %v", ErrWriteFailed, err)
 		}
 		syncStart := time.Now()
-		if groupErr == nil && c.appended {
+		if groupErr == nil && c.g.appended {
 			// The durability point: Pebble's batch follows, unsynced.
 			if err := s.segs.sync(); err != nil {
 				groupErr = classifyCommitError(err)
 			}
 		}
 		if groupErr == nil {
-			if err := s.engineWrite(func() error { return c.batch.Commit(c.writeOptions(group)) }); err != nil {
+			if err := s.engineWrite(func() error { return c.g.batch.Commit(c.writeOptions(group)) }); err != nil {
 				groupErr = classifyCommitError(err)
 			}
 		}
@@ -270,16 +201,16 @@ func (c *committer) commit(group []*request) {
 	if segmented {
 		if groupErr != nil {
 			s.segs.fail() // abandons the group's frames, if it appended any
-		} else if c.appended {
+		} else if c.g.appended {
 			s.segs.done()
 		}
 	}
 	if groupErr != nil {
 		if errors.Is(groupErr, ErrDiskFull) {
-			c.enterDiskFull(groupErr, segmentFull)
+			s.enterDiskFull(groupErr, segmentFull)
 		}
-		c.last, c.log, c.stats, c.raftIndex, c.retired = base, baseLog, baseStats, baseRaft, baseRetired
-		c.hist, c.pstats = baseHist, basePx
+		c.last, c.log, c.stats, c.raftIndex, c.ret.totals = base, baseLog, baseStats, baseRaft, baseRetired
+		c.hw.rec, c.px.stats = baseHist, basePx
 		for _, r := range group {
 			if r.err == nil {
 				r.err = groupErr
@@ -291,13 +222,12 @@ func (c *committer) commit(group []*request) {
 	} else {
 		s.raftApplied.Store(c.raftIndex)
 		c.publishRoleMeta()
-		c.rm.blocks.Set(float64(c.retired.blocks))
-		c.rm.bytes.Set(float64(c.retired.bytes))
+		c.ret.publish()
 	}
 	if groupErr == nil && c.last.index != base.index {
-		s.cache.invalidate(c.overlay, c.last.index)
+		s.cache.invalidate(c.g.overlay, c.last.index)
 		s.publish(c.last)
-		s.m.entries.Add(float64(c.entries))
+		s.m.entries.Add(float64(c.g.entries))
 		s.m.commits.Inc()
 		s.m.logBytes.Set(float64(c.log.bytes))
 		s.m.logEntries.Set(float64(c.last.index - c.log.first + 1))
@@ -351,20 +281,20 @@ func (c *committer) prepareApply(r *request) error {
 // append adds e to the group's block and its ops to the batch. With seal,
 // the entry's hash is computed here (root); otherwise it was verified.
 func (c *committer) append(e *wal.Entry, seal bool) error {
-	if c.blk.Len() == 0 {
-		c.blockFirst = e.Index
+	if c.g.blk.Len() == 0 {
+		c.g.blockFirst = e.Index
 	}
 	// The body is encoded into the block itself and hashed there: each
 	// value is copied once, from the request to the block.
-	at := c.blk.AddEntry(e, c.last.hash, seal)
-	c.entryTime = e.Time
-	c.offs = e.ValueOffsets(c.offs[:0])
+	at := c.g.blk.AddEntry(e, c.last.hash, seal)
+	c.hw.entryTime = e.Time
+	c.g.offs = e.ValueOffsets(c.g.offs[:0])
 	for i, op := range e.Ops {
-		if err := c.applyOp(op, e.Index, at+c.offs[i]); err != nil {
+		if err := c.applyOp(op, e.Index, at+c.g.offs[i]); err != nil {
 			return err
 		}
 	}
 	c.last = appliedRecord{index: e.Index, hash: e.Hash, time: e.Time}
-	c.entries++
+	c.g.entries++
 	return nil
 }

@@ -22,14 +22,13 @@ func spaceNeeded(minFree uint64, ballast int64, diskFull bool, segmentRoom uint6
 }
 
 // enterDiskFull puts the store in disk-full mode after a commit failed
-// with ENOSPC although free space was above the reserve (checkSpace): a
+// with ENOSPC although free space was above the reserve (checkCommitSpace): a
 // reserve smaller than a log segment's preallocation, or another process
 // that took the space. The disk_full gauge says so, and writes are
 // refused until free space is back above the reserve, the ballast and,
 // if a new log segment failed (segmentFull), the space it takes: writes
 // would otherwise go on failing one by one with the gauge at 0.
-func (c *committer) enterDiskFull(err error, segmentFull bool) {
-	s := c.s
+func (s *Store) enterDiskFull(err error, segmentFull bool) {
 	if segmentFull && s.segs != nil {
 		s.segmentRoom.Store(uint64(s.segs.rotationBytes()))
 	}
@@ -39,10 +38,10 @@ func (c *committer) enterDiskFull(err error, segmentFull bool) {
 	s.m.diskFull.Set(1)
 }
 
-// checkSpace refuses writes while free space is below the reserve, and
-// leaves disk-full mode once the reserve and the ballast fit again.
-func (c *committer) checkSpace() error {
-	s := c.s
+// checkCommitSpace refuses writes while free space is below the reserve,
+// and leaves disk-full mode once the reserve and the ballast fit again.
+// Only the committer calls it, before each group.
+func (s *Store) checkCommitSpace() error {
 	du, err := s.opts.FS.GetDiskUsage(s.opts.Dir)
 	if err != nil {
 		return nil // cannot tell; let the write try

@@ -36,6 +36,17 @@
 //	   └─ persist: log segment fsync, then Pebble batch (segment.go)
 //	publish: applied index, read cache, watchers
 //
+// The committer (commit.go) keeps the wiring and each group's sequence;
+// every concern it drives owns its state and the code that only touches
+// it:
+//
+//	groupPending   a group's batch, lookups, block, deferred records and
+//	               changes, cleared for each group (groupblock.go)
+//	retention      log retention and the retired blocks (retire.go)
+//	historyWriter  the MVCC history's record and versions (history.go)
+//	proxyWriter    a proxy's cache counters (proxy.go)
+//	replayState    the block a replay at open applies again (segstore.go)
+//
 // The evaluator is pure: a command's entry depends only on the command,
 // the log format's bounds and the state, so every member of an HA root
 // writes the same entries (TestEvaluationIsTheSameOnEveryMember). Local
@@ -70,14 +81,17 @@
 //	write.go, commit.go, pipeline.go    the write path
 //	evaluate.go, roles.go               evaluation and damage policy
 //	placement.go                        where a role keeps applied values
-//	keystate.go, groupblock.go          a group's view of keys, its block
+//	keystate.go, groupblock.go          a group's view of keys, its block,
+//	                                    its scratch state (groupPending)
 //	diskspace.go                        the free-space reserve
 //	damage.go                           damaged engine files: counted, not fatal
 //	read.go, cache.go, log.go           reads, the read cache, ReadLog
 //	segment.go, segfiles.go,            log segments: format, files,
-//	segstore.go, seguse.go              replay, collection, use counts
-//	retire.go, summary.go               retention of blocks values point into
-//	history.go                          MVCC history
+//	segstore.go, seguse.go              replay (replayState), collection,
+//	                                    use counts
+//	retire.go, summary.go               retention of blocks values point
+//	                                    into (retention)
+//	history.go                          MVCC history (historyWriter)
 //	expiry.go                           expiry index, the expiry policy
 //	idempotency.go, raftapply.go        batch IDs, Raft apply
 //	snapshot.go                         checkpoints, snapshot install
@@ -86,6 +100,7 @@
 //	                                    the ready switch
 //	proxy.go                            the proxy role: options, records,
 //	                                    cache requests in the committer
+//	                                    (proxyWriter)
 //	proxykeep.go                        the cache keeper: limits, sweeps,
 //	                                    compactions (policy: internal/cache)
 //	proxyread.go                        reads through to the replicas

@@ -124,9 +124,9 @@ func (v *View) describes(e Expiry) bool {
 // from what ks held (before the op).
 func (c *committer) indexExpiry(key []byte, ks *keyState, op wal.Op, index uint64) {
 	if ks.exists && !ks.corrupt && ks.attrs.expires != 0 {
-		c.batch.Delete(expiryKey(nil, ks.attrs.expires, key), nil)
+		c.g.batch.Delete(expiryKey(nil, ks.attrs.expires, key), nil)
 	}
 	if op.Type == wal.OpSet && op.Expires != 0 {
-		c.batch.Set(expiryKey(nil, op.Expires, key), binary.BigEndian.AppendUint64(nil, index), nil)
+		c.g.batch.Set(expiryKey(nil, op.Expires, key), binary.BigEndian.AppendUint64(nil, index), nil)
 	}
 }

@@ -127,44 +127,106 @@ func (s *Store) History() (History, error) {
 	return History{Enabled: h.enabled, Horizon: h.horizon, Bytes: h.bytes, Entries: h.entries}, nil
 }
 
+// historyWriter is the committer's state of the MVCC history: the
+// history record as the group changes it, when GC last ran, and the
+// buffers of the versions it writes.
+type historyWriter struct {
+	rec       historyRecord
+	dirty     bool // the group changed rec
+	lastGC    time.Time
+	entryTime int64 // of the entry being appended
+	// the version being written: its key and record, its GC entry
+	hkey, hbuf, tkey, tval []byte
+}
+
+// put writes into b the version of key that the op at index until
+// replaces, its record in w.hbuf counting valueLen value bytes, and its
+// GC entry; ref is the in-log record it refers to, if it does.
+func (w *historyWriter) put(b *pebble.Batch, key []byte, until uint64, valueLen int, ref *record) {
+	w.hkey = histVersionKey(w.hkey, key, until)
+	b.Set(w.hkey, w.hbuf, nil)
+	size := historySize(len(w.hkey), valueLen)
+	w.tkey = histTimeKey(w.tkey, until, key)
+	w.tval = binary.BigEndian.AppendUint64(w.tval[:0], uint64(w.entryTime))
+	w.tval = binary.AppendUvarint(w.tval, uint64(size))
+	if ref != nil {
+		w.tval = binary.AppendUvarint(w.tval, ref.block)
+		w.tval = binary.AppendUvarint(w.tval, ref.index)
+	}
+	b.Set(w.tkey, w.tval, nil)
+	w.rec.bytes += int64(size + len(w.tkey) + len(w.tval))
+	w.rec.entries++
+	w.dirty = true
+}
+
+// gcDue reports whether history GC runs now: at most once a second
+// unless the history is over its size cap (maxBytes).
+func (w *historyWriter) gcDue(now time.Time, maxBytes int64) bool {
+	if !w.rec.enabled {
+		return false
+	}
+	if !w.over(maxBytes) && now.Sub(w.lastGC) < time.Second {
+		return false
+	}
+	w.lastGC = now
+	return true
+}
+
+// over reports whether the history exceeds its size cap (0: none).
+func (w *historyWriter) over(maxBytes int64) bool { return maxBytes > 0 && w.rec.bytes > maxBytes }
+
+// removed counts out a version that GC removes, ending at until, of n
+// stored bytes with its GC entry, and raises the horizon past it.
+func (w *historyWriter) removed(until uint64, n int64) {
+	w.rec.bytes -= n
+	w.rec.entries--
+	w.rec.horizon = max(w.rec.horizon, until)
+	w.dirty = true
+}
+
+// write puts the history record in b if the group changed it.
+func (w *historyWriter) write(b *pebble.Batch) {
+	if w.dirty {
+		b.Set(metaHistory, w.rec.encode(), nil)
+	}
+}
+
+// publish exports the committed history counters.
+func (w *historyWriter) publish(m *storeMetrics) {
+	if w.rec.enabled {
+		m.historyBytes.Set(float64(w.rec.bytes))
+		m.historyVersions.Set(float64(w.rec.entries))
+		m.historyHorizon.Set(float64(w.rec.horizon))
+	}
+}
+
 // recordHistory keeps the version of key that the op at index until
 // replaces (ks, before the op). A value in a log block is not copied: the
 // version is an in-log record pointing at the same bytes (see
 // historyRefers), and the block is kept while a version points into it.
 func (c *committer) recordHistory(key []byte, ks *keyState, until uint64) error {
-	c.hkey = histVersionKey(c.hkey, key, until)
+	w := &c.hw
 	var valueLen int
+	var ref *record
 	if historyRefers(ks) {
-		r := ks.logRec
-		c.hbuf = encodeInLog(c.hbuf, r.index, ks.attrs, r.block, r.offset, r.valueLen, r.valueCRC)
-		valueLen = r.valueLen
-		c.noteHistRef(key, *r, until)
-		c.rm.historyRefs.Inc()
+		ref = ks.logRec
+		w.hbuf = encodeInLog(w.hbuf, ref.index, ks.attrs, ref.block, ref.offset, ref.valueLen, ref.valueCRC)
+		valueLen = ref.valueLen
+		c.g.noteHistRef(key, *ref, until)
+		c.ret.m.historyRefs.Inc()
 	} else {
 		old, lost, err := c.oldValue(key, ks)
 		if err != nil {
 			return err
 		}
 		if lost {
-			c.hbuf = encodeLost(c.hbuf, ks.index)
+			w.hbuf = encodeLost(w.hbuf, ks.index)
 		} else {
-			c.hbuf = encodeInline(c.hbuf, ks.index, ks.attrs, old)
+			w.hbuf = encodeInline(w.hbuf, ks.index, ks.attrs, old)
 			valueLen = len(old)
 		}
 	}
-	c.batch.Set(c.hkey, c.hbuf, nil)
-	size := historySize(len(c.hkey), valueLen)
-	c.tkey = histTimeKey(c.tkey, until, key)
-	c.tval = binary.BigEndian.AppendUint64(c.tval[:0], uint64(c.entryTime))
-	c.tval = binary.AppendUvarint(c.tval, uint64(size))
-	if historyRefers(ks) {
-		c.tval = binary.AppendUvarint(c.tval, ks.logRec.block)
-		c.tval = binary.AppendUvarint(c.tval, ks.logRec.index)
-	}
-	c.batch.Set(c.tkey, c.tval, nil)
-	c.hist.bytes += int64(size + len(c.tkey) + len(c.tval))
-	c.hist.entries++
-	c.histDirty = true
+	w.put(c.g.batch, key, until, valueLen, ref)
 	c.s.m.historyRecorded.Inc()
 	return nil
 }
@@ -229,15 +291,9 @@ func (c *committer) oldValue(key []byte, ks *keyState) (value []byte, lost bool,
 // retired blocks and drops log blocks, so both see what it removed.
 func (c *committer) gcHistory() error {
 	o := c.s.opts.History
-	if !c.hist.enabled {
+	if !c.hw.gcDue(time.Now(), o.MaxBytes) {
 		return nil
 	}
-	over := func() bool { return o.MaxBytes > 0 && c.hist.bytes > o.MaxBytes }
-	now := time.Now()
-	if !over() && now.Sub(c.lastHistGC) < time.Second {
-		return nil
-	}
-	c.lastHistGC = now
 	cutoff := c.last.time - o.Retention.Nanoseconds()
 	lo := []byte{prefixHistory, histTimeTag}
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
@@ -253,33 +309,30 @@ func (c *committer) gcHistory() error {
 			return err
 		}
 		until, key, kok := parseHistTimeKey(k)
-		g, vok := parseHistGC(v)
+		gc, vok := parseHistGC(v)
 		if !kok || !vok {
 			// Unusable GC entry: drop it; its version (if any) stays
 			// until the key's next versions, which is harmless.
 			c.s.m.integrityErrors.WithLabelValues("history_gc").Inc()
-			c.batch.Delete(k, nil)
+			c.g.batch.Delete(k, nil)
 			continue
 		}
-		t, size := g.time, g.size
-		if t >= cutoff && !over() {
+		t, size := gc.time, gc.size
+		if t >= cutoff && !c.hw.over(o.MaxBytes) {
 			break
 		}
-		c.hkey = histVersionKey(c.hkey, key, until)
-		if g.inLog {
+		c.hw.hkey = histVersionKey(c.hw.hkey, key, until)
+		if gc.inLog {
 			// Its block loses a reference (if the block was dropped
 			// since, the version was copied out and there is no count).
-			c.noteHistGone(key, g.index)
-			if err := c.countDown(g.block, int64(size)-int64(len(c.hkey)+recHeader)); err != nil {
+			c.g.noteHistGone(key, gc.index)
+			if err := c.countDown(gc.block, int64(size)-int64(len(c.hw.hkey)+recHeader)); err != nil {
 				return err
 			}
 		}
-		c.batch.Delete(c.hkey, nil)
-		c.batch.Delete(k, nil)
-		c.hist.bytes -= int64(size) + int64(len(k)+len(v))
-		c.hist.entries--
-		c.hist.horizon = max(c.hist.horizon, until)
-		c.histDirty = true
+		c.g.batch.Delete(c.hw.hkey, nil)
+		c.g.batch.Delete(k, nil)
+		c.hw.removed(until, int64(size)+int64(len(k)+len(v)))
 		n++
 	}
 	c.s.m.historyCollected.Add(float64(n))

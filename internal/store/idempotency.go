@@ -67,7 +67,7 @@ func decodeBatchOutcome(b []byte) (batchOutcome, error) {
 // ErrCorrupt (counted as an integrity error): whether the batch was
 // applied is unknown.
 func (c *committer) storedOutcome(id []byte) (batchOutcome, bool, error) {
-	if o, ok := c.ids[string(id)]; ok {
+	if o, ok := c.g.ids[string(id)]; ok {
 		return o, true, nil
 	}
 	v, found, err := c.lookup(batchIDKey(id))
@@ -82,21 +82,12 @@ func (c *committer) storedOutcome(id []byte) (batchOutcome, bool, error) {
 	return o, true, nil
 }
 
-// recordBatch remembers the outcome of the batch with this ID, evaluated
-// at time t.
-func (c *committer) recordBatch(id []byte, res WriteResult, t int64) {
-	if c.ids == nil {
-		c.ids = map[string]batchOutcome{}
-	}
-	c.ids[string(id)] = batchOutcome{index: res.Index, time: t, changed: res.Changed}
-}
-
 // writeBatchIDs adds the group's outcomes to the batch, and removes up to
 // expireBatchIDs expired ones (at most once a second).
 func (c *committer) writeBatchIDs() error {
-	for id, o := range c.ids {
-		c.batch.Set(batchIDKey([]byte(id)), o.encode(), nil)
-		c.batch.Set(batchTimeKey(o.time, []byte(id)), nil, nil)
+	for id, o := range c.g.ids {
+		c.g.batch.Set(batchIDKey([]byte(id)), o.encode(), nil)
+		c.g.batch.Set(batchTimeKey(o.time, []byte(id)), nil, nil)
 	}
 	now := time.Now()
 	if now.Sub(c.lastIDExpiry) < time.Second {
@@ -124,16 +115,16 @@ func (c *committer) writeBatchIDs() error {
 		t, id := int64(binary.BigEndian.Uint64(k[1:9])), k[9:]
 		// The ID may have been used again since: remove its outcome only
 		// if it is this one.
-		if _, again := c.ids[string(id)]; !again {
+		if _, again := c.g.ids[string(id)]; !again {
 			v, found, err := c.lookup(batchIDKey(id))
 			if err != nil {
 				return err
 			}
 			if o, err := decodeBatchOutcome(v); found && (err != nil || o.time == t) {
-				c.batch.Delete(batchIDKey(id), nil)
+				c.g.batch.Delete(batchIDKey(id), nil)
 			}
 		}
-		c.batch.Delete(k, nil)
+		c.g.batch.Delete(k, nil)
 		n++
 	}
 	c.s.m.batchIDsExpired.Add(float64(n))

@@ -30,12 +30,12 @@ type keyState struct {
 // first time. A corrupt record is treated as an existing key with an
 // unknown value, so it can be overwritten (which repairs it).
 func (c *committer) state(key []byte) (*keyState, error) {
-	if ks, ok := c.overlay[string(key)]; ok {
+	if ks, ok := c.g.overlay[string(key)]; ok {
 		return ks, nil
 	}
 	ks := &keyState{}
-	c.kbuf = dataKey(c.kbuf, key)
-	v, found, err := c.lookup(c.kbuf)
+	c.g.kbuf = dataKey(c.g.kbuf, key)
+	v, found, err := c.lookup(c.g.kbuf)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%w: read %q: %v", ErrWriteFailed, key, err)
@@ -64,7 +64,7 @@ func (c *committer) state(key []byte) (*keyState, error) {
 			}
 		}
 	}
-	c.overlay[string(key)] = ks
+	c.g.overlay[string(key)] = ks
 	return ks, nil
 }
 
@@ -76,10 +76,10 @@ func (c *committer) lookup(k []byte) ([]byte, bool, error) {
 	if _, err := c.iter(); err != nil {
 		return nil, false, err
 	}
-	if !c.it.SeekPrefixGE(k) || !bytes.Equal(c.it.Key(), k) {
-		return nil, false, c.it.Error()
+	if !c.g.it.SeekPrefixGE(k) || !bytes.Equal(c.g.it.Key(), k) {
+		return nil, false, c.g.it.Error()
 	}
-	v, err := c.it.ValueAndErr()
+	v, err := c.g.it.ValueAndErr()
 	return v, err == nil, err
 }
 
@@ -154,14 +154,14 @@ func (c *committer) storedValueIs(key []byte, ks *keyState, v []byte) (bool, err
 
 // iter returns the group's iterator over the committed state.
 func (c *committer) iter() (*pebble.Iterator, error) {
-	if c.it == nil {
+	if c.g.it == nil {
 		it, err := c.s.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 		if err != nil {
 			return nil, err
 		}
-		c.it = it
+		c.g.it = it
 	}
-	return c.it, nil
+	return c.g.it, nil
 }
 
 // storedDigest is the digest of the key's stored value (a value a proxy

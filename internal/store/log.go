@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -154,7 +153,7 @@ func (s *Store) readLog(from uint64, maxEntries, maxBytes int) ([]wal.Entry, err
 // deleted the key (its new record is in the batch). A key the group only
 // read (a condition, an identical rewrite) keeps its stored record.
 func (c *committer) pointsInto(key []byte, blockFirst uint64) bool {
-	ks, ok := c.overlay[string(key)]
+	ks, ok := c.g.overlay[string(key)]
 	return !ok || (ks.logRec != nil && ks.logRec.block == blockFirst)
 }
 
@@ -175,12 +174,10 @@ func (c *committer) truncateLog() error {
 	over := func(count, bytes int64) bool {
 		return (r.MaxEntries > 0 && count > r.MaxEntries) || (r.MaxBytes > 0 && bytes > r.MaxBytes)
 	}
-	elapsed := c.s.opts.Elapsed()
-	if !over(count, c.log.bytes) && c.gcRan && elapsed-c.lastGC < time.Second && elapsed >= c.lastGC {
+	if !c.ret.due(c.s.opts.Elapsed(), over(count, c.log.bytes)) {
 		return nil
 	}
-	c.gcRan, c.lastGC = true, elapsed
-	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.blockFirst)})
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(c.log.first), UpperBound: logKey(c.g.blockFirst)})
 	if err != nil {
 		return err
 	}
@@ -250,7 +247,7 @@ func (c *committer) truncateLog() error {
 			break
 		}
 		if present {
-			c.batch.Delete(summaryKey(blockFirst), nil)
+			c.g.batch.Delete(summaryKey(blockFirst), nil)
 		}
 		if usable {
 			bySummary++
@@ -268,8 +265,7 @@ func (c *committer) truncateLog() error {
 		return it.Error()
 	}
 	c.s.m.logTruncated.Add(float64(first - c.log.first))
-	c.droppedBySummary.Add(float64(bySummary))
-	c.droppedByBlock.Add(float64(n - bySummary))
+	c.ret.dropped(bySummary, n-bySummary)
 	c.log = logRecord{first: first, bytes: bytes, baseHash: base}
 	return stopped
 }

@@ -48,10 +48,10 @@ func (fullPlacement) applying(*committer, uint64) {}
 func (fullPlacement) set(c *committer, op wal.Op, index uint64, valueOff int, _ *keyState) (int, bool) {
 	switch {
 	case len(op.Value) >= minInLogBytes && len(op.Value) <= c.s.opts.ChunkBytes:
-		c.inLog[string(op.Key)] = pendingValue{index: index, attrs: attrsOf(op), offset: valueOff, value: op.Value}
+		c.g.inLog[string(op.Key)] = pendingValue{index: index, attrs: attrsOf(op), offset: valueOff, value: op.Value}
 	case len(op.Value) <= c.s.opts.ChunkBytes:
-		c.buf = encodeInline(c.buf, index, attrsOf(op), op.Value)
-		c.batch.Set(c.kbuf, c.buf, nil)
+		c.g.buf = encodeInline(c.g.buf, index, attrsOf(op), op.Value)
+		c.g.batch.Set(c.g.kbuf, c.g.buf, nil)
 	default:
 		return c.writeValue(op.Key, index, attrsOf(op), op.Value), false
 	}
@@ -72,16 +72,18 @@ func (fullPlacement) publish(*committer) {}
 // proxyPlacement keeps the values its window holds.
 type proxyPlacement struct{}
 
-func (proxyPlacement) applying(c *committer, last uint64) { c.windowFloor = c.px.floor(last) }
+func (proxyPlacement) applying(c *committer, last uint64) { c.px.windowFloor = c.px.state.floor(last) }
 
 func (proxyPlacement) set(c *committer, op wal.Op, index uint64, _ int, ks *keyState) (int, bool) {
 	return c.proxySet(op, index, ks)
 }
 
-func (proxyPlacement) forget(c *committer, ks *keyState) { c.proxyForget(ks) }
+func (proxyPlacement) forget(c *committer, ks *keyState) { c.px.forget(ks) }
 
 func (proxyPlacement) segmented() bool { return false }
 
 func (proxyPlacement) cache(c *committer, r *request) error { return c.prepareCache(r) }
 
-func (proxyPlacement) publish(c *committer) { c.publishProxy() }
+func (proxyPlacement) publish(c *committer) {
+	c.px.publish(c.s.m, c.last.index, c.g.logDropped)
+}

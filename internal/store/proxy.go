@@ -333,45 +333,80 @@ func (s *Store) readProxyRecord() (proxyRecord, error) {
 	return r, nil
 }
 
-// loadProxy gives the committer the proxy state and counters.
-func (c *committer) loadProxy() error {
-	c.px = c.s.px
-	if c.px == nil {
-		return nil
+// proxyWriter is the committer's state of a proxy's cache: the proxy
+// state, the cache counters as the group changes them, and the window's
+// floor for the entries being applied. Its state is nil on a full node.
+type proxyWriter struct {
+	state       *proxyState
+	stats       proxyRecord
+	dirty       bool   // the group changed stats
+	windowFloor uint64 // values written at or below it are stored remote
+}
+
+// newProxyWriter loads a proxy's cache counters (nothing on a full node).
+func newProxyWriter(s *Store) (proxyWriter, error) {
+	w := proxyWriter{state: s.px}
+	if w.state == nil {
+		return w, nil
 	}
 	var err error
-	if c.pstats, err = c.s.readProxyRecord(); err != nil {
-		return err
+	w.stats, err = s.readProxyRecord()
+	return w, err
+}
+
+// add counts a value of n bytes into the cache.
+func (w *proxyWriter) add(n int) {
+	w.stats.values++
+	w.stats.bytes += int64(n)
+	w.dirty = true
+}
+
+// forget uncounts the stored value ks describes, being replaced. A
+// corrupt record counts as what it held read ignoring its CRC (salvage).
+func (w *proxyWriter) forget(ks *keyState) {
+	if !ks.exists || ks.remote {
+		return
 	}
-	c.publishRoleMeta()
-	return nil
+	w.stats.values--
+	w.stats.bytes -= int64(ks.valueLen)
+	w.dirty = true
+}
+
+// write puts the cache counters in b if the group changed them.
+func (w *proxyWriter) write(b *pebble.Batch) {
+	if w.dirty {
+		b.Set(metaProxy, w.stats.encode(), nil)
+	}
+}
+
+// publish exports the committed cache counters, last being the applied
+// index and logDropped the log bytes the group's retention dropped, and
+// wakes the keeper when the cache is over budget.
+func (w *proxyWriter) publish(m *storeMetrics, last uint64, logDropped int64) {
+	p := w.state
+	p.logDropped.Add(logDropped)
+	p.cachedValues.Store(w.stats.values)
+	p.cachedBytes.Store(w.stats.bytes)
+	m.pxCachedValues.Set(float64(w.stats.values))
+	m.pxCachedBytes.Set(float64(w.stats.bytes))
+	m.pxWindowEntries.Set(float64(p.window.Entries(last)))
+	if p.limits.Over(w.stats.bytes) {
+		p.admits.Kick()
+	}
 }
 
 // proxySet writes the record of a set on a proxy: the value inside the
 // window, a remote record outside it. It keeps the cached counters.
 func (c *committer) proxySet(op wal.Op, index uint64, ks *keyState) (chunks int, remote bool) {
-	c.proxyForget(ks)
-	if index <= c.windowFloor {
+	c.px.forget(ks)
+	if index <= c.px.windowFloor {
 		d := ValueDigestOf(op.Value)
-		c.buf = encodeRemote(c.buf, index, attrsOf(op), len(op.Value), crc(op.Value), &d)
-		c.batch.Set(c.kbuf, c.buf, nil)
+		c.g.buf = encodeRemote(c.g.buf, index, attrsOf(op), len(op.Value), crc(op.Value), &d)
+		c.g.batch.Set(c.g.kbuf, c.g.buf, nil)
 		return 0, true
 	}
-	c.pstats.values++
-	c.pstats.bytes += int64(len(op.Value))
-	c.pxDirty = true
+	c.px.add(len(op.Value))
 	return c.writeValue(op.Key, index, attrsOf(op), op.Value), false
-}
-
-// proxyForget uncounts the stored value ks describes, being replaced. A
-// corrupt record counts as what it held read ignoring its CRC (salvage).
-func (c *committer) proxyForget(ks *keyState) {
-	if !ks.exists || ks.remote {
-		return
-	}
-	c.pstats.values--
-	c.pstats.bytes -= int64(ks.valueLen)
-	c.pxDirty = true
 }
 
 // prepareCache applies admissions and evictions that still fit the key's
@@ -388,15 +423,13 @@ func (c *committer) prepareCache(r *request) error {
 			ch.stale++
 			continue
 		}
-		c.kbuf = dataKey(c.kbuf, a.key)
+		c.g.kbuf = dataKey(c.g.kbuf, a.key)
 		n := c.writeValue(a.key, a.index, ks.attrs, a.value)
 		*ks = keyState{exists: true, index: a.index, attrs: ks.attrs, value: a.value, valueLen: len(a.value), valueCRC: ks.valueCRC, chunks: n}
-		c.pstats.values++
-		c.pstats.bytes += int64(len(a.value))
-		c.pxDirty = true
+		c.px.add(len(a.value))
 		ch.admitted++
 	}
-	floor := c.px.floor(c.last.index)
+	floor := c.px.state.floor(c.last.index)
 	for _, e := range ch.evict {
 		ks, err := c.state(e.key)
 		if err != nil {
@@ -416,13 +449,13 @@ func (c *committer) prepareCache(r *request) error {
 		if err := c.release(ks); err != nil {
 			return err
 		}
-		c.kbuf = dataKey(c.kbuf, e.key)
-		c.buf = encodeRemote(c.buf, ks.index, ks.attrs, ks.valueLen, sum, digest)
-		c.batch.Set(c.kbuf, c.buf, nil)
+		c.g.kbuf = dataKey(c.g.kbuf, e.key)
+		c.g.buf = encodeRemote(c.g.buf, ks.index, ks.attrs, ks.valueLen, sum, digest)
+		c.g.batch.Set(c.g.kbuf, c.g.buf, nil)
 		for i := 0; i < ks.chunks; i++ {
-			c.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
+			c.g.batch.Delete(chunkKey(nil, e.key, uint32(i)), nil)
 		}
-		c.proxyForget(ks)
+		c.px.forget(ks)
 		*ks = keyState{exists: true, index: ks.index, attrs: ks.attrs, valueLen: ks.valueLen, valueCRC: sum, remote: true}
 		if digest != nil {
 			ks.digest, ks.hasDigest = *digest, true
@@ -438,31 +471,20 @@ func (c *committer) prepareCache(r *request) error {
 // counted down in a group that wrote no entry (groups with entries settle
 // them with their block).
 func (c *committer) writeRoleMeta() error {
-	if c.blk.Len() == 0 && len(c.touched) > 0 {
+	if c.g.blk.Len() == 0 && len(c.g.touched) > 0 {
 		if err := c.settleRetired(); err != nil {
 			return err
 		}
-		if c.retiredDirty {
-			c.batch.Set(metaRetired, c.retired.encode(), nil)
-		}
+		c.ret.writeTotals(c.g.batch)
 	}
-	if c.histDirty {
-		c.batch.Set(metaHistory, c.hist.encode(), nil)
-	}
-	if c.pxDirty {
-		c.batch.Set(metaProxy, c.pstats.encode(), nil)
-	}
+	c.hw.write(c.g.batch)
+	c.px.write(c.g.batch)
 	return nil
 }
 
 // publishRoleMeta exports the committed history and proxy counters.
 func (c *committer) publishRoleMeta() {
-	m := c.s.m
-	if c.hist.enabled {
-		m.historyBytes.Set(float64(c.hist.bytes))
-		m.historyVersions.Set(float64(c.hist.entries))
-		m.historyHorizon.Set(float64(c.hist.horizon))
-	}
+	c.hw.publish(c.s.m)
 	c.place.publish(c)
 }
 
@@ -526,19 +548,4 @@ func (s *Store) reconcileRole(applied uint64) error {
 		return nil
 	}
 	return s.engineWrite(func() error { return b.Commit(pebble.Sync) })
-}
-
-// publishProxy exports a proxy's committed cache counters and wakes its
-// keeper when the cache is over budget.
-func (c *committer) publishProxy() {
-	m := c.s.m
-	c.px.logDropped.Add(c.logDropped)
-	c.px.cachedValues.Store(c.pstats.values)
-	c.px.cachedBytes.Store(c.pstats.bytes)
-	m.pxCachedValues.Set(float64(c.pstats.values))
-	m.pxCachedBytes.Set(float64(c.pstats.bytes))
-	m.pxWindowEntries.Set(float64(c.px.window.Entries(c.last.index)))
-	if c.px.limits.Over(c.pstats.bytes) {
-		c.px.admits.Kick()
-	}
 }

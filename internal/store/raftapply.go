@@ -37,7 +37,7 @@ var metaRaft = []byte("mraft")
 
 // writeOptions is the durability of the group's batch.
 func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
-	if c.needsSync(group) && !c.appended && c.replay == nil {
+	if needsSync(group) && !c.g.appended && !c.rp.active() {
 		return pebble.Sync
 	}
 	// A group whose block went to a synced log segment, or that is
@@ -49,7 +49,7 @@ func (c *committer) writeOptions(group []*request) *pebble.WriteOptions {
 }
 
 // needsSync reports whether the group must be durable when committed.
-func (c *committer) needsSync(group []*request) bool {
+func needsSync(group []*request) bool {
 	for _, r := range group {
 		// A proxy's cache changes need no fsync either (see proxy.go).
 		if r.kind != reqRaft && r.kind != reqCache {
@@ -145,7 +145,6 @@ func (s *Store) readRaftApplied() (uint64, error) {
 // proposer chose. Like evalWrite it returns only what aborts the group: a
 // storage failure, or damage a command's outcome depends on.
 func (c *committer) prepareRaft(r *request) error {
-	c.raft = true
 	r.results = make([]RaftResult, len(r.cmds))
 	for i := range r.cmds {
 		cmd := &r.cmds[i]

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicksilver-kv/qs/internal/wal"
@@ -116,6 +117,82 @@ func (s *Store) loadRetiredTotals() (retiredTotals, error) {
 	return decodeRetiredTotals(v)
 }
 
+// retention is the committer's state of log retention (log.go,
+// truncateLog) and of the retired log blocks: when retention last ran,
+// the retired blocks' totals and the metrics of both.
+type retention struct {
+	// blocks dropped from the log, by what was read
+	droppedBySummary, droppedByBlock *counter
+	// when retention last ran (Options.Elapsed), if it has
+	lastGC time.Duration
+	gcRan  bool
+	totals retiredTotals
+	dirty  bool // the group changed totals
+	m      *retiredMetrics
+	lkey   []byte // a key buffer
+}
+
+// newRetention loads the retired blocks' totals and publishes them.
+func newRetention(s *Store) (retention, error) {
+	t, err := s.loadRetiredTotals()
+	if err != nil {
+		return retention{}, err
+	}
+	r := retention{totals: t, m: &s.m.retired, droppedBySummary: &s.m.droppedBySummary, droppedByBlock: &s.m.droppedByBlock}
+	r.publish()
+	return r, nil
+}
+
+// due reports whether retention runs now, elapsed (Options.Elapsed) into
+// the process: at most once a second unless the log is over a limit.
+func (r *retention) due(elapsed time.Duration, over bool) bool {
+	if !over && r.gcRan && elapsed-r.lastGC < time.Second && elapsed >= r.lastGC {
+		return false
+	}
+	r.gcRan, r.lastGC = true, elapsed
+	return true
+}
+
+// dropped counts the blocks a retention run dropped from the log, by
+// whether their summary or the block itself was read.
+func (r *retention) dropped(bySummary, byBlock int) {
+	r.droppedBySummary.Add(float64(bySummary))
+	r.droppedByBlock.Add(float64(byBlock))
+}
+
+// retire keeps a block leaving the log (in batch b) as the home of its
+// live values.
+func (r *retention) retire(b *pebble.Batch, blockFirst uint64, rec retiredRecord) {
+	b.Set(retiredKey(blockFirst), rec.encode(), nil)
+	r.totals.blocks++
+	r.totals.bytes += rec.blockBytes
+	r.dirty = true
+	r.m.retired.Inc()
+}
+
+// free deletes the record of retired block (in batch b), once the block
+// is dropped.
+func (r *retention) free(b *pebble.Batch, block uint64, rec retiredRecord) {
+	b.Delete(retiredKey(block), nil)
+	r.totals.blocks--
+	r.totals.bytes -= rec.blockBytes
+	r.dirty = true
+	r.m.freed.Inc()
+}
+
+// writeTotals puts the totals in batch b if the group changed them.
+func (r *retention) writeTotals(b *pebble.Batch) {
+	if r.dirty {
+		b.Set(metaRetired, r.totals.encode(), nil)
+	}
+}
+
+// publish exports the committed totals.
+func (r *retention) publish() {
+	r.m.blocks.Set(float64(r.totals.blocks))
+	r.m.bytes.Set(float64(r.totals.bytes))
+}
+
 // retiredState is a retired block's record as the group changes it.
 type retiredState struct {
 	rec retiredRecord
@@ -177,8 +254,8 @@ func (c *committer) forEachLiveValue(blockFirst uint64, blk []byte, fn func(key 
 // the log block blockFirst, and returns that reference.
 func (c *committer) liveAt(key []byte, blockFirst, index uint64) (liveRef, bool, error) {
 	if c.pointsInto(key, blockFirst) {
-		c.lkey = dataKey(c.lkey, key)
-		v, found, err := c.lookup(c.lkey)
+		c.ret.lkey = dataKey(c.ret.lkey, key)
+		v, found, err := c.lookup(c.ret.lkey)
 		if err != nil {
 			return liveRef{}, false, err
 		}
@@ -195,25 +272,25 @@ func (c *committer) liveAt(key []byte, blockFirst, index uint64) (liveRef, bool,
 // historyAt reports whether the history version of key written at index
 // will still point into the log block blockFirst once the group commits.
 func (c *committer) historyAt(key []byte, blockFirst, index uint64) (liveRef, bool, error) {
-	if !c.hist.enabled {
+	if !c.hw.rec.enabled {
 		return liveRef{}, false, nil
 	}
-	if st, ok := c.hrefs[histRefKey{string(key), index}]; ok {
+	if st, ok := c.g.hrefs[histRefKey{string(key), index}]; ok {
 		live := !st.gone && st.rec.block == blockFirst
 		return liveRef{rec: st.rec, hist: true, until: st.until}, live, nil
 	}
 	// The first version ending after index is the one written at index,
 	// if any is.
-	c.lkey = histVersionKey(c.lkey, key, index+1)
+	c.ret.lkey = histVersionKey(c.ret.lkey, key, index+1)
 	it, err := c.iter()
 	if err != nil {
 		return liveRef{}, false, err
 	}
-	if !it.SeekGE(c.lkey) {
+	if !it.SeekGE(c.ret.lkey) {
 		return liveRef{}, false, it.Error()
 	}
 	k := it.Key()
-	if len(k) != len(c.lkey) || !bytes.Equal(k[:len(k)-8], c.lkey[:len(c.lkey)-8]) {
+	if len(k) != len(c.ret.lkey) || !bytes.Equal(k[:len(k)-8], c.ret.lkey[:len(c.ret.lkey)-8]) {
 		return liveRef{}, false, nil
 	}
 	v, err := it.ValueAndErr()
@@ -241,23 +318,6 @@ type histRefState struct {
 	gone  bool
 }
 
-// noteHistRef notes a version the group records as a reference (rec).
-func (c *committer) noteHistRef(key []byte, rec record, until uint64) {
-	if c.hrefs == nil {
-		c.hrefs = map[histRefKey]histRefState{}
-	}
-	c.hrefs[histRefKey{string(key), rec.index}] = histRefState{rec: rec, until: until}
-}
-
-// noteHistGone notes that the group removes (or copies out) the version
-// of key written at index.
-func (c *committer) noteHistGone(key []byte, index uint64) {
-	if c.hrefs == nil {
-		c.hrefs = map[histRefKey]histRefState{}
-	}
-	c.hrefs[histRefKey{string(key), index}] = histRefState{gone: true}
-}
-
 // liveRecord counts the live values of a block.
 func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, error) {
 	r := retiredRecord{blockBytes: int64(len(blk))}
@@ -275,14 +335,14 @@ func (c *committer) liveRecord(blockFirst uint64, blk []byte) (retiredRecord, er
 // (historySize).
 func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 	return c.forEachLiveValue(blockFirst, blk, func(key []byte, ref liveRef, value []byte) {
-		c.buf = encodeInline(c.buf, ref.rec.index, ref.rec.attrs, value)
+		c.g.buf = encodeInline(c.g.buf, ref.rec.index, ref.rec.attrs, value)
 		if ref.hist {
-			c.lkey = histVersionKey(c.lkey, key, ref.until)
-			c.noteHistGone(key, ref.rec.index)
+			c.ret.lkey = histVersionKey(c.ret.lkey, key, ref.until)
+			c.g.noteHistGone(key, ref.rec.index)
 		} else {
-			c.lkey = dataKey(c.lkey, key)
+			c.ret.lkey = dataKey(c.ret.lkey, key)
 		}
-		c.batch.Set(c.lkey, c.buf, nil)
+		c.g.batch.Set(c.ret.lkey, c.g.buf, nil)
 		c.s.m.materialized.Inc()
 	})
 }
@@ -294,7 +354,7 @@ func (c *committer) materialize(blockFirst uint64, blk []byte) error {
 // is then read only to copy values out.
 func (c *committer) leaveLog(blockFirst uint64, r retiredRecord, blk []byte) error {
 	if r.live > 0 && !r.sparse() {
-		c.retire(blockFirst, r)
+		c.ret.retire(c.g.batch, blockFirst, r)
 		return nil
 	}
 	if r.live > 0 {
@@ -327,15 +387,6 @@ func (c *committer) readBlock(b uint64) ([]byte, error) {
 	return append([]byte(nil), blk...), nil
 }
 
-// retire keeps a block leaving the log as the home of its live values.
-func (c *committer) retire(blockFirst uint64, r retiredRecord) {
-	c.batch.Set(retiredKey(blockFirst), r.encode(), nil)
-	c.retired.blocks++
-	c.retired.bytes += r.blockBytes
-	c.retiredDirty = true
-	c.rm.retired.Inc()
-}
-
 // release counts down the retired block holding the value a group op
 // replaces (ks is the key's stored state). Keys whose value is not in a
 // retired block are ignored.
@@ -365,7 +416,7 @@ func (c *committer) countDown(b uint64, n int64) error {
 // touch returns the group's state of retired block b, loading its record
 // the first time; settleRetired writes or frees the blocks touched.
 func (c *committer) touch(b uint64) (*retiredState, error) {
-	st := c.touched[b]
+	st := c.g.touched[b]
 	if st == nil {
 		st = &retiredState{}
 		v, err := c.s.getMeta(retiredKey(b))
@@ -381,10 +432,10 @@ func (c *committer) touch(b uint64) (*retiredState, error) {
 			}
 			st.ok = true
 		}
-		if c.touched == nil {
-			c.touched = map[uint64]*retiredState{}
+		if c.g.touched == nil {
+			c.g.touched = map[uint64]*retiredState{}
 		}
-		c.touched[b] = st
+		c.g.touched[b] = st
 	}
 	return st, nil
 }
@@ -403,16 +454,16 @@ func (c *committer) settleRetired() error {
 	}
 	c.s.sparseRetired = nil
 	var errs []error
-	for b, st := range c.touched {
+	for b, st := range c.g.touched {
 		if !st.ok {
 			continue
 		}
 		if st.rec.live > 0 && !st.rec.sparse() {
-			c.batch.Set(retiredKey(b), st.rec.encode(), nil)
+			c.g.batch.Set(retiredKey(b), st.rec.encode(), nil)
 			continue
 		}
 		if err := c.freeRetired(b, st); err != nil {
-			c.batch.Set(retiredKey(b), st.rec.encode(), nil)
+			c.g.batch.Set(retiredKey(b), st.rec.encode(), nil)
 			errs = append(errs, err)
 		}
 	}
@@ -432,12 +483,12 @@ func (c *committer) freeRetired(b uint64, st *retiredState) error {
 		return err
 	}
 	if actual.live != st.rec.live || actual.liveBytes != st.rec.liveBytes {
-		c.rm.recounts.Inc()
+		c.ret.m.recounts.Inc()
 		c.s.opts.Logger.Warn("retired log block count corrected", "db", c.s.opts.Name, "block", b,
 			"counted", st.rec.live, "found", actual.live)
 		st.rec = actual
 		if actual.live > 0 && !actual.sparse() {
-			c.batch.Set(retiredKey(b), actual.encode(), nil)
+			c.g.batch.Set(retiredKey(b), actual.encode(), nil)
 			return nil
 		}
 	}
@@ -453,11 +504,7 @@ func (c *committer) dropRetired(b uint64, rec retiredRecord, blk []byte) error {
 	if err := c.dropBlock(b); err != nil {
 		return err
 	}
-	c.batch.Delete(retiredKey(b), nil)
-	c.retired.blocks--
-	c.retired.bytes -= rec.blockBytes
-	c.retiredDirty = true
-	c.rm.freed.Inc()
+	c.ret.free(c.g.batch, b, rec)
 	return nil
 }
 
@@ -480,14 +527,14 @@ func (s *Store) recountRetired() error {
 	c := &committer{s: s}
 	hb, err := s.getMeta(metaHistory)
 	if err == nil {
-		c.hist, err = decodeHistoryRecord(hb)
+		c.hw.rec, err = decodeHistoryRecord(hb)
 	}
 	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
 		return err
 	}
 	defer func() {
-		if c.it != nil {
-			c.it.Close()
+		if c.g.it != nil {
+			c.g.it.Close()
 		}
 	}()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})

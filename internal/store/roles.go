@@ -117,7 +117,7 @@ func (c *committer) evalWrite(r *request, cmd command, role writerRole) error {
 	}
 	r.res = ev.res
 	if len(cmd.batch.ID) > 0 {
-		c.recordBatch(cmd.batch.ID, r.res, ev.time)
+		c.g.recordBatch(cmd.batch.ID, r.res, ev.time)
 	}
 	return nil
 }

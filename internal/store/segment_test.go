@@ -468,17 +468,17 @@ func TestNoSegmentsForUnsyncedGroups(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, Options{Name: "seg-raft"})
 	c := &committer{s: s}
-	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || c.needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
+	if c.writeOptions([]*request{{kind: reqRaft}}) != pebble.NoSync || needsSync([]*request{{kind: reqRaft}, {kind: reqCache}}) {
 		t.Fatal("a Raft group asks for a sync")
 	}
-	if !c.needsSync([]*request{{kind: reqRaft}, {kind: reqWrite}}) {
+	if !needsSync([]*request{{kind: reqRaft}, {kind: reqWrite}}) {
 		t.Fatal("a group with a write does not ask for a sync")
 	}
-	c.appended = true
+	c.g.appended = true
 	if c.writeOptions([]*request{{kind: reqWrite}}) != pebble.NoSync {
 		t.Fatal("a group synced by its segment syncs Pebble too")
 	}
-	c.appended = false
+	c.g.appended = false
 	if c.writeOptions([]*request{{kind: reqRaftReset}}) != pebble.Sync {
 		t.Fatal("a durable group with no block in a segment is not synced")
 	}

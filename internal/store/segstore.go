@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"math"
 	"time"
 
@@ -259,6 +260,39 @@ func (g *segments) after(seq uint64) uint64 {
 	return first
 }
 
+// replayState is the block of a segment tail that a replay at open
+// applies again (replaySegments), already durable in its segment.
+type replayState struct {
+	block *blockRef
+	end   int64                   // after the block's frames
+	ids   map[string]batchOutcome // the outcomes of the block's group
+}
+
+// active reports whether the group is a replayed block.
+func (r *replayState) active() bool { return r.block != nil }
+
+// restoreIDs gives the replayed group the outcomes stored with its block.
+func (r *replayState) restoreIDs(g *groupPending) {
+	if r.block == nil || len(r.ids) == 0 {
+		return
+	}
+	if g.ids == nil {
+		g.ids = map[string]batchOutcome{}
+	}
+	maps.Copy(g.ids, r.ids)
+}
+
+// setBlock puts in the group's batch, under key, the reference to the
+// replayed block and the segment tail after it, and returns the block's
+// stored size.
+func (r *replayState) setBlock(g *groupPending, key []byte) int {
+	g.buf = r.block.encode(g.buf[:0])
+	g.batch.Set(key, g.buf, nil)
+	g.batch.Set(metaSegments, segTail{seq: r.block.seq, off: r.end}.encode(), nil)
+	g.useSegment(r.block.seq, int64(r.block.n), 1)
+	return r.block.n
+}
+
 // replaySegments applies the blocks of the segment tail (walkTail) and
 // returns where the next block goes. Blocks are applied with the replica
 // path (prepareApply), which checks that each continues the hash chain;
@@ -284,9 +318,9 @@ func (s *Store) replaySegments() (segTail, error) {
 	applied := 0
 	pos, err = g.walkTail(pos, func() uint64 { return c.last.index + 1 }, func(b tailBlock) (bool, error) {
 		r := &request{kind: reqApply, entries: b.entries, done: make(chan struct{})}
-		c.replay, c.replayEnd, c.replayIDs = &b.ref, b.end, b.ids
+		c.rp = replayState{block: &b.ref, end: b.end, ids: b.ids}
 		c.commit([]*request{r})
-		c.replay, c.replayIDs = nil, nil
+		c.rp = replayState{}
 		if r.err != nil {
 			if errors.Is(r.err, ErrNotContiguous) && !b.synced {
 				return false, nil

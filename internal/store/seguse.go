@@ -53,15 +53,6 @@ func segUses(r pebble.Reader) (map[uint64]segUse, error) {
 	return out, it.Error()
 }
 
-// useSegment counts a block of n bytes into (sign 1) or out of (-1)
-// segment seq, in the group.
-func (c *committer) useSegment(seq uint64, n int64, sign int64) {
-	d := c.segDelta[seq]
-	d.blocks += sign
-	d.bytes += sign * n
-	c.segDelta[seq] = d
-}
-
 // dropBlock deletes log block b in the group, counting it out of its
 // segment.
 func (c *committer) dropBlock(b uint64) error {
@@ -75,16 +66,16 @@ func (c *committer) dropBlock(b uint64) error {
 			return err
 		}
 		if isRef {
-			c.useSegment(ref.seq, int64(ref.n), -1)
+			c.g.useSegment(ref.seq, int64(ref.n), -1)
 		}
 	}
-	c.batch.Delete(logKey(b), nil)
+	c.g.batch.Delete(logKey(b), nil)
 	return nil
 }
 
 // writeSegUse puts the group's changes of segment use in the batch.
 func (c *committer) writeSegUse() error {
-	for seq, d := range c.segDelta {
+	for seq, d := range c.g.segDelta {
 		var u segUse
 		v, found, err := c.lookup(segUseKey(seq))
 		if err != nil {
@@ -98,9 +89,9 @@ func (c *committer) writeSegUse() error {
 		u.blocks += d.blocks
 		u.bytes += d.bytes
 		if u.blocks <= 0 {
-			c.batch.Delete(segUseKey(seq), nil)
+			c.g.batch.Delete(segUseKey(seq), nil)
 		} else {
-			c.batch.Set(segUseKey(seq), u.encode(), nil)
+			c.g.batch.Set(segUseKey(seq), u.encode(), nil)
 		}
 	}
 	return nil

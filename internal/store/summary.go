@@ -65,16 +65,16 @@ func summaryKeyBlock(k []byte) (uint64, bool) {
 // and the group's pending in-log values point into it.
 func (c *committer) encodeSummary(dst []byte, storedBytes int, inLog bool) []byte {
 	dst = append(dst[:0], 0, 0, 0, 0)
-	dst = binary.AppendUvarint(dst, c.last.index-c.blockFirst+1)
+	dst = binary.AppendUvarint(dst, c.last.index-c.g.blockFirst+1)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(c.last.time))
 	dst = append(dst, c.last.hash[:]...)
 	dst = binary.AppendUvarint(dst, uint64(storedBytes))
 	if !inLog {
 		dst = binary.AppendUvarint(dst, 0)
 	} else {
-		dst = binary.AppendUvarint(dst, uint64(len(c.inLog)))
-		for key, p := range c.inLog {
-			dst = binary.AppendUvarint(dst, p.index-c.blockFirst)
+		dst = binary.AppendUvarint(dst, uint64(len(c.g.inLog)))
+		for key, p := range c.g.inLog {
+			dst = binary.AppendUvarint(dst, p.index-c.g.blockFirst)
 			dst = binary.AppendUvarint(dst, uint64(len(key)))
 			dst = append(dst, key...)
 			dst = binary.AppendUvarint(dst, uint64(len(p.value)))
@@ -152,8 +152,8 @@ func (c *committer) summary(block uint64) (s blockSummary, usable, present bool,
 	if err != nil || !found {
 		return blockSummary{}, false, false, err
 	}
-	c.sumBuf = append(c.sumBuf[:0], v...) // lookups move the iterator
-	s, err = decodeSummary(block, c.sumBuf)
+	c.g.sumBuf = append(c.g.sumBuf[:0], v...) // lookups move the iterator
+	s, err = decodeSummary(block, c.g.sumBuf)
 	if err != nil {
 		c.s.m.integrityErrors.WithLabelValues("block_summary").Inc()
 		c.s.opts.Logger.Error("log block summary unreadable; reading the block instead", "db", c.s.opts.Name, "block", block, "err", err)

@@ -209,10 +209,10 @@ func TestVerifySummaryProblems(t *testing.T) {
 // putSummary stores sum as the summary of block, re-encoded.
 func putSummary(t *testing.T, s *Store, block uint64, sum blockSummary) {
 	t.Helper()
-	c := &committer{inLog: map[string]pendingValue{}, blockFirst: block}
+	c := &committer{g: groupPending{inLog: map[string]pendingValue{}, blockFirst: block}}
 	c.last = appliedRecord{index: block + sum.count - 1, time: sum.lastTime, hash: sum.lastHash}
 	for _, v := range sum.values {
-		c.inLog[string(v.key)] = pendingValue{index: v.index, value: make([]byte, v.valueLen)}
+		c.g.inLog[string(v.key)] = pendingValue{index: v.index, value: make([]byte, v.valueLen)}
 	}
 	if err := s.db.Set(summaryKey(block), c.encodeSummary(nil, int(sum.storedBytes), len(sum.values) > 0), pebble.Sync); err != nil {
 		t.Fatal(err)
