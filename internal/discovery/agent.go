@@ -79,6 +79,7 @@ type Agent struct {
 	mu struct {
 		sync.Mutex
 		avoid    map[string]time.Time // by address: until when
+		suspect  string               // the source found suspect at the last review
 		path     []uint64             // this node's path to the root (advertised)
 		streamed string               // source address seen streaming last
 		pending  Reason               // why the agent last moved the replica
@@ -102,7 +103,7 @@ func NewAgent(cfg AgentConfig, o *Overlay, log *slog.Logger) *Agent {
 // Sources returns the replication addresses to try, in order: the chosen
 // source, then its secondaries. Empty: no usable member is known yet.
 func (a *Agent) Sources() []string {
-	ch := a.choose("", false)
+	ch := a.choose("", false, false)
 	var out []string
 	for _, c := range ch.Sources {
 		if len(out) == a.cfg.Sources {
@@ -116,7 +117,7 @@ func (a *Agent) Sources() []string {
 		a.mu.Lock()
 		clear(a.mu.avoid)
 		a.mu.Unlock()
-		for _, c := range a.choose("", false).Sources {
+		for _, c := range a.choose("", false, false).Sources {
 			if len(out) < a.cfg.Sources {
 				out = append(out, c.Addr)
 			}
@@ -220,6 +221,13 @@ func (a *Agent) review(r Replica) {
 		}
 	}
 	a.mu.Lock()
+	// The current source counts as suspect once it was already suspect
+	// at the previous review.
+	suspect := cur != nil && cur.Suspect && a.mu.suspect == cur.Name
+	a.mu.suspect = ""
+	if cur != nil && cur.Suspect {
+		a.mu.suspect = cur.Name
+	}
 	switch {
 	case streaming && cur != nil:
 		// This node hangs below cur: its path is cur's, one longer. (If
@@ -265,8 +273,13 @@ func (a *Agent) review(r Replica) {
 		return
 	}
 	stalled := r.Lag() > a.cfg.StallAfter && slices.ContainsFunc(cands, func(c candidate) bool { return c.applied > r.Applied() })
-	ch := a.choose(cur.Name, stalled)
+	ch := a.choose(cur.Name, stalled, suspect)
 	if ch.Move && len(ch.Sources) > 0 && ch.Sources[0].Addr != addr {
+		if ch.Reason == ReasonSuspect {
+			// Probed until it answers, it stays suspect (and last)
+			// after it stops being this node's source.
+			a.o.Watch(cur.Name)
+		}
 		a.move(r, ch.Reason, addr)
 	}
 }
@@ -280,8 +293,8 @@ func (a *Agent) move(r Replica, reason Reason, from string) {
 }
 
 // choose runs Choose on the current member list; current names the
-// source streamed from now.
-func (a *Agent) choose(current string, stalled bool) Choice {
+// source streamed from now, stalled and suspect say how it is doing.
+func (a *Agent) choose(current string, stalled, suspect bool) Choice {
 	members := a.o.Members()
 	cands, roots := candidates(members, a.cfg)
 	in := Input{Self: a.self, Current: current, CurrentStalled: stalled, Members: roots, Avoid: map[string]bool{}, Policy: a.cfg.Policy}
@@ -300,6 +313,9 @@ func (a *Agent) choose(current string, stalled bool) Choice {
 	}
 	a.mu.Unlock()
 	for _, c := range cands {
+		if c.Name == current {
+			c.Suspect = suspect
+		}
 		in.Candidates = append(in.Candidates, c.Candidate)
 	}
 	return Choose(in)
@@ -332,7 +348,7 @@ func candidates(members []Member, cfg AgentConfig) ([]candidate, map[uint64]bool
 				continue
 			}
 			out = append(out, candidate{Candidate: Candidate{Name: m.Name, Addr: m.Meta.Repl, RTT: m.RTT, Root: d.Role == RoleRoot,
-				Depth: d.Depth, Path: d.Path, Children: d.Children, MaxChildren: d.MaxChildren}, applied: d.Applied})
+				Depth: d.Depth, Path: d.Path, Children: d.Children, MaxChildren: d.MaxChildren, Suspect: m.Suspect}, applied: d.Applied})
 		}
 	}
 	return out, roots

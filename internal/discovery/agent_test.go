@@ -60,3 +60,86 @@ func equalIDs(a, b []uint64) bool {
 	}
 	return true
 }
+
+// TestSuspectSourceLeft: a replica whose source stops answering its
+// probes (the source's packets to it are lost, its stream is not) finds
+// the source suspect and moves to another source, reason suspect, while
+// the stream still runs (the simulated stream never breaks). The source
+// it left stays suspect, probed, until it answers again; then the
+// replica goes back to it, the nearest.
+func TestSuspectSourceLeft(t *testing.T) {
+	w := newWorld(t, 16)
+	w.add("root", true)
+	w.add("a", false, "root")
+	w.add("b", false, "root")
+	w.waitAllUnderRoot(t, 2, "a and b")
+	for other, d := range map[string]time.Duration{"root": 20 * ms, "a": 0, "b": 40 * ms} {
+		w.setDelay("c", other, d)
+	}
+	c := w.add("c", false, "root")
+	waitSource(t, w, "c", "a", "the near source")
+	// The agent counts a move at its first review of the new stream:
+	// wait for the move to a to be counted.
+	deadline := time.Now().Add(60 * time.Second)
+	for streamed(c) != replAddr("a") {
+		if time.Now().After(deadline) {
+			t.Fatalf("c's agent saw c streaming from %q after 60s, want a", streamed(c))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	before := sourceChanges(w, "c", string(ReasonSuspect))
+	w.setMute("a", "c", true)
+	deadline = time.Now().Add(60 * time.Second)
+	for sourceChanges(w, "c", string(ReasonSuspect)) <= before {
+		if time.Now().After(deadline) {
+			m, _ := member(c.o, "a")
+			t.Fatalf("c streams from %q 60s after a fell silent to it, no move for suspicion counted (a suspect: %v)", w.sourceOf("c"), m.Suspect)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// No longer c's source, a is still probed: its missed probes keep
+	// adding up (they would be forgotten with the dependency), and c
+	// stays away from it.
+	deadline = time.Now().Add(60 * time.Second)
+	for w.sourceOf("c") == "a" || misses(c.o, "a") < SuspectAfter+5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("60s after a fell silent: c streams from %q, a missed %d probes in a row", w.sourceOf("c"), misses(c.o, "a"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	w.setMute("a", "c", false)
+	waitSource(t, w, "c", "a", "the near source, answering again")
+	deadline = time.Now().Add(60 * time.Second)
+	for watched(c.o, "a") {
+		if time.Now().After(deadline) {
+			t.Fatal("a still watched by c 60s after it answered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// streamed is the source address n's agent last saw streaming.
+func streamed(n *simNode) string {
+	n.agent.mu.Lock()
+	defer n.agent.mu.Unlock()
+	return n.agent.mu.streamed
+}
+
+// misses is how many direct probes in a row member name missed, as o
+// counts them.
+func misses(o *Overlay, name string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.misses[name]
+}
+
+func watched(o *Overlay, name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.watched[name]
+}

@@ -18,6 +18,7 @@ const (
 	ReasonFailed  Reason = "failed"  // connecting to or streaming from the source failed
 	ReasonCycle   Reason = "cycle"   // the source's path to the root contains this node
 	ReasonSlower  Reason = "slower"  // another candidate is much nearer (see Policy)
+	ReasonSuspect Reason = "suspect" // the source misses this node's probes; another does not
 )
 
 // Candidate is a member that serves the database, as Choose sees it.
@@ -36,6 +37,10 @@ type Candidate struct {
 	Path []uint64
 	// Children streaming from it now, and its limit (0: none advertised).
 	Children, MaxChildren int
+	// Suspect: it missed this node's last direct probes (Member.Suspect).
+	// The agent marks the current source suspect only once it has been
+	// so at two reviews in a row.
+	Suspect bool
 }
 
 // Policy holds the tunables of Choose. Zero fields take their defaults
@@ -114,6 +119,21 @@ type Choice struct {
 
 // Choose orders the sources of one database for one node. It is a pure
 // function of its input.
+//
+// Suspect candidates come after all the others: suspicion is this node's
+// own probes going unanswered (a lossy path, a busy host), so a suspect
+// candidate is still chosen when no other is usable, and a replica whose
+// every path drops UDP keeps a source. The current source being suspect
+// moves the replica (ReasonSuspect) when a usable candidate is not
+// suspect, although its stream may still be alive: a source that does not
+// answer probes is likely to stall or break next, and the other side of
+// a one-way loss is not the place to wait for that. With every other
+// candidate suspect too, the replica stays. No move for RTT goes to a
+// suspect candidate. Flapping is kept down by the agent: it counts the
+// current source suspect only after two reviews in a row (suspicion
+// already takes SuspectAfter missed probes), and has the overlay keep
+// probing a source it left for suspicion (Overlay.Watch), so that it
+// stays suspect, and last, until it answers.
 func Choose(in Input) Choice {
 	in.Policy.EnsureDefaults()
 	var cur *Candidate
@@ -146,6 +166,8 @@ func Choose(in Input) Choice {
 		reason = ReasonFailed
 	case in.CurrentStalled && len(usable) > 0:
 		reason = ReasonStalled
+	case cur.Suspect && len(usable) > 0 && !usable[0].Suspect:
+		reason = ReasonSuspect
 	}
 	if reason != ReasonNone {
 		// The current source goes last: it may come back (or be the only
@@ -158,8 +180,9 @@ func Choose(in Input) Choice {
 	}
 	// The current source stays first unless a candidate is much nearer.
 	// A source whose own path is broken (its parent died) is kept: it
-	// re-attaches by itself, and its children must not cascade.
-	if len(usable) > 0 && in.muchNearer(usable[0], *cur) {
+	// re-attaches by itself, and its children must not cascade. A
+	// suspect candidate is not worth a move, however near.
+	if len(usable) > 0 && !usable[0].Suspect && in.muchNearer(usable[0], *cur) {
 		return Choice{Sources: append(usable, *cur), Move: true, Reason: ReasonSlower}
 	}
 	return Choice{Sources: append([]Candidate{*cur}, usable...)}
@@ -190,11 +213,12 @@ func (in *Input) eligible(c *Candidate) bool {
 	return in.Members[c.Path[len(c.Path)-1]]
 }
 
-// compare orders candidates: lower cost first (RTT plus TierCost per
-// tier; costs in the same TieRTT bucket are equal), then shallower, then
-// nearer, then by name.
+// compare orders candidates: not suspect first, then lower cost (RTT
+// plus TierCost per tier; costs in the same TieRTT bucket are equal),
+// then shallower, then nearer, then by name.
 func (in *Input) compare(a, b Candidate) int {
 	return cmp.Or(
+		cmpBool(a.Suspect, b.Suspect),
 		cmp.Compare(in.bucket(in.cost(a)), in.bucket(in.cost(b))),
 		cmp.Compare(a.Depth, b.Depth),
 		cmp.Compare(unknownLast(a.RTT), unknownLast(b.RTT)),
@@ -212,6 +236,17 @@ func (in *Input) cost(c Candidate) time.Duration {
 
 func (in *Input) bucket(rtt time.Duration) int64 {
 	return int64(unknownLast(rtt) / in.TieRTT)
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func unknownLast(rtt time.Duration) time.Duration {

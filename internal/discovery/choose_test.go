@@ -47,6 +47,7 @@ func names(cs []Candidate) []string {
 func TestChoose(t *testing.T) {
 	self := NodeID("self")
 	full := func(c Candidate) Candidate { c.Children = c.MaxChildren; return c }
+	suspect := func(c Candidate) Candidate { c.Suspect = true; return c }
 	for _, tc := range []struct {
 		name    string
 		in      Input
@@ -98,6 +99,12 @@ func TestChoose(t *testing.T) {
 		{name: "no address not chosen",
 			in:   Input{Self: self, Members: live("a"), Candidates: []Candidate{{Name: "root", Root: true}, cand("a", 5*ms, "root")}},
 			want: []string{"a"}, move: true, reason: ReasonInitial},
+		{name: "suspect nearest last",
+			in:   Input{Self: self, Members: live("a", "b"), Candidates: []Candidate{suspect(cand("a", 1*ms, "root")), cand("b", 20*ms, "root"), cand("root", 50*ms)}},
+			want: []string{"b", "root", "a"}, move: true, reason: ReasonInitial},
+		{name: "all suspect: still chosen, nearest first",
+			in:   Input{Self: self, Members: live("a", "b"), Candidates: []Candidate{suspect(cand("b", 20*ms, "root")), suspect(cand("a", 1*ms, "root"))}},
+			want: []string{"a", "b"}, move: true, reason: ReasonInitial},
 
 		{name: "keep the current source",
 			in:   Input{Self: self, Current: "b", Members: live("a", "b"), Candidates: []Candidate{cand("a", 4*ms, "root"), cand("b", 7*ms, "root")}},
@@ -141,6 +148,24 @@ func TestChoose(t *testing.T) {
 		{name: "source failing: move",
 			in:   Input{Self: self, Current: "a", Avoid: map[string]bool{"a": true}, Members: live("a", "b"), Candidates: []Candidate{cand("a", 1*ms, "root"), cand("b", 5*ms, "root")}},
 			want: []string{"b", "a"}, move: true, reason: ReasonFailed},
+		{name: "much nearer but suspect: stay",
+			in:   Input{Self: self, Current: "b", Members: live("a", "b"), Candidates: []Candidate{suspect(cand("a", 5*ms, "root")), cand("b", 60*ms, "root")}},
+			want: []string{"b", "a"}, move: false, reason: ReasonNone},
+		{name: "source suspect: move to one that is not",
+			in:   Input{Self: self, Current: "a", Members: live("a", "b"), Candidates: []Candidate{suspect(cand("a", 1*ms, "root")), cand("b", 5*ms, "root")}},
+			want: []string{"b", "a"}, move: true, reason: ReasonSuspect},
+		{name: "source suspect: the suspect others after the one that is not",
+			in:   Input{Self: self, Current: "a", Members: live("a", "b", "c"), Candidates: []Candidate{suspect(cand("a", 1*ms, "root")), suspect(cand("b", 2*ms, "root")), cand("c", 40*ms, "root")}},
+			want: []string{"c", "b", "a"}, move: true, reason: ReasonSuspect},
+		{name: "source suspect, the others too: stay, even for a much nearer one",
+			in:   Input{Self: self, Current: "a", Members: live("a", "b"), Candidates: []Candidate{suspect(cand("a", 60*ms, "root")), suspect(cand("b", 5*ms, "root"))}},
+			want: []string{"a", "b"}, move: false, reason: ReasonNone},
+		{name: "source suspect and the other one full: stay",
+			in:   Input{Self: self, Current: "a", Members: live("a", "b"), Candidates: []Candidate{suspect(cand("a", 1*ms, "root")), full(cand("b", 5*ms, "root"))}},
+			want: []string{"a"}, move: false, reason: ReasonNone},
+		{name: "source suspect and stalled: stalled",
+			in:   Input{Self: self, Current: "a", CurrentStalled: true, Members: live("a", "b"), Candidates: []Candidate{suspect(cand("a", 1*ms, "root")), cand("b", 5*ms, "root")}},
+			want: []string{"b", "a"}, move: true, reason: ReasonStalled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
@@ -162,8 +187,8 @@ func TestChoose(t *testing.T) {
 }
 
 // TestChooseNeverPicksDescendant checks on random trees that no node ever
-// chooses a source whose path contains it, and that every chosen source
-// has room.
+// chooses a source whose path contains it, that every chosen source has
+// room, and that a suspect source comes only after every other.
 func TestChooseNeverPicksDescendant(t *testing.T) {
 	for seed := range 200 {
 		n := 12
@@ -188,6 +213,7 @@ func TestChooseNeverPicksDescendant(t *testing.T) {
 		for i := range n {
 			c := cand(name(i), time.Duration((i*13+seed)%17)*ms, path(i)...)
 			c.Children, c.MaxChildren = children[i], 3
+			c.Suspect = (i*5+seed)%4 == 0
 			cands = append(cands, c)
 			members[NodeID(name(i))] = i == 0
 		}
@@ -199,6 +225,11 @@ func TestChooseNeverPicksDescendant(t *testing.T) {
 				}
 				if s.Children >= s.MaxChildren {
 					t.Fatalf("seed %d: node %s offered full %s", seed, name(i), s.Name)
+				}
+			}
+			for k := 1; k < len(ch.Sources); k++ {
+				if ch.Sources[k-1].Suspect && !ch.Sources[k].Suspect {
+					t.Fatalf("seed %d: node %s offered suspect %s before %s", seed, name(i), ch.Sources[k-1].Name, ch.Sources[k].Name)
 				}
 			}
 		}

@@ -15,9 +15,12 @@
 // candidate by estimated RTT that has room for another child, a shallower
 // one on a tie, never one of the chooser's own descendants (a candidate
 // whose path contains the chooser) and only candidates whose path reaches
-// a live root. A replica moves when its source dies, stalls, forms a
-// cycle, or becomes much slower than another candidate (the hysteresis of
-// Policy keeps the tree from flapping). Moving never drops the mover's own
+// a live root, suspect candidates after all the others. A replica moves
+// when its source dies, stalls, forms a cycle, stays suspect while another
+// candidate is not, or becomes much slower than another candidate (the
+// hysteresis of Policy keeps the tree from flapping). A source left for
+// suspicion is probed until it answers (Overlay.Watch): it stays suspect,
+// and is not chosen again, until then. Moving never drops the mover's own
 // children: they keep streaming from it while it reconnects upstream.
 //
 // A proxy that names neither relays nor replicas takes its fetch pool
@@ -33,7 +36,7 @@
 // when this member depends on it (Dependencies) and it missed this
 // member's last direct probes (memberlist keeps its own suspicion to
 // itself); relay election, the DC view and a proxy's pool leave suspect
-// members out.
+// members out, a replica's source choice ranks them last.
 //
 // An Agent applies Choose for one database of one process: it answers the
 // replica's question "where from?" (Sources), hears its failures (Failed)

@@ -38,7 +38,7 @@ func NewMetrics() *Metrics {
 			Help: "Bytes of the gossip overlay (packets and streams), by direction (in, out)."}, []string{"direction"}),
 		sourceChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "source_changes_total",
-			Help: "Sources chosen through the overlay, by database and reason (initial, dead, stalled, failed, cycle, slower)."}, []string{"db", "reason"}),
+			Help: "Sources chosen through the overlay, by database and reason (initial, dead, stalled, failed, cycle, slower, suspect)."}, []string{"db", "reason"}),
 		sourceRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "source_rtt_seconds",
 			Help: "Estimated round trip to the current replication source (-1: no estimate yet)."}, []string{"db"}),
@@ -59,7 +59,7 @@ func NewMetrics() *Metrics {
 			Help: "Databases left out of this member's advertisement because they did not fit memberlist's 512-byte meta."}),
 		suspects: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "suspect_members",
-			Help: "Members this node depends on (its data centre's proxies, the nearest full replicas, its sources) that missed its last direct probes."}),
+			Help: "Members this node depends on (its data centre's proxies, the nearest full replicas, its sources) or watches (sources it left for suspicion) that missed its last direct probes."}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "dependency_probes_total",
 			Help: "Direct probes of the members this node depends on, by result (answered, missed)."}, []string{"result"}),

@@ -52,8 +52,9 @@ type Config struct {
 	// proxies of a database (ElectRelays). Default 2.
 	RelaysPerDC int
 	// CheckInterval is how often this member probes, directly, each
-	// member it depends on (Dependencies); one that misses SuspectAfter
-	// probes in a row is Suspect. Default: the probe interval.
+	// member it depends on (Dependencies) or watches (Watch); one that
+	// misses SuspectAfter probes in a row is Suspect. Default: the probe
+	// interval.
 	CheckInterval time.Duration
 	// RejoinInterval is how often a member that no longer sees one of its
 	// seeds alive contacts it again, so the overlay heals after a
@@ -124,8 +125,8 @@ type Member struct {
 	// estimate yet. Zero for this member itself.
 	RTT  time.Duration
 	Self bool
-	// Suspect: this member depends on it (Dependencies) and it missed
-	// this member's last SuspectAfter direct probes. It is this member's
+	// Suspect: this member depends on it (Dependencies) or watches it
+	// (Watch) and it missed this member's last SuspectAfter direct probes. It is this member's
 	// own view: it lasts until the member answers a probe again, or the
 	// overlay declares it dead and it leaves the list.
 	Suspect bool
@@ -157,6 +158,7 @@ type Overlay struct {
 		samples map[string]int                    // round trips measured, by member name
 		nodes   map[string]node                   // live members, by name
 		misses  map[string]int                    // direct probes missed in a row, by dependency's name
+		watched map[string]bool                   // probed besides the dependencies until they answer (Watch)
 		changed chan struct{}                     // closed at the next change
 	}
 }
@@ -192,6 +194,7 @@ func Start(cfg Config, local Meta) (*Overlay, error) {
 	o.mu.samples = map[string]int{}
 	o.mu.nodes = map[string]node{}
 	o.mu.misses = map[string]int{}
+	o.mu.watched = map[string]bool{}
 	var err error
 	if o.coord, err = coordinate.NewClient(coordinate.DefaultConfig()); err != nil {
 		return nil, err
@@ -435,6 +438,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	delete(d.o.mu.samples, n.Name)
 	delete(d.o.mu.nodes, n.Name)
 	delete(d.o.mu.misses, n.Name)
+	delete(d.o.mu.watched, n.Name)
 	d.o.mu.Unlock()
 	d.o.m.members.Set(float64(d.o.live.Add(-1)))
 	d.o.notifyChange()

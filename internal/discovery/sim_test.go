@@ -29,6 +29,7 @@ type world struct {
 	byGossip map[string]string // gossip address → name
 	delay    map[[2]string]time.Duration
 	cut      map[[2]string]bool // unordered pairs that cannot talk
+	mute     map[[2]string]bool // from, to: from's gossip packets to to are lost
 }
 
 type simNode struct {
@@ -46,7 +47,7 @@ type simNode struct {
 
 func newWorld(t *testing.T, maxChildren int) *world {
 	return &world{t: t, maxChildren: maxChildren, nodes: map[string]*simNode{}, byGossip: map[string]string{},
-		delay: map[[2]string]time.Duration{}, cut: map[[2]string]bool{}}
+		delay: map[[2]string]time.Duration{}, cut: map[[2]string]bool{}, mute: map[[2]string]bool{}}
 }
 
 func replAddr(name string) string { return name + ":7390" }
@@ -64,8 +65,17 @@ func (w *world) link(from string) Link {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		to := w.byGossip[addr]
-		return w.delay[[2]string{from, to}], w.cut[pair(from, to)]
+		return w.delay[[2]string{from, to}], w.cut[pair(from, to)] || w.mute[[2]string{from, to}]
 	}
+}
+
+// setMute loses (or, mute false, delivers again) the gossip packets and
+// streams from member from to member to, one way; replication streams
+// are not touched.
+func (w *world) setMute(from, to string, mute bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mute[[2]string{from, to}] = mute
 }
 
 func pair(a, b string) [2]string {

@@ -79,8 +79,36 @@ func (o *Overlay) checkDependencies(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		}
-		o.checkOnce(Dependencies(o.Members()))
+		o.checkOnce(o.probed(o.Members()))
 	}
+}
+
+// Watch has this member probe the member named name, besides its
+// Dependencies, until it answers one probe or leaves the overlay. An
+// agent that leaves a suspect source watches it: otherwise the source,
+// no longer a dependency, would be forgotten unanswered and look fit to
+// choose again at once.
+func (o *Overlay) Watch(name string) {
+	o.mu.Lock()
+	if _, live := o.mu.nodes[name]; live {
+		o.mu.watched[name] = true
+	}
+	o.mu.Unlock()
+}
+
+// probed are the members to probe now: the dependencies of members,
+// then the watched members that are not among them.
+func (o *Overlay) probed(members []Member) []Member {
+	deps := Dependencies(members)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, m := range members {
+		if o.mu.watched[m.Name] && !slices.ContainsFunc(deps, func(d Member) bool { return d.Name == m.Name }) {
+			m.Suspect = false
+			deps = append(deps, m)
+		}
+	}
+	return deps
 }
 
 // checkOnce probes each of deps once, at the same time, and records the
@@ -101,6 +129,7 @@ func (o *Overlay) checkOnce(deps []Member) {
 	misses := make(map[string]int, len(deps))
 	for i, m := range deps {
 		if _, live := o.mu.nodes[m.Name]; !live || answered[i] {
+			delete(o.mu.watched, m.Name)
 			continue // answered, or left while it was probed
 		}
 		misses[m.Name] = o.mu.misses[m.Name] + 1
