@@ -20,17 +20,13 @@ import (
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
-type catalog map[string]*service.Database
-
-func (c catalog) Database(name string) (*service.Database, bool) { d, ok := c[name]; return d, ok }
-
 func newServer(t testing.TB) *httptest.Server {
 	t.Helper()
 	st, err := store.Open(store.Options{Dir: t.TempDir(), MinFreeBytes: 1, BallastBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), catalog{"default": {Name: "default", Store: st}}, nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), service.Databases{"default": {Name: "default", Store: st}}, nil))
 	t.Cleanup(func() { srv.Close(); st.Close() })
 	return srv
 }
@@ -169,7 +165,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 	st, _ := store.Open(store.Options{Dir: dir, MinFreeBytes: 1, BallastBytes: -1})
 	defer st.Close()
-	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), catalog{"default": {Name: "default", Store: st}}, nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), service.Databases{"default": {Name: "default", Store: st}}, nil))
 	defer srv.Close()
 
 	c, _ := client.New([]string{srv.URL}, client.Options{Database: "default"})
@@ -280,7 +276,7 @@ func ExampleClient_Batch() {
 	defer os.RemoveAll(dir)
 	st, _ := store.Open(store.Options{Dir: dir, MinFreeBytes: 1, BallastBytes: -1})
 	defer st.Close()
-	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), catalog{"default": {Name: "default", Store: st}}, nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), service.Databases{"default": {Name: "default", Store: st}}, nil))
 	defer srv.Close()
 
 	c, _ := client.New([]string{srv.URL}, client.Options{})
@@ -332,7 +328,7 @@ func TestWriteToReplicaAsksItOnce(t *testing.T) {
 		return fmt.Errorf("%w: a replica", store.ErrNotRoot)
 	}}
 	var puts atomic.Int32
-	api := httpapi.New(httpapi.DefaultConfig(), catalog{"default": db}, nil)
+	api := httpapi.New(httpapi.DefaultConfig(), service.Databases{"default": db}, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut {
 			puts.Add(1)

@@ -14,13 +14,6 @@ import (
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
-type catalog map[string]*service.Database
-
-func (c catalog) Database(name string) (*service.Database, bool) {
-	d, ok := c[name]
-	return d, ok
-}
-
 // serveRoot serves a root on a fresh store over HTTP and returns a client of it.
 func serveRoot(t *testing.T) *client.Client {
 	t.Helper()
@@ -30,7 +23,7 @@ func serveRoot(t *testing.T) *client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), catalog{st.Name(): {Name: st.Name(), Store: st}}, quiet))
+	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), service.Databases{st.Name(): {Name: st.Name(), Store: st}}, quiet))
 	t.Cleanup(srv.Close)
 	c, err := client.New([]string{srv.URL}, client.Options{})
 	if err != nil {

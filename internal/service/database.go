@@ -74,6 +74,15 @@ type Catalog interface {
 	Database(name string) (*Database, bool)
 }
 
+// Databases is a fixed Catalog: the databases of a node by name.
+type Databases map[string]*Database
+
+// Database returns the database named name.
+func (c Databases) Database(name string) (*Database, bool) {
+	d, ok := c[name]
+	return d, ok
+}
+
 // Write commits b through Propose, or Store.Write when there is none.
 func (d *Database) Write(ctx context.Context, b store.Batch) (store.WriteResult, error) {
 	if d.Propose != nil {

@@ -20,7 +20,7 @@ func BenchmarkGet(b *testing.B) {
 	if _, err := st.Write(context.Background(), store.Batch{Ops: []wal.Op{{Type: wal.OpSet, Key: []byte("config/service/key"), Value: val}}}); err != nil {
 		b.Fatal(err)
 	}
-	h := New(Config{}, catalog{"db": &service.Database{Name: "db", Store: st}}, nil)
+	h := New(Config{}, service.Databases{"db": &service.Database{Name: "db", Store: st}}, nil)
 	b.Run("recorder", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -224,7 +224,7 @@ func TestErrorIntegrity(t *testing.T) {
 	st.Close()
 	st = corruptValue(t, dir, "bad", store.Options{})
 	db := &service.Database{Name: "db", Store: st}
-	srv := &env{t: t, st: st, db: db, h: New(Config{}, catalog{"db": db}, nil)}
+	srv := &env{t: t, st: st, db: db, h: New(Config{}, service.Databases{"db": db}, nil)}
 	srv.srv = httptest.NewServer(srv.h)
 	t.Cleanup(srv.srv.Close)
 	for _, r := range []resp{

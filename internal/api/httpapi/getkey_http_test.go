@@ -28,7 +28,7 @@ func getKeyHandler(tb testing.TB) (http.Handler, *ConnLimit) {
 	}
 	m := NewMetrics()
 	limit := &ConnLimit{Max: 16, Metrics: m}
-	return limit.Wrap(New(Config{Metrics: m}, catalog{"db": &service.Database{Name: "db", Store: st}}, nil)), limit
+	return limit.Wrap(New(Config{Metrics: m}, service.Databases{"db": &service.Database{Name: "db", Store: st}}, nil)), limit
 }
 
 // serveLoopback serves h on a loopback listener with the timeouts qs

@@ -8,12 +8,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 )
 
 // healthCatalog is a catalog that reports what its unhealthy field says.
 type healthCatalog struct {
-	catalog
+	service.Databases
 	unhealthy atomic.Pointer[[]string]
 }
 
@@ -28,7 +29,7 @@ func (c *healthCatalog) Unhealthy() []string {
 // /healthz answer 503 with its reasons; healthy again, 200 "ok".
 func TestHealthzUnhealthyCatalog(t *testing.T) {
 	st := openStore(t, store.Options{})
-	cat := &healthCatalog{catalog: catalog{"db": {Name: "db", Store: st}}}
+	cat := &healthCatalog{Databases: service.Databases{"db": {Name: "db", Store: st}}}
 	srv := httptest.NewServer(New(Config{}, cat, nil))
 	t.Cleanup(srv.Close)
 	get := func() (int, string) {

@@ -17,14 +17,6 @@ import (
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
-// catalog is a service.Catalog backed by a map.
-type catalog map[string]*service.Database
-
-func (c catalog) Database(name string) (*service.Database, bool) {
-	d, ok := c[name]
-	return d, ok
-}
-
 // openStore opens a real store in a temporary directory; o.Dir, when set,
 // is reused.
 func openStore(t testing.TB, o store.Options) *store.Store {
@@ -75,7 +67,7 @@ func newEnv(t testing.TB, cfg Config, o store.Options) *env {
 		cfg.Metrics = NewMetrics()
 	}
 	e.m = cfg.Metrics
-	e.h = New(cfg, catalog{"db": e.db}, nil)
+	e.h = New(cfg, service.Databases{"db": e.db}, nil)
 	e.srv = httptest.NewServer(e.h)
 	t.Cleanup(e.srv.Close)
 	return e

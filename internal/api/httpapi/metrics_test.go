@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/store"
 	"github.com/quicksilver-kv/qs/internal/watch"
 )
@@ -60,7 +61,7 @@ func TestMetricsExported(t *testing.T) {
 func TestMetricsPerHandler(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, store.Options{})
-	cat := catalog{"db": {Name: "db", Store: st}}
+	cat := service.Databases{"db": {Name: "db", Store: st}}
 	get := func(h http.Handler, path string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))

@@ -11,7 +11,7 @@ import (
 
 // overlayCatalog is a catalog whose node is (or is not) a gossip member.
 type overlayCatalog struct {
-	catalog
+	service.Databases
 	list   any
 	member bool
 }
@@ -35,7 +35,7 @@ func TestOverlayMembersEndpoint(t *testing.T) {
 	if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &out) != nil || out.Self != "a" || len(out.Members) != 1 {
 		t.Fatalf("member: %d %s", w.Code, w.Body)
 	}
-	for name, cat := range map[string]service.Catalog{"not a member": overlayCatalog{}, "no overlay": catalog{}} {
+	for name, cat := range map[string]service.Catalog{"not a member": overlayCatalog{}, "no overlay": service.Databases{}} {
 		w := get(cat, http.MethodGet)
 		var e struct {
 			Error struct {

@@ -19,7 +19,7 @@ import (
 )
 
 // listed is a catalog that lists its one database.
-type listed struct{ catalog }
+type listed struct{ service.Databases }
 
 func (l listed) DatabaseNames() []string { return []string{"db"} }
 
@@ -51,7 +51,7 @@ func TestNodeEndpointAndPage(t *testing.T) {
 	h.Add(statuspage.Point{T: 1000, AppliedIndex: 1})
 	h.Add(statuspage.Point{T: 3000, AppliedIndex: 5, LagSeconds: 0.25})
 	db := &service.Database{Name: "db", Node: "node-a", Store: st, Refuse: func() error { return nil }, History: h}
-	srv := httptest.NewServer(New(Config{}, listed{catalog{"db": db}}, nil))
+	srv := httptest.NewServer(New(Config{}, listed{service.Databases{"db": db}}, nil))
 	t.Cleanup(srv.Close)
 
 	resp, err := http.Get(srv.URL + "/v1/node")
@@ -216,7 +216,7 @@ func BenchmarkGetSampled(b *testing.B) {
 			db.Reads, _ = keyuse.NewSampler(rate)
 			name = "rate=" + strconv.Itoa(rate)
 		}
-		h := New(Config{}, catalog{"db": db}, nil)
+		h := New(Config{}, service.Databases{"db": db}, nil)
 		b.Run(name, func(b *testing.B) {
 			req := httptest.NewRequest("GET", "/v1/db/keys/config/service/key", nil)
 			w := &discardWriter{h: make(http.Header, 8)}

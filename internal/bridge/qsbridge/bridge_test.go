@@ -58,13 +58,6 @@ func serveRepl(t *testing.T, st *store.Store) string {
 	return ln.Addr().String()
 }
 
-type catalog map[string]*service.Database
-
-func (c catalog) Database(name string) (*service.Database, bool) {
-	d, ok := c[name]
-	return d, ok
-}
-
 // serveTarget serves st over HTTP, bridged when bridged is set.
 func serveTarget(t *testing.T, st *store.Store, bridged bool) string {
 	t.Helper()
@@ -72,7 +65,7 @@ func serveTarget(t *testing.T, st *store.Store, bridged bool) string {
 	if bridged {
 		d.Bridge = st.Apply
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), catalog{st.Name(): d}, quiet))
+	srv := httptest.NewServer(httpapi.New(httpapi.DefaultConfig(), service.Databases{st.Name(): d}, quiet))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
