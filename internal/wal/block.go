@@ -65,6 +65,7 @@ type BlockBuilder struct {
 	raw      []byte
 	count    int
 	lastTime int64
+	zbuf     []byte // the compressed payload of the last Parts
 }
 
 // Add appends an entry whose body was already encoded and hash set.
@@ -114,10 +115,11 @@ func (b *BlockBuilder) Finish(dst []byte, c Compression) []byte {
 }
 
 // Parts returns the encoded block in two parts, to be stored one after
-// the other: its header (appended to dst) and its payload. An
-// uncompressed payload is the builder's own buffer, valid until the next
-// Add or Reset, so a caller copying both parts into their destination
-// copies the entries' bytes once.
+// the other: its header (appended to dst) and its payload. The payload
+// is the builder's own buffer, valid until the next Add, Reset or Parts:
+// uncompressed, a caller copying both parts into their destination copies
+// the entries' bytes once; compressed, the buffer is reused by the next
+// block.
 func (b *BlockBuilder) Parts(dst []byte, c Compression) (header, payload []byte) {
 	payload = b.raw
 	if len(payload) < minCompress {
@@ -125,9 +127,11 @@ func (b *BlockBuilder) Parts(dst []byte, c Compression) (header, payload []byte)
 	}
 	switch c {
 	case CompressZstd:
-		payload = zenc.EncodeAll(b.raw, nil)
+		b.zbuf = zenc.EncodeAll(b.raw, b.zbuf[:0])
+		payload = b.zbuf
 	case CompressSnappy:
-		payload = snappy.Encode(nil, b.raw)
+		b.zbuf = snappy.Encode(b.zbuf[:cap(b.zbuf)], b.raw)
+		payload = b.zbuf
 	}
 	if c != CompressNone && len(payload) >= len(b.raw) {
 		c, payload = CompressNone, b.raw
