@@ -350,7 +350,9 @@ func TestRTTAwareSourceChoice(t *testing.T) {
 	waitSource(t, w, "c", "a", "the near source")
 
 	before := sourceChanges(w, "c", "slower")
-	w.setDelay("c", "a", 80*time.Millisecond)
+	// a's round trip stays under the probe interval (100 ms): a is slower,
+	// not silent, so the move is for RTT and not for suspicion.
+	w.setDelay("c", "a", 30*time.Millisecond)
 	w.setDelay("c", "b", 0)
 	waitSource(t, w, "c", "b", "the source that became near")
 	// The agent counts the move at its next review of the new stream.
