@@ -73,7 +73,7 @@ func TestSuspectSourceLeft(t *testing.T) {
 	w.add("a", false, "root")
 	w.add("b", false, "root")
 	w.waitAllUnderRoot(t, 2, "a and b")
-	for other, d := range map[string]time.Duration{"root": 20 * ms, "a": 0, "b": 40 * ms} {
+	for other, d := range map[string]time.Duration{"root": 30 * ms, "a": 0, "b": 40 * ms} {
 		w.setDelay("c", other, d)
 	}
 	c := w.add("c", false, "root")
