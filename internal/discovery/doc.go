@@ -35,8 +35,9 @@
 // returns are rewritten in place as news arrives. A member is Suspect
 // when this member depends on it (Dependencies) and it missed this
 // member's last direct probes (memberlist keeps its own suspicion to
-// itself); relay election, the DC view and a proxy's pool leave suspect
-// members out, a replica's source choice ranks them last.
+// itself); relay election and the DC view leave suspect members out (an
+// elected relay keeps its seat while only suspect), a proxy's pool of full
+// replicas and a replica's source choice rank them last.
 //
 // An Agent applies Choose for one database of one process: it answers the
 // replica's question "where from?" (Sources), hears its failures (Failed)
