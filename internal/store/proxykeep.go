@@ -188,9 +188,10 @@ func (c *sweepCursor) at(ok bool) ([]byte, bool) {
 }
 
 // Record decodes the record at the cursor; one that does not decode is
-// passed over as not stored (its reads report it). A record with the
-// remote flag is not stored whether it decodes or not, so it is passed
-// over without decoding: most of a proxy's records are remote.
+// counted (integrity error value_crc, as a read of it is) and passed
+// over as not stored. A record with the remote flag is not stored
+// whether it decodes or not, so it is passed over without decoding: most
+// of a proxy's records are remote.
 func (c *sweepCursor) Record() (index uint64, size int64, stored bool, err error) {
 	raw, err := c.it.ValueAndErr()
 	if err != nil {
@@ -201,6 +202,7 @@ func (c *sweepCursor) Record() (index uint64, size int64, stored bool, err error
 	}
 	rec, err := decodeRecord(raw)
 	if err != nil {
+		c.s.m.integrityErrors.WithLabelValues("value_crc").Inc()
 		return 0, 0, false, nil
 	}
 	return rec.index, int64(rec.valueLen), rec.kind != recRemote, nil

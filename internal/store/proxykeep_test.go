@@ -31,6 +31,8 @@ func TestProxySweepPassesOverDamagedRecord(t *testing.T) {
 	damaged := flip(rawGet(t, px, k), recHeader+1)
 	rawSet(t, px, k, damaged)
 
+	bad := func() float64 { return px.Metrics().IntegrityErrors["value_crc"] }
+	before := bad()
 	victims, next, cycled := px.sweep(nil, 1<<40)
 	if len(victims) != 0 || next != nil || !cycled {
 		t.Fatalf("first turn: %d victims, next %q, cycled %v; want none (every value was just read), a whole turn", len(victims), next, cycled)
@@ -49,6 +51,9 @@ func TestProxySweepPassesOverDamagedRecord(t *testing.T) {
 	}
 	if !bytes.Equal(rawGet(t, px, k), damaged) {
 		t.Fatal("the sweep changed the damaged record")
+	}
+	if got := bad() - before; got != 2 {
+		t.Fatalf("two turns over the damaged record counted %v integrity errors, want 2", got)
 	}
 	// A round that frees what it needs stops there, and says where the
 	// next one goes on from.
