@@ -20,7 +20,10 @@ import (
 //     value leaves the queue and the caller stores it on disk.
 //   - When the queue is over its budget, the oldest values leave it and
 //     their keys enter the ghost list; the ghost list forgets its oldest
-//     keys beyond its bound.
+//     keys beyond its bound: as many keys as the main cache (the disk
+//     cache behind the tier) holds values, as S3-FIFO sizes its ghost
+//     queue, so a key read again before the main cache would have
+//     evicted it is stored on its next fetch.
 //
 // A tier with no budget holds nothing: Offer always says Store, as if the
 // tier were not there. Transient is safe for concurrent use.
@@ -52,13 +55,13 @@ type transientEntry struct {
 // and value: the entry, its list element and its map slot.
 const transientOverhead = 128
 
-// ghostUnit: the ghost list remembers as many keys as the tier holds
-// values of this size (at least minGhosts), about the keys of the values
-// it held last.
+// ghostUnit: the ghost list remembers as many keys as the main cache holds
+// values of this size, between minGhosts and maxGhosts (a ghost key costs
+// about 44 bytes of memory: 44 MiB at the bound).
 const (
 	ghostUnit = 1 << 10
 	minGhosts = 1 << 10
-	maxGhosts = 1 << 22
+	maxGhosts = 1 << 20
 )
 
 func (e *transientEntry) size() int64 {
@@ -101,13 +104,19 @@ type TransientStats struct {
 	Prefetched    int64 // values that entered the queue by Prefetch
 }
 
-// NewTransient returns a tier of maxBytes (≤ 0: none).
-func NewTransient(maxBytes int64) *Transient {
+// NewTransient returns a tier of maxBytes (≤ 0: none) in front of a main
+// cache of mainBytes, which sizes the ghost list.
+func NewTransient(maxBytes, mainBytes int64) *Transient {
 	t := &Transient{max: maxBytes, seed: maphash.MakeSeed(),
-		ghosts: int(min(max(maxBytes/ghostUnit, minGhosts), maxGhosts))}
+		ghosts: ghostBound(max(maxBytes, mainBytes))}
 	t.mu.entries = map[string]*list.Element{}
 	t.mu.ghost = map[uint64]int{}
 	return t
+}
+
+// ghostBound is the ghost list's bound, in keys, for a cache of bytes.
+func ghostBound(bytes int64) int {
+	return int(min(max(bytes/ghostUnit, minGhosts), maxGhosts))
 }
 
 // Enabled reports whether the tier has a budget.

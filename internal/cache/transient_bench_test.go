@@ -37,7 +37,7 @@ func replayZipf(keys, valueSize int, diskBytes, transient int64, n int) (hits, w
 	rng := rand.New(rand.NewPCG(1, 2))
 	z := rand.NewZipf(rng, 1.1, 1, uint64(keys-1))
 	disk := newLRU(int(diskBytes / int64(valueSize)))
-	tr := NewTransient(transient)
+	tr := NewTransient(transient, diskBytes)
 	value := make([]byte, valueSize)
 	key := make([]byte, 0, 16)
 	for range n {

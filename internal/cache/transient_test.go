@@ -11,7 +11,7 @@ func val(n int) []byte { return bytes.Repeat([]byte{'v'}, n) }
 // TestTransientOneHitCostsNoStore: a value fetched once and never read
 // again is held, then forgotten, and never stored.
 func TestTransientOneHitCostsNoStore(t *testing.T) {
-	tr := NewTransient(10 * (1000 + transientOverhead + 3))
+	tr := NewTransient(10*(1000+transientOverhead+3), 0)
 	for i := range 100 {
 		if d := offer(tr, []byte(fmt.Sprintf("k%02d", i)), 7, val(1000)); d != Hold {
 			t.Fatalf("one-hit value %d: %v, want hold", i, d)
@@ -30,7 +30,7 @@ func TestTransientOneHitCostsNoStore(t *testing.T) {
 // tier to be stored; a key read again after it left the tier is stored
 // at its next fetch (the ghost list).
 func TestTransientSecondReadStores(t *testing.T) {
-	tr := NewTransient(3 * (100 + transientOverhead + 1))
+	tr := NewTransient(3*(100+transientOverhead+1), 0)
 	if d := offer(tr, []byte("a"), 5, val(100)); d != Hold {
 		t.Fatalf("first fetch: %v", d)
 	}
@@ -65,7 +65,7 @@ func TestTransientSecondReadStores(t *testing.T) {
 }
 
 func TestTransientVersionsAreNotMixed(t *testing.T) {
-	tr := NewTransient(1 << 20)
+	tr := NewTransient(1<<20, 0)
 	offer(tr, []byte("k"), 5, []byte("old"))
 	if _, ok := tr.Take([]byte("k"), 9); ok {
 		t.Fatal("a held version was handed out for another")
@@ -86,14 +86,14 @@ func TestTransientVersionsAreNotMixed(t *testing.T) {
 }
 
 func TestTransientTooLargeAndDisabled(t *testing.T) {
-	tr := NewTransient(1000)
+	tr := NewTransient(1000, 0)
 	if d := offer(tr, []byte("big"), 1, val(2000)); d != Skip {
 		t.Fatalf("a value larger than the tier: %v, want skip", d)
 	}
 	if d := offer(tr, []byte("big"), 1, val(2000)); d != Store {
 		t.Fatalf("a large value fetched twice: %v, want store", d)
 	}
-	off := NewTransient(0)
+	off := NewTransient(0, 0)
 	if off.Enabled() {
 		t.Fatal("a tier without budget is enabled")
 	}
@@ -108,7 +108,7 @@ func TestTransientTooLargeAndDisabled(t *testing.T) {
 // TestTransientGhostListIsBounded: the ghost list keeps its newest keys
 // up to its bound, and forgets the oldest.
 func TestTransientGhostListIsBounded(t *testing.T) {
-	tr := NewTransient(1) // every value is larger: each key becomes a ghost
+	tr := NewTransient(1, 0) // every value is larger: each key becomes a ghost
 	n := 3 * minGhosts
 	for i := range n {
 		offer(tr, []byte(fmt.Sprint(i)), 1, val(10))
@@ -124,7 +124,7 @@ func TestTransientGhostListIsBounded(t *testing.T) {
 	}
 	// A key that left the list by a ghost hit and came back holds a new
 	// slot: reusing its old slot must not forget it.
-	tr = NewTransient(1)
+	tr = NewTransient(1, 0)
 	a := []byte("a")
 	for _, want := range []Decision{Skip, Store, Skip} { // slot 0, hit, slot 1
 		if d := offer(tr, a, 1, val(10)); d != want {
@@ -139,6 +139,43 @@ func TestTransientGhostListIsBounded(t *testing.T) {
 	}
 }
 
+// TestTransientGhostListFollowsTheMainCache: the ghost list remembers as
+// many keys as the main cache behind the tier holds values (S3-FIFO's
+// ghost queue), not the few the tier itself holds, so a key read again
+// long after its value left the small tier, but before the main cache
+// would have evicted it, is stored on its next fetch.
+func TestTransientGhostListFollowsTheMainCache(t *testing.T) {
+	const tierValues, mainValues = 4, 4 * minGhosts
+	size := ghostUnit - transientOverhead - 8
+	tr := NewTransient(tierValues*ghostUnit, mainValues*ghostUnit)
+	key := func(i int) []byte { return fmt.Appendf(nil, "k%07d", i) }
+	n := mainValues - tierValues // every value but the newest leaves unread
+	for i := range n {
+		if d := offer(tr, key(i), 1, val(size)); d != Hold {
+			t.Fatalf("first fetch of %s: %v, want hold", key(i), d)
+		}
+	}
+	if g := int(tr.Stats().Ghosts); g > mainValues || g < n-tierValues {
+		t.Fatalf("%d ghost keys after %d values left the tier (main cache: %d values)", g, n-tierValues, mainValues)
+	}
+	if d := offer(tr, key(0), 1, val(size)); d != Store {
+		t.Fatalf("the first key, fetched again: %v, want store (its ghost was forgotten)", d)
+	}
+	// Beyond the bound the oldest ghosts go.
+	for i := range mainValues + tierValues {
+		offer(tr, key(n+i), 1, val(size))
+	}
+	if d := offer(tr, key(1), 1, val(size)); d != Hold {
+		t.Fatalf("a key older than the main cache's span: %v, want hold", d)
+	}
+	if g := tr.Stats().Ghosts; g != mainValues {
+		t.Fatalf("%d ghost keys, want the bound %d", g, mainValues)
+	}
+	if b := ghostBound(1 << 40); b != maxGhosts {
+		t.Fatalf("ghost bound of a 1 TiB cache: %d keys, want %d", b, maxGhosts)
+	}
+}
+
 // offer is Offer without the eviction count.
 func offer(tr *Transient, key []byte, index uint64, value []byte) Decision {
 	d, _ := tr.Offer(key, index, value)
@@ -146,7 +183,7 @@ func offer(tr *Transient, key []byte, index uint64, value []byte) Decision {
 }
 
 func TestTransientCountsEvictions(t *testing.T) {
-	tr := NewTransient(2 * (100 + transientOverhead + 1))
+	tr := NewTransient(2*(100+transientOverhead+1), 0)
 	total := 0
 	for _, k := range []string{"a", "b", "c", "d"} {
 		_, n := tr.Offer([]byte(k), 1, val(100))
@@ -162,7 +199,7 @@ func TestTransientCountsEvictions(t *testing.T) {
 // ghost list remembers, stores nothing; a later version replaces an
 // earlier one; a tier without budget or too small holds nothing.
 func TestTransientPrefetchIsNotARead(t *testing.T) {
-	tr := NewTransient(4 * (100 + transientOverhead + 1))
+	tr := NewTransient(4*(100+transientOverhead+1), 0)
 	if held, _ := tr.Prefetch([]byte("a"), 5, val(100)); !held {
 		t.Fatal("first prefetch not held")
 	}
@@ -205,7 +242,7 @@ func TestTransientPrefetchIsNotARead(t *testing.T) {
 	if held, _ := tr.Prefetch([]byte("big"), 1, val(10000)); held {
 		t.Fatal("a value larger than the tier held")
 	}
-	if held, _ := NewTransient(0).Prefetch([]byte("a"), 1, val(1)); held {
+	if held, _ := NewTransient(0, 0).Prefetch([]byte("a"), 1, val(1)); held {
 		t.Fatal("a tier without budget held a value")
 	}
 }

@@ -295,7 +295,7 @@ func newProxyState(o ProxyOptions, m *storeMetrics) *proxyState {
 		window: cache.Window(o.Window),
 		limits: cache.Limits{Budget: o.CacheBytes, SoftFree: o.SoftFreeBytes, HardFree: o.HardFreeBytes},
 		clock:  cache.NewClock(), admits: cache.NewQueue[admission](admitQueue),
-		transient: cache.NewTransient(o.TransientBytes), shard: cache.NewShardCache(o.ShardCacheBytes),
+		transient: cache.NewTransient(o.TransientBytes, o.CacheBytes), shard: cache.NewShardCache(o.ShardCacheBytes),
 		own: o.Shards.Own(o.NodeName)}
 }
 
