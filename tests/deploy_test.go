@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quicksilver-kv/qs/client"
+	"github.com/quicksilver-kv/qs/internal/clusterauth"
 	"github.com/quicksilver-kv/qs/internal/config"
 )
 
@@ -238,12 +240,93 @@ type k8sPodTemplate struct {
 	} `yaml:"metadata"`
 	Spec struct {
 		Containers []struct {
-			Name    string   `yaml:"name"`
-			Image   string   `yaml:"image"`
-			Command []string `yaml:"command"`
-			Args    []string `yaml:"args"`
+			Name         string   `yaml:"name"`
+			Image        string   `yaml:"image"`
+			Command      []string `yaml:"command"`
+			Args         []string `yaml:"args"`
+			VolumeMounts []struct {
+				Name      string `yaml:"name"`
+				MountPath string `yaml:"mountPath"`
+			} `yaml:"volumeMounts"`
 		} `yaml:"containers"`
+		Volumes []struct {
+			Name      string `yaml:"name"`
+			ConfigMap *struct {
+				Name string `yaml:"name"`
+			} `yaml:"configMap"`
+			Projected *struct {
+				Sources []struct {
+					ConfigMap *struct {
+						Name string `yaml:"name"`
+					} `yaml:"configMap"`
+					Secret *struct {
+						Name  string `yaml:"name"`
+						Items []struct {
+							Key  string `yaml:"key"`
+							Path string `yaml:"path"`
+						} `yaml:"items"`
+					} `yaml:"secret"`
+				} `yaml:"sources"`
+			} `yaml:"projected"`
+		} `yaml:"volumes"`
 	} `yaml:"spec"`
+}
+
+// configFiles returns the directory the pod's container sees the
+// ConfigMap's files in and the files a Secret adds there beside them.
+func (p *k8sPodTemplate) configFiles(configMap string) (dir string, secretFiles []string) {
+	c := p.Spec.Containers[0]
+	for _, v := range p.Spec.Volumes {
+		var hasMap bool
+		var secrets []string
+		switch {
+		case v.ConfigMap != nil:
+			hasMap = v.ConfigMap.Name == configMap
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil && src.ConfigMap.Name == configMap {
+					hasMap = true
+				}
+				if src.Secret != nil {
+					for _, it := range src.Secret.Items {
+						secrets = append(secrets, it.Path)
+					}
+				}
+			}
+		}
+		if !hasMap {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == v.Name {
+				return m.MountPath, secrets
+			}
+		}
+	}
+	return "", nil
+}
+
+// checkStartsAsShipped fails unless qs serve would open cfg's internal
+// ports (replication, Raft) as written: beyond loopback they need a
+// cluster key (or mutual TLS), else serve refuses to start. A cluster key
+// file named by cfg is made with qs cert key for the check.
+func checkStartsAsShipped(t *testing.T, name string, cfg *config.Config) {
+	t.Helper()
+	var o clusterauth.Options
+	if cfg.ClusterKey != "" {
+		f := filepath.Join(t.TempDir(), "cluster.key")
+		if out, err := exec.Command(qsBin, "cert", "key", "--out", f).CombinedOutput(); err != nil {
+			t.Fatalf("qs cert key: %v\n%s", err, out)
+		}
+		keys, err := clusterauth.LoadKeys(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Key = keys[0]
+	}
+	if _, err := clusterauth.New(o).CheckListen(cfg.InternalListens(), cfg.Insecure); err != nil {
+		t.Errorf("%s: qs serve would refuse to start: %v", name, err)
+	}
 }
 
 func readManifests(t *testing.T) []k8sObject {
@@ -317,6 +400,11 @@ func TestKubernetesManifests(t *testing.T) {
 		if !strings.Contains(cmd, "serve --config /etc/qs/") {
 			t.Errorf("%s %s: command %q does not run qs serve with a file of the ConfigMap", w.Kind, w.Metadata.Name, cmd)
 		}
+		dir, secrets := w.Spec.Template.configFiles(byKind["ConfigMap"][0].Metadata.Name)
+		if dir != "/etc/qs" || !slices.Contains(secrets, "cluster.key") {
+			t.Errorf("%s %s: the ConfigMap's files in %q with %v from Secrets; want /etc/qs with cluster.key",
+				w.Kind, w.Metadata.Name, dir, secrets)
+		}
 	}
 
 	cm := byKind["ConfigMap"][0]
@@ -342,6 +430,10 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
+		}
+		checkStartsAsShipped(t, name, cfg)
+		if cfg.ClusterKey != "/etc/qs/cluster.key" {
+			t.Errorf("%s: cluster_key %q, want the Secret's /etc/qs/cluster.key", name, cfg.ClusterKey)
 		}
 		for i := range ss.Spec.Replicas {
 			member := ss.Metadata.Name + "-" + string(rune('0'+i)) + "." + ss.Spec.ServiceName + ":"
@@ -372,6 +464,7 @@ func TestSystemdUnitsVerify(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("qs.toml: %v", err)
 	}
+	checkStartsAsShipped(t, "qs.toml", cfg)
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze not found: units not verified")
