@@ -23,6 +23,9 @@ var simDB = store.DBID{0xd, 0xb}
 type world struct {
 	t           *testing.T
 	maxChildren int
+	// probeInterval is every member's probe interval, and so the time a
+	// direct probe may take before it counts as missed. Default 100ms.
+	probeInterval time.Duration
 
 	mu       sync.Mutex
 	nodes    map[string]*simNode
@@ -46,7 +49,7 @@ type simNode struct {
 }
 
 func newWorld(t *testing.T, maxChildren int) *world {
-	return &world{t: t, maxChildren: maxChildren, nodes: map[string]*simNode{}, byGossip: map[string]string{},
+	return &world{t: t, maxChildren: maxChildren, probeInterval: 100 * time.Millisecond, nodes: map[string]*simNode{}, byGossip: map[string]string{},
 		delay: map[[2]string]time.Duration{}, cut: map[[2]string]bool{}, mute: map[[2]string]bool{}}
 }
 
@@ -108,7 +111,7 @@ func (w *world) addNode(n *simNode, static bool, seeds ...string) *simNode {
 		join = append(join, w.nodes[s].o.Addr())
 	}
 	w.mu.Unlock()
-	o, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, ProbeInterval: 100 * time.Millisecond,
+	o, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, ProbeInterval: w.probeInterval,
 		RejoinInterval: 500 * time.Millisecond, Link: w.link(name), Log: testLog(w.t)}, Meta{})
 	if err != nil {
 		w.t.Fatal(err)
@@ -339,6 +342,10 @@ func (w *world) sourceOf(name string) string {
 // source becomes much slower than another.
 func TestRTTAwareSourceChoice(t *testing.T) {
 	w := newWorld(t, 16)
+	// Round trips up to 120 ms below stay well inside the probe interval,
+	// also in a race build on a busy machine: slow sources are slower,
+	// never silent, so every move here is for RTT.
+	w.probeInterval = 300 * time.Millisecond
 	w.add("root", true)
 	w.add("a", false, "root")
 	w.add("b", false, "root")
@@ -350,7 +357,7 @@ func TestRTTAwareSourceChoice(t *testing.T) {
 	waitSource(t, w, "c", "a", "the near source")
 
 	before := sourceChanges(w, "c", "slower")
-	// a's round trip stays under the probe interval (100 ms): a is slower,
+	// a's round trip (60 ms) stays under the probe interval: a is slower,
 	// not silent, so the move is for RTT and not for suspicion.
 	w.setDelay("c", "a", 30*time.Millisecond)
 	w.setDelay("c", "b", 0)
