@@ -105,21 +105,23 @@ func TestSegmentRotationAndCollection(t *testing.T) {
 	if got := s.Metrics().LogSegmentEvents["created"] - created; got < 20 {
 		t.Fatalf("%v segments created for %d kB", got, n*3)
 	}
+	// The collector removes segments a few at a time: wait until it is
+	// left with the two or three holding the last ten values and the
+	// retained log, and the pinned value's until it is compacted
+	// (TestSegmentCompaction).
 	deadline := time.Now().Add(60 * time.Second)
-	for s.Metrics().LogSegmentEvents["removed"] == 0 {
+	for {
+		seqs, err := s.segs.list()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) <= 5 && s.Metrics().LogSegmentEvents["removed"] > 0 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("no segment removed")
+			t.Fatalf("segments %v left after 60s, %v removed", seqs, s.Metrics().LogSegmentEvents["removed"])
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-	seqs, err := s.segs.list()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The two or three holding the last ten values and the retained log,
-	// and the pinned value's until it is compacted (TestSegmentCompaction).
-	if len(seqs) > 5 {
-		t.Fatalf("segments %v left", seqs)
 	}
 	check := func(s *Store) {
 		t.Helper()
