@@ -7,7 +7,9 @@ package cache
 // passed (Clock.SecondChance clears the bit of one that was). One round
 // is bounded (MaxSweepKeys records looked at, MaxVictims values given
 // up), and ends as soon as the values given up add up to the bytes
-// needed; the next round goes on from where it stopped.
+// needed; the next round goes on from where it stopped. A turn, the
+// hand's pass over every record, may take many rounds (Hand); whether a
+// whole turn found anything is what paces the keeper (Pacer).
 
 const (
 	// MaxSweepKeys bounds the records one round looks at.
@@ -37,35 +39,47 @@ type SweepCursor interface {
 	Record() (index uint64, size int64, stored bool, err error)
 }
 
-// Sweep runs one round of the CLOCK hand over cur, from hand (nil: the
-// first key), with the window's floor (values written above it are
-// never given up) and need, the bytes to free. It calls evict with each
-// value it gives up: the key (valid only during the call) and the
-// version. next is where the following round starts (nil: the first
-// key); cycled reports that the hand came back to where it started, or
-// to the first key, within this round: a whole turn is done. A record
-// that cannot be read ends the round, and the next starts at the first
-// key again.
-func (c *Clock) Sweep(cur SweepCursor, hand []byte, floor uint64, need int64, evict func(key []byte, index uint64)) (next []byte, cycled bool) {
-	wrapped := hand == nil
+// A Hand is where the CLOCK hand is between rounds: the key it goes on
+// from (At; nil: the first key), the key its turn began at (Turn; nil:
+// the first key), and whether it has passed the last key since then.
+// A turn is whole when the hand, past the last key, comes back to where
+// the turn began, in one round or over many: with more records than
+// MaxSweepKeys it takes several.
+type Hand struct {
+	At, Turn []byte
+	Wrapped  bool
+}
+
+// Sweep runs one round of the CLOCK hand over cur, from h (the zero Hand:
+// a turn from the first key), with the window's floor (values written
+// above it are never given up) and need, the bytes to free. It calls
+// evict with each value it gives up: the key (valid only during the
+// call) and the version. next is where the following round goes on
+// from; cycled reports that the turn became whole in this round, and
+// next then begins a new turn where this one ended. A record that cannot
+// be read ends the round, and the next round begins a turn at the first
+// key.
+func (c *Clock) Sweep(cur SweepCursor, h Hand, floor uint64, need int64, evict func(key []byte, index uint64)) (next Hand, cycled bool) {
+	wrapped := h.Wrapped
 	var freed int64
 	victims := 0
-	k, ok := cur.SeekGE(hand)
+	k, ok := cur.SeekGE(h.At)
 	for n := 0; n < MaxSweepKeys && victims < MaxVictims && freed < need; n++ {
 		if !ok {
-			if wrapped {
-				return nil, true
+			if wrapped || h.Turn == nil {
+				return Hand{}, true // back at the first key, where the turn began
 			}
 			wrapped = true
 			k, ok = cur.SeekGE(nil)
 			continue
 		}
-		if wrapped && hand != nil && string(k) >= string(hand) {
-			return append([]byte(nil), k...), true
+		if wrapped && string(k) >= string(h.Turn) {
+			at := append([]byte(nil), k...)
+			return Hand{At: at, Turn: at}, true
 		}
 		index, size, stored, err := cur.Record()
 		if err != nil {
-			return nil, false
+			return Hand{}, false
 		}
 		if stored && index <= floor && !c.SecondChance(k) {
 			evict(k, index)
@@ -74,8 +88,11 @@ func (c *Clock) Sweep(cur SweepCursor, hand []byte, floor uint64, need int64, ev
 		}
 		k, ok = cur.Next()
 	}
-	if ok {
-		return append([]byte(nil), k...), false
+	if !ok { // at the end of the keys
+		if wrapped || h.Turn == nil {
+			return Hand{}, true
+		}
+		return Hand{Turn: h.Turn, Wrapped: true}, false
 	}
-	return nil, wrapped // at the end: a full turn if it started at the first key
+	return Hand{At: append([]byte(nil), k...), Turn: h.Turn, Wrapped: wrapped}, false
 }

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -62,13 +63,19 @@ func stored(n int, index uint64, size int64) []sweepRec {
 // runSweep runs one round and returns the keys given up, and next as a
 // string ("-" for nil).
 func runSweep(c *Clock, recs []sweepRec, hand []byte, floor uint64, need int64) (victims []string, next string, cycled bool) {
-	n, cycled := c.Sweep(&fakeCursor{recs: recs}, hand, floor, need, func(key []byte, index uint64) {
-		victims = append(victims, fmt.Sprintf("%s@%d", key, index))
-	})
-	if n == nil {
+	victims, n, cycled := runRound(c, recs, Hand{At: hand, Turn: hand}, floor, need)
+	if n.At == nil {
 		return victims, "-", cycled
 	}
-	return victims, string(n), cycled
+	return victims, string(n.At), cycled
+}
+
+// runRound runs one round from h and returns the keys given up.
+func runRound(c *Clock, recs []sweepRec, h Hand, floor uint64, need int64) (victims []string, next Hand, cycled bool) {
+	next, cycled = c.Sweep(&fakeCursor{recs: recs}, h, floor, need, func(key []byte, index uint64) {
+		victims = append(victims, fmt.Sprintf("%s@%d", key, index))
+	})
+	return victims, next, cycled
 }
 
 func TestSweep(t *testing.T) {
@@ -162,11 +169,56 @@ func TestSweepIsBounded(t *testing.T) {
 	if len(victims) != 0 || next != window[MaxSweepKeys].key || cycled {
 		t.Fatalf("%d victims, next %s, cycled %v; want none, %s, false", len(victims), next, cycled, window[MaxSweepKeys].key)
 	}
-	// The next round goes on from there: the last 10 records, the wrap
-	// (a step too), then records from the first key up to the bound.
-	victims, next, cycled = runSweep(NewClock(), window, []byte(next), 5, 1<<40)
-	if want := window[MaxSweepKeys-11].key; len(victims) != 0 || next != want || cycled {
-		t.Fatalf("second round: %d victims, next %s, cycled %v; want none, %s, false", len(victims), next, cycled, want)
+	// The next round goes on from there: the last 10 records complete
+	// the turn, which began at the first key.
+	victims, h, cycled := runRound(NewClock(), window, Hand{At: []byte(next)}, 5, 1<<40)
+	if len(victims) != 0 || h.At != nil || !cycled {
+		t.Fatalf("second round: %d victims, next %q, cycled %v; want none, the first key, a whole turn", len(victims), h.At, cycled)
+	}
+}
+
+// TestSweepTurnSpansRounds: with more records than one round looks at,
+// a turn takes several rounds and is whole, once, when the hand is back
+// where it began; a turn that found nothing is then seen as one (the
+// keeper's pacer idles on it) instead of never ending.
+func TestSweepTurnSpansRounds(t *testing.T) {
+	n := 2*MaxSweepKeys + 7
+	recs := stored(n, 9, 1) // all in the window: nothing to give up
+	for i := range recs {
+		recs[i].key = fmt.Sprintf("k%06d", i)
+	}
+	for _, start := range []int{-1, 0, 5, MaxSweepKeys, n - 1} {
+		t.Run(fmt.Sprint("from ", start), func(t *testing.T) {
+			var h Hand
+			if start >= 0 {
+				at := []byte(recs[start].key)
+				h = Hand{At: at, Turn: at}
+			}
+			rounds := 0
+			for {
+				rounds++
+				if rounds > 10 {
+					t.Fatalf("no whole turn in %d rounds of %d records", rounds-1, n)
+				}
+				victims, next, cycled := runRound(NewClock(), recs, h, 5, 1<<40)
+				if len(victims) != 0 {
+					t.Fatalf("gave up %v from the window", victims)
+				}
+				if cycled {
+					if start < 0 && next.At != nil || start >= 0 && string(next.At) != recs[start].key {
+						t.Fatalf("turn ended at %q, want where it began", next.At)
+					}
+					if !bytes.Equal(next.At, next.Turn) || next.Wrapped {
+						t.Fatalf("the next turn %+v does not begin where this one ended", next)
+					}
+					break
+				}
+				h = next
+			}
+			if want := (n + MaxSweepKeys) / MaxSweepKeys; rounds != want && rounds != want+1 {
+				t.Fatalf("a turn over %d records took %d rounds, want %d (or one more for the wrap)", n, rounds, want)
+			}
+		})
 	}
 }
 
@@ -174,14 +226,21 @@ func TestSweepIsBounded(t *testing.T) {
 func TestSweepCopiesTheHand(t *testing.T) {
 	recs := stored(3, 1, 10)
 	cur := &reusingCursor{fakeCursor: fakeCursor{recs: recs}}
-	next, _ := NewClock().Sweep(cur, nil, 0, 100, func([]byte, uint64) {})
-	if next != nil {
-		t.Fatalf("next %q after a whole turn", next)
+	next, _ := NewClock().Sweep(cur, Hand{}, 0, 100, func([]byte, uint64) {})
+	if next.At != nil {
+		t.Fatalf("next %q after a whole turn", next.At)
 	}
-	next, _ = NewClock().Sweep(cur, nil, 0, 0, func([]byte, uint64) {})
+	next, _ = NewClock().Sweep(cur, Hand{}, 0, 0, func([]byte, uint64) {})
 	cur.buf[0] = 'X'
-	if string(next) != "k00" {
-		t.Fatalf("next %q changed with the cursor's buffer", next)
+	if string(next.At) != "k00" {
+		t.Fatalf("next %q changed with the cursor's buffer", next.At)
+	}
+	// A turn's start, kept from a round that ended on a key, is a copy
+	// too.
+	turn, _ := NewClock().Sweep(cur, Hand{At: []byte("k01"), Turn: []byte("k01"), Wrapped: true}, 0, 100, func([]byte, uint64) {})
+	cur.buf[0] = 'Y'
+	if string(turn.At) != "k01" || string(turn.Turn) != "k01" {
+		t.Fatalf("a new turn at %q/%q changed with the cursor's buffer", turn.At, turn.Turn)
 	}
 }
 

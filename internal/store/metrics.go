@@ -31,6 +31,8 @@ type storeMetrics struct {
 	pxCachedValues, pxCachedBytes, pxBudget, pxWindowEntries                gauge
 	pxSoftLimited, pxHardLimited                                            gauge
 	pxCompactions                                                           counter
+	pxSweepRecords, pxSweepTurns                                            counter
+	pxFull                                                                  gauge
 	pxCompactSeconds                                                        *histogram
 
 	segments                                           gauge
@@ -159,6 +161,8 @@ type Metrics struct {
 	ProxyWindowEntries                    float64
 	ProxySoftLimited, ProxyHardLimited    float64
 	ProxyCompactions                      float64
+	ProxySweepRecords, ProxySweepTurns    float64
+	ProxyFull                             float64
 	ProxyCompactionSeconds                Histogram
 	ProxyReadErrors                       float64
 
@@ -231,6 +235,7 @@ func (s *Store) Metrics() Metrics {
 		ProxyCacheBudgetBytes: m.pxBudget.value(), ProxyWindowEntries: m.pxWindowEntries.value(),
 		ProxySoftLimited: m.pxSoftLimited.value(), ProxyHardLimited: m.pxHardLimited.value(),
 		ProxyCompactions: m.pxCompactions.value(), ProxyCompactionSeconds: m.pxCompactSeconds.snapshot(),
+		ProxySweepRecords: m.pxSweepRecords.value(), ProxySweepTurns: m.pxSweepTurns.value(), ProxyFull: m.pxFull.value(),
 		ProxyReadErrors: m.pxReadErrors.value(),
 
 		WriteStalls: m.writeStalls.value(), WriteStallSeconds: m.writeStallSeconds.value(),

@@ -256,6 +256,13 @@ type proxyState struct {
 
 	cachedValues, cachedBytes atomic.Int64
 	softLimited, hardLimited  atomic.Bool
+	// full: the hand's last whole turn left the cache over its budget,
+	// so what it stores is the window's, or was read since the hand
+	// passed. A fetched value would be given up again at once, after a
+	// disk write and a walk over every record to find it: it is not
+	// admitted until a sweep frees what it needs or the cache is within
+	// its budget (a budget below zero keeps only the window for good).
+	full atomic.Bool
 	// Since open: values served from here, values fetched, values
 	// written to the cache by admissions.
 	hits, fetched, admitted atomic.Int64
@@ -313,6 +320,10 @@ func (p *proxyState) floor(last uint64) uint64 { return p.window.Floor(last) }
 
 // admit queues a fetched value for the cache; it never blocks a reader.
 func (p *proxyState) admit(m *storeMetrics, a admission) {
+	if p.full.Load() {
+		m.pxAdmissions.WithLabelValues("refused_full").Inc()
+		return
+	}
 	if !p.admits.Offer(a) {
 		m.pxAdmissions.WithLabelValues("dropped").Inc()
 	}

@@ -89,7 +89,7 @@ func BenchmarkProxy(b *testing.B) {
 	b.Run("sweep-remote", func(b *testing.B) {
 		reportCPU(b)
 		for b.Loop() {
-			if victims, _, cycled := idle.sweep(nil, 1<<40); len(victims) != 0 || !cycled {
+			if victims, _, cycled := idle.sweep(cache.Hand{}, 1<<40); len(victims) != 0 || !cycled {
 				b.Fatalf("%d victims, cycled %v: want none, a whole turn", len(victims), cycled)
 			}
 		}
@@ -110,11 +110,11 @@ func BenchmarkProxy(b *testing.B) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	idle.sweep(nil, 1<<40) // clears the reference bits the reads set
+	idle.sweep(cache.Hand{}, 1<<40) // clears the reference bits the reads set
 	b.Run("sweep-victims", func(b *testing.B) {
 		reportCPU(b)
 		for b.Loop() {
-			if victims, _, _ := idle.sweep(nil, 1<<40); len(victims) != cache.MaxVictims {
+			if victims, _, _ := idle.sweep(cache.Hand{}, 1<<40); len(victims) != cache.MaxVictims {
 				b.Fatalf("%d victims, want %d", len(victims), cache.MaxVictims)
 			}
 		}

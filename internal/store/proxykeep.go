@@ -23,7 +23,7 @@ func (s *Store) keepProxyCache() {
 	p := s.px
 	t := time.NewTicker(p.opts.EvictInterval)
 	defer t.Stop()
-	var hand []byte // the CLOCK hand: the key to sweep from
+	var hand cache.Hand // the CLOCK hand: where to sweep from
 	var lastSoft time.Time
 	pace := cache.NewPacer(p.opts.EvictInterval)
 	var reclaim cache.Reclaim // evicted since the last compaction
@@ -53,7 +53,11 @@ func (s *Store) keepProxyCache() {
 		if step {
 			lastSoft = now
 		}
-		if need <= 0 || pace.Idle(now, s.applied.Load()) {
+		if need <= 0 {
+			s.setFull(false)
+			continue
+		}
+		if pace.Idle(now, s.applied.Load()) {
 			continue
 		}
 		rounds := pace.Rounds(cache.MaxSweepRounds)
@@ -73,11 +77,26 @@ func (s *Store) keepProxyCache() {
 				}
 			}
 			if cycled {
+				// A whole turn short of its need: nothing else stored
+				// can go now (cache.Pacer idles the sweeps; the window
+				// moving ends that), and a value admitted would be the
+				// next to go.
+				s.m.pxSweepTurns.Inc()
+				s.setFull(need > 0)
 				pace.Cycled(now, s.applied.Load())
 				break
 			}
 		}
+		if need <= 0 {
+			s.setFull(false)
+		}
 	}
+}
+
+// setFull records whether the cache is full (proxyState.full).
+func (s *Store) setFull(full bool) {
+	s.px.full.Store(full)
+	s.m.pxFull.Set(b2f(full))
 }
 
 // compactEvicted compacts the value records from lo to hi, so that the
@@ -148,10 +167,10 @@ func b2f(b bool) float64 {
 
 // sweep runs one round of the CLOCK hand (cache.Clock.Sweep) over the
 // value records from hand on, and returns the stored values outside the
-// window it gives up, adding up to need bytes unless a bound or a whole
-// turn comes first; next is where the next round starts, and cycled
-// reports a whole turn.
-func (s *Store) sweep(hand []byte, need int64) (victims []eviction, next []byte, cycled bool) {
+// window it gives up, adding up to need bytes unless a bound or the end
+// of a turn comes first; next is where the next round goes on from, and
+// cycled reports that the turn became whole.
+func (s *Store) sweep(hand cache.Hand, need int64) (victims []eviction, next cache.Hand, cycled bool) {
 	v, err := s.View()
 	if err != nil {
 		return nil, hand, false
@@ -182,6 +201,7 @@ func (c *sweepCursor) at(ok bool) ([]byte, bool) {
 		return nil, false
 	}
 	if k := c.it.Key(); k[0] == prefixData {
+		c.s.m.pxSweepRecords.Inc()
 		return k[1:], true
 	}
 	return nil, false
