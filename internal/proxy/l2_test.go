@@ -185,8 +185,12 @@ func writeEvicted(t *testing.T, root *node, nodes []*node, prefix string, n int)
 		keys = append(keys, k)
 		ops = append(ops, wal.Op{Type: wal.OpSet, Key: []byte(k), Value: []byte("value of " + k)})
 	}
-	if _, err := root.st.Write(context.Background(), store.Batch{Ops: ops}); err != nil {
-		t.Fatal(err)
+	for len(ops) > 0 { // batches within the store's limit on ops per batch
+		b := ops[:min(len(ops), 5000)]
+		ops = ops[len(b):]
+		if _, err := root.st.Write(context.Background(), store.Batch{Ops: b}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range 10 {
 		pad := []wal.Op{{Type: wal.OpSet, Key: []byte(fmt.Sprint("pad", i)), Value: []byte(prefix)}}
