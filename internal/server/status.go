@@ -29,7 +29,7 @@ func proxyStatus(st *store.Store, pool *proxy.Pool, replicas []string) map[strin
 			"applied_index": m.AppliedIndex, "latency_seconds": m.LatencySeconds, "failures": m.Failures})
 	}
 	return map[string]any{"cached_values": ps.CachedValues, "cached_bytes": ps.CachedBytes, "cache_budget_bytes": ps.CacheBytes,
-		"window_entries": ps.Window, "disk_soft_limited": ps.SoftLimited, "disk_hard_limited": ps.HardLimited, "replicas": members}
+		"window_entries": ps.Window, "disk_soft_limited": ps.SoftLimited, "disk_hard_limited": ps.HardLimited, "cache_full": ps.Full, "replicas": members}
 }
 
 // cacheStatus is the "cache" object of a proxy's status: its tiers, and

@@ -186,6 +186,7 @@ type ProxyStats struct {
 	Window       int64 // the sliding window, in entries
 	SoftLimited  bool  // free disk below the soft limit: evicting
 	HardLimited  bool  // free disk below the hard limit: not admitting
+	Full         bool  // over the budget with nothing more to evict: not admitting
 	// The transient tier: values held in memory, their bytes, the budget.
 	TransientValues, TransientBytes, TransientBudget int64
 	// The shard budget (values of this node's L2 shard): values held,
@@ -208,7 +209,7 @@ func (s *Store) ProxyStats() ProxyStats {
 	ss := p.shard.Stats()
 	return ProxyStats{CachedValues: p.cachedValues.Load(), CachedBytes: p.cachedBytes.Load(),
 		CacheBytes: p.budget(), Window: p.opts.Window,
-		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load(),
+		SoftLimited: p.softLimited.Load(), HardLimited: p.hardLimited.Load(), Full: p.full.Load(),
 		TransientValues: ts.Values, TransientBytes: ts.Bytes, TransientBudget: p.opts.TransientBytes,
 		ShardValues: ss.Values, ShardBytes: ss.Bytes, ShardBudget: ss.Budget,
 		ShardServed: p.shardServed.Load(), ShardMissed: p.shardMissed.Load(),
