@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -81,6 +82,7 @@ type Agent struct {
 		avoid    map[string]time.Time // by address: until when
 		suspect  string               // the source found suspect at the last review
 		path     []uint64             // this node's path to the root (advertised)
+		pathOf   string               // the source address path was learned from
 		streamed string               // source address seen streaming last
 		pending  Reason               // why the agent last moved the replica
 		rtt      time.Duration        // estimated RTT to the source
@@ -156,8 +158,10 @@ var (
 // actual source and that source's advertised path. While the replica is
 // between sources it takes no new child (ErrDetached: two detached nodes
 // must not choose each other), nor an ancestor (ErrCycle: the child's view
-// of this node's path may be older than this node's move). A static
-// replica, or one not running yet, accepts.
+// of this node's path may be older than this node's move), nor anyone
+// while this node's path is unknown (ErrCycle: its source is missing from
+// its view and it learned no path from it). A static replica, or one not
+// running yet, accepts.
 func (a *Agent) AcceptChild(child string) error {
 	a.mu.Lock()
 	r := a.mu.replica
@@ -175,9 +179,25 @@ func (a *Agent) AcceptChild(child string) error {
 	}
 	cands, _ := candidates(a.o.Members(), a.cfg)
 	for _, c := range cands {
-		if c.Addr == addr && (NodeID(c.Name) == id || slices.Contains(c.Path, id)) {
-			return ErrCycle
+		if c.Addr == addr {
+			if NodeID(c.Name) == id || slices.Contains(c.Path, id) {
+				return ErrCycle
+			}
+			return nil
 		}
+	}
+	// The source is not in this node's view of the overlay (not gossiped
+	// here yet, or just taken for dead, until the next review moves the
+	// replica): the path last learned from that very source decides, and
+	// without one the child may be an ancestor.
+	a.mu.Lock()
+	path, of := a.mu.path, a.mu.pathOf
+	a.mu.Unlock()
+	if of != addr {
+		return fmt.Errorf("%w: this node's source %s is not in its view of the overlay, so its path is unknown", ErrCycle, addr)
+	}
+	if slices.Contains(path, id) {
+		return ErrCycle
 	}
 	return nil
 }
@@ -234,12 +254,12 @@ func (a *Agent) review(r Replica) {
 		// cur is detached, that is just [cur]: a path that reaches no
 		// root, so nobody chooses this node while it lasts.)
 		p := append([]uint64{NodeID(cur.Name)}, cur.Path...)
-		a.mu.path = p[:min(len(p), maxPath-1)]
+		a.mu.path, a.mu.pathOf = p[:min(len(p), maxPath-1)], addr
 		a.mu.rtt = cur.RTT
 	case !streaming:
 		// Detached (between sources): advertise no path, so that no
 		// one attaches below this node until it is attached again.
-		a.mu.path, a.mu.rtt = nil, -1
+		a.mu.path, a.mu.pathOf, a.mu.rtt = nil, "", -1
 	}
 	if streaming && addr != a.mu.streamed {
 		reason := a.mu.pending

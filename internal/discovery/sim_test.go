@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -439,4 +440,48 @@ func TestPartitionedOverlay(t *testing.T) {
 
 	w.partition(sideA, sideB, false)
 	w.waitAllUnderRoot(t, 6, "after the partition healed")
+}
+
+// streamingFrom is a Replica streaming from addr.
+type streamingFrom string
+
+func (s streamingFrom) Source() (string, bool) { return string(s), true }
+func (streamingFrom) Applied() uint64          { return 0 }
+func (streamingFrom) Lag() time.Duration       { return 0 }
+func (streamingFrom) Reconnect()               {}
+
+// TestAcceptChildWithItsSourceOutOfView: a node whose source has left
+// its view of the overlay (taken for dead, until its next review moves
+// it) checks a child against the path it last learned from that same
+// source: its source, an ancestor, is refused; another node is taken.
+// With no path learned from the source it streams from, it takes no
+// child at all.
+func TestAcceptChildWithItsSourceOutOfView(t *testing.T) {
+	w := newWorld(t, 4)
+	w.add("root", true)
+	n1 := w.add("n1", false, "root")
+	w.waitAllUnderRoot(t, 1, "formation")
+	// An agent of n1's overlay that only this test reviews.
+	a := NewAgent(AgentConfig{Database: "db", ID: simDB, Interval: time.Hour}, n1.o, testLog(t))
+	r := streamingFrom(replAddr("root"))
+	a.mu.replica = r
+	a.review(r)
+	if err := a.AcceptChild("n9"); err != nil {
+		t.Fatalf("with its source in view, n1 refused a new node: %v", err)
+	}
+	n1.o.mu.Lock()
+	delete(n1.o.mu.nodes, "root") // as when the root is declared dead
+	n1.o.mu.Unlock()
+	if err := a.AcceptChild("root"); !errors.Is(err, ErrCycle) {
+		t.Fatalf("its source out of view, n1 answered its own source %v, want ErrCycle", err)
+	}
+	if err := a.AcceptChild("n9"); err != nil {
+		t.Fatalf("its source out of view, n1 refused a new node: %v", err)
+	}
+	a.mu.Lock()
+	a.mu.replica = streamingFrom("elsewhere:7390")
+	a.mu.Unlock()
+	if err := a.AcceptChild("n9"); !errors.Is(err, ErrCycle) {
+		t.Fatalf("streaming from a source it learned no path from, n1 answered %v, want ErrCycle", err)
+	}
 }
