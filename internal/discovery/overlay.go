@@ -343,9 +343,10 @@ func (o *Overlay) Changed() <-chan struct{} {
 	return o.mu.changed
 }
 
-func (o *Overlay) notifyChange() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+// notifyChangeLocked closes the channel Changed returned. The caller
+// holds o.mu and has just changed what Members reports, so a reader
+// that sees the change also finds the channel closed.
+func (o *Overlay) notifyChangeLocked() {
 	if o.mu.changed != nil {
 		close(o.mu.changed)
 		o.mu.changed = nil
@@ -426,9 +427,8 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 // table: n is read here, and only here (see node).
 
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
-	d.remember(n)
 	d.o.m.members.Set(float64(d.o.live.Add(1)))
-	d.o.notifyChange()
+	d.remember(n)
 }
 
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
@@ -439,22 +439,23 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	delete(d.o.mu.nodes, n.Name)
 	delete(d.o.mu.misses, n.Name)
 	delete(d.o.mu.watched, n.Name)
+	d.o.notifyChangeLocked()
 	d.o.mu.Unlock()
 	d.o.m.members.Set(float64(d.o.live.Add(-1)))
-	d.o.notifyChange()
 }
 
 func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	d.remember(n)
-	d.o.notifyChange()
 }
 
-// remember copies member n into the overlay's own list, its meta decoded.
+// remember copies member n into the overlay's own list, its meta
+// decoded, and notifies the change.
 func (d *delegate) remember(n *memberlist.Node) {
 	c := node{gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))}
 	c.meta, c.err = DecodeMeta(n.Meta)
 	d.o.mu.Lock()
 	d.o.mu.nodes[n.Name] = c
+	d.o.notifyChangeLocked()
 	d.o.mu.Unlock()
 	if c.err != nil {
 		d.o.m.badMeta.Inc()

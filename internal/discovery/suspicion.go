@@ -137,13 +137,12 @@ func (o *Overlay) checkOnce(deps []Member) {
 			suspects++
 		}
 	}
-	changed := suspectsChanged(o.mu.misses, misses)
-	o.mu.misses = misses
-	o.mu.Unlock()
-	o.m.suspects.Set(float64(suspects))
-	if changed {
-		o.notifyChange()
+	if suspectsChanged(o.mu.misses, misses) {
+		o.notifyChangeLocked()
 	}
+	o.mu.misses = misses
+	o.m.suspects.Set(float64(suspects))
+	o.mu.Unlock()
 }
 
 // suspectsChanged reports whether two counts of missed probes make
