@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/quicksilver-kv/qs/client"
 )
 
 // findChromium returns the path of a Chromium or Chrome binary, or "".
@@ -204,5 +206,48 @@ func TestStatusPageOfAWaitingReplica(t *testing.T) {
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestStatusPageShowsAFullProxyCache opens, in headless Chromium, the
+// status page of a proxy given no budget for fetched values: once it
+// has fetched one, its cache is shown full and not admitting.
+func TestStatusPageShowsAFullProxyCache(t *testing.T) {
+	ctx := browser(t)
+	root := startQS(t, t.TempDir(), "--node-name", "sp-root")
+	px := startQS(t, t.TempDir(), "--node-name", "sp-full", "--role", "proxy", "--upstream", root.Addr["repl"],
+		"--replicas", root.Addr["repl"], "--cache-bytes", "-1", "--window", "1")
+	res, err := root.client(t).Put(context.Background(), "page/a", []byte("value a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.client(t).Put(context.Background(), "page/b", []byte("value b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	c := px.client(t)
+	v, err := c.Get(context.Background(), "page/a", client.ReadOptions{MinIndex: res.Index + 1})
+	if err != nil || string(v.Value) != "value a" {
+		t.Fatalf("read page/a through the proxy: %q, %v", v.Value, err)
+	}
+
+	url := "http://" + px.Addr["http"] + "/"
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`section.db[data-db="default"]`))); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	// The fact as "class|text", or "" while the page does not show it.
+	const cacheFactJS = `(() => { const e = document.querySelector('section.db[data-db="default"] dd[data-fact="cache"]'); return e ? e.className + "|" + e.textContent : ""; })()`
+	var shown string
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		shown, err = chromedp.Run(ctx, chromedp.Evaluate[string](cacheFactJS))
+		if err != nil {
+			t.Fatalf("read the cache fact: %v", err)
+		}
+		if strings.HasPrefix(shown, "lag-warn|") && strings.HasSuffix(shown, "(window only) · full, not admitting") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("page shows cache %q (class|text) 60s after a fetch, want it full and not admitting, as a warning", shown)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
