@@ -47,6 +47,14 @@ func bootstrapsOf(t *testing.T, db, result string) float64 {
 	return value(metricsOf(t).bootstraps.WithLabelValues(db, result))
 }
 
+// waitBootstrapEnded waits for r's bootstrap session to end. A replica
+// shows the snapshot's index as soon as it is installed, a moment before
+// the session records its outcome (qs_repl_bootstraps_total, progress).
+func waitBootstrapEnded(t *testing.T, r *Replica) {
+	t.Helper()
+	waitFor(t, "the bootstrap session to end", 30*time.Second, func() bool { return !r.State().Bootstrap.Active })
+}
+
 // A replica behind the source's retained log bootstraps from a snapshot,
 // then continues through the log, and keeps streaming afterwards.
 func TestBootstrapWhenBehindTheLog(t *testing.T) {
@@ -64,6 +72,7 @@ func TestBootstrapWhenBehindTheLog(t *testing.T) {
 		c.BootstrapMinEntries = -1 // only because the log is gone
 	})
 	waitCaughtUp(t, rep, root)
+	waitBootstrapEnded(t, r)
 	assertSame(t, rep, root)
 	if got := bootstrapsOf(t, name, "installed"); got != 1 {
 		t.Fatalf("%v bootstraps installed, want 1", got)
@@ -188,10 +197,11 @@ func TestBootstrapResumesAfterCut(t *testing.T) {
 
 	rep := openStore(t, "", name, root.DBID(), store.Retention{})
 	before := value(metricsOf(t).bootstrapBytes.WithLabelValues(name))
-	startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
+	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, func(c *ReplicaConfig) {
 		c.BootstrapLock = lockPath(t)
 	})
 	waitCaughtUp(t, rep, root)
+	waitBootstrapEnded(t, r)
 	assertSame(t, rep, root)
 	if !cut() {
 		t.Fatal("the proxy never cut the transfer")
