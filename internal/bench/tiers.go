@@ -518,10 +518,13 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 			return TierRow{}, Phase{}, err
 		}
 	}
-	readTiers(ctx, cfg, dc, pickers, cfg.TiersWarmup, nil)
+	warm := readTiers(ctx, cfg, dc, pickers, cfg.TiersWarmup, nil)
 	if err := ctx.Err(); err != nil {
 		return TierRow{}, Phase{}, err
 	}
+	// How much the proxies learned before the measurement: what their L1
+	// hit rate can be (docs/tiers_l1_model.py).
+	logf("tiers: %s, stage %s: warm-up read %d keys, %d per proxy", workload, st.Name, warm, warm/int64(len(dc.proxies)))
 	before, err := sampleTiers(ctx, cfg, store, dc)
 	if err != nil {
 		return TierRow{}, Phase{}, err
@@ -569,8 +572,9 @@ func runTierStage(ctx context.Context, cfg *Config, store *tierStorage, st resol
 
 // readTiers runs cfg.Conns readers for d, reader i on proxy i mod
 // tierProxies, each drawing its keys from pickers[i] and checking every
-// value. With run nil nothing is recorded (warm-up).
-func readTiers(ctx context.Context, cfg *Config, dc *tierDC, pickers []*keyPicker, d time.Duration, run *phaseRun) {
+// value, and returns how many reads succeeded. With run nil nothing is
+// recorded (warm-up).
+func readTiers(ctx context.Context, cfg *Config, dc *tierDC, pickers []*keyPicker, d time.Duration, run *phaseRun) (reads int64) {
 	env := newPhaseEnv(ctx, cfg)
 	n := len(pickers)
 	sessions := make([]*mcSession, n)
@@ -613,8 +617,11 @@ func readTiers(ctx context.Context, cfg *Config, dc *tierDC, pickers []*keyPicke
 			counts[i].add(took, 1, len(v))
 		}
 	})
+	for _, c := range counts {
+		reads += c.ops
+	}
 	if run == nil {
-		return
+		return reads
 	}
 	all := newOpCounter()
 	for i := range n {
@@ -623,6 +630,7 @@ func readTiers(ctx context.Context, cfg *Config, dc *tierDC, pickers []*keyPicke
 	}
 	run.elapsed = elapsed
 	run.add("read", all)
+	return reads
 }
 
 // loadAverage is the machine's 1-minute load average, 0 if unknown.
