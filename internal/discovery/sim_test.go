@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -299,10 +300,12 @@ func (w *world) check() (underRoot int, err error) {
 			continue
 		}
 		at, hops := n, 0
+		chain := []string{name}
 		for at != nil && !at.root && at.source != "" {
 			if hops++; hops > len(w.nodes) {
-				return 0, fmt.Errorf("%s: cycle through its sources", name)
+				return 0, fmt.Errorf("%s: cycle through its sources: %s", name, strings.Join(chain, " → "))
 			}
+			chain = append(chain, at.source)
 			at = w.nodes[at.source]
 		}
 		if at != nil && at.root {
