@@ -218,8 +218,9 @@ func (n *simNode) replicate(ctx context.Context) {
 }
 
 // connect is the source's handshake: refused when it is dead, cut off,
-// full or this node itself, and when its agent refuses (detached, cycle),
-// as the real server asks it.
+// full or this node itself, and when its agent refuses (detached, cycle).
+// As in repl.Server, the agent is asked first and the child's slot is
+// then taken in one step with the check that the source has room.
 func (w *world) connect(n *simNode, addr string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -227,16 +228,19 @@ func (w *world) connect(n *simNode, addr string) bool {
 		if replAddr(name) != addr {
 			continue
 		}
-		if s.dead || s == n || w.cut[pair(n.name, name)] || w.childrenLocked(name) >= w.maxChildren {
+		if s.dead || s == n || w.cut[pair(n.name, name)] {
 			return false
 		}
 		if s.agent != nil {
 			w.mu.Unlock() // the agent asks the replica (Source) under w.mu
 			err := s.agent.AcceptChild(n.name)
 			w.mu.Lock()
-			if err != nil || n.source != "" || s.dead {
+			if err != nil || n.source != "" || s.dead || w.cut[pair(n.name, name)] {
 				return false
 			}
+		}
+		if w.childrenLocked(name) >= w.maxChildren {
+			return false // full
 		}
 		n.source = name
 		return true
