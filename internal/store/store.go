@@ -261,9 +261,9 @@ func (s *Store) loadMeta() error {
 			return err
 		}
 	}
-	s.applied.Store(a.index)
-	s.appliedTime.Store(a.time)
+	s.appliedTime.Store(a.time) // before the index, as in publish
 	s.appliedPos.Store(&a)
+	s.applied.Store(a.index)
 	ri, err := s.readRaftApplied()
 	if err != nil {
 		return err
@@ -376,11 +376,13 @@ func (s *Store) Changed() <-chan struct{} {
 }
 
 // publish makes index visible to readers and waiters. Called by the
-// committer only, after the entry is durable.
+// committer only, after the entry is durable. The entry's time is stored
+// before its index: a reader that sees the index then finds that time or
+// a later one, never the time of an older entry (or none).
 func (s *Store) publish(a appliedRecord) {
-	s.applied.Store(a.index)
 	s.appliedTime.Store(a.time)
 	s.appliedPos.Store(&a)
+	s.applied.Store(a.index)
 	s.m.applied.Set(float64(a.index))
 	s.mu.Lock()
 	close(s.mu.changed)
