@@ -355,9 +355,18 @@ func TestRTTAwareSourceChoice(t *testing.T) {
 	// never silent, so every move here is for RTT.
 	w.probeInterval = 300 * time.Millisecond
 	w.add("root", true)
-	w.add("a", false, "root")
-	w.add("b", false, "root")
+	// a and b stream from the root by configuration: they stay there
+	// while c, which finds its own sources, moves.
+	w.addNode(&simNode{w: w, name: "a", source: "root"}, true, "root")
+	w.addNode(&simNode{w: w, name: "b", source: "root"}, true, "root")
 	w.waitAllUnderRoot(t, 2, "a and b")
+	// The members on a line, so that Vivaldi can place them exactly
+	// (delays that break the triangle inequality leave its estimates a
+	// compromise): one-way delays put b at -30 ms, the root at 0 and a at
+	// +30 ms; c starts at a's place.
+	w.setDelay("a", "root", 30*time.Millisecond)
+	w.setDelay("b", "root", 30*time.Millisecond)
+	w.setDelay("a", "b", 60*time.Millisecond)
 	for _, other := range []string{"root", "a", "b"} {
 		w.setDelay("c", other, map[string]time.Duration{"root": 30 * time.Millisecond, "a": 0, "b": 60 * time.Millisecond}[other])
 	}
@@ -365,9 +374,10 @@ func TestRTTAwareSourceChoice(t *testing.T) {
 	waitSource(t, w, "c", "a", "the near source")
 
 	before := sourceChanges(w, "c", "slower")
-	// a's round trip (60 ms) stays under the probe interval: a is slower,
-	// not silent, so the move is for RTT and not for suspicion.
-	w.setDelay("c", "a", 30*time.Millisecond)
+	// c moves to b's place. a's round trip (120 ms) stays under the probe
+	// interval: a is slower, not silent, so the move is for RTT and not
+	// for suspicion.
+	w.setDelay("c", "a", 60*time.Millisecond)
 	w.setDelay("c", "b", 0)
 	waitSource(t, w, "c", "b", "the source that became near")
 	// The agent counts the move at its next review of the new stream.
