@@ -90,7 +90,8 @@ type proposalClock struct {
 // qs_store_entry_time_clamped_total when bounded.
 func (s *Store) ProposalTime(wall time.Time, elapsed time.Duration) int64 {
 	s.proposals.mu.Lock()
-	t, clamped := s.proposals.clock.stamp(wall.UnixNano(), elapsed, s.appliedTime.Load())
+	_, applied := s.AppliedPosition()
+	t, clamped := s.proposals.clock.stamp(wall.UnixNano(), elapsed, applied)
 	s.proposals.mu.Unlock()
 	if clamped {
 		s.m.clockClamped.Inc()

@@ -54,13 +54,14 @@ type Store struct {
 	m    *storeMetrics
 
 	// Published state, readable without locks. applied moves only after the
-	// entry is durable.
-	applied     atomic.Uint64
-	appliedTime atomic.Int64
+	// entry is durable; appliedPos, the same entry with its time, is
+	// stored first, so a reader that sees an index finds its time or a
+	// later one. applied alone is what reads check.
+	applied    atomic.Uint64
+	appliedPos atomic.Pointer[appliedRecord]
 	// proposals stamps an HA root member's proposals (rootclock.go).
 	proposals   proposalClock
-	appliedPos  atomic.Pointer[appliedRecord] // both, read together (AppliedPosition)
-	raftApplied atomic.Uint64                 // see raftapply.go
+	raftApplied atomic.Uint64 // see raftapply.go
 	// viewAhead is the highest index a View was opened at while not yet
 	// published (View's wait for it ran out); see View.
 	viewAhead atomic.Uint64
@@ -261,8 +262,7 @@ func (s *Store) loadMeta() error {
 			return err
 		}
 	}
-	s.appliedTime.Store(a.time) // before the index, as in publish
-	s.appliedPos.Store(&a)
+	s.appliedPos.Store(&a) // before the index, as in publish
 	s.applied.Store(a.index)
 	ri, err := s.readRaftApplied()
 	if err != nil {
@@ -350,7 +350,7 @@ func (s *Store) Head() (Head, error) {
 
 // AppliedTime is the root's clock in the last durable entry (zero if none).
 func (s *Store) AppliedTime() time.Time {
-	t := s.appliedTime.Load()
+	_, t := s.AppliedPosition()
 	if t == 0 {
 		return time.Time{}
 	}
@@ -376,11 +376,11 @@ func (s *Store) Changed() <-chan struct{} {
 }
 
 // publish makes index visible to readers and waiters. Called by the
-// committer only, after the entry is durable. The entry's time is stored
-// before its index: a reader that sees the index then finds that time or
-// a later one, never the time of an older entry (or none).
+// committer only, after the entry is durable. The entry's position (with
+// its time) is stored before its index: a reader that sees the index then
+// finds that time or a later one, never the time of an older entry (or
+// none).
 func (s *Store) publish(a appliedRecord) {
-	s.appliedTime.Store(a.time)
 	s.appliedPos.Store(&a)
 	s.applied.Store(a.index)
 	s.m.applied.Set(float64(a.index))
