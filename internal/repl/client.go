@@ -65,6 +65,10 @@ type ReplicaState struct {
 	// accepted, as the last source that told them said (protocol_root.go);
 	// none while no source told them.
 	RootHTTP []string
+	// SourcePath is the path the current source sent last in this
+	// session (protocol_path.go): its own node id first. Nil while not
+	// streaming, or when the source sent none.
+	SourcePath []uint64
 }
 
 // Replica keeps one store replicating from an ordered list of sources.
@@ -89,6 +93,9 @@ type Replica struct {
 		// cancel ends the current attempt; moved says Reconnect did.
 		cancel context.CancelFunc
 		moved  bool
+		// pathChanged is closed (and replaced) when state.SourcePath
+		// changes.
+		pathChanged chan struct{}
 	}
 }
 
@@ -141,6 +148,32 @@ func (r *Replica) update(fn func(s *ReplicaState)) {
 	r.mu.Lock()
 	fn(&r.mu.state)
 	r.mu.Unlock()
+}
+
+// SourcePath returns the path the current source sent last (its own id
+// first; nil: none in this session), and a channel closed when that
+// changes.
+func (r *Replica) SourcePath() ([]uint64, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.pathChanged == nil {
+		r.mu.pathChanged = make(chan struct{})
+	}
+	return r.mu.state.SourcePath, r.mu.pathChanged
+}
+
+// setSourcePath records the source's path p; nil when the session ends.
+func (r *Replica) setSourcePath(p []uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.Equal(p, r.mu.state.SourcePath) {
+		return
+	}
+	r.mu.state.SourcePath = p
+	if r.mu.pathChanged != nil {
+		close(r.mu.pathChanged)
+		r.mu.pathChanged = nil
+	}
 }
 
 func (r *Replica) export() {
@@ -236,6 +269,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			s.Status = StatusDisconnected
 			moved, r.mu.cancel = r.mu.moved, nil
 		})
+		r.setSourcePath(nil)
 		cancel()
 		ms.streaming.WithLabelValues(db).Set(0)
 		if ctx.Err() != nil {

@@ -253,6 +253,13 @@ func (r *Replica) session(ctx context.Context, src string) (progressed bool, err
 			}
 		case *Progress:
 			r.update(func(s *ReplicaState) { s.ServerIndex = m.AppliedIndex })
+		case *Path:
+			// Empty: the source knows no path (it is in no overlay).
+			p := m.Nodes
+			if len(p) == 0 {
+				p = nil
+			}
+			r.setSourcePath(p)
 		case *Root:
 			r.update(func(s *ReplicaState) { s.RootHTTP = m.HTTP })
 			ms.rootKnown.WithLabelValues(db).Set(float64(min(len(m.HTTP), 1)))

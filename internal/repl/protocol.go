@@ -17,17 +17,15 @@ const (
 	Magic = "QSR1"
 	// ProtocolVersion is the version this package speaks. A server accepts
 	// Hello versions MinProtocolVersion..ProtocolVersion.
-	ProtocolVersion    uint16 = 6
+	ProtocolVersion    uint16 = 7
 	MinProtocolVersion uint16 = 1
 	// streamVersion is the version bootstrap clients send, and stream
 	// clients to a source that refused ReportVersion: they need nothing
 	// version 2 added, so servers of version 1 keep serving them.
 	streamVersion uint16 = 1
 	// replicaVersion is the version of a replica's stream Hello: the
-	// newest that adds anything to log streams (RootVersion). Later
-	// versions change only fetch connections, so a source of that
-	// version is not asked to step down.
-	replicaVersion = RootVersion
+	// newest that adds anything to log streams (PathVersion).
+	replicaVersion = PathVersion
 	// FetchVersion is the first version with fetch connections.
 	FetchVersion uint16 = 2
 	// MaxPayload is the hard limit on one message payload. It must hold the
@@ -109,6 +107,8 @@ func (t MsgType) String() string {
 		return "seal"
 	case MsgRoot:
 		return "root"
+	case MsgPath:
+		return "path"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(t))
 }

@@ -348,6 +348,8 @@ func DecodePayload(t MsgType, p []byte) (Message, error) {
 		return decodeSeal(p)
 	case MsgRoot:
 		return decodeRoot(p)
+	case MsgPath:
+		return decodePath(p)
 	}
 	return nil, fmt.Errorf("%w: unknown message type %d", ErrMalformed, uint8(t))
 }

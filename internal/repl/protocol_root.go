@@ -94,10 +94,14 @@ func RootAddrs(addrs []string) []string {
 }
 
 // fallbackVersion is the Hello version a stream client tries next with a
-// source that refused version v with code "version": HeadVersion after a
-// newer one, then version 1 (which every server speaks). Pure.
+// source that refused version v with code "version": RootVersion after a
+// newer one, HeadVersion after that, then version 1 (which every server
+// speaks). Pure.
 func fallbackVersion(v uint16) uint16 {
-	if v > HeadVersion {
+	switch {
+	case v > RootVersion:
+		return RootVersion
+	case v > HeadVersion:
 		return HeadVersion
 	}
 	return streamVersion

@@ -50,7 +50,7 @@ func TestRootAddrs(t *testing.T) {
 }
 
 func TestFallbackVersion(t *testing.T) {
-	for v, want := range map[uint16]uint16{RootVersion: HeadVersion, HeadVersion: streamVersion, ReportVersion: streamVersion, 2: streamVersion} {
+	for v, want := range map[uint16]uint16{PathVersion: RootVersion, QuietVersion: RootVersion, RootVersion: HeadVersion, HeadVersion: streamVersion, ReportVersion: streamVersion, 2: streamVersion} {
 		if got := fallbackVersion(v); got != want {
 			t.Errorf("fallbackVersion(%d) = %d, want %d", v, got, want)
 		}
@@ -100,8 +100,9 @@ func TestRootAddressDownTheTree(t *testing.T) {
 }
 
 // TestOlderSourceKeepsHeadVersion: a source that speaks up to
-// HeadVersion refuses the Hello of RootVersion; the replica speaks
-// HeadVersion to it, in the same session, and knows no root address.
+// HeadVersion refuses the Hellos of PathVersion and RootVersion; the
+// replica speaks HeadVersion to it, in the same session, and knows no
+// root address.
 func TestOlderSourceKeepsHeadVersion(t *testing.T) {
 	name := dbName(t)
 	id := store.DBID{5, 5}
@@ -110,8 +111,8 @@ func TestOlderSourceKeepsHeadVersion(t *testing.T) {
 	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
 	waitFor(t, "streaming from the older source", 30*time.Second, func() bool { return r.State().Status == StatusStreaming })
 	got := versions()
-	if !slices.Equal(got, []uint16{RootVersion, HeadVersion}) {
-		t.Fatalf("hello versions %v, want [%d %d]", got, RootVersion, HeadVersion)
+	if !slices.Equal(got, []uint16{PathVersion, RootVersion, HeadVersion}) {
+		t.Fatalf("hello versions %v, want [%d %d %d]", got, PathVersion, RootVersion, HeadVersion)
 	}
 	if s := r.State(); s.Sessions != 1 || len(s.RootHTTP) != 0 {
 		t.Fatalf("state %+v: want one session and no root address", s)

@@ -53,6 +53,8 @@ func sampleMessages() []Message {
 		&Prefetch{Index: 1 << 40, Key: []byte("empty"), Value: []byte{}},
 		&Root{HTTP: []string{"10.0.0.1:7380", "root-2:7380"}},
 		&Root{},
+		&Path{Nodes: []uint64{1, 1 << 63, 42}},
+		&Path{},
 	}
 }
 

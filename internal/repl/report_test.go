@@ -175,8 +175,8 @@ func TestReportsToAnOlderSource(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if v := versions(); !slices.Equal(v, []uint16{replicaVersion, HeadVersion, 1}) {
-		t.Errorf("hello versions %v, want [%d %d 1]", v, replicaVersion, HeadVersion)
+	if v := versions(); !slices.Equal(v, []uint16{replicaVersion, RootVersion, HeadVersion, 1}) {
+		t.Errorf("hello versions %v, want [%d %d %d 1]", v, replicaVersion, RootVersion, HeadVersion)
 	}
 	if s := r.State(); s.Sessions != 1 || s.Status != StatusStreaming {
 		t.Errorf("state %+v: want one session, streaming", s)

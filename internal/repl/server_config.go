@@ -70,6 +70,10 @@ type ServerConfig struct {
 	// are accepted, as this node knows them now, sent to stream clients
 	// of RootVersion or later (protocol_root.go). Nil: none are sent.
 	RootHTTP func(db string) []string
+	// Path gives this node's path in the tree of database db, sent to
+	// stream clients of PathVersion or later when it changes
+	// (protocol_path.go). Nil, or a nil PathSource: none are sent.
+	Path func(db string) PathSource
 	// Metrics counts what the server does; the process gives all its
 	// servers and replicas the one it registered. Default: a private
 	// NewMetrics(), registered nowhere.

@@ -23,6 +23,8 @@ type conn struct {
 	child string
 	// root sends the root's addresses on a stream; nil if it sends none.
 	root *rootSender
+	// path sends this node's path on a stream; nil if it sends none.
+	path *pathSender
 }
 
 // writePiece is how much of a message one write deadline covers.
@@ -146,6 +148,11 @@ func (s *Server) handle(c net.Conn) {
 	}
 	if hello.Version >= RootVersion && s.cfg.RootHTTP != nil {
 		cn.root = &rootSender{addrs: func() []string { return s.cfg.RootHTTP(hello.Database) }}
+	}
+	if hello.Version >= PathVersion && s.cfg.Path != nil {
+		if src := s.cfg.Path(hello.Database); src != nil {
+			cn.path = &pathSender{src: src}
+		}
 	}
 	if err := cn.stream(ctx, st, next, hello.StopIndex, heads, isChild(hello)); err != nil && ctx.Err() == nil {
 		cn.log.Info("replication stream ended", "err", err)

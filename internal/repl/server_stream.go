@@ -16,7 +16,8 @@ import (
 // replica forwarding heads sends only entries a head covers), and each
 // Progress by the signed head of the applied index. A child replica
 // (cutThrough) also gets the entries this node's replica verified and is
-// making durable (relay.go); other clients get only durable ones.
+// making durable (relay.go); other clients get only durable ones. The
+// node's path goes out before the first entries and whenever it changes.
 func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, heads HeadSource, cutThrough bool) error {
 	cfg := cn.s.cfg
 	idle := time.NewTimer(cfg.ProgressInterval)
@@ -35,6 +36,11 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		}
 	}
 	for {
+		// First, and between batches: a child must learn a move above
+		// it before it takes children that may be its new ancestors.
+		if err := cn.path.send(cn); err != nil {
+			return err
+		}
 		if stop > 0 && next > stop {
 			return cn.send(&Done{LastIndex: stop})
 		}
@@ -101,6 +107,7 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		select {
 		case <-changed:
 		case <-relayed:
+		case <-cn.path.wait():
 		case <-idle.C:
 			p := &Progress{AppliedIndex: st.AppliedIndex()}
 			if t := st.AppliedTime(); !t.IsZero() {
