@@ -136,6 +136,10 @@ func TestDiscoveryTreeFormsAndHeals(t *testing.T) {
 	if deepest < 2 {
 		t.Fatalf("8 replicas under a root of 2 children formed only %d tiers below it: %+v", deepest, sts)
 	}
+	// Each replica's path came down the replication stream.
+	for _, p := range nodes {
+		awaitMetric(t, p, `qs_discovery_path_streamed{db="default"}`, 1)
+	}
 
 	// The members list shows everyone, each replica with its parent
 	// (once the advertisements went round).

@@ -23,6 +23,10 @@ type Replica interface {
 	// Reconnect ends the current session; the replica asks Sources
 	// again at once. Its own children are not touched.
 	Reconnect()
+	// SourcePath is the path the source sent over the stream: its own
+	// id first, then its ancestors' as it knows them. Nil if none (not
+	// streaming, or a source that does not send it).
+	SourcePath() []uint64
 }
 
 // AgentConfig configures an Agent. Zero fields take their defaults.
@@ -105,7 +109,7 @@ func NewAgent(cfg AgentConfig, o *Overlay, log *slog.Logger) *Agent {
 // Sources returns the replication addresses to try, in order: the chosen
 // source, then its secondaries. Empty: no usable member is known yet.
 func (a *Agent) Sources() []string {
-	ch := a.choose("", false, false)
+	ch := a.choose("", false, false, nil)
 	var out []string
 	for _, c := range ch.Sources {
 		if len(out) == a.cfg.Sources {
@@ -119,7 +123,7 @@ func (a *Agent) Sources() []string {
 		a.mu.Lock()
 		clear(a.mu.avoid)
 		a.mu.Unlock()
-		for _, c := range a.choose("", false, false).Sources {
+		for _, c := range a.choose("", false, false, nil).Sources {
 			if len(out) < a.cfg.Sources {
 				out = append(out, c.Addr)
 			}
@@ -154,14 +158,15 @@ var (
 )
 
 // AcceptChild says whether the member named child may start streaming
-// from this node now, from the freshest view there is: this replica's
-// actual source and that source's advertised path. While the replica is
-// between sources it takes no new child (ErrDetached: two detached nodes
-// must not choose each other), nor an ancestor (ErrCycle: the child's view
-// of this node's path may be older than this node's move), nor anyone
-// while this node's path is unknown (ErrCycle: its source is missing from
-// its view and it learned no path from it). A static replica, or one not
-// running yet, accepts.
+// from this node now, from the freshest view there is: the path this
+// node's source sent over the stream, and that source's path as
+// advertised by gossip. While the replica is between sources it takes no
+// new child (ErrDetached: two detached nodes must not choose each other),
+// nor an ancestor by either path (ErrCycle: the child's view of this
+// node's path may be older than this node's move), nor anyone while it
+// knows neither path (ErrCycle: its source is missing from its view of
+// the overlay and sent no path). A static replica, or one not running
+// yet, accepts.
 func (a *Agent) AcceptChild(child string) error {
 	a.mu.Lock()
 	r := a.mu.replica
@@ -177,6 +182,10 @@ func (a *Agent) AcceptChild(child string) error {
 	if id == a.self {
 		return ErrCycle
 	}
+	streamed := r.SourcePath()
+	if slices.Contains(streamed, id) {
+		return fmt.Errorf("%w (by the path its source sent)", ErrCycle)
+	}
 	cands, _ := candidates(a.o.Members(), a.cfg)
 	for _, c := range cands {
 		if c.Addr == addr {
@@ -186,10 +195,13 @@ func (a *Agent) AcceptChild(child string) error {
 			return nil
 		}
 	}
+	if len(streamed) > 0 {
+		return nil
+	}
 	// The source is not in this node's view of the overlay (not gossiped
 	// here yet, or just taken for dead, until the next review moves the
-	// replica): the path last learned from that very source decides, and
-	// without one the child may be an ancestor.
+	// replica) and sent no path: the path last learned from that very
+	// source decides, and without one the child may be an ancestor.
 	a.mu.Lock()
 	path, of := a.mu.path, a.mu.pathOf
 	a.mu.Unlock()
@@ -233,12 +245,23 @@ func (a *Agent) Run(ctx context.Context, r Replica) {
 func (a *Agent) review(r Replica) {
 	addr, streaming := r.Source()
 	members := a.o.Members()
-	cands, _ := candidates(members, a.cfg)
+	cands, roots := candidates(members, a.cfg)
 	var cur *Candidate
 	for i := range cands {
 		if addr != "" && cands[i].Addr == addr {
 			cur = &cands[i].Candidate
 		}
+	}
+	// The path the source sent over the stream is fresher than the one it
+	// advertises: it decides where it names the source and reaches a root
+	// (a source whose own source sends no path sends only itself), or
+	// holds this node (a cycle, broken below).
+	var streamed []uint64
+	if sp := r.SourcePath(); streaming && cur != nil && len(sp) > 0 && sp[0] == NodeID(cur.Name) &&
+		(roots[sp[len(sp)-1]] || slices.Contains(sp, a.self)) {
+		streamed = sp
+		cur.Path = sp[1:]
+		cur.Depth = len(cur.Path)
 	}
 	a.mu.Lock()
 	// The current source counts as suspect once it was already suspect
@@ -249,6 +272,11 @@ func (a *Agent) review(r Replica) {
 		a.mu.suspect = cur.Name
 	}
 	switch {
+	case streaming && slices.Contains(streamed, a.self):
+		// In a cycle until the move below: a path that reaches no root,
+		// so nobody chooses this node while it lasts.
+		a.mu.path, a.mu.pathOf = []uint64{NodeID(cur.Name)}, addr
+		a.mu.rtt = cur.RTT
 	case streaming && cur != nil:
 		// This node hangs below cur: its path is cur's, one longer. (If
 		// cur is detached, that is just [cur]: a path that reaches no
@@ -280,6 +308,11 @@ func (a *Agent) review(r Replica) {
 	}
 	a.mu.Unlock()
 	a.o.m.depth.WithLabelValues(a.cfg.Database).Set(float64(depth))
+	fromStream := 0.0
+	if streamed != nil && !slices.Contains(streamed, a.self) {
+		fromStream = 1
+	}
+	a.o.m.pathStreamed.WithLabelValues(a.cfg.Database).Set(fromStream)
 	a.o.m.sourceRTT.WithLabelValues(a.cfg.Database).Set(rtt.Seconds())
 
 	if a.cfg.Static || !streaming {
@@ -293,7 +326,7 @@ func (a *Agent) review(r Replica) {
 		return
 	}
 	stalled := r.Lag() > a.cfg.StallAfter && slices.ContainsFunc(cands, func(c candidate) bool { return c.applied > r.Applied() })
-	ch := a.choose(cur.Name, stalled, suspect)
+	ch := a.choose(cur.Name, stalled, suspect, streamed)
 	if ch.Move && len(ch.Sources) > 0 && ch.Sources[0].Addr != addr {
 		if ch.Reason == ReasonSuspect {
 			// Probed until it answers, it stays suspect (and last)
@@ -313,8 +346,10 @@ func (a *Agent) move(r Replica, reason Reason, from string) {
 }
 
 // choose runs Choose on the current member list; current names the
-// source streamed from now, stalled and suspect say how it is doing.
-func (a *Agent) choose(current string, stalled, suspect bool) Choice {
+// source streamed from now, stalled and suspect say how it is doing, and
+// streamed is the path it sent over the stream, if that decides (its id
+// first; nil: its advertised path decides).
+func (a *Agent) choose(current string, stalled, suspect bool, streamed []uint64) Choice {
 	members := a.o.Members()
 	cands, roots := candidates(members, a.cfg)
 	in := Input{Self: a.self, Current: current, CurrentStalled: stalled, Members: roots, Avoid: map[string]bool{}, Policy: a.cfg.Policy}
@@ -335,6 +370,9 @@ func (a *Agent) choose(current string, stalled, suspect bool) Choice {
 	for _, c := range cands {
 		if c.Name == current {
 			c.Suspect = suspect
+			if len(streamed) > 0 {
+				c.Path, c.Depth = streamed[1:], len(streamed)-1
+			}
 		}
 		in.Candidates = append(in.Candidates, c.Candidate)
 	}

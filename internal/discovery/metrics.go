@@ -19,6 +19,7 @@ type Metrics struct {
 	sourceChanges *prometheus.CounterVec
 	sourceRTT     *prometheus.GaugeVec
 	depth         *prometheus.GaugeVec
+	pathStreamed  *prometheus.GaugeVec
 	dcRelays      *prometheus.GaugeVec
 	relay         *prometheus.GaugeVec
 	badMeta       prometheus.Counter
@@ -45,6 +46,9 @@ func NewMetrics() *Metrics {
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "depth",
 			Help: "Hops from this node to the database's root (-1: not attached)."}, []string{"db"}),
+		pathStreamed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "path_streamed",
+			Help: "1 while this node's path to the root is the one its source sent over the replication stream; 0 while it is taken from gossip (a source that sends none, or whose path reaches no root) or the node is not attached."}, []string{"db"}),
 		dcRelays: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "dc_relays",
 			Help: "Relays of this node's data centre that are not suspect, this node included if it is one, by database (set where a proxy reads its data centre)."}, []string{"db"}),
@@ -64,7 +68,7 @@ func NewMetrics() *Metrics {
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "dependency_probes_total",
 			Help: "Direct probes of the members this node depends on, by result (answered, missed)."}, []string{"result"}),
 	}
-	m.Group = metrics.Group{m.members, m.gossipBytes, m.sourceChanges, m.sourceRTT, m.depth,
+	m.Group = metrics.Group{m.members, m.gossipBytes, m.sourceChanges, m.sourceRTT, m.depth, m.pathStreamed,
 		m.dcRelays, m.relay, m.badMeta, m.metaDropped, m.suspects, m.checks}
 	return m
 }

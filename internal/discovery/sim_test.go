@@ -265,6 +265,22 @@ func (n *simNode) Reconnect() {
 	n.w.mu.Unlock()
 }
 
+// SourcePath is the chain of sources above n, as the Path messages of
+// real streams would tell it a few milliseconds after each move: up to a
+// root, a node between sources, or n itself (a cycle).
+func (n *simNode) SourcePath() []uint64 {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	var p []uint64
+	for s := n.source; s != "" && len(p) < maxPath; s = n.w.nodes[s].source {
+		p = append(p, NodeID(s))
+		if s == n.name {
+			break
+		}
+	}
+	return p
+}
+
 // partition cuts every link (gossip and streams) between the two groups.
 func (w *world) partition(a, b []string, cut bool) {
 	w.mu.Lock()
@@ -466,6 +482,7 @@ func (s streamingFrom) Source() (string, bool) { return string(s), true }
 func (streamingFrom) Applied() uint64          { return 0 }
 func (streamingFrom) Lag() time.Duration       { return 0 }
 func (streamingFrom) Reconnect()               {}
+func (streamingFrom) SourcePath() []uint64     { return nil }
 
 // TestAcceptChildWithItsSourceOutOfView: a node whose source has left
 // its view of the overlay (taken for dead, until its next review moves

@@ -245,6 +245,10 @@ func (v replicaView) Source() (string, bool) {
 func (v replicaView) Applied() uint64    { return v.r.State().AppliedIndex }
 func (v replicaView) Lag() time.Duration { return v.r.State().Lag }
 func (v replicaView) Reconnect()         { v.r.Reconnect() }
+func (v replicaView) SourcePath() []uint64 {
+	p, _ := v.r.SourcePath()
+	return p
+}
 
 // Members lists the gossip overlay for GET /v1/members; false when this
 // node is not a member.
@@ -289,4 +293,25 @@ func (s *Server) Members() (any, bool) {
 		}
 	}
 	return map[string]any{"self": s.cfg.NodeName, "members": out, "relays_per_dc": s.cfg.RelaysPerDC, "dcs": dcs}, true
+}
+
+// pathSource is what database db sends its children as its path in the
+// tree (repl.PathSource): a root only its own node id, a replica its own
+// then its source's. Nil when this node is in no overlay (its children
+// judge ancestry from gossip alone, and it has no node id there).
+func (s *Server) pathSource(db string) repl.PathSource {
+	if s.overlay == nil {
+		return nil
+	}
+	self := discovery.NodeID(s.overlay.Name())
+	for _, d := range s.cfg.Databases {
+		switch {
+		case d.Name != db:
+		case !d.IsReplica():
+			return repl.FixedPath(self)
+		case s.replicas[db] != nil:
+			return repl.ReplicaPath(self, s.replicas[db])
+		}
+	}
+	return nil
 }

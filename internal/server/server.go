@@ -253,7 +253,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 		}
 		rs, err := repl.NewServer(repl.ServerConfig{BootstrapRate: rate, SnapshotKeep: s.cfg.SnapshotKeep.Duration, Reports: s.reports.receive,
 			MaxChildren: maxChildren, AcceptChild: s.acceptChild, Relay: s.isRelay, Heads: s.heads, NodeName: s.cfg.NodeName, RootHTTP: s.rootHTTP,
-			Metrics: replMetrics}, func(name string) (*store.Store, bool) {
+			Path: s.pathSource, Metrics: replMetrics}, func(name string) (*store.Store, bool) {
 			d, ok := s.dbs[name]
 			if !ok {
 				return nil, false
