@@ -3,9 +3,9 @@ package gcfloor
 import (
 	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	qsmetrics "github.com/quicksilver-kv/qs/internal/metrics"
@@ -22,8 +22,6 @@ const (
 	// maxPercent bounds GOGC while the live heap is tiny (at startup): the
 	// runtime's minimum goal is then the floor.
 	maxPercent = Floor / runtimeMinHeap * 100
-	// pollInterval is how often Run looks for a finished cycle.
-	pollInterval = 100 * time.Millisecond
 )
 
 // Percent returns the GOGC that makes the heap goal
@@ -59,8 +57,7 @@ func Run(ctx context.Context, cached func() uint64) {
 	defer debug.SetGCPercent(basePercent)
 	samples := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"}}
 	lastCycle := ^uint64(0)
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
+	cycles := gcCycles(ctx)
 	for {
 		metrics.Read(samples)
 		if cycles := samples[0].Value.Uint64(); cycles != lastCycle {
@@ -77,10 +74,38 @@ func Run(ctx context.Context, cached func() uint64) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-cycles:
 		}
 	}
 }
+
+// gcCycles returns a channel that receives after each garbage collection
+// cycle, until ctx ends: a sentinel object is allocated and dropped, and
+// its cleanup, which runs once a cycle found it unreachable, signals and
+// drops the next. A process that does not collect is not woken at all
+// (polling the cycle count woke every server ten times a second).
+func gcCycles(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	var arm func()
+	arm = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		runtime.AddCleanup(new(sentinel), func(struct{}) {
+			select {
+			case ch <- struct{}{}:
+			default: // Run has not taken the last one yet
+			}
+			arm()
+		}, struct{}{})
+	}
+	arm()
+	return ch
+}
+
+// sentinel holds a pointer, so that it is never allocated together with
+// other small objects (whose lifetimes would delay its cleanup).
+type sentinel struct{ _ [2]*byte }
 
 var gcPercent = qsmetrics.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{
 	Namespace: qsmetrics.Namespace, Subsystem: "gc", Name: "percent",

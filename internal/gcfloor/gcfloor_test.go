@@ -127,3 +127,19 @@ func TestRunFewerCollections(t *testing.T) {
 		t.Errorf("heap goal %d bytes with Run, want about the floor %d", goalWith, Floor)
 	}
 }
+
+// gcCycles signals after each collection, cycle after cycle, with nothing
+// polling in between.
+func TestGCCyclesSignalsEachCycle(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cycles := gcCycles(ctx)
+	for i := range 5 {
+		runtime.GC()
+		select {
+		case <-cycles:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no signal 60s after collection %d", i+1)
+		}
+	}
+}
