@@ -194,6 +194,8 @@ func (s *Store) openEngine(dir string) (*pebble.DB, error) {
 	}
 	el := pebble.TeeEventListener(*stallListener(s.m), *damageListener(o.Name, s.m, o.Logger))
 	popts.EventListener = &el
+	// Pebble's own scheduler wakes ten times a second for good.
+	popts.Experimental.CompactionScheduler = newCompactionScheduler()
 	// Values of 1 KiB and more go to blob files: compactions move
 	// references instead of rewriting them, which keeps write
 	// amplification (and the CPU it steals from readers) low for large
