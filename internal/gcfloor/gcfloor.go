@@ -92,11 +92,13 @@ func gcCycles(ctx context.Context) <-chan struct{} {
 			return
 		}
 		runtime.AddCleanup(new(sentinel), func(struct{}) {
+			// The next sentinel before the signal: a collection that
+			// starts once the signal is taken finds it.
+			arm()
 			select {
 			case ch <- struct{}{}:
 			default: // Run has not taken the last one yet
 			}
-			arm()
 		}, struct{}{})
 	}
 	arm()
