@@ -65,9 +65,9 @@ type ReplicaState struct {
 	// accepted, as the last source that told them said (protocol_root.go);
 	// none while no source told them.
 	RootHTTP []string
-	// SourcePath is the path the current source sent last in this
-	// session (protocol_path.go): its own node id first. Nil while not
-	// streaming, or when the source sent none.
+	// SourcePath is the path the current source sent last on this
+	// connection (protocol_path.go): its own node id first. Nil while
+	// not streaming, or when the source sent none.
 	SourcePath []uint64
 }
 
@@ -151,8 +151,8 @@ func (r *Replica) update(fn func(s *ReplicaState)) {
 }
 
 // SourcePath returns the path the current source sent last (its own id
-// first; nil: none in this session), and a channel closed when that
-// changes.
+// first; nil: none on the current connection), and a channel closed when
+// that changes.
 func (r *Replica) SourcePath() ([]uint64, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -162,7 +162,8 @@ func (r *Replica) SourcePath() ([]uint64, <-chan struct{}) {
 	return r.mu.state.SourcePath, r.mu.pathChanged
 }
 
-// setSourcePath records the source's path p; nil when the session ends.
+// setSourcePath records the source's path p; nil when the connection
+// ends.
 func (r *Replica) setSourcePath(p []uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -107,9 +107,10 @@ func ExtendPath(self uint64, source []uint64) []uint64 {
 }
 
 // pathSender sends a stream client the node's path whenever it changed
-// since it last sent it (the first call always sends).
+// since it last sent it (the first call always sends). A nil pathSender
+// (a client older than PathVersion, or a node with no path) sends none.
 type pathSender struct {
-	src     PathSource // nil: the client is older than PathVersion
+	src     PathSource
 	sent    bool
 	last    []uint64
 	changed <-chan struct{}
@@ -126,7 +127,7 @@ func (ps *pathSender) wait() <-chan struct{} {
 
 // send sends a Path if the path changed.
 func (ps *pathSender) send(cn *conn) error {
-	if ps == nil || ps.src == nil {
+	if ps == nil {
 		return nil
 	}
 	if ps.sent {

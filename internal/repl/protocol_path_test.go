@@ -77,8 +77,8 @@ func (p *movablePath) set(nodes ...uint64) {
 // TestPathDownTheTree: a chain root → A → B. Each node's path travels to
 // its children with the log, each replica passing on its own id and its
 // source's path; a change reaches the leaf at once, not at the next idle
-// Progress (an hour away here), also while entries flow; a replica whose
-// session ended knows no path from it and sends only itself.
+// Progress (an hour away here), also while entries flow; a replica that
+// stopped replicating knows no path and sends only itself.
 func TestPathDownTheTree(t *testing.T) {
 	name := dbName(t)
 	root := openStore(t, "", name, store.DBID{}, store.Retention{})
@@ -137,10 +137,10 @@ func TestPathDownTheTree(t *testing.T) {
 	select {
 	case <-changed:
 	case <-time.After(30 * time.Second):
-		t.Fatal("A's path did not change when its session ended")
+		t.Fatal("A's path did not change when it stopped replicating")
 	}
 	if p := pathOf(a); p != nil {
-		t.Fatalf("A's source path %v after its session ended, want none", p)
+		t.Fatalf("A's source path %v after it stopped replicating, want none", p)
 	}
 	waitFor(t, "the leaf to learn that A is between sources", 30*time.Second, func() bool {
 		return slices.Equal(pathOf(b), []uint64{10})
@@ -150,13 +150,8 @@ func TestPathDownTheTree(t *testing.T) {
 // TestOlderSourceSendsNoPath: a source of QuietVersion refuses the Hello
 // of PathVersion; the replica speaks RootVersion to it and knows no path.
 func TestOlderSourceSendsNoPath(t *testing.T) {
-	name := dbName(t)
-	id := store.DBID{5, 6}
-	addr, versions, _ := fakeOldSource(t, id, QuietVersion)
-	rep := openStore(t, "", name, id, store.Retention{})
-	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
-	waitFor(t, "streaming from the older source", 30*time.Second, func() bool { return r.State().Status == StatusStreaming })
-	if got := versions(); !slices.Equal(got, []uint16{PathVersion, RootVersion}) {
+	r, got := streamFromOlderSource(t, QuietVersion)
+	if !slices.Equal(got, []uint16{PathVersion, RootVersion}) {
 		t.Fatalf("hello versions %v, want [%d %d]", got, PathVersion, RootVersion)
 	}
 	if p, _ := r.SourcePath(); p != nil {

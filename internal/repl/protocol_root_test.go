@@ -99,18 +99,25 @@ func TestRootAddressDownTheTree(t *testing.T) {
 	})
 }
 
-// TestOlderSourceKeepsHeadVersion: a source that speaks up to
-// HeadVersion refuses the Hellos of PathVersion and RootVersion; the
-// replica speaks HeadVersion to it, in the same session, and knows no
-// root address.
-func TestOlderSourceKeepsHeadVersion(t *testing.T) {
-	name := dbName(t)
-	id := store.DBID{5, 5}
-	addr, versions, _ := fakeOldSource(t, id, HeadVersion)
-	rep := openStore(t, "", name, id, store.Retention{})
+// streamFromOlderSource starts a replica of a source that speaks up to
+// version newest, and returns it once it streams, with the Hello
+// versions it sent.
+func streamFromOlderSource(t *testing.T, newest uint16) (*Replica, []uint16) {
+	t.Helper()
+	id := store.DBID{5, byte(newest)}
+	addr, versions, _ := fakeOldSource(t, id, newest)
+	rep := openStore(t, "", dbName(t), id, store.Retention{})
 	r, _ := startReplica(t, rep, NewProcessID(), []string{addr}, nil)
 	waitFor(t, "streaming from the older source", 30*time.Second, func() bool { return r.State().Status == StatusStreaming })
-	got := versions()
+	return r, versions()
+}
+
+// TestOlderSourceKeepsHeadVersion: a source that speaks up to
+// HeadVersion refuses the Hellos of PathVersion and RootVersion; the
+// replica speaks HeadVersion to it, on the same attempt, and knows no
+// root address.
+func TestOlderSourceKeepsHeadVersion(t *testing.T) {
+	r, got := streamFromOlderSource(t, HeadVersion)
 	if !slices.Equal(got, []uint16{PathVersion, RootVersion, HeadVersion}) {
 		t.Fatalf("hello versions %v, want [%d %d %d]", got, PathVersion, RootVersion, HeadVersion)
 	}
