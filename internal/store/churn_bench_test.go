@@ -215,6 +215,19 @@ func reportChurnDisk(t *testing.T, s *Store, dir string) {
 	for _, u := range uses {
 		used += u.bytes
 	}
+	snap := s.db.NewSnapshot()
+	logSeg, err := firstLogSegment(snap)
+	snap.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sp segmentSpace
+	s.segs.mu.Lock()
+	cur := s.segs.curSeq
+	s.segs.mu.Unlock()
+	for seq := range *s.segs.files.Load() {
+		sp.add(seq, s.segs.fileSize(seq), uses[seq].bytes, cur, logSeg)
+	}
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 	all := d.segments + d.spare + d.sst + d.blob + d.wal + d.other + d.ballast
 	t.Logf("live: %d keys, %s of values", st.keys, mb(st.valueBytes))
@@ -222,6 +235,26 @@ func reportChurnDisk(t *testing.T, s *Store, dir string) {
 	t.Logf("history: %d versions, %s logical", h.Entries, mb(h.Bytes))
 	t.Logf("disk: log segments %s (blocks in them %s, free or dead space %s), spare segment %s, pebble tables %s, blob files %s, WAL %s, other %s, ballast %s; total %s",
 		mb(d.segments), mb(used), mb(d.segments-used), mb(d.spare), mb(d.sst), mb(d.blob), mb(d.wal), mb(d.other), mb(d.ballast), mb(all))
+	t.Logf("free or dead space: %s in the open segment, %s in %d segments of the log, %s in %d segments of retired blocks only; segments of %s",
+		mb(sp.open), mb(sp.log), sp.logSegs, mb(sp.retired), sp.retiredSegs, mb(s.segs.size))
+	var parts []string
+	for _, r := range []struct {
+		name     string
+		from, to []byte
+	}{
+		{"values", []byte{prefixData}, []byte{prefixData + 1}},
+		{"chunks", []byte{prefixChunk}, []byte{prefixChunk + 1}},
+		{"log", []byte{prefixLog}, []byte{prefixLog + 1}},
+		{"history versions", []byte{prefixHistory, histVersionTag}, []byte{prefixHistory, histVersionTag + 1}},
+		{"history by time", []byte{prefixHistory, histTimeTag}, []byte{prefixHistory, histTimeTag + 1}},
+	} {
+		n, err := s.db.EstimateDiskUsage(r.from, r.to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, r.name+" "+mb(int64(n)))
+	}
+	t.Logf("pebble by keys (tables and blob files): %s", strings.Join(parts, ", "))
 	if st.valueBytes > 0 {
 		t.Logf("disk per live byte: %.1f (without the ballast %.1f; beyond log retention and ballast %.2f)",
 			float64(all)/float64(st.valueBytes), float64(all-d.ballast)/float64(st.valueBytes),
@@ -366,4 +399,26 @@ func reportMemory(t *testing.T, samples []memSample) {
 		}
 	}
 	t.Logf("  load average (1 min) at the samples: %.1f–%.1f", lo, hi)
+}
+
+// segmentSpace sorts the segments' free or dead bytes by where they are:
+// the open segment's unwritten tail, segments holding log blocks, and
+// segments holding only retired blocks.
+type segmentSpace struct {
+	open, log, retired   int64
+	logSegs, retiredSegs int
+}
+
+func (sp *segmentSpace) add(seq uint64, size, used int64, cur, firstLog uint64) {
+	free := size - used
+	switch {
+	case seq == cur:
+		sp.open += free
+	case seq >= firstLog:
+		sp.log += free
+		sp.logSegs++
+	default:
+		sp.retired += free
+		sp.retiredSegs++
+	}
 }

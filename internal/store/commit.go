@@ -134,7 +134,7 @@ func (c *committer) commit(group []*request) {
 		case reqCache:
 			groupErr = c.place.cache(c, r)
 		case reqCompact:
-			groupErr = c.compactRetired(r.segment)
+			groupErr = c.compactRetired(r.segments)
 		}
 		if groupErr != nil {
 			break

@@ -350,7 +350,7 @@ func FuzzSegmentFile(f *testing.F) {
 		}
 		write(1, segHeader(0, 0))
 		write(2, content)
-		g := newSegments(fs, "", newStoreMetrics())
+		g := newSegments(fs, "", maxSegmentBytes, newStoreMetrics())
 		if err := g.openAll(); err != nil {
 			t.Fatal(err)
 		}

@@ -75,10 +75,9 @@ func (g *segments) takeSpare(name string) (vfs.File, error) {
 }
 
 // retire removes a segment file, or keeps it as the spare if there is none
-// and no checkpoint links it (recycling a file a snapshot shares would
-// overwrite the snapshot). Called with mu held.
+// and it may be one (recyclable). Called with mu held.
 func (g *segments) retire(path string) error {
-	if !g.haveSpare && (g.recycleAnyway || singleLink(g.fs, path)) {
+	if !g.haveSpare && g.recyclable(path) {
 		if err := g.fs.Rename(path, g.fs.PathJoin(g.dir, spareName)); err == nil {
 			g.haveSpare = true
 			return nil
@@ -87,12 +86,19 @@ func (g *segments) retire(path string) error {
 	return g.fs.Remove(path)
 }
 
-// singleLink reports whether path is known to have one link (false when
-// the filesystem does not say).
-func singleLink(fs vfs.FS, path string) bool {
-	st, err := fs.Stat(path)
-	if err != nil {
+// recyclable reports whether the segment file at path may become the
+// spare: it is no larger than a segment (one made for a larger block, or
+// before the segment size shrank, would keep its excess as the next
+// segment's), and no checkpoint links it (recycling a file a snapshot
+// shares would overwrite the snapshot), which is known only where the
+// filesystem says a file's link count.
+func (g *segments) recyclable(path string) bool {
+	st, err := g.fs.Stat(path)
+	if err != nil || st.Size() > g.size {
 		return false
+	}
+	if g.recycleAnyway {
+		return true
 	}
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	return ok && sys.Nlink == 1

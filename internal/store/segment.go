@@ -54,10 +54,12 @@ const (
 	segSuffix = ".seg"
 	// frameHeader is the length and CRC before each block.
 	frameHeader = 8
-	// defaultSegmentBytes is the size a segment is preallocated to; a
-	// segment is sealed when the next block would not fit. A store's
-	// first segment is a sixteenth of it (nextCapacity).
-	defaultSegmentBytes = 64 << 20
+	// minSegmentBytes and maxSegmentBytes bound the size a segment is
+	// preallocated to (segmentSize); a segment is sealed when the next
+	// block would not fit. A store's first segment is a sixteenth of it
+	// (nextCapacity).
+	minSegmentBytes = 4 << 20
+	maxSegmentBytes = 64 << 20
 	// blockRefTag starts a block key's value that is a reference; a block
 	// stored in Pebble starts with its version byte, which is never 0.
 	blockRefTag = 0
@@ -233,8 +235,22 @@ type segments struct {
 	buf           []byte
 }
 
-func newSegments(fs vfs.FS, dir string, m *storeMetrics) *segments {
-	g := &segments{fs: fs, dir: dir, size: defaultSegmentBytes, m: m}
+// segmentSize is the size of the segments of a log whose retention caps
+// its blocks at maxBytes (no cap if ≤ 0): a 64th of the cap, in whole
+// MiB, between minSegmentBytes and maxSegmentBytes. The log's files
+// exceed its blocks by about two segments (the open one's unwritten
+// tail, the spare, the dropped blocks of the oldest), so at a 64th that
+// is a few percent of the cap, where a fixed 64 MiB made it an eighth of
+// a 1 GiB log and the whole of a 128 MiB one.
+func segmentSize(maxBytes int64) int64 {
+	if maxBytes <= 0 {
+		return maxSegmentBytes
+	}
+	return min(max(maxBytes/64&^(1<<20-1), minSegmentBytes), maxSegmentBytes)
+}
+
+func newSegments(fs vfs.FS, dir string, size int64, m *storeMetrics) *segments {
+	g := &segments{fs: fs, dir: dir, size: size, m: m}
 	g.settledCond.L = &g.mu
 	empty := map[uint64]vfs.File{}
 	g.files.Store(&empty)
@@ -264,8 +280,14 @@ func (g *segments) openAll() error {
 	if err != nil {
 		return err
 	}
-	_, err = g.fs.Stat(g.fs.PathJoin(g.dir, spareName))
+	spare := g.fs.PathJoin(g.dir, spareName)
+	st, err := g.fs.Stat(spare)
 	g.haveSpare = err == nil
+	if g.haveSpare && st.Size() > g.size {
+		// Made for larger segments (the log's cap was lowered): a
+		// segment of it would keep the excess for its whole life.
+		g.haveSpare = g.fs.Remove(spare) != nil
+	}
 	files := map[uint64]vfs.File{}
 	for _, seq := range seqs {
 		f, err := g.fs.Open(g.fs.PathJoin(g.dir, segName(seq)))

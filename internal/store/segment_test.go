@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -634,25 +637,29 @@ func TestSegmentCompaction(t *testing.T) {
 	mustVerify(t, s)
 }
 
-func TestSparseSegment(t *testing.T) {
+// TestSparseSegments: the segments to compact are those below both the
+// open one and the log whose blocks fill less than a quarter of their own
+// file, sparsest first.
+func TestSparseSegments(t *testing.T) {
 	t.Parallel()
 	each := func(n int64) func(uint64) int64 { return func(uint64) int64 { return n } }
-	used := map[uint64]segUse{1: {1, 100}, 2: {5, 5000}, 3: {1, 50}, 7: {1, 10}, 9: {1, 10}}
-	// 3 is the sparsest below both the tail (9) and the log (7).
-	if got := sparseSegment(used, 9, 7, each(16<<10)); got != 3 {
-		t.Fatalf("picked %d", got)
+	used := map[uint64]segUse{1: {1, 100}, 2: {5, 5000}, 3: {1, 50}, 4: {1, 100}, 7: {1, 10}, 9: {1, 10}}
+	// 7 and 9 are not below both the tail (9) and the log (7); 2 is
+	// dense; 1 and 4 are as sparse as each other.
+	if got := sparseSegments(used, 9, 7, each(16<<10)); fmt.Sprint(got) != "[3 1 4]" {
+		t.Fatalf("picked %v", got)
 	}
-	if got := sparseSegment(used, 9, 7, each(256)); got != 3 {
-		t.Fatalf("picked %d with small segments", got)
+	if got := sparseSegments(used, 9, 7, each(256)); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("picked %v with small segments", got)
 	}
-	if got := sparseSegment(map[uint64]segUse{1: {10, 9000}}, 9, 7, each(16<<10)); got != 0 {
-		t.Fatalf("picked %d, which is dense", got)
+	if got := sparseSegments(map[uint64]segUse{1: {10, 9000}}, 9, 7, each(16<<10)); len(got) != 0 {
+		t.Fatalf("picked %v, which is dense", got)
 	}
 	// Sparse is against the segment's own file: a small first segment
 	// full of live blocks is not.
 	sizes := func(seq uint64) int64 { return map[uint64]int64{1: 4096, 2: 64 << 10}[seq] }
-	if got := sparseSegment(map[uint64]segUse{1: {2, 4000}, 2: {1, 8000}}, 9, 7, sizes); got != 2 {
-		t.Fatalf("picked %d, want the 64 KiB segment an eighth used", got)
+	if got := sparseSegments(map[uint64]segUse{1: {2, 4000}, 2: {1, 8000}}, 9, 7, sizes); fmt.Sprint(got) != "[2]" {
+		t.Fatalf("picked %v, want the 64 KiB segment an eighth used", got)
 	}
 }
 
@@ -676,7 +683,7 @@ func TestSegmentCapacityGrows(t *testing.T) {
 	if fmt.Sprint(caps) != fmt.Sprint(want) {
 		t.Fatalf("segment capacities %v, want %v", caps, want)
 	}
-	if def := (&segments{size: defaultSegmentBytes}).nextCapacity(); def != 4<<20 {
+	if def := (&segments{size: maxSegmentBytes}).nextCapacity(); def != 4<<20 {
 		t.Fatalf("a store's first segment: %d bytes", def)
 	}
 }
@@ -713,4 +720,141 @@ func TestCompactionTakes(t *testing.T) {
 	if live != maxBytesPerCompaction {
 		t.Fatalf("took %d blocks, %d bytes of live values, want %d", n, live, maxBytesPerCompaction)
 	}
+}
+
+// TestSegmentSize: a segment is a 64th of the log's byte cap, in whole
+// MiB, between 4 and 64 MiB; a log without a byte cap has the largest.
+func TestSegmentSize(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ maxBytes, want int64 }{
+		{-1, 64 << 20},
+		{0, 64 << 20},
+		{1 << 20, 4 << 20},
+		{128 << 20, 4 << 20},
+		{512 << 20, 8 << 20},
+		{1 << 30, 16 << 20},
+		{1_000_000_000, 14 << 20},
+		{4 << 30, 64 << 20},
+		{1 << 40, 64 << 20},
+	} {
+		if got := segmentSize(c.maxBytes); got != c.want {
+			t.Errorf("segmentSize(%d) = %d, want %d", c.maxBytes, got, c.want)
+		}
+	}
+	s := openTest(t, Options{Name: "seg-size", Logger: quietLogger()})
+	if s.segs.size != 16<<20 {
+		t.Fatalf("a store at default settings makes segments of %d bytes", s.segs.size)
+	}
+}
+
+// TestSpareNoLargerThanASegment: a removed segment larger than a segment
+// (made for a large block, or before the size shrank) is not kept as the
+// spare, nor is such a spare found at open; one that fits is.
+func TestSpareNoLargerThanASegment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fs := vfs.Default
+	write := func(name string, n int) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	spare := filepath.Join(dir, spareName)
+	g := newSegments(fs, dir, 64<<10, newStoreMetrics())
+	if err := g.retire(write(segName(1), 64<<10+1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(spare); !os.IsNotExist(err) || g.haveSpare {
+		t.Fatalf("an oversized segment became the spare (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, segName(1))); !os.IsNotExist(err) {
+		t.Fatalf("the oversized segment was not removed: %v", err)
+	}
+	if err := g.retire(write(segName(2), 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(spare); err != nil || !g.haveSpare || st.Size() != 64<<10 {
+		t.Fatalf("a segment that fits did not become the spare: %v", err)
+	}
+
+	// Opened with smaller segments, the spare goes; with the same size,
+	// it stays.
+	g = newSegments(fs, dir, 64<<10, newStoreMetrics())
+	if err := g.openAll(); err != nil || !g.haveSpare {
+		t.Fatalf("the spare was not found at open (%v)", err)
+	}
+	g = newSegments(fs, dir, 32<<10, newStoreMetrics())
+	if err := g.openAll(); err != nil || g.haveSpare {
+		t.Fatalf("a spare larger than a segment kept at open (%v)", err)
+	}
+	if _, err := os.Stat(spare); !os.IsNotExist(err) {
+		t.Fatalf("the oversized spare is still there: %v", err)
+	}
+}
+
+// TestSparseSegmentsCompactedTogether: one compaction run frees the
+// retired blocks of every sparse segment (within its bounds), not one
+// segment a round, which let sparse segments pile up faster than they
+// went under churn with small segments.
+func TestSparseSegmentsCompactedTogether(t *testing.T) {
+	t.Parallel()
+	o := Options{Name: "seg-compact-all", Dir: t.TempDir(), Compression: wal.CompressNone, Logger: quietLogger(),
+		Retention: Retention{MaxEntries: 4, MaxBytes: -1, MaxAge: -1}, segmentBytes: 32 << 10, collectEvery: time.Hour, History: noHistory}
+	s := openTest(t, o)
+	churn := func(n int) {
+		for i := range n {
+			mustWrite(t, s, setb(fmt.Sprintf("k%d", i%4), pattern(i, 3000)))
+		}
+	}
+	// Past the first, small segments, one pinned value in each of three
+	// segments full of values that die.
+	churn(40)
+	pinned := map[string]WriteResult{}
+	seqs := map[uint64]bool{}
+	for p := range 3 {
+		name := fmt.Sprintf("pinned%d", p)
+		pinned[name] = mustWrite(t, s, setb(name, pattern(-1-p, 3000)))
+		seqs[segmentRef(t, s, pinned[name].Index).seq] = true
+		churn(12)
+	}
+	churn(12)
+	if len(seqs) != 3 {
+		t.Fatalf("the pinned values are in segments %v, want three", seqs)
+	}
+	var synced uint64
+	sparse, err := s.collectSegments(&synced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := range seqs {
+		if !slices.Contains(sparse, seq) {
+			t.Fatalf("segment %d is not among the sparse %v", seq, sparse)
+		}
+	}
+	compacted := s.Metrics().LogSegmentEvents["compacted"]
+	if err := s.compactSegments(sparse); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Metrics().LogSegmentEvents["compacted"] - compacted; got != float64(len(sparse)) {
+		t.Fatalf("one run compacted %v of the %d sparse segments", got, len(sparse))
+	}
+	mustWrite(t, s, setb("k0", []byte("after"))) // a commit for the next collection
+	if _, err := s.collectSegments(&synced); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range seqs {
+		if _, err := s.opts.FS.Stat(s.opts.FS.PathJoin(s.opts.Dir, segName(seq))); err == nil {
+			t.Fatalf("segment %d is still there after its compaction", seq)
+		}
+	}
+	for name, w := range pinned {
+		p := int(name[len(name)-1] - '0')
+		if v, idx, ok := get(t, s, name); !ok || v != string(pattern(-1-p, 3000)) || idx != w.Index {
+			t.Fatalf("%s is lost", name)
+		}
+	}
+	mustVerify(t, s)
 }

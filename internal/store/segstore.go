@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"hash/crc32"
 	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -24,10 +26,11 @@ func (s *Store) openSegments() error {
 	if !s.opts.ReadOnly && s.opts.BallastBytes > 0 {
 		fs = vfs.OnDiskFull(fs, s.releaseBallast)
 	}
-	g := newSegments(fs, s.opts.Dir, s.m)
+	size := segmentSize(s.opts.Retention.MaxBytes)
 	if s.opts.segmentBytes > 0 {
-		g.size = s.opts.segmentBytes
+		size = s.opts.segmentBytes
 	}
+	g := newSegments(fs, s.opts.Dir, size, s.m)
 	g.recycleAnyway = s.opts.recycleAnyway
 	if err := g.openAll(); err != nil {
 		return fmt.Errorf("log segments: %w", err)
@@ -461,8 +464,8 @@ func (s *Store) segmentLoop() {
 		if err != nil && !s.closed.Load() {
 			s.opts.Logger.Warn("log segments not collected", "db", s.opts.Name, "err", err)
 		}
-		if err := s.compactSegment(sparse); err != nil && !s.closed.Load() {
-			s.opts.Logger.Warn("sparse log segment not compacted", "db", s.opts.Name, "err", err)
+		if err := s.compactSegments(sparse); err != nil && !s.closed.Load() {
+			s.opts.Logger.Warn("sparse log segments not compacted", "db", s.opts.Name, "err", err)
 		}
 		if err := s.prepareSpare(); err != nil && !s.closed.Load() {
 			s.opts.Logger.Warn("no spare log segment prepared", "db", s.opts.Name, "err", err)
@@ -471,18 +474,18 @@ func (s *Store) segmentLoop() {
 }
 
 // collectSegments removes the segments nothing points into any more, and
-// returns a sparse segment to compact (0 if none).
-func (s *Store) collectSegments(synced *uint64) (uint64, error) {
+// returns the sparse segments to compact (sparseSegments).
+func (s *Store) collectSegments(synced *uint64) ([]uint64, error) {
 	s.engine.RLock()
 	defer s.engine.RUnlock()
 	if s.closed.Load() || s.segs == nil {
-		return 0, nil
+		return nil, nil
 	}
 	s.collect.Lock()
 	defer s.collect.Unlock()
 	a := s.applied.Load()
 	if a == *synced {
-		return 0, nil
+		return nil, nil
 	}
 	snap := s.db.NewSnapshot()
 	used, err := segUses(snap)
@@ -496,17 +499,17 @@ func (s *Store) collectSegments(synced *uint64) (uint64, error) {
 	}
 	snap.Close()
 	if err != nil || tail == nil {
-		return 0, err
+		return nil, err
 	}
 	t, err := decodeSegTail(tail)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	// The state the snapshot saw, with nothing pointing into the segments
 	// to remove and a replay starting at or after t, must be durable
 	// before they go.
 	if err := s.engineWrite(func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
-		return 0, err
+		return nil, err
 	}
 	s.m.engineSyncs.Inc()
 	complete, err := s.segs.remove(func(seq uint64) bool {
@@ -514,54 +517,57 @@ func (s *Store) collectSegments(synced *uint64) (uint64, error) {
 		return seq < t.seq && !inUse
 	}, &s.gate, s.quit)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if complete {
 		*synced = a // else the next round tries again, writes or not
 	}
-	return sparseSegment(used, t.seq, firstLogSeg, s.segs.fileSize), nil
+	return sparseSegments(used, t.seq, firstLogSeg, s.segs.fileSize), nil
 }
 
-// sparseSegment picks a segment to compact: sealed, holding only blocks
-// that left the log (retired, home of live values), and whose blocks fill
-// less than a quarter of the file. It returns 0 if none is. Such a segment
+// sparseSegments picks the segments to compact, sparsest first: sealed,
+// holding only blocks that left the log (retired, home of live values),
+// and whose blocks fill less than a quarter of the file. Such a segment
 // would otherwise stay whole for as long as one of its values lives.
-func sparseSegment(used map[uint64]segUse, tail, firstLog uint64, fileSize func(seq uint64) int64) uint64 {
-	var pick uint64
+func sparseSegments(used map[uint64]segUse, tail, firstLog uint64, fileSize func(seq uint64) int64) []uint64 {
+	var picks []uint64
 	for seq, u := range used {
-		if seq < tail && seq < firstLog && u.bytes < fileSize(seq)/4 && (pick == 0 || u.bytes < used[pick].bytes) {
-			pick = seq
+		if seq < tail && seq < firstLog && u.bytes < fileSize(seq)/4 {
+			picks = append(picks, seq)
 		}
 	}
-	return pick
+	slices.SortFunc(picks, func(a, b uint64) int { return cmp.Or(cmp.Compare(used[a].bytes, used[b].bytes), cmp.Compare(a, b)) })
+	return picks
 }
 
-// compactSegment has the committer free the retired blocks of segment
-// seq (nothing if seq is 0). Close ends the wait (submit).
-func (s *Store) compactSegment(seq uint64) error {
-	if seq == 0 {
+// compactSegments has the committer free the retired blocks of the
+// segments seqs (nothing if there are none). Close ends the wait (submit).
+func (s *Store) compactSegments(seqs []uint64) error {
+	if len(seqs) == 0 {
 		return nil
 	}
-	return s.submit(context.Background(), &request{kind: reqCompact, segment: seq, done: make(chan struct{})})
+	return s.submit(context.Background(), &request{kind: reqCompact, segments: seqs, done: make(chan struct{})})
 }
 
-// compactRetired frees the retired blocks in segment seq: their live
-// values are copied out (inline records) and the blocks deleted, so that
-// the segment is removed at the next collection. A run takes blocks
-// while compactionTakes allows; the next run does the rest.
-func (c *committer) compactRetired(seq uint64) error {
+// compactRetired frees the retired blocks in the segments seqs, sparsest
+// first: their live values are copied out (inline records) and the blocks
+// deleted, so that the segments are removed at the next collection. A run
+// takes blocks while compactionTakes allows; the next run does the rest.
+func (c *committer) compactRetired(seqs []uint64) error {
+	type retired struct {
+		b   uint64
+		rec retiredRecord
+	}
+	in := make(map[uint64][]retired, len(seqs))
+	for _, seq := range seqs {
+		in[seq] = nil
+	}
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: metaRetiredBlock, UpperBound: prefixEnd(metaRetiredBlock)})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
-	type retired struct {
-		b   uint64
-		rec retiredRecord
-	}
-	var mine []retired
-	var live int64
-	for ok := it.First(); ok && compactionTakes(len(mine), live); ok = it.Next() {
+	for ok := it.First(); ok; ok = it.Next() {
 		b, valid := retiredKeyBlock(it.Key())
 		if !valid {
 			continue
@@ -574,31 +580,43 @@ func (c *committer) compactRetired(seq uint64) error {
 			continue
 		}
 		ref, isRef, err := decodeBlockRef(v)
-		if err != nil || !isRef || ref.seq != seq {
+		if err != nil || !isRef {
+			continue
+		}
+		if _, ok := in[ref.seq]; !ok {
 			continue
 		}
 		rec, err := decodeRetired(it.Value())
 		if err != nil {
 			return err
 		}
-		mine = append(mine, retired{b, rec})
-		live += rec.liveBytes
+		in[ref.seq] = append(in[ref.seq], retired{b, rec})
 	}
 	if err := it.Error(); err != nil {
 		return err
 	}
-	for _, r := range mine {
-		blk, err := c.readBlock(r.b)
-		if err != nil {
-			return err
+	blocks, touched := 0, 0
+	var live int64
+	for _, seq := range seqs {
+		took := false
+		for _, r := range in[seq] {
+			if !compactionTakes(blocks, live) {
+				break
+			}
+			blk, err := c.readBlock(r.b)
+			if err != nil {
+				return err
+			}
+			if err := c.dropRetired(r.b, r.rec, blk); err != nil {
+				return err
+			}
+			blocks, live, took = blocks+1, live+r.rec.liveBytes, true
 		}
-		if err := c.dropRetired(r.b, r.rec, blk); err != nil {
-			return err
+		if took {
+			touched++
 		}
 	}
-	if len(mine) > 0 {
-		c.s.m.segmentsCompacted.Inc()
-	}
+	c.s.m.segmentsCompacted.Add(float64(touched))
 	return nil
 }
 

@@ -48,23 +48,23 @@ const (
 	reqRaft    // apply committed Raft commands (see raftapply.go)
 	reqRaftReset
 	reqCache // proxy: admit or evict values (see proxy.go)
-	// reqCompact frees the retired blocks of a sparse log segment
+	// reqCompact frees the retired blocks of sparse log segments
 	// (segstore.go); it runs alone
 	reqCompact
 )
 
 type request struct {
-	kind    requestKind
-	batch   Batch
-	entries []wal.Entry
-	cmds    []RaftCommand // reqRaft
-	results []RaftResult  // reqRaft
-	cache   *cacheChange  // reqCache
-	segment uint64        // reqCompact
-	size    int
-	res     WriteResult
-	err     error
-	done    chan struct{}
+	kind     requestKind
+	batch    Batch
+	entries  []wal.Entry
+	cmds     []RaftCommand // reqRaft
+	results  []RaftResult  // reqRaft
+	cache    *cacheChange  // reqCache
+	segments []uint64      // reqCompact
+	size     int
+	res      WriteResult
+	err      error
+	done     chan struct{}
 }
 
 // Write commits b durably as one log entry and returns its index. It is
