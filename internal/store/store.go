@@ -41,8 +41,10 @@ func ParseDBID(s string) (DBID, error) {
 }
 
 // memTableBytes is Pebble's memtable size: small enough that replaying the
-// WAL after a crash takes milliseconds.
-const memTableBytes = 16 << 20
+// WAL after a crash takes milliseconds, and that Pebble's WAL files (the
+// open one, preallocated to about this size, and up to three recycled
+// ones of the same size) take little disk beside the log.
+const memTableBytes = 8 << 20
 
 // Store is one database: its data, its log and its metadata in one Pebble
 // instance. Reads run concurrently with everything; all writes go through
