@@ -239,16 +239,16 @@ func reportChurnDisk(t *testing.T, s *Store, dir string) {
 		mb(sp.open), mb(sp.log), sp.logSegs, mb(sp.retired), sp.retiredSegs, mb(s.segs.size))
 	var parts []string
 	for _, r := range []struct {
-		name     string
-		from, to []byte
+		name   string
+		prefix []byte
 	}{
-		{"values", []byte{prefixData}, []byte{prefixData + 1}},
-		{"chunks", []byte{prefixChunk}, []byte{prefixChunk + 1}},
-		{"log", []byte{prefixLog}, []byte{prefixLog + 1}},
-		{"history versions", []byte{prefixHistory, histVersionTag}, []byte{prefixHistory, histVersionTag + 1}},
-		{"history by time", []byte{prefixHistory, histTimeTag}, []byte{prefixHistory, histTimeTag + 1}},
+		{"values", []byte{prefixData}},
+		{"chunks", []byte{prefixChunk}},
+		{"log", []byte{prefixLog}},
+		{"history versions", []byte{prefixHistory, histVersionTag}},
+		{"history by time", []byte{prefixHistory, histTimeTag}},
 	} {
-		n, err := s.db.EstimateDiskUsage(r.from, r.to)
+		n, err := s.db.EstimateDiskUsage(r.prefix, prefixEnd(r.prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

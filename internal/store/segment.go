@@ -280,14 +280,8 @@ func (g *segments) openAll() error {
 	if err != nil {
 		return err
 	}
-	spare := g.fs.PathJoin(g.dir, spareName)
-	st, err := g.fs.Stat(spare)
+	_, err = g.fs.Stat(g.fs.PathJoin(g.dir, spareName))
 	g.haveSpare = err == nil
-	if g.haveSpare && st.Size() > g.size {
-		// Made for larger segments (the log's cap was lowered): a
-		// segment of it would keep the excess for its whole life.
-		g.haveSpare = g.fs.Remove(spare) != nil
-	}
 	files := map[uint64]vfs.File{}
 	for _, seq := range seqs {
 		f, err := g.fs.Open(g.fs.PathJoin(g.dir, segName(seq)))
@@ -303,6 +297,16 @@ func (g *segments) openAll() error {
 	}
 	g.m.segments.Set(float64(len(files)))
 	return nil
+}
+
+// dropLargeSpare removes a spare larger than a segment (made before the
+// log's cap was lowered): a segment of it would keep the excess for its
+// whole life. Only a writable store calls it.
+func (g *segments) dropLargeSpare() {
+	spare := g.fs.PathJoin(g.dir, spareName)
+	if st, err := g.fs.Stat(spare); err == nil && st.Size() > g.size && g.fs.Remove(spare) == nil {
+		g.haveSpare = false
+	}
 }
 
 func closeFiles(files map[uint64]vfs.File) {

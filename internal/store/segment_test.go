@@ -782,16 +782,55 @@ func TestSpareNoLargerThanASegment(t *testing.T) {
 
 	// Opened with smaller segments, the spare goes; with the same size,
 	// it stays.
-	g = newSegments(fs, dir, 64<<10, newStoreMetrics())
-	if err := g.openAll(); err != nil || !g.haveSpare {
-		t.Fatalf("the spare was not found at open (%v)", err)
+	open := func(size int64) *segments {
+		g := newSegments(fs, dir, size, newStoreMetrics())
+		if err := g.openAll(); err != nil {
+			t.Fatal(err)
+		}
+		g.dropLargeSpare()
+		return g
 	}
-	g = newSegments(fs, dir, 32<<10, newStoreMetrics())
-	if err := g.openAll(); err != nil || g.haveSpare {
-		t.Fatalf("a spare larger than a segment kept at open (%v)", err)
+	if g := open(64 << 10); !g.haveSpare {
+		t.Fatal("the spare was not found at open")
+	}
+	if g := open(32 << 10); g.haveSpare {
+		t.Fatal("a spare larger than a segment kept at open")
 	}
 	if _, err := os.Stat(spare); !os.IsNotExist(err) {
 		t.Fatalf("the oversized spare is still there: %v", err)
+	}
+}
+
+// TestReadOnlyOpenKeepsTheSpare: opening a store read-only (qs verify, a
+// snapshot's head) writes nothing, so a spare larger than its segments
+// stays; the store's own writable open removes it.
+func TestReadOnlyOpenKeepsTheSpare(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	o := Options{Name: "seg-ro-spare", Dir: dir, Logger: quietLogger(), segmentBytes: 64 << 10}
+	s := openTest(t, o)
+	mustWrite(t, s, setb("k", []byte("v")))
+	s.Close()
+	spare := filepath.Join(dir, spareName)
+	if err := os.WriteFile(spare, make([]byte, 128<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ro := o
+	ro.ReadOnly = true
+	r, err := Open(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if _, err := os.Stat(spare); err != nil {
+		t.Fatalf("a read-only open touched the spare: %v", err)
+	}
+	s = openTest(t, o)
+	if v, _, ok := get(t, s, "k"); !ok || v != "v" {
+		t.Fatal("the value is lost")
+	}
+	if _, err := os.Stat(spare); !os.IsNotExist(err) {
+		t.Fatalf("the writable open kept a spare larger than its segments: %v", err)
 	}
 }
 

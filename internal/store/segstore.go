@@ -40,6 +40,7 @@ func (s *Store) openSegments() error {
 		return nil
 	}
 	fs.Remove(fs.PathJoin(s.opts.Dir, spareTemp)) // a crash cut it short
+	g.dropLargeSpare()
 	tail, err := s.replaySegments()
 	if err == nil {
 		err = g.resume(tail)
