@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/config"
+	"github.com/quicksilver-kv/qs/internal/ctrim"
 	"github.com/quicksilver-kv/qs/internal/gcfloor"
 	"github.com/quicksilver-kv/qs/internal/server"
 	"github.com/quicksilver-kv/qs/internal/store"
@@ -218,6 +219,12 @@ func cmdServe(args []string) error {
 	gcDone := make(chan struct{})
 	go func() { defer close(gcDone); gcfloor.Run(gcCtx, store.GoHeapEngineBytes) }()
 	defer func() { stopGC(); <-gcDone }()
+	// With cgo, the engine's memory comes from the C allocator, which
+	// keeps freed pages resident until trimmed (internal/ctrim).
+	trimCtx, stopTrim := context.WithCancel(context.Background())
+	trimDone := make(chan struct{})
+	go func() { defer close(trimDone); ctrim.Run(trimCtx, ctrim.Interval) }()
+	defer func() { stopTrim(); <-trimDone }()
 	if path := os.Getenv("QS_TRACE"); path != "" {
 		// For performance work: a runtime execution trace of the whole run
 		// (go tool trace; -pprof=sched shows where goroutines waited to run).

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/ctrim"
 	"github.com/quicksilver-kv/qs/internal/gcfloor"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
@@ -39,6 +40,8 @@ import (
 // caps the writes per second of all writers together (default: no cap);
 // QS_CHURN_CAP_BYTES sets both the log's and the history's byte caps
 // (default 1 GiB each), so that a shorter or slower run reaches them.
+// QS_CHURN_TRIM=0 leaves the C allocator untrimmed (internal/ctrim; builds
+// with cgo), to compare.
 func TestChurnDisk(t *testing.T) {
 	if os.Getenv("QS_BENCH") != "1" {
 		t.Skip("a benchmark: set QS_BENCH=1")
@@ -64,6 +67,9 @@ func TestChurnDisk(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go gcfloor.Run(ctx, GoHeapEngineBytes)
+	if os.Getenv("QS_CHURN_TRIM") != "0" {
+		go ctrim.Run(ctx, ctrim.Interval) // as qs serve does
+	}
 
 	dir := t.TempDir()
 	o.Dir = dir

@@ -1,0 +1,98 @@
+package ctrim
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	qsmetrics "github.com/quicksilver-kv/qs/internal/metrics"
+)
+
+// Interval is how often Run trims. One trim of a server's allocator (a
+// few arenas, the engine's cache) takes well under a millisecond; the
+// memory it releases builds up over minutes.
+const Interval = 30 * time.Second
+
+// Available reports whether this process can trim its C allocator: a
+// build with cgo and a C library with malloc_trim.
+func Available() bool { return available() }
+
+// Trim releases the C allocator's free pages to the system and returns
+// the resident bytes that went (0 if it could not tell), counting the
+// trim in the metrics. It does nothing if !Available().
+func Trim() int64 {
+	if !available() {
+		return 0
+	}
+	before, okBefore := residentBytes()
+	start := time.Now()
+	trim()
+	trimSeconds.Add(time.Since(start).Seconds())
+	trims.Inc()
+	after, okAfter := residentBytes()
+	if !okBefore || !okAfter || after >= before {
+		return 0
+	}
+	released.Add(float64(before - after))
+	return before - after
+}
+
+// Run trims every interval until ctx ends. It returns at once if
+// !Available(), so a build without cgo has no timer for it.
+func Run(ctx context.Context, interval time.Duration) {
+	if !available() {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			Trim()
+		}
+	}
+}
+
+// residentBytes is the process's resident memory, from /proc/self/statm
+// (Linux); false elsewhere or if it cannot be read.
+func residentBytes() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	return parseStatm(string(b), os.Getpagesize())
+}
+
+// parseStatm returns the resident bytes of a /proc/pid/statm line: its
+// second field, in pages.
+func parseStatm(s string, pageSize int) (int64, bool) {
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || pages < 0 {
+		return 0, false
+	}
+	return pages * int64(pageSize), true
+}
+
+var (
+	trims = qsmetrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trims_total",
+		Help: "Times the C allocator's free pages were returned to the system (malloc_trim; builds with cgo only, see internal/ctrim).",
+	}))
+	trimSeconds = qsmetrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trim_seconds_total",
+		Help: "Time spent returning the C allocator's free pages to the system.",
+	}))
+	released = qsmetrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trim_released_bytes_total",
+		Help: "Resident memory the trims gave back to the system (the process's resident set just before each trim less just after).",
+	}))
+)

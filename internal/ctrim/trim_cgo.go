@@ -1,0 +1,67 @@
+//go:build cgo
+
+package ctrim
+
+/*
+#include <stdlib.h>
+#include <string.h>
+
+// A weak reference: glibc has malloc_trim, other C libraries (musl) may
+// not, and the reference is then NULL instead of a link error.
+extern int malloc_trim(size_t pad) __attribute__((weak));
+
+static int qs_trim_available(void) { return malloc_trim != NULL; }
+static void qs_trim(void) { if (malloc_trim != NULL) malloc_trim(0); }
+
+// For the tests: n blocks of size bytes, written so they are resident.
+static void **qs_alloc_blocks(int n, size_t size) {
+	void **p = malloc(n * sizeof(void *));
+	for (int i = 0; i < n; i++) {
+		p[i] = malloc(size);
+		memset(p[i], 1, size);
+	}
+	return p;
+}
+
+// For the tests: frees every block but each keep-th (and the last, which
+// holds the arena's top), as a cache does when it evicts.
+static void qs_free_blocks(void **p, int n, int keep) {
+	for (int i = 0; i < n - 1; i++) {
+		if (i % keep != 0) {
+			free(p[i]);
+			p[i] = NULL;
+		}
+	}
+}
+
+static void qs_free_all(void **p, int n) {
+	for (int i = 0; i < n; i++) free(p[i]);
+	free(p);
+}
+*/
+import "C"
+
+import "unsafe"
+
+func available() bool { return C.qs_trim_available() != 0 }
+
+func trim() { C.qs_trim() }
+
+// cBlocks are blocks of C memory, for the tests.
+type cBlocks struct {
+	p unsafe.Pointer
+	n int
+}
+
+// allocBlocks allocates n resident blocks of size bytes from the C heap.
+func allocBlocks(n, size int) cBlocks {
+	return cBlocks{p: unsafe.Pointer(C.qs_alloc_blocks(C.int(n), C.size_t(size))), n: n}
+}
+
+// freeMost frees every block but each keep-th and the last.
+func (b cBlocks) freeMost(keep int) {
+	C.qs_free_blocks((*unsafe.Pointer)(b.p), C.int(b.n), C.int(keep))
+}
+
+// free frees the remaining blocks.
+func (b cBlocks) free() { C.qs_free_all((*unsafe.Pointer)(b.p), C.int(b.n)) }

@@ -1,0 +1,51 @@
+//go:build cgo
+
+package ctrim
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// A C heap with most of its blocks freed between the ones still in use,
+// as the engine's block cache leaves it: the freed pages stay resident
+// until a trim gives them back.
+func TestTrimReleasesFreedBlocks(t *testing.T) {
+	if !Available() {
+		t.Skip("this C library has no malloc_trim (not glibc): nothing to trim")
+	}
+	if _, ok := residentBytes(); !ok {
+		t.Skip("no /proc/self/statm to read the resident memory from")
+	}
+	// One OS thread for the C calls, so they use one arena.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	Trim()                                   // a clean start
+	const n, size, keep = 2048, 32 << 10, 16 // 64 MiB, below glibc's mmap threshold
+	b := allocBlocks(n, size)
+	defer b.free()
+	before, _ := residentBytes()
+	b.freeMost(keep)
+	held, _ := residentBytes()
+	freed := int64(n-n/keep-1) * size
+	if before-held > freed/2 {
+		t.Skipf("freeing gave back %d of %d bytes without a trim: this allocator does not hold freed pages", before-held, freed)
+	}
+	trims0, released0 := testutil.ToFloat64(trims), testutil.ToFloat64(released)
+	got := Trim()
+	after, _ := residentBytes()
+	if held-after < freed/2 {
+		t.Fatalf("resident memory %d → %d after a trim, want at least %d of the %d freed bytes back", held, after, freed/2, freed)
+	}
+	if got < freed/2 {
+		t.Errorf("Trim reported %d bytes released, want at least %d", got, freed/2)
+	}
+	if d := testutil.ToFloat64(trims) - trims0; d != 1 {
+		t.Errorf("trims_total rose by %v, want 1", d)
+	}
+	if d := testutil.ToFloat64(released) - released0; d != float64(got) {
+		t.Errorf("trim_released_bytes_total rose by %v, want %d", d, got)
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !cgo
+
+package ctrim
+
+// Without cgo the process has no C allocator to trim.
+func available() bool { return false }
+
+func trim() {}
