@@ -223,7 +223,7 @@ func cmdServe(args []string) error {
 	// keeps freed pages resident until trimmed (internal/ctrim).
 	trimCtx, stopTrim := context.WithCancel(context.Background())
 	trimDone := make(chan struct{})
-	go func() { defer close(trimDone); ctrim.Run(trimCtx, ctrim.Interval) }()
+	go func() { defer close(trimDone); ctrim.Run(trimCtx) }()
 	defer func() { stopTrim(); <-trimDone }()
 	if path := os.Getenv("QS_TRACE"); path != "" {
 		// For performance work: a runtime execution trace of the whole run

@@ -26,10 +26,33 @@ func TestParseStatm(t *testing.T) {
 	}
 }
 
+func TestNextInterval(t *testing.T) {
+	const s, mib = time.Second, 1 << 20
+	for _, c := range []struct {
+		cur      time.Duration
+		released int64
+		want     time.Duration
+	}{
+		{30 * s, 0, 60 * s},                 // little: back off
+		{60 * s, mib - 1, 120 * s},          //
+		{160 * s, 0, MaxInterval},           // no further than the longest
+		{MaxInterval, 0, MaxInterval},       //
+		{120 * s, mib, 120 * s},             // some: keep the pace
+		{120 * s, 8*mib - 1, 120 * s},       //
+		{120 * s, 8 * mib, 60 * s},          // much: come back sooner
+		{MinInterval, 1 << 30, MinInterval}, // no sooner than the shortest
+		{0, 8 * mib, MinInterval},           //
+	} {
+		if got := NextInterval(c.cur, c.released); got != c.want {
+			t.Errorf("NextInterval(%v, %d) = %v, want %v", c.cur, c.released, got, c.want)
+		}
+	}
+}
+
 func TestRunStopsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); Run(ctx, time.Millisecond) }()
+	go func() { defer close(done); Run(ctx) }()
 	time.Sleep(5 * time.Millisecond)
 	cancel()
 	select {

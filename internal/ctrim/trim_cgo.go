@@ -34,6 +34,19 @@ static void qs_free_blocks(void **p, int n, int keep) {
 	}
 }
 
+// For the benchmark: frees every other block and allocates it again, as
+// a cache that evicts and refills does.
+static void qs_churn_blocks(void **p, int n, size_t size) {
+	for (int i = 0; i < n; i += 2) {
+		free(p[i]);
+		p[i] = NULL;
+	}
+	for (int i = 0; i < n; i += 2) {
+		p[i] = malloc(size);
+		memset(p[i], 1, size);
+	}
+}
+
 static void qs_free_all(void **p, int n) {
 	for (int i = 0; i < n; i++) free(p[i]);
 	free(p);
@@ -61,6 +74,11 @@ func allocBlocks(n, size int) cBlocks {
 // freeMost frees every block but each keep-th and the last.
 func (b cBlocks) freeMost(keep int) {
 	C.qs_free_blocks((*unsafe.Pointer)(b.p), C.int(b.n), C.int(keep))
+}
+
+// churn frees every other block and allocates it again.
+func (b cBlocks) churn(size int) {
+	C.qs_churn_blocks((*unsafe.Pointer)(b.p), C.int(b.n), C.size_t(size))
 }
 
 // free frees the remaining blocks.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quicksilver-kv/qs/internal/ctrim"
 	"github.com/quicksilver-kv/qs/internal/gcfloor"
+	qsmetrics "github.com/quicksilver-kv/qs/internal/metrics"
 	"github.com/quicksilver-kv/qs/internal/wal"
 )
 
@@ -68,7 +69,7 @@ func TestChurnDisk(t *testing.T) {
 	defer cancel()
 	go gcfloor.Run(ctx, GoHeapEngineBytes)
 	if os.Getenv("QS_CHURN_TRIM") != "0" {
-		go ctrim.Run(ctx, ctrim.Interval) // as qs serve does
+		go ctrim.Run(ctx) // as qs serve does
 	}
 
 	dir := t.TempDir()
@@ -405,6 +406,27 @@ func reportMemory(t *testing.T, samples []memSample) {
 		}
 	}
 	t.Logf("  load average (1 min) at the samples: %.1f–%.1f", lo, hi)
+	if ctrim.Available() {
+		t.Logf("  C allocator trims: %s", allocatorTrims(t))
+	}
+}
+
+// allocatorTrims reports the process's qs_allocator_* metrics
+// (internal/ctrim).
+func allocatorTrims(t *testing.T) string {
+	mfs, err := qsmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, mf := range mfs {
+		if name := mf.GetName(); strings.HasPrefix(name, "qs_allocator_") && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			parts = append(parts, fmt.Sprintf("%s %g", strings.TrimPrefix(name, "qs_allocator_"), v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // segmentSpace sorts the segments' free or dead bytes by where they are:
