@@ -198,6 +198,23 @@ func TestStatusPageOfAWaitingReplica(t *testing.T) {
 	if node, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#node-name"))); err != nil || node != "sp-waiting" {
 		t.Errorf("page names node %q (%v), want sp-waiting", node, err)
 	}
+	// The process's memory, in the header; the C allocator's trims only
+	// from a build that trims it.
+	var doc struct {
+		Process struct {
+			AllocatorTrims *struct{} `json:"allocator_trims"`
+		} `json:"process"`
+	}
+	if err := getJSON("http://"+rep.Addr["http"]+"/v1/node", &doc); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#process")))
+	if err != nil || !strings.Contains(mem, " resident · Go heap ") {
+		t.Errorf("page shows the process's memory as %q (%v), want its resident memory and Go heap", mem, err)
+	}
+	if trims := strings.Contains(mem, "C allocator trimmed "); trims != (doc.Process.AllocatorTrims != nil) {
+		t.Errorf("page shows %q, with allocator trims in /v1/node: %v", mem, doc.Process.AllocatorTrims != nil)
+	}
 	if path := os.Getenv("QS_SCREENSHOT"); path != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {

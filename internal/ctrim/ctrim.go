@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,13 +59,28 @@ func Trim() int64 {
 	trim()
 	trimSeconds.Add(time.Since(start).Seconds())
 	trims.Inc()
+	totals.trims.Add(1)
 	after, okAfter := residentBytes()
 	if !okBefore || !okAfter || after >= before {
 		return 0
 	}
 	released.Add(float64(before - after))
+	totals.released.Add(before - after)
 	return before - after
 }
+
+// totals are the metrics' counts, for Totals.
+var totals struct{ trims, released atomic.Int64 }
+
+// Totals returns the trims since the process started and the resident
+// bytes they gave back.
+func Totals() (trims, releasedBytes int64) {
+	return totals.trims.Load(), totals.released.Load()
+}
+
+// ResidentBytes is the process's resident memory; false where it cannot
+// be read (it is read from /proc/self/statm, Linux).
+func ResidentBytes() (int64, bool) { return residentBytes() }
 
 // Run trims until ctx ends, first after MinInterval, then as NextInterval
 // says. It returns at once if !Available(), so a build without cgo has no

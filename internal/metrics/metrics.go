@@ -7,7 +7,8 @@
 // bridges and the server's own mechanisms); or in a plain struct of each
 // instance, exported by a collector elsewhere (the store, through
 // metrics/storecollector). Only the process-wide garbage-collector floor
-// (gcfloor) declares its gauges at package level.
+// (gcfloor) and C allocator trim (ctrim) declare their metrics at package
+// level.
 package metrics
 
 import (

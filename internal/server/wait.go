@@ -168,7 +168,7 @@ func (s *Server) waitingHandler() http.Handler {
 // waitNode is GET /v1/node while databases wait: the node and, for each
 // waiting database, its status, in the form the status page reads.
 func (s *Server) waitNode(now time.Time) httpapi.NodeDoc {
-	doc := httpapi.NodeDoc{Node: s.cfg.NodeName, Time: now.UTC().Format(time.RFC3339Nano), Databases: []httpapi.NodeDB{}}
+	doc := httpapi.NodeDoc{Node: s.cfg.NodeName, Time: now.UTC().Format(time.RFC3339Nano), Process: httpapi.ReadProcess(), Databases: []httpapi.NodeDB{}}
 	for _, d := range s.waiting {
 		doc.Databases = append(doc.Databases, httpapi.NodeDB{Name: d.Name, Status: s.waitStatus(d), History: []statuspage.Point{}})
 	}

@@ -45,9 +45,10 @@ func (h *handler) tree(w http.ResponseWriter, r *http.Request, d *service.Databa
 
 // NodeDoc is the answer of GET /v1/node: everything the status page shows.
 type NodeDoc struct {
-	Node      string   `json:"node"`
-	Time      string   `json:"time"`
-	Databases []NodeDB `json:"databases"`
+	Node      string     `json:"node"`
+	Time      string     `json:"time"`
+	Process   ProcessDoc `json:"process"`
+	Databases []NodeDB   `json:"databases"`
 }
 
 // NodeDB is one database of NodeDoc.
@@ -71,7 +72,7 @@ func (h *handler) node(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	doc := NodeDoc{Time: time.Now().UTC().Format(time.RFC3339Nano), Databases: []NodeDB{}}
+	doc := NodeDoc{Time: time.Now().UTC().Format(time.RFC3339Nano), Process: ReadProcess(), Databases: []NodeDB{}}
 	if l, ok := h.cat.(Lister); ok {
 		for _, name := range l.DatabaseNames() {
 			d, ok := h.cat.Database(name)

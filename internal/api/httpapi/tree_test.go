@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicksilver-kv/qs/internal/ctrim"
 	"github.com/quicksilver-kv/qs/internal/keyuse"
 	"github.com/quicksilver-kv/qs/internal/service"
 	"github.com/quicksilver-kv/qs/internal/statuspage"
@@ -62,6 +63,15 @@ func TestNodeEndpointAndPage(t *testing.T) {
 	mustDecodeResp(t, resp, &doc)
 	if doc.Node != "node-a" || len(doc.Databases) != 1 {
 		t.Fatalf("node: %+v", doc)
+	}
+	if doc.Process.GoHeapBytes == 0 {
+		t.Errorf("node: no Go heap in %+v", doc.Process)
+	}
+	if _, ok := ctrim.ResidentBytes(); ok && doc.Process.ResidentBytes <= 0 {
+		t.Errorf("node: no resident memory in %+v", doc.Process)
+	}
+	if (doc.Process.AllocatorTrims != nil) != ctrim.Available() {
+		t.Errorf("node: allocator trims %+v in a build where trimming is available: %v", doc.Process.AllocatorTrims, ctrim.Available())
 	}
 	d := doc.Databases[0]
 	if d.Name != "db" || d.Status["role"] != "root" || len(d.History) != 2 || d.History[1].AppliedIndex != 5 || len(d.Tree.Nodes) != 1 || len(d.Tiers) != 1 {
