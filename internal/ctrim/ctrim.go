@@ -90,6 +90,7 @@ func Run(ctx context.Context) {
 		return
 	}
 	wait := MinInterval
+	interval.Set(wait.Seconds())
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
