@@ -82,13 +82,15 @@ func Totals() (trims, releasedBytes int64) {
 // be read (it is read from /proc/self/statm, Linux).
 func ResidentBytes() (int64, bool) { return residentBytes() }
 
-// Run trims until ctx ends, first after MinInterval, then as NextInterval
+// Run keeps large blocks mapped on their own (see the package's doc) and
+// trims until ctx ends, first after MinInterval, then as NextInterval
 // says. It returns at once if !Available(), so a build without cgo has no
 // timer for it.
 func Run(ctx context.Context) {
 	if !available() {
 		return
 	}
+	keepLargeBlocksMapped()
 	wait := MinInterval
 	interval.Set(wait.Seconds())
 	t := time.NewTimer(wait)

@@ -13,6 +13,41 @@ extern int malloc_trim(size_t pad) __attribute__((weak));
 static int qs_trim_available(void) { return malloc_trim != NULL; }
 static void qs_trim(void) { if (malloc_trim != NULL) malloc_trim(0); }
 
+// glibc's mallopt, and its parameter for the size from which a block is
+// mapped on its own (mmap) rather than carved from an arena.
+extern int mallopt(int param, int value) __attribute__((weak));
+#define QS_M_MMAP_THRESHOLD (-3)
+
+// Sets glibc's mmap threshold to its default, 128 KiB, which also stops
+// glibc from raising it: by default each mapped block freed raises the
+// threshold to its size (up to 32 MiB), so that once one of the engine's
+// memtables is freed the next ones come from the arenas, and freeing them
+// leaves holes there.
+static void qs_keep_large_blocks_mapped(void) {
+	if (malloc_trim != NULL && mallopt != NULL) mallopt(QS_M_MMAP_THRESHOLD, 128 * 1024);
+}
+
+// Writes a byte of every page of p (volatile: a compiler may drop a
+// memset of memory that is freed unread).
+static void qs_touch(void *p, size_t n) {
+	volatile char *c = p;
+	for (size_t i = 0; i < n; i += 4096) c[i] = 1;
+}
+
+// For the tests: allocates and frees a block of size bytes, then
+// allocates another, resident, and a small one after it; returns the
+// large one.
+static void *qs_large_after_large(size_t size, void **pin) {
+	void *p = malloc(size);
+	qs_touch(p, size);
+	free(p);
+	p = malloc(size);
+	qs_touch(p, size);
+	*pin = malloc(64 << 10);
+	qs_touch(*pin, 64 << 10);
+	return p;
+}
+
 // For the tests: n blocks of size bytes, written so they are resident.
 static void **qs_alloc_blocks(int n, size_t size) {
 	void **p = malloc(n * sizeof(void *));
@@ -59,6 +94,18 @@ import "unsafe"
 func available() bool { return C.qs_trim_available() != 0 }
 
 func trim() { C.qs_trim() }
+
+func keepLargeBlocksMapped() { C.qs_keep_large_blocks_mapped() }
+
+// largeAfterLarge allocates and frees a block of size bytes, then
+// allocates another, resident, and a small block after it.
+func largeAfterLarge(size int) (large, pin unsafe.Pointer) {
+	large = C.qs_large_after_large(C.size_t(size), &pin)
+	return large, pin
+}
+
+// cfree frees a block of the C heap.
+func cfree(p unsafe.Pointer) { C.free(p) }
 
 // cBlocks are blocks of C memory, for the tests.
 type cBlocks struct {

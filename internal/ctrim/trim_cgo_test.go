@@ -50,6 +50,32 @@ func TestTrimReleasesFreedBlocks(t *testing.T) {
 	}
 }
 
+// A large block (a memtable) freed after another was freed goes back to
+// the system at once, as the first did, instead of staying in an arena.
+// (Without keepLargeBlocksMapped the first free raises glibc's mmap
+// threshold and the second block stays resident; the test needs a fresh
+// process to show it, e.g. -run TestLargeBlocksStayMapped alone.)
+func TestLargeBlocksStayMapped(t *testing.T) {
+	if !Available() {
+		t.Skip("this C library has no malloc_trim (not glibc)")
+	}
+	if _, ok := residentBytes(); !ok {
+		t.Skip("no /proc/self/statm to read the resident memory from")
+	}
+	keepLargeBlocksMapped()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const size = 8 << 20 // the engine's memtable
+	large, pin := largeAfterLarge(size)
+	defer cfree(pin)
+	before, _ := residentBytes()
+	cfree(large)
+	after, _ := residentBytes()
+	if before-after < size/2 {
+		t.Fatalf("resident memory %d → %d after freeing a block of %d bytes, want it back at once", before, after, size)
+	}
+}
+
 // BenchmarkTrim is a trim of a C heap holding 256 MiB in 32 KiB blocks,
 // half of them just freed and allocated again (a block cache of the
 // default size refilling, from whichever threads the goroutine ran on):
