@@ -2,13 +2,11 @@ package ctrim
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
 	qsmetrics "github.com/quicksilver-kv/qs/internal/metrics"
 )
 
@@ -58,18 +56,17 @@ func Trim() int64 {
 	start := time.Now()
 	trim()
 	trimSeconds.Add(time.Since(start).Seconds())
-	trims.Inc()
 	totals.trims.Add(1)
 	after, okAfter := residentBytes()
 	if !okBefore || !okAfter || after >= before {
 		return 0
 	}
-	released.Add(float64(before - after))
 	totals.released.Add(before - after)
 	return before - after
 }
 
-// totals are the metrics' counts, for Totals.
+// totals count the trims and what they gave back, for Totals and the
+// metrics.
 var totals struct{ trims, released atomic.Int64 }
 
 // Totals returns the trims since the process started and the resident
@@ -107,35 +104,26 @@ func Run(ctx context.Context) {
 	}
 }
 
-// residentBytes is the process's resident memory, from /proc/self/statm
-// (Linux); false elsewhere or if it cannot be read.
+// residentBytes is the process's resident memory, read as the Prometheus
+// process collector reads it (/proc/self/stat, Linux); false elsewhere or
+// if it cannot be read.
 func residentBytes() (int64, bool) {
-	b, err := os.ReadFile("/proc/self/statm")
+	p, err := procfs.Self()
 	if err != nil {
 		return 0, false
 	}
-	return parseStatm(string(b), os.Getpagesize())
-}
-
-// parseStatm returns the resident bytes of a /proc/pid/statm line: its
-// second field, in pages.
-func parseStatm(s string, pageSize int) (int64, bool) {
-	f := strings.Fields(s)
-	if len(f) < 2 {
+	st, err := p.Stat()
+	if err != nil {
 		return 0, false
 	}
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil || pages < 0 {
-		return 0, false
-	}
-	return pages * int64(pageSize), true
+	return int64(st.ResidentMemory()), true
 }
 
 var (
-	trims = qsmetrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+	trims = qsmetrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trims_total",
 		Help: "Times the C allocator's free pages were returned to the system (malloc_trim; builds with cgo only, see internal/ctrim).",
-	}))
+	}, func() float64 { return float64(totals.trims.Load()) }))
 	trimSeconds = qsmetrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trim_seconds_total",
 		Help: "Time spent returning the C allocator's free pages to the system.",
@@ -144,8 +132,8 @@ var (
 		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trim_interval_seconds",
 		Help: "How long until the next trim of the C allocator: longer while trims give little back (builds with cgo only).",
 	}))
-	released = qsmetrics.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+	released = qsmetrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Namespace: qsmetrics.Namespace, Subsystem: "allocator", Name: "trim_released_bytes_total",
 		Help: "Resident memory the trims gave back to the system (the process's resident set just before each trim less just after).",
-	}))
+	}, func() float64 { return float64(totals.released.Load()) }))
 )

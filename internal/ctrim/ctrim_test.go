@@ -2,27 +2,31 @@ package ctrim
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 )
 
-func TestParseStatm(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"10522 3109 1534 530 0 4386 0\n", 3109 * 4096, true},
-		{"1 0 0 0 0 0 0", 0, true},
-		{"", 0, false},
-		{"10522", 0, false},
-		{"10522 x 1534", 0, false},
-		{"10522 -4 1534", 0, false},
-	} {
-		got, ok := parseStatm(c.in, 4096)
-		if got != c.want || ok != c.ok {
-			t.Errorf("parseStatm(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
+func TestResidentBytes(t *testing.T) {
+	n, ok := ResidentBytes()
+	if runtime.GOOS != "linux" {
+		if ok {
+			t.Errorf("resident bytes %d read off Linux", n)
 		}
+		return
+	}
+	if !ok || n <= 0 {
+		t.Fatalf("ResidentBytes() = %d, %v on Linux", n, ok)
+	}
+	// 64 MiB more written Go memory is resident.
+	b := make([]byte, 64<<20)
+	for i := range b {
+		b[i] = 1
+	}
+	m, _ := ResidentBytes()
+	runtime.KeepAlive(b)
+	if m-n < 32<<20 {
+		t.Errorf("resident %d → %d after writing 64 MiB", n, m)
 	}
 }
 
