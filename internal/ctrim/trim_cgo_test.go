@@ -3,6 +3,9 @@
 package ctrim
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -52,15 +55,26 @@ func TestTrimReleasesFreedBlocks(t *testing.T) {
 
 // A large block (a memtable) freed after another was freed goes back to
 // the system at once, as the first did, instead of staying in an arena.
-// (Without keepLargeBlocksMapped the first free raises glibc's mmap
-// threshold and the second block stays resident; the test needs a fresh
-// process to show it, e.g. -run TestLargeBlocksStayMapped alone.)
+// Without keepLargeBlocksMapped the first free raises glibc's mmap
+// threshold and the second block stays resident. It runs in a fresh
+// process (this test binary again): the threshold is process-wide, and
+// an arena with a large free chunk left by another test would serve the
+// block whatever the threshold.
 func TestLargeBlocksStayMapped(t *testing.T) {
 	if !Available() {
 		t.Skip("this C library has no malloc_trim (not glibc)")
 	}
 	if _, ok := residentBytes(); !ok {
-		t.Skip("no /proc/self/statm to read the resident memory from")
+		t.Skip("no /proc/self/stat to read the resident memory from")
+	}
+	if os.Getenv(freshProcessEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestLargeBlocksStayMapped$", "-test.v")
+		cmd.Env = append(os.Environ(), freshProcessEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestLargeBlocksStayMapped")) {
+			t.Fatalf("in a fresh process: %v\n%s", err, out)
+		}
+		return
 	}
 	keepLargeBlocksMapped()
 	runtime.LockOSThread()
@@ -75,6 +89,10 @@ func TestLargeBlocksStayMapped(t *testing.T) {
 		t.Fatalf("resident memory %d → %d after freeing a block of %d bytes, want it back at once", before, after, size)
 	}
 }
+
+// freshProcessEnv marks the test binary run again by a test that needs a
+// process of its own.
+const freshProcessEnv = "QS_CTRIM_FRESH_PROCESS"
 
 // BenchmarkTrim is a trim of a C heap holding 256 MiB in 32 KiB blocks,
 // half of them just freed and allocated again (a block cache of the
