@@ -2,6 +2,8 @@ package ctrim
 
 import (
 	"context"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -81,13 +83,22 @@ func ResidentBytes() (int64, bool) { return residentBytes() }
 
 // Run keeps large blocks mapped on their own (see the package's doc) and
 // trims until ctx ends, first after MinInterval, then as NextInterval
-// says. It returns at once if !Available(), so a build without cgo has no
-// timer for it.
+// says, each unless the environment sets glibc's own setting for it
+// (EnvSettings). It returns at once if !Available() or if it has nothing
+// to do, so a build without cgo has no timer for it.
 func Run(ctx context.Context) {
 	if !available() {
 		return
 	}
-	keepLargeBlocksMapped()
+	set := EnvSettings(os.Environ())
+	if !set.MmapThreshold {
+		keepLargeBlocksMapped()
+	}
+	if set.TrimThreshold {
+		return
+	}
+	trimming.Store(true)
+	defer trimming.Store(false)
 	wait := MinInterval
 	interval.Set(wait.Seconds())
 	t := time.NewTimer(wait)
@@ -102,6 +113,50 @@ func Run(ctx context.Context) {
 			t.Reset(wait)
 		}
 	}
+}
+
+// trimming is set while Run trims.
+var trimming atomic.Bool
+
+// Trimming reports whether Run is trimming the C allocator.
+func Trimming() bool { return trimming.Load() }
+
+// Settings are glibc's malloc settings an environment sets, which Run
+// leaves alone: an operator who sets the trim threshold (the free memory
+// at an arena's top that glibc keeps rather than returns) decides when
+// memory goes back, and one who sets the mmap threshold has chosen it.
+type Settings struct {
+	TrimThreshold, MmapThreshold bool
+}
+
+// EnvSettings reads environ (os.Environ's form) for glibc's malloc
+// settings: MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_, or
+// glibc.malloc.trim_threshold and glibc.malloc.mmap_threshold in
+// GLIBC_TUNABLES (colon-separated name=value pairs).
+func EnvSettings(environ []string) Settings {
+	var s Settings
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "MALLOC_TRIM_THRESHOLD_":
+			s.TrimThreshold = true
+		case "MALLOC_MMAP_THRESHOLD_":
+			s.MmapThreshold = true
+		case "GLIBC_TUNABLES":
+			for _, t := range strings.Split(value, ":") {
+				switch tname, _, _ := strings.Cut(t, "="); tname {
+				case "glibc.malloc.trim_threshold":
+					s.TrimThreshold = true
+				case "glibc.malloc.mmap_threshold":
+					s.MmapThreshold = true
+				}
+			}
+		}
+	}
+	return s
 }
 
 // residentBytes is the process's resident memory, read as the Prometheus

@@ -65,3 +65,68 @@ func TestRunStopsWithItsContext(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+func TestEnvSettings(t *testing.T) {
+	for _, c := range []struct {
+		environ []string
+		want    Settings
+	}{
+		{nil, Settings{}},
+		{[]string{"PATH=/bin", "GOGC=200", "MALLOC_ARENA_MAX=2"}, Settings{}},
+		{[]string{"MALLOC_TRIM_THRESHOLD_=131072"}, Settings{TrimThreshold: true}},
+		{[]string{"MALLOC_MMAP_THRESHOLD_=1048576"}, Settings{MmapThreshold: true}},
+		{[]string{"MALLOC_TRIM_THRESHOLD_="}, Settings{TrimThreshold: true}}, // set, if empty
+		{[]string{"GLIBC_TUNABLES=glibc.malloc.trim_threshold=0"}, Settings{TrimThreshold: true}},
+		{[]string{"GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=65536"}, Settings{MmapThreshold: true}},
+		{[]string{"GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"}, Settings{true, true}},
+		{[]string{"GLIBC_TUNABLES=glibc.malloc.trim_threshold_x=1:glibc.rtld.nns=2"}, Settings{}}, // other tunables
+		{[]string{"XMALLOC_TRIM_THRESHOLD_=1", "MALLOC_TRIM_THRESHOLD", "malloc_trim_threshold_=1"}, Settings{}},
+	} {
+		if got := EnvSettings(c.environ); got != c.want {
+			t.Errorf("EnvSettings(%q) = %+v, want %+v", c.environ, got, c.want)
+		}
+	}
+}
+
+// An operator's trim threshold in the environment keeps Run from
+// trimming: it returns at once. Without it Run trims until its context
+// ends (in a build that can).
+func TestRunLeavesTrimsToTheEnvironment(t *testing.T) {
+	wait := func(done <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	}
+	t.Run("threshold set", func(t *testing.T) {
+		t.Setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+		done := make(chan struct{})
+		go func() { defer close(done); Run(context.Background()) }()
+		wait(done)
+		if Trimming() {
+			t.Error("Trimming() after Run returned")
+		}
+	})
+	t.Run("not set", func(t *testing.T) {
+		if !Available() {
+			t.Skip("nothing to trim in this build")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); Run(ctx) }()
+		for i := 0; !Trimming(); i++ {
+			if i == 1000 {
+				cancel()
+				t.Fatal("Run is not trimming after 10 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		wait(done)
+		if Trimming() {
+			t.Error("Trimming() after Run returned")
+		}
+	})
+}

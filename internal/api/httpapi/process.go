@@ -14,8 +14,9 @@ type ProcessDoc struct {
 	// GoHeapBytes are the live and not yet collected objects of the Go
 	// heap.
 	GoHeapBytes uint64 `json:"go_heap_bytes"`
-	// AllocatorTrims is there in a build that trims its C allocator
-	// (cgo, glibc; internal/ctrim).
+	// AllocatorTrims is there in a process that trims its C allocator
+	// (cgo, glibc, and no trim threshold set in the environment;
+	// internal/ctrim).
 	AllocatorTrims *AllocatorTrimsDoc `json:"allocator_trims,omitempty"`
 }
 
@@ -35,7 +36,7 @@ func ReadProcess() ProcessDoc {
 	if s[0].Value.Kind() == metrics.KindUint64 {
 		p.GoHeapBytes = s[0].Value.Uint64()
 	}
-	if ctrim.Available() {
+	if ctrim.Trimming() {
 		n, b := ctrim.Totals()
 		p.AllocatorTrims = &AllocatorTrimsDoc{Trims: n, ReleasedBytes: b}
 	}
