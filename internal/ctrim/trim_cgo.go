@@ -82,6 +82,32 @@ static void qs_churn_blocks(void **p, int n, size_t size) {
 	}
 }
 
+// For the benchmark: frees every other block, leaving its pages resident
+// in the arena as free chunks.
+static void qs_free_every_other(void **p, int n) {
+	for (int i = 0; i < n; i += 2) {
+		free(p[i]);
+		p[i] = NULL;
+	}
+}
+
+// For the benchmark: allocates again the blocks qs_free_every_other
+// freed.
+static void qs_refill_every_other(void **p, int n, size_t size) {
+	for (int i = 0; i < n; i += 2) {
+		p[i] = malloc(size);
+		memset(p[i], 1, size);
+	}
+}
+
+// For the benchmark: allocates a block of size bytes, writes it and frees
+// it, as a cache miss does with the block it reads.
+static void qs_alloc_write_free(size_t size) {
+	void *p = malloc(size);
+	qs_touch(p, size);
+	free(p);
+}
+
 static void qs_free_all(void **p, int n) {
 	for (int i = 0; i < n; i++) free(p[i]);
 	free(p);
@@ -127,6 +153,17 @@ func (b cBlocks) freeMost(keep int) {
 func (b cBlocks) churn(size int) {
 	C.qs_churn_blocks((*unsafe.Pointer)(b.p), C.int(b.n), C.size_t(size))
 }
+
+// freeEveryOther frees every other block; refillEveryOther allocates them
+// again.
+func (b cBlocks) freeEveryOther() { C.qs_free_every_other((*unsafe.Pointer)(b.p), C.int(b.n)) }
+
+func (b cBlocks) refillEveryOther(size int) {
+	C.qs_refill_every_other((*unsafe.Pointer)(b.p), C.int(b.n), C.size_t(size))
+}
+
+// allocWriteFree allocates a block of size bytes, writes it and frees it.
+func allocWriteFree(size int) { C.qs_alloc_write_free(C.size_t(size)) }
 
 // free frees the remaining blocks.
 func (b cBlocks) free() { C.qs_free_all((*unsafe.Pointer)(b.p), C.int(b.n)) }
