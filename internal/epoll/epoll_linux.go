@@ -124,6 +124,54 @@ func FD(nc net.Conn) (int, bool) {
 	return fd, true
 }
 
+// Detach takes nc's socket out of Go's network poller: it returns a
+// descriptor of its own for the socket (non-blocking, as nc's was) and
+// closes nc, whose poller then reports nothing more for it. The caller
+// closes the descriptor. If it fails, nc is left as it was.
+func Detach(nc net.Conn) (int, error) {
+	fd, ok := FD(nc)
+	if !ok {
+		return 0, ErrUnsupported
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return 0, os.NewSyscallError("fcntl", err)
+	}
+	nc.Close()
+	return dup, nil
+}
+
+// Poll waits until fd has input (or room for output, if write), is shut
+// down or fails, or timeoutMs milliseconds pass (negative: no limit), on
+// the calling thread. It returns nil if interrupted (EINTR): the caller
+// checks again.
+func Poll(fd int, write bool, timeoutMs int) error {
+	ev := int16(unix.POLLIN | unix.POLLRDHUP)
+	if write {
+		ev = unix.POLLOUT
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: ev}}
+	if _, err := unix.Poll(fds, timeoutMs); err != nil && err != unix.EINTR {
+		return os.NewSyscallError("poll", err)
+	}
+	return nil
+}
+
+// Shutdown shuts fd's socket down for reading, writing, or both.
+func Shutdown(fd int, read, write bool) error {
+	how := unix.SHUT_RDWR
+	switch {
+	case read && !write:
+		how = unix.SHUT_RD
+	case write && !read:
+		how = unix.SHUT_WR
+	}
+	return os.NewSyscallError("shutdown", unix.Shutdown(fd, how))
+}
+
+// Close closes fd.
+func Close(fd int) error { return os.NewSyscallError("close", unix.Close(fd)) }
+
 // Read reads what fd has, without waiting: ErrWouldBlock if nothing
 // arrived, (0, nil) at the end of the input.
 func Read(fd int, p []byte) (int, error) {

@@ -24,5 +24,12 @@ func (*Set) Close() error { return nil }
 // FD reports false: sockets are not used by descriptor here.
 func FD(net.Conn) (int, bool) { return 0, false }
 
+// Detach fails: sockets are not used by descriptor here.
+func Detach(net.Conn) (int, error) { return 0, ErrUnsupported }
+
+func Poll(int, bool, int) error      { return ErrUnsupported }
+func Shutdown(int, bool, bool) error { return ErrUnsupported }
+func Close(int) error                { return ErrUnsupported }
+
 func Read(int, []byte) (int, error)  { return 0, ErrUnsupported }
 func Write(int, []byte) (int, error) { return 0, ErrUnsupported }

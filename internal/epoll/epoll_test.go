@@ -1,6 +1,8 @@
 package epoll
 
 import (
+	"errors"
+	"io"
 	"net"
 	"runtime"
 	"testing"
@@ -137,5 +139,79 @@ func TestFDOfNonSocket(t *testing.T) {
 	defer b.Close()
 	if _, ok := FD(a); ok {
 		t.Error("FD of a net.Pipe end: true")
+	}
+}
+
+// TestDetach: the detached descriptor serves the connection, the net.Conn
+// is closed, and Poll waits for input, returns at a timeout and when the
+// socket is shut down.
+func TestDetach(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Linux only")
+	}
+	server, client := pair(t)
+	fd, err := Detach(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(fd)
+	if err := server.SetReadDeadline(time.Time{}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("net.Conn after Detach: %v, want it closed", err)
+	}
+	buf := make([]byte, 16)
+	if _, err := Read(fd, buf); err != ErrWouldBlock {
+		t.Fatalf("Read with nothing sent: %v, want ErrWouldBlock", err)
+	}
+	if err := Poll(fd, false, 10); err != nil { // nothing comes: a timeout
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Poll(fd, false, -1) }()
+	if _, err := client.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Read(fd, buf); err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("Read %q, %v", buf[:n], err)
+	}
+	if n, err := Write(fd, []byte("back")); n != 4 || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(client, got); err != nil || string(got) != "back" {
+		t.Fatalf("client read %q, %v", got, err)
+	}
+	// A shutdown ends a Poll without a deadline: how a waiting goroutine
+	// is woken.
+	go func() { done <- Poll(fd, false, -1) }()
+	time.Sleep(10 * time.Millisecond)
+	if err := Shutdown(fd, true, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Poll did not return after a shutdown")
+	}
+	if n, err := Read(fd, buf); n != 0 || err != nil {
+		t.Fatalf("Read after shutdown: %d, %v, want the end of the input", n, err)
+	}
+}
+
+func TestDetachNonSocket(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if _, err := Detach(a); err != ErrUnsupported {
+		t.Fatalf("Detach of a net.Pipe end: %v, want ErrUnsupported", err)
+	}
+	go a.Write([]byte("x")) // still open
+	if _, err := b.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -187,15 +187,33 @@ func (c *conn) finish() {
 	if c.linger && c.writeErr == nil {
 		c.drain()
 	}
-	c.nc.Close()
+	c.closeSocket()
 	c.s.unregister(c)
+}
+
+// closeSocket closes the connection's socket: its event loop's descriptor
+// if it has one (nc is closed already), or nc.
+func (c *conn) closeSocket() {
+	if c.loop != nil {
+		c.loop.close()
+		return
+	}
+	c.nc.Close()
+}
+
+// closeWrite half-closes the socket; false if it cannot.
+func (c *conn) closeWrite() bool {
+	if c.loop != nil {
+		return c.loop.shutdown(false, true) == nil
+	}
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	return ok && cw.CloseWrite() == nil
 }
 
 // drain half-closes the socket and reads what the client still sends for a
 // short while, so that a reset does not destroy the error reply just sent.
 func (c *conn) drain() {
-	cw, ok := c.nc.(interface{ CloseWrite() error })
-	if !ok || c.s.ctx.Err() != nil || cw.CloseWrite() != nil {
+	if c.s.ctx.Err() != nil || !c.closeWrite() {
 		return
 	}
 	deadline := time.Now().Add(lingerTimeout)

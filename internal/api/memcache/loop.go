@@ -2,8 +2,12 @@ package memcache
 
 import (
 	"bytes"
+	"io"
+	"net"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quicksilver-kv/qs/internal/epoll"
@@ -23,9 +27,10 @@ import (
 //     blocking and the connection stays parked.
 //   - handed off: anything else (a write, a request not yet whole, a
 //     binary or meta request, replies the socket has no room for) is
-//     served by conn.serve on a goroutine of its own, through Go's network
-//     poller, exactly as a connection without a loop; once it has nothing
-//     buffered and nothing to wait for, it parks again.
+//     served by conn.serve on a goroutine of its own, as a connection
+//     without a loop is, except that its socket is not in Go's network
+//     poller (see loopSock); once it has nothing buffered and nothing to
+//     wait for, it parks again.
 //
 // conn.mu.parked says which; it changes under conn.mu together with the
 // socket's membership of the epoll set, so that wake (shutdown, eviction)
@@ -59,30 +64,135 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	return l, nil
 }
 
-// loopSock is the socket of a connection of an event loop: a pollSock while
-// the connection is handed off, and its descriptor for the loop's reads and
-// writes while it is parked.
+// loopSock is the socket of a connection of an event loop. Its descriptor
+// is the connection's own: the accepted net.Conn is closed once its socket
+// is duplicated (epoll.Detach), so that Go's network poller, which would
+// otherwise be told of every request of a parked connection too (waking
+// one of its threads for nothing), does not see it. A goroutine serving
+// the connection reads and writes without blocking and, when the socket
+// has nothing to read or no room, waits in poll(2) on its thread: the
+// kernel wakes that thread alone when the socket is ready.
 type loopSock struct {
-	pollSock
 	fd int
 	lp *eventLoop
 	c  *conn
 	id uint64
+	// woken and aborted are set by wake and abort, which may run on other
+	// goroutines: every read then fails at once, as every write does once
+	// aborted.
+	woken, aborted atomic.Bool
+	// fdMu keeps the descriptor open while shutdown uses it: wake, abort
+	// and a forced shutdown may run on other goroutines as the connection
+	// closes.
+	fdMu struct {
+		sync.Mutex
+		closed bool
+	}
 }
 
-// wake interrupts a handed-off connection's read, and has the loop close
-// the connection if it is parked.
+func (ls *loopSock) read(p []byte, deadline time.Time) (int, error) {
+	for {
+		if ls.woken.Load() || ls.aborted.Load() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		n, err := epoll.Read(ls.fd, p)
+		switch {
+		case err == nil && n == 0 && len(p) > 0:
+			return 0, io.EOF
+		case err == nil:
+			return n, nil
+		case err != epoll.ErrWouldBlock:
+			return 0, err
+		}
+		if err := ls.wait(false, deadline); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (ls *loopSock) write(p []byte, deadline time.Time) (int, error) {
+	total := 0
+	for {
+		if ls.aborted.Load() {
+			return total, os.ErrDeadlineExceeded
+		}
+		n, err := epoll.Write(ls.fd, p[total:])
+		total += n
+		switch {
+		case err == nil:
+			return total, nil
+		case err != epoll.ErrWouldBlock:
+			return total, err
+		}
+		if err := ls.wait(true, deadline); err != nil {
+			return total, err
+		}
+	}
+}
+
+// wait waits until the socket has input (or room for output, if write),
+// is shut down (wake, abort), or deadline passes (os.ErrDeadlineExceeded;
+// the zero time: no deadline). It may return early: the caller tries
+// again.
+func (ls *loopSock) wait(write bool, deadline time.Time) error {
+	ms := -1
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		ms = int((d + time.Millisecond - 1) / time.Millisecond)
+	}
+	return epoll.Poll(ls.fd, write, ms)
+}
+
+// wake makes a read under way, and every later one, fail (it shuts the
+// socket down for reading), and has the loop close the connection if it
+// is parked.
 func (ls *loopSock) wake() {
-	ls.pollSock.wake()
+	ls.woken.Store(true)
+	ls.shutdown(true, false)
 	ls.lp.closeIfParked(ls.c)
+}
+
+// abort makes every read and write fail, and shuts the socket down.
+func (ls *loopSock) abort() {
+	ls.aborted.Store(true)
+	ls.shutdown(true, true)
+}
+
+func (ls *loopSock) dedicated() bool { return false }
+
+// shutdown shuts the socket down for reading, writing or both, unless it
+// was closed.
+func (ls *loopSock) shutdown(read, write bool) error {
+	ls.fdMu.Lock()
+	defer ls.fdMu.Unlock()
+	if ls.fdMu.closed {
+		return net.ErrClosed
+	}
+	return epoll.Shutdown(ls.fd, read, write)
+}
+
+// close closes the socket (once).
+func (ls *loopSock) close() {
+	ls.fdMu.Lock()
+	defer ls.fdMu.Unlock()
+	if !ls.fdMu.closed {
+		ls.fdMu.closed = true
+		epoll.Close(ls.fd)
+	}
 }
 
 // attachLoopLocked makes c a connection of the loop with the fewest
 // connections, starting the loops on first use; it reports false if c
 // cannot be served by one (not a socket, or no epoll here). s.mu is held.
 func (s *Server) attachLoopLocked(c *conn) bool {
-	fd, ok := epoll.FD(c.nc)
-	if !ok || !s.startLoopsLocked() {
+	if _, ok := epoll.FD(c.nc); !ok || !s.startLoopsLocked() {
+		return false
+	}
+	fd, err := epoll.Detach(c.nc)
+	if err != nil {
 		return false
 	}
 	l := s.loops[0]
@@ -91,7 +201,7 @@ func (s *Server) attachLoopLocked(c *conn) bool {
 			l = x
 		}
 	}
-	ls := &loopSock{pollSock: pollSock{nc: c.nc}, fd: fd, lp: l, c: c}
+	ls := &loopSock{fd: fd, lp: l, c: c}
 	l.mu.Lock()
 	l.mu.nextID++
 	ls.id = l.mu.nextID
@@ -226,6 +336,7 @@ func (l *eventLoop) ready(c *conn) {
 			l.closeParked(c)
 		}
 	case handOff:
+		l.s.m.loopHandoffsTotal.Inc()
 		c.mu.Lock()
 		c.mu.parked = false
 		l.set.Remove(c.loop.fd)

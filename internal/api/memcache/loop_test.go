@@ -64,6 +64,9 @@ func TestLoopServesPipelinedGets(t *testing.T) {
 	c.send("get a\r\nget b a\r\ngets nope\r\n")
 	c.expect("VALUE a 0 1\r\n1\r\nEND\r\nVALUE b 0 2\r\n22\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n")
 	waitParked(t, ts, 1)
+	if n := counterValue(ts.m.loopHandoffsTotal); n != 0 {
+		t.Errorf("loop_handoffs_total %v after gets only, want 0", n)
+	}
 
 	c.send("get a\r\nset k 0 0 3\r\nxyz\r\nget k\r\nmg k v\r\n" + binReq(opGet, "b", "", "", 0, 7) + "get a\r\n")
 	c.expect("VALUE a 0 1\r\n1\r\nEND\r\nSTORED\r\nVALUE k 0 3\r\nxyz\r\nEND\r\nVA 3\r\nxyz\r\n")
@@ -76,6 +79,9 @@ func TestLoopServesPipelinedGets(t *testing.T) {
 	}
 	c.expect("VALUE a 0 1\r\n1\r\nEND\r\n")
 	waitParked(t, ts, 1)
+	if n := counterValue(ts.m.loopHandoffsTotal); n < 1 {
+		t.Errorf("loop_handoffs_total %v after a set, want at least 1", n)
+	}
 	if g := gaugeValue(t, ts.m.loopConnections); g != 1 {
 		t.Errorf("loop_connections %v, want 1", g)
 	}
@@ -412,4 +418,34 @@ func TestLoopEventWithoutRequestKeepsIdle(t *testing.T) {
 	}
 	cl.send("get a\r\nversion\r\n")
 	cl.expect("END\r\n" + versionReply)
+}
+
+// TestLoopConnectionsLeaveGoPoller: a connection of an event loop is
+// served through its own descriptor, the accepted net.Conn closed, so
+// Go's network poller reports nothing for it (it woke a thread of its own
+// for every request of a parked connection); parked, handed off to a
+// goroutine and parked again, it is served throughout.
+func TestLoopConnectionsLeaveGoPoller(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	b.put("a", "1")
+	ts := startServer(t, Config{EventLoops: 1}, b)
+	c := dialParked(t, ts, 1)
+	c.send("get a\r\n")
+	c.expect("VALUE a 0 1\r\n1\r\nEND\r\n")
+	c.send("set k 0 0 3\r\nxyz\r\n")
+	c.expect("STORED\r\n")
+	waitParked(t, ts, 1)
+	c.send("get k\r\n")
+	c.expect("VALUE k 0 3\r\nxyz\r\nEND\r\n")
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for sc := range ts.mu.conns {
+		if sc.loop == nil {
+			t.Fatal("connection without a loop")
+		}
+		if err := sc.nc.SetReadDeadline(time.Time{}); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("accepted connection still open (SetReadDeadline: %v): in Go's network poller", err)
+		}
+	}
 }

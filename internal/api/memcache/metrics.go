@@ -22,6 +22,7 @@ type Metrics struct {
 	idleEvictionsTotal prometheus.Counter
 	threadConnections  prometheus.Gauge
 	loopConnections    prometheus.Gauge
+	loopHandoffsTotal  prometheus.Counter
 	readNice           prometheus.Gauge
 	readSliceSeconds   prometheus.Gauge
 	getHitsTotal       prometheus.Counter
@@ -70,6 +71,10 @@ func NewMetrics() *Metrics {
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_connections",
 			Help: "Connections served by the event loops (memcache_event_loops), parked or handed to a goroutine for a request that waits.",
 		}),
+		loopHandoffsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "loop_handoffs_total",
+			Help: "Times an event loop handed a connection to a goroutine for a request that may wait (a write, a request not yet whole, meta and binary requests, a reply the socket had no room for); gets are answered on the loop's thread.",
+		}),
 		readNice: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "read_nice",
 			Help: "Nice value of the dedicated threads while they serve reads (memcache_read_nice); 0 until one did, and if the system refused it.",
@@ -97,7 +102,7 @@ func NewMetrics() *Metrics {
 	m.Group = metrics.Group{
 		m.requestsTotal, m.errorsTotal, m.requestSeconds,
 		m.connectionsOpen, m.connectionsTotal, m.idleEvictionsTotal,
-		m.threadConnections, m.loopConnections, m.readNice, m.readSliceSeconds,
+		m.threadConnections, m.loopConnections, m.loopHandoffsTotal, m.readNice, m.readSliceSeconds,
 		m.getHitsTotal, m.getMissesTotal,
 	}
 	return m

@@ -27,6 +27,7 @@ func TestMetricsExported(t *testing.T) {
 		"qs_memcache_idle_evictions_total":     dto.MetricType_COUNTER,
 		"qs_memcache_thread_connections":       dto.MetricType_GAUGE,
 		"qs_memcache_loop_connections":         dto.MetricType_GAUGE,
+		"qs_memcache_loop_handoffs_total":      dto.MetricType_COUNTER,
 		"qs_memcache_read_nice":                dto.MetricType_GAUGE,
 		"qs_memcache_thread_slice_seconds":     dto.MetricType_GAUGE,
 		"qs_memcache_get_hits_total":           dto.MetricType_COUNTER,

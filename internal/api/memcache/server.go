@@ -299,7 +299,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.mu.conns {
-		c.sock.abort() // ends a blocking call on a dedicated thread
+		// abort ends a blocking call on a dedicated thread, and a wait in
+		// an event loop; the connection's goroutine or loop closes its
+		// descriptor (nc is closed already for a connection of a loop).
+		c.sock.abort()
 		c.nc.Close()
 	}
 	s.mu.Unlock()

@@ -7,8 +7,9 @@ import (
 )
 
 // sock is how a connection reads and writes its socket: through Go's
-// network poller (pollSock), or with blocking system calls on a thread of
-// its own (threadSock, Linux).
+// network poller (pollSock), with blocking system calls on a thread of
+// its own (threadSock, Linux), or, for a connection of an event loop,
+// without the poller (loopSock, Linux).
 //
 // Why a thread of its own: a request that arrives for a connection served
 // through the poller wakes the poller's thread, which hands the goroutine to
