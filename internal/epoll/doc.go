@@ -10,8 +10,11 @@
 //
 // Sockets are used by descriptor. The caller owns them: it must remove a
 // socket from its Set before it closes it, and not use a descriptor after
-// it closed its connection. Linux only; New returns ErrUnsupported
-// elsewhere.
+// it closed its connection. Detach takes a connection's socket out of Go's
+// network poller (a descriptor of its own, the net.Conn closed), so that
+// the poller is not told of the input a Set serves; Poll then waits for
+// one such socket on the calling thread. Linux only; New and Detach
+// return ErrUnsupported elsewhere.
 package epoll
 
 import "errors"

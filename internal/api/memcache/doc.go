@@ -11,7 +11,8 @@
 //
 //	server.go             listeners, the connection limit, shutdown
 //	sock*.go              reading and writing a socket (poller or blocking thread)
-//	loop.go               event loops: gets served from epoll, the rest handed off
+//	loop.go               event loops: gets served from epoll, the rest handed
+//	                      off; their sockets kept out of Go's poller
 //	conn.go               a connection's loop: read, dispatch, buffered replies
 //	parse.go, meta.go     pure parsers of text and meta request lines
 //	binary.go             pure parser of binary request headers
