@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -515,6 +516,10 @@ func testShutdownForcesAfterDeadline(t *testing.T, threads int) {
 // TestShutdownLeavesNoGoroutines runs a server on TCP and Unix listeners
 // with connections in every state, shuts it down and counts goroutines.
 func TestShutdownLeavesNoGoroutines(t *testing.T) {
+	if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+		ln.Close() // Go's network poller keeps its descriptors once started
+	}
+	fdsBefore, fdsKnown := openFiles()
 	before := runtime.NumGoroutine()
 	func() {
 		b := newFakeBackend()
@@ -577,6 +582,18 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Every socket is closed, the event loops' own descriptors included
+	// (they hold duplicates of their connections' sockets).
+	if fds, ok := openFiles(); fdsKnown && ok && fds > fdsBefore {
+		t.Errorf("%d open files before, %d after Shutdown", fdsBefore, fds)
+	}
+}
+
+// openFiles counts the process's open files; false where it cannot
+// (no /proc/self/fd).
+func openFiles() (int, bool) {
+	es, err := os.ReadDir("/proc/self/fd")
+	return len(es), err == nil
 }
 
 // TestShutdownGracefulIsQuick: with only idle connections, Shutdown returns
