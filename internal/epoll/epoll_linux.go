@@ -40,7 +40,11 @@ func New(batch int) (*Set, error) {
 }
 
 func (s *Set) ctl(op, fd int, id uint64) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP}
+	return s.ctlEvents(op, fd, id, unix.EPOLLIN|unix.EPOLLRDHUP)
+}
+
+func (s *Set) ctlEvents(op, fd int, id uint64, events uint32) error {
+	ev := unix.EpollEvent{Events: events}
 	setID(&ev, id)
 	if err := unix.EpollCtl(s.epfd, op, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
@@ -54,6 +58,14 @@ func (s *Set) Add(fd int, id uint64) error {
 		return errors.New("epoll: identifier 0 is reserved")
 	}
 	return s.ctl(unix.EPOLL_CTL_ADD, fd, id)
+}
+
+// AddOutput starts reporting room for output on fd as id (not 0).
+func (s *Set) AddOutput(fd int, id uint64) error {
+	if id == wakeID {
+		return errors.New("epoll: identifier 0 is reserved")
+	}
+	return s.ctlEvents(unix.EPOLL_CTL_ADD, fd, id, unix.EPOLLOUT)
 }
 
 // Remove stops reporting fd.

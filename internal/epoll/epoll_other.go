@@ -14,6 +14,7 @@ type Set struct{}
 func New(batch int) (*Set, error) { return nil, ErrUnsupported }
 
 func (*Set) Add(fd int, id uint64) error { return ErrUnsupported }
+func (*Set) AddOutput(int, uint64) error { return ErrUnsupported }
 func (*Set) Remove(fd int) error         { return ErrUnsupported }
 func (*Set) Wait(ids []uint64, timeout time.Duration) ([]uint64, bool, error) {
 	return ids, false, ErrUnsupported

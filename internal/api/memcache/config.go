@@ -158,6 +158,11 @@ const (
 	// usually writes again at once, and each hand-off costs a goroutine
 	// and two changes of the epoll set.
 	handoffLinger = 2 * time.Millisecond
+	// pollWaiters bounds the goroutines of event loop connections waiting
+	// in poll(2) at once, each on an OS thread; the others wait in their
+	// loop's epoll set (loopSock.wait), so slow clients cannot make a
+	// thread each (Go stops the process at 10,000).
+	pollWaiters = 64
 	// maxEventLoops bounds Config.EventLoops (memcached's -t allows 64
 	// worker threads).
 	maxEventLoops = 64

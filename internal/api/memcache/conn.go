@@ -71,6 +71,9 @@ type conn struct {
 		idleSince time.Time // when it began waiting
 		evicted   bool      // closed to make room for a new connection
 		parked    bool      // waiting in its event loop, which owns it
+		// waiting: its goroutine waits in its event loop's epoll set
+		// (loopSock.waitInLoop).
+		waiting bool
 	}
 }
 

@@ -70,13 +70,17 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 // otherwise be told of every request of a parked connection too (waking
 // one of its threads for nothing), does not see it. A goroutine serving
 // the connection reads and writes without blocking and, when the socket
-// has nothing to read or no room, waits in poll(2) on its thread: the
-// kernel wakes that thread alone when the socket is ready.
+// has nothing to read or no room, waits in poll(2) on its thread (the
+// kernel wakes that thread alone when the socket is ready), or, while
+// pollWaiters others do, in its loop's epoll set.
 type loopSock struct {
 	fd int
 	lp *eventLoop
 	c  *conn
 	id uint64
+	// ready wakes the goroutine waiting in the loop (waitInLoop): the loop
+	// saw its event, or wake or abort ran.
+	ready chan struct{}
 	// woken and aborted are set by wake and abort, which may run on other
 	// goroutines: every read then fails at once, as every write does once
 	// aborted.
@@ -143,7 +147,56 @@ func (ls *loopSock) wait(write bool, deadline time.Time) error {
 		}
 		ms = int((d + time.Millisecond - 1) / time.Millisecond)
 	}
-	return epoll.Poll(ls.fd, write, ms)
+	select {
+	case ls.lp.s.pollSlots <- struct{}{}:
+		defer func() { <-ls.lp.s.pollSlots }()
+		return epoll.Poll(ls.fd, write, ms)
+	default:
+		return ls.waitInLoop(write, deadline)
+	}
+}
+
+// waitInLoop waits as wait does, in the loop's epoll set: the loop
+// signals ready when it sees the socket ready (eventLoop.ready).
+func (ls *loopSock) waitInLoop(write bool, deadline time.Time) error {
+	c := ls.c
+	c.mu.Lock()
+	var err error
+	if write {
+		err = ls.lp.set.AddOutput(ls.fd, ls.id)
+	} else {
+		err = ls.lp.set.Add(ls.fd, ls.id)
+	}
+	c.mu.waiting = err == nil
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-ls.ready:
+	case <-timeout:
+	}
+	c.mu.Lock()
+	if c.mu.waiting {
+		c.mu.waiting = false
+		ls.lp.set.Remove(ls.fd)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// signal wakes the goroutine in waitInLoop, or the next one to wait there.
+func (ls *loopSock) signal() {
+	select {
+	case ls.ready <- struct{}{}:
+	default:
+	}
 }
 
 // wake makes a read under way, and every later one, fail (it shuts the
@@ -152,6 +205,7 @@ func (ls *loopSock) wait(write bool, deadline time.Time) error {
 func (ls *loopSock) wake() {
 	ls.woken.Store(true)
 	ls.shutdown(true, false)
+	ls.signal()
 	ls.lp.closeIfParked(ls.c)
 }
 
@@ -159,6 +213,7 @@ func (ls *loopSock) wake() {
 func (ls *loopSock) abort() {
 	ls.aborted.Store(true)
 	ls.shutdown(true, true)
+	ls.signal()
 }
 
 func (ls *loopSock) dedicated() bool { return false }
@@ -201,7 +256,7 @@ func (s *Server) attachLoopLocked(c *conn) bool {
 			l = x
 		}
 	}
-	ls := &loopSock{fd: fd, lp: l, c: c}
+	ls := &loopSock{fd: fd, lp: l, c: c, ready: make(chan struct{}, 1)}
 	l.mu.Lock()
 	l.mu.nextID++
 	ls.id = l.mu.nextID
@@ -310,8 +365,13 @@ func (l *eventLoop) run() {
 // ready serves c, which has input (or was closed by its peer).
 func (l *eventLoop) ready(c *conn) {
 	c.mu.Lock()
-	if !c.mu.parked { // an event from before it was handed off
-		c.mu.Unlock()
+	if !c.mu.parked {
+		if c.mu.waiting { // its goroutine waits in the loop for this
+			c.mu.waiting = false
+			l.set.Remove(c.loop.fd)
+			c.loop.signal()
+		}
+		c.mu.Unlock() // or an event from before it was handed off
 		return
 	}
 	if c.mu.evicted || l.s.closing.Load() {

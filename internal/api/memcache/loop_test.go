@@ -1,11 +1,14 @@
 package memcache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -447,5 +450,118 @@ func TestLoopConnectionsLeaveGoPoller(t *testing.T) {
 		if err := sc.nc.SetReadDeadline(time.Time{}); !errors.Is(err, net.ErrClosed) {
 			t.Errorf("accepted connection still open (SetReadDeadline: %v): in Go's network poller", err)
 		}
+	}
+}
+
+// TestLoopSlowClientsHoldNoThreads: connections of the event loops stuck
+// in the middle of a request (a slow or hostile client) wait without an
+// OS thread each: at most pollWaiters of them wait in poll(2), the rest
+// in the loop's epoll set. Each is still served once the rest arrives.
+func TestLoopSlowClientsHoldNoThreads(t *testing.T) {
+	skipUnlessLoops(t)
+	const slow = 200
+	ts := startServer(t, Config{EventLoops: 1, RequestTimeout: time.Minute}, newFakeBackend())
+	cs := make([]*client, slow)
+	for i := range cs {
+		cs[i] = dial(t, "tcp", ts.addr)
+	}
+	waitParked(t, ts, slow)
+	before, ok := osThreads()
+	if !ok {
+		t.Skip("no /proc/self/status to count threads from")
+	}
+	for i, c := range cs {
+		c.send(fmt.Sprintf("set k%d 0 0 10\r\nabc", i)) // 7 bytes of the data block missing
+	}
+	waitFor(t, "every slow connection handed to a goroutine", func() bool {
+		return counterValue(ts.m.loopHandoffsTotal) == slow
+	})
+	time.Sleep(50 * time.Millisecond) // let them reach their waits
+	if after, _ := osThreads(); after-before > pollWaiters+20 {
+		t.Errorf("%d OS threads before %d connections stopped mid-request, %d after: a thread each", before, slow, after)
+	}
+	for _, c := range cs {
+		c.send("defghij\r\n")
+		c.expect("STORED\r\n")
+	}
+}
+
+// osThreads counts the process's OS threads; false where it cannot.
+func osThreads() (int, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestLoopWaitsInEpollSetWhenPollIsFull: with every poll(2) slot taken,
+// goroutines of loop connections wait in the loop's epoll set: for the
+// rest of a request, for room to write a large reply, for the next
+// request (and then park), and a forced shutdown ends such a wait.
+func TestLoopWaitsInEpollSetWhenPollIsFull(t *testing.T) {
+	skipUnlessLoops(t)
+	b := newFakeBackend()
+	big := strings.Repeat("x", 900<<10)
+	b.put("big", big)
+	s := New(Config{EventLoops: 1}, b, nil)
+	for range pollWaiters {
+		s.pollSlots <- struct{}{}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	ts := &testServer{Server: s, addr: ln.Addr().String()}
+
+	c := dialParked(t, ts, 1)
+	c.nc.SetDeadline(time.Now().Add(60 * time.Second))
+	c.send("set k 0 0 10\r\nabc") // the rest later: a read wait
+	time.Sleep(10 * time.Millisecond)
+	c.send("defghij\r\n")
+	c.expect("STORED\r\n")
+	waitParked(t, ts, 1) // after a wait for the next request in vain
+
+	c.send("get" + strings.Repeat(" big", 20) + "\r\n") // a write wait
+	time.Sleep(20 * time.Millisecond)
+	want := strings.Repeat("VALUE big 0 921600\r\n"+big+"\r\n", 20) + "END\r\n"
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(c.r, got); err != nil || string(got) != want {
+		t.Fatalf("large reply: %v", err)
+	}
+	waitParked(t, ts, 1)
+
+	c.send("set k 0 0 10\r\nabc") // stuck mid-request
+	waitFor(t, "the set's goroutine waiting in the loop", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		for sc := range ts.mu.conns {
+			sc.mu.Lock()
+			w := sc.mu.waiting
+			sc.mu.Unlock()
+			if w {
+				return true
+			}
+		}
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want DeadlineExceeded (a request never completed)", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve = %v", err)
+	}
+	if n := s.stats.currConns.Load(); n != 0 {
+		t.Fatalf("%d connections left after a forced shutdown", n)
 	}
 }

@@ -50,6 +50,9 @@ type Server struct {
 	// connection; under mu.
 	loops       []*eventLoop
 	loopsFailed bool // the system refused them: serve without
+	// pollSlots holds a token for each goroutine of a loop connection
+	// waiting in poll(2) (pollWaiters at most).
+	pollSlots chan struct{}
 
 	// niceRefused is set once the system refused a read thread's nice
 	// value; niceOnce logs the outcome, refused or in force, once.
@@ -89,6 +92,7 @@ func New(cfg Config, b Backend, log *slog.Logger) *Server {
 		start:       time.Now(),
 		versionLine: []byte("VERSION " + sanitize(version.Version, '_', maxErrorText) + "\r\n"),
 		done:        make(chan struct{}),
+		pollSlots:   make(chan struct{}, pollWaiters),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.mu.listeners = make(map[net.Listener]struct{})
