@@ -78,7 +78,7 @@ func Totals() (trims, releasedBytes int64) {
 }
 
 // ResidentBytes is the process's resident memory; false where it cannot
-// be read (it is read from /proc/self/statm, Linux).
+// be read (it is read from /proc/self/stat, Linux).
 func ResidentBytes() (int64, bool) { return residentBytes() }
 
 // Run keeps large blocks mapped on their own (see the package's doc) and

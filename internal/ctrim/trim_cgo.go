@@ -69,19 +69,6 @@ static void qs_free_blocks(void **p, int n, int keep) {
 	}
 }
 
-// For the benchmark: frees every other block and allocates it again, as
-// a cache that evicts and refills does.
-static void qs_churn_blocks(void **p, int n, size_t size) {
-	for (int i = 0; i < n; i += 2) {
-		free(p[i]);
-		p[i] = NULL;
-	}
-	for (int i = 0; i < n; i += 2) {
-		p[i] = malloc(size);
-		memset(p[i], 1, size);
-	}
-}
-
 // For the benchmark: frees every other block, leaving its pages resident
 // in the arena as free chunks.
 static void qs_free_every_other(void **p, int n) {
@@ -98,6 +85,13 @@ static void qs_refill_every_other(void **p, int n, size_t size) {
 		p[i] = malloc(size);
 		memset(p[i], 1, size);
 	}
+}
+
+// For the benchmark: frees every other block and allocates it again, as
+// a cache that evicts and refills does (in one call: on one thread).
+static void qs_churn_blocks(void **p, int n, size_t size) {
+	qs_free_every_other(p, n);
+	qs_refill_every_other(p, n, size);
 }
 
 // For the benchmark: allocates a block of size bytes, writes it and frees

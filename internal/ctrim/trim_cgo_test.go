@@ -22,7 +22,7 @@ func TestTrimReleasesFreedBlocks(t *testing.T) {
 		t.Skip("this C library has no malloc_trim (not glibc): nothing to trim")
 	}
 	if _, ok := residentBytes(); !ok {
-		t.Skip("no /proc/self/statm to read the resident memory from")
+		t.Skip("no /proc/self/stat to read the resident memory from")
 	}
 	// One OS thread for the C calls, so they use one arena.
 	runtime.LockOSThread()
