@@ -19,6 +19,25 @@ type PhaseCPU struct {
 	Machine float64 `json:"machine_seconds,omitempty"`
 	// Ops is the number of requests of all kinds the phase completed.
 	Ops int64 `json:"ops,omitempty"`
+	// Hops is the CPU time of each process further down a replication
+	// chain the target heads (the propagation scenario's intermediate,
+	// then its leaf); Server is the chain's root. Empty for other
+	// targets. These processes are part of Others too.
+	Hops []float64 `json:"hop_seconds,omitempty"`
+}
+
+// PerWrite is the CPU time per write, in microseconds, of the chain's
+// root (hop 0) and of each process below it, for a phase that completed
+// writes writes; nil if the chain's CPU time is unknown.
+func (c PhaseCPU) PerWrite(writes int64) []float64 {
+	if writes <= 0 || c.Server <= 0 || len(c.Hops) == 0 {
+		return nil
+	}
+	us := []float64{c.Server / float64(writes) * 1e6}
+	for _, h := range c.Hops {
+		us = append(us, h/float64(writes)*1e6)
+	}
+	return us
 }
 
 // ServerPerOp is the server's CPU time per request, in microseconds, or
@@ -44,15 +63,25 @@ func (c PhaseCPU) Others() float64 {
 type cpuSample struct {
 	server, client, machine float64
 	serverOK, machineOK     bool
+	hops                    []float64 // nil unless every hop was read
 	at                      time.Time
 }
 
-// sampleCPU reads the counters of pid (0: none), of this process and of
+// sampleCPU reads the counters of pid (0: none), of the processes
+// further down its chain (hops, possibly none), of this process and of
 // the machine.
-func sampleCPU(pid int) cpuSample {
+func sampleCPU(pid int, hops []int) cpuSample {
 	s := cpuSample{at: time.Now()}
 	if pid > 0 {
 		s.server, s.serverOK = processCPU(pid)
+	}
+	for _, h := range hops {
+		sec, ok := processCPU(h)
+		if h <= 0 || !ok {
+			s.hops = nil
+			break
+		}
+		s.hops = append(s.hops, sec)
 	}
 	s.client = selfCPU()
 	s.machine, s.machineOK = machineCPU()
@@ -68,6 +97,11 @@ func cpuBetween(a, b cpuSample) PhaseCPU {
 	c.Client = b.client - a.client
 	if a.machineOK && b.machineOK {
 		c.Machine = b.machine - a.machine
+	}
+	if len(a.hops) > 0 && len(a.hops) == len(b.hops) {
+		for i := range a.hops {
+			c.Hops = append(c.Hops, b.hops[i]-a.hops[i])
+		}
 	}
 	return c
 }

@@ -19,12 +19,12 @@ func burn(cpu float64) {
 
 func TestCPUCounters(t *testing.T) {
 	pid := os.Getpid()
-	a := sampleCPU(pid)
+	a := sampleCPU(pid, nil)
 	if !a.serverOK || !a.machineOK {
 		t.Fatalf("counters not readable: %+v", a)
 	}
 	burn(0.2)
-	c := cpuBetween(a, sampleCPU(pid))
+	c := cpuBetween(a, sampleCPU(pid, nil))
 	// This process is both "server" and "client" here; /proc counts in
 	// 10 ms ticks.
 	if c.Server < 0.1 || c.Client < 0.2 || c.Machine < 0.1 {

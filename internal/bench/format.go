@@ -101,6 +101,10 @@ func (r *Report) write(w io.Writer, md bool) error {
 			p("\nThe machine during each phase. CPU in cores (CPU seconds per second of the phase); per request: server CPU time per completed request of any kind, and its ratio to the baseline's in the same phase; others: everything but the server and this tool (the idle target excluded), i.e. the rest of the machine's load; fsync 4 KiB: median time to write and fsync 4 KiB in the servers' work directory just before the phase, the disk's floor under a durable commit:\n\n")
 			table(ew, cpuHeader, rows)
 		}
+		if rows := hopRows(res); len(rows) > 0 {
+			p("\nCPU time per write of each process of a chain, from the root down (the processes below the root are part of others above), the whole chain's, and its ratio to the baseline chain's in the same phase:\n\n")
+			table(ew, hopHeader(res), rows)
+		}
 		if rows := engineRows(res); len(rows) > 0 {
 			p("\nThe qs storage engine during each phase, from the difference of the server's /metrics (database %s): fsyncs per second (of the log segments, where commits are made durable, and of the engine's write-ahead log), their mean time and the share over 3 ms; the megabytes it wrote (log segments, WAL, flushes, compactions) and their ratio to the bytes of values the writers sent:\n\n", r.Config.DB)
 			table(ew, engineHeader, rows)
@@ -242,6 +246,71 @@ func cpuRows(r *Result) [][]string {
 	}
 	if !any {
 		return nil
+	}
+	return rows
+}
+
+// hopHeader names the columns of hopRows: root, hop 1, hop 2, ...
+func hopHeader(r *Result) []string {
+	h := []string{"phase", "target", "root"}
+	n := 0
+	for _, ph := range r.Phases {
+		n = max(n, len(ph.CPU.Hops))
+	}
+	for i := 1; i <= n; i++ {
+		h = append(h, fmt.Sprintf("hop %d", i))
+	}
+	return append(h, "chain", "vs base")
+}
+
+// hopRows is the CPU time per write of each process of the chains, for
+// the phases that measured them.
+func hopRows(r *Result) [][]string {
+	chainPerWrite := func(ph *Phase) float64 {
+		w := ph.Op("write")
+		if w == nil {
+			return 0
+		}
+		var sum float64
+		for _, us := range ph.CPU.PerWrite(w.Ops) {
+			sum += us
+		}
+		return sum
+	}
+	n := len(hopHeader(r)) - 5 // hops below the root
+	var rows [][]string
+	for i := range r.Phases {
+		ph := &r.Phases[i]
+		w := ph.Op("write")
+		if w == nil {
+			continue
+		}
+		us := ph.CPU.PerWrite(w.Ops)
+		if us == nil {
+			continue
+		}
+		target := ph.Target
+		if ph.Baseline {
+			target += " (base)"
+		}
+		row := []string{ph.Name, target}
+		for j := 0; j <= n; j++ {
+			if j < len(us) {
+				row = append(row, fmtUs(us[j]))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		vs := "-"
+		if !ph.Baseline {
+			for k := range r.Phases {
+				b := &r.Phases[k]
+				if b.Baseline && b.Name == ph.Name {
+					vs = fmtRatio(ratio(chainPerWrite(ph), chainPerWrite(b)))
+				}
+			}
+		}
+		rows = append(rows, append(row, fmtUs(chainPerWrite(ph)), vs))
 	}
 	return rows
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,12 @@ func TestPropagationRedisChain(t *testing.T) {
 	checkCounted(t, ph, "visible")
 	if w, v := ph.Op("write"), ph.Op("visible"); w.Ops != v.Ops {
 		t.Errorf("%d writes, %d seen on the leaf", w.Ops, v.Ops)
+	}
+	// The CPU time of the intermediate and the leaf, each read from /proc.
+	if runtime.GOOS == "linux" {
+		if len(ph.CPU.Hops) != 2 || ph.CPU.Hops[0] < 0 || ph.CPU.Hops[1] < 0 {
+			t.Errorf("CPU of the processes below the root: %v, want 2 figures", ph.CPU.Hops)
+		}
 	}
 }
 

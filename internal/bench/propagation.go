@@ -45,6 +45,8 @@ func Propagation(ctx context.Context, cfg Config, targets []*Target, logf Logf) 
 		started = append(started, chain...)
 		root := chain[0]
 		root.Name = root.Name + " chain"
+		below := chain[1:]
+		root.below = &below
 		chains[root] = chain
 		s.addTargets(root)
 	}

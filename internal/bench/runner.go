@@ -257,13 +257,7 @@ type phaseRunner func(t *Target, i, slice int, d time.Duration) *phaseRun
 func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunner) error {
 	nslices := max(1, s.cfg.Slices)
 	for i, name := range names {
-		type acc struct {
-			run    phaseRun
-			cpu    PhaseCPU
-			syncs  []time.Duration
-			engine *PhaseEngine
-		}
-		accs := map[*Target]*acc{}
+		accs := map[*Target]*phaseAcc{}
 		order := s.active()
 		for k := range nslices {
 			d := s.cfg.Duration / time.Duration(nslices)
@@ -285,19 +279,19 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 				}
 				a := accs[t]
 				if a == nil {
-					a = &acc{}
+					a = &phaseAcc{}
 					accs[t] = a
 				}
 				if t.Spawned {
 					a.syncs = append(a.syncs, probeFsync(s.workDir()))
 				}
 				engineBefore := sampleEngine(ctx, t.HTTP, s.cfg.DB)
-				before := sampleCPU(t.pid())
+				before := sampleCPU(t.pid(), t.belowPids())
 				r := run(t, i, k, d)
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				c := cpuBetween(before, sampleCPU(t.pid()))
+				c := cpuBetween(before, sampleCPU(t.pid(), t.belowPids()))
 				if e, ok := engineBetween(engineBefore, sampleEngine(ctx, t.HTTP, s.cfg.DB)); ok {
 					if a.engine == nil {
 						a.engine = &PhaseEngine{}
@@ -307,6 +301,7 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 				a.cpu.Server += c.Server
 				a.cpu.Client += c.Client
 				a.cpu.Machine += c.Machine
+				a.addHops(c.Hops)
 				a.run.merge(r)
 			}
 		}
@@ -317,6 +312,9 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 			}
 			ph := a.run.phase()
 			ph.CPU = a.cpu
+			if !a.hopsLost {
+				ph.CPU.Hops = a.hops
+			}
 			ph.Engine = a.engine
 			for _, op := range ph.Ops {
 				ph.CPU.Ops += op.Ops
@@ -331,6 +329,34 @@ func (s *scenarioRun) phases(ctx context.Context, names []string, run phaseRunne
 		}
 	}
 	return nil
+}
+
+// phaseAcc accumulates one target's slices of a phase.
+type phaseAcc struct {
+	run      phaseRun
+	cpu      PhaseCPU
+	syncs    []time.Duration
+	engine   *PhaseEngine
+	hops     []float64 // CPU seconds of the processes below a chain's root
+	hopsLost bool      // a slice could not read them: the sum is not whole
+	slices   int
+}
+
+// addHops adds one slice's CPU time of the processes below a chain's
+// root (none for other targets).
+func (a *phaseAcc) addHops(h []float64) {
+	a.slices++
+	switch {
+	case a.hopsLost:
+	case a.slices == 1:
+		a.hops = h
+	case len(h) != len(a.hops):
+		a.hopsLost = true
+	default:
+		for i := range h {
+			a.hops[i] += h[i]
+		}
+	}
 }
 
 // finish computes the ratios and returns the result.

@@ -29,6 +29,10 @@ type Target struct {
 	Version string `json:"version,omitempty"`
 
 	proc *Process // the spawned server, or nil
+	// below are the processes further down the replication chain this
+	// target heads (the propagation scenario's), in order from its root;
+	// a pointer keeps Target comparable.
+	below *[]*Target
 }
 
 // ParseTarget parses name=memcache_addr[,http=addr]. The memcache address
@@ -114,6 +118,18 @@ func (t *Target) alive() error {
 }
 
 // pid returns the process id of a spawned server, or 0.
+// belowPids are the process ids of t.below.
+func (t *Target) belowPids() []int {
+	if t.below == nil {
+		return nil
+	}
+	var pids []int
+	for _, b := range *t.below {
+		pids = append(pids, b.pid())
+	}
+	return pids
+}
+
 func (t *Target) pid() int {
 	if t.proc == nil || t.proc.cmd.Process == nil {
 		return 0
