@@ -215,3 +215,40 @@ func TestCutThroughForwardsBeforeCommit(t *testing.T) {
 	}
 	assertSame(t, root, leaf)
 }
+
+// A stream at its source's tip waits for the next commit (or relayed
+// batch) without reading the log: there is nothing past the applied index
+// to read. Every read it makes is of entries the source has applied, for
+// a root's child and for an intermediate's.
+func TestStreamAtTipDoesNotReadTheLog(t *testing.T) {
+	var reads, pastTip atomic.Int64
+	testHookReadLog = func(next, applied uint64) {
+		reads.Add(1)
+		if next > applied {
+			pastTip.Add(1)
+		}
+	}
+	t.Cleanup(func() { testHookReadLog = nil })
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
+	rootAddr := startServer(t, root, NewProcessID(), nil)
+	mid := openStore(t, "", name, root.DBID(), store.Retention{})
+	leaf := openStore(t, "", name, root.DBID(), store.Retention{})
+	midPID := NewProcessID()
+	startReplica(t, mid, midPID, []string{rootAddr}, nil)
+	midAddr := startServer(t, mid, midPID, nil)
+	startReplica(t, leaf, NewProcessID(), []string{midAddr}, nil)
+	// One entry at a time, each streamed down before the next: the
+	// streams wait at the tip between them.
+	for i := range 30 {
+		idx := write(t, root, fmt.Sprintf("k%d", i), "v")
+		waitFor(t, "the leaf to apply the write", 30*time.Second, func() bool { return leaf.AppliedIndex() >= idx })
+	}
+	assertSame(t, root, leaf)
+	if reads.Load() == 0 {
+		t.Fatal("no log read seen: the hook is not called")
+	}
+	if n := pastTip.Load(); n != 0 {
+		t.Errorf("%d of %d log reads were past the applied index", n, reads.Load())
+	}
+}

@@ -53,14 +53,20 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 				relayed = rl.changed()
 			}
 		}
-		// Past the applied index the relay has what there is, without a
-		// read of the store; the log has what the relay no longer holds.
+		// Past the applied index the relay has what there is and the log
+		// nothing yet: a stream at the tip waits without reading the store
+		// (a commit that lands meanwhile closes changed). The log has what
+		// the relay no longer holds.
+		applied := st.AppliedIndex()
 		var entries []wal.Entry
-		if rl != nil && next > st.AppliedIndex() {
+		if rl != nil && next > applied {
 			entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
 		}
 		early := len(entries) > 0
-		if !early {
+		if !early && next <= applied {
+			if testHookReadLog != nil {
+				testHookReadLog(next, applied)
+			}
 			var err error
 			entries, err = st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
 			if errors.Is(err, store.ErrLogTruncated) {
@@ -132,6 +138,10 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		}
 	}
 }
+
+// testHookReadLog, when set by a test, runs before a stream reads the log
+// from next, with the applied index it read.
+var testHookReadLog func(next, applied uint64)
 
 // batchHead trims a batch to what heads covers and returns the signed head
 // of its last entry, if any: the root signs it; a replica forwarding heads
