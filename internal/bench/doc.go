@@ -183,6 +183,10 @@
 // nothing else writes; other processes' fsyncs multiply it). In
 // readlat phases with writers, a request is a read or a write, so the
 // per-request figure mixes the two in each target's own proportions.
+// The propagation scenario's chains are several processes: its report
+// adds the CPU time per write of each (root, intermediate, leaf), of
+// the whole chain, and the chain's ratio to the Redis chain's; the root
+// alone is the "server" above, the others are part of "others".
 //
 // Only successful requests count in throughput and latency. Failed
 // requests, misses and wrong values are counted by kind, with a first
