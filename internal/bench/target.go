@@ -117,7 +117,6 @@ func (t *Target) alive() error {
 	return t.proc.Exited()
 }
 
-// pid returns the process id of a spawned server, or 0.
 // belowPids are the process ids of t.below.
 func (t *Target) belowPids() []int {
 	if t.below == nil {
@@ -130,6 +129,7 @@ func (t *Target) belowPids() []int {
 	return pids
 }
 
+// pid returns the process id of a spawned server, or 0.
 func (t *Target) pid() int {
 	if t.proc == nil || t.proc.cmd.Process == nil {
 		return 0
