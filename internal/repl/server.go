@@ -27,6 +27,8 @@ type Server struct {
 	sealRelays sealRelays
 	// prefetch carries what a relay resolves to its subscribers.
 	prefetch prefetchHub
+	// tails: the newest batch a stream read from each database's log.
+	tails tailBatches
 	// limit paces snapshot bytes; nil when BootstrapRate is 0.
 	limit *rate.Limiter
 

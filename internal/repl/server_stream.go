@@ -64,11 +64,8 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		}
 		early := len(entries) > 0
 		if !early && next <= applied {
-			if testHookReadLog != nil {
-				testHookReadLog(next, applied)
-			}
 			var err error
-			entries, err = st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+			entries, err = cn.readLog(ctx, st, next, applied)
 			if errors.Is(err, store.ErrLogTruncated) {
 				// Retention overtook a slow client.
 				cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
@@ -137,6 +134,33 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 			return ctx.Err()
 		}
 	}
+}
+
+// readLog reads st's log from next (applied is st's applied index, at
+// least next), or takes the batch another stream at the same position
+// read (tailBatches).
+func (cn *conn) readLog(ctx context.Context, st *store.Store, next, applied uint64) ([]wal.Entry, error) {
+	cfg := cn.s.cfg
+	for {
+		entries, wait := cn.s.tails.take(st, next, cfg.MaxBatchEntries)
+		if entries != nil {
+			return entries, nil
+		}
+		if wait == nil {
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if testHookReadLog != nil {
+		testHookReadLog(next, applied)
+	}
+	entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+	cn.s.tails.put(st, next, entries)
+	return entries, err
 }
 
 // testHookReadLog, when set by a test, runs before a stream reads the log

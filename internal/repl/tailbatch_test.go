@@ -1,0 +1,139 @@
+package repl
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quicksilver-kv/qs/internal/store"
+)
+
+func TestBatchFrom(t *testing.T) {
+	batch := relayEntries(5, 9)
+	for _, c := range []struct {
+		next uint64
+		max  int
+		want []uint64
+	}{
+		{5, 10, []uint64{5, 6, 7, 8, 9}},
+		{7, 10, []uint64{7, 8, 9}},
+		{6, 2, []uint64{6, 7}},
+		{9, 10, []uint64{9}},
+		{4, 10, nil},  // older than the batch: the log has it
+		{10, 10, nil}, // newer
+	} {
+		if got := relayIndexes(batchFrom(batch, c.next, c.max)); !equalIndexes(got, c.want) {
+			t.Errorf("batchFrom(5..9, %d, %d) = %v, want %v", c.next, c.max, got, c.want)
+		}
+	}
+	if batchFrom(nil, 1, 10) != nil {
+		t.Error("an empty batch gave entries")
+	}
+	// A part handed out cannot be appended to over the held batch.
+	part := batchFrom(batch, 6, 2)
+	if cap(part) != len(part) {
+		t.Errorf("part of cap %d for %d entries", cap(part), len(part))
+	}
+	if !newerBatch(nil, batch) || !newerBatch(relayEntries(5, 8), batch) || newerBatch(batch, relayEntries(3, 9)) || newerBatch(batch, relayEntries(1, 4)) {
+		t.Error("newerBatch: want true only for a batch ending after the held one")
+	}
+}
+
+// One stream reads the log from an index while the others that want it
+// wait for its batch; a database replaced under its name (a bootstrap
+// gives a new store) does not get the old store's batch.
+func TestTailBatches(t *testing.T) {
+	name := dbName(t)
+	a := openStore(t, "", name, store.DBID{}, store.Retention{})
+	b := openStore(t, "", name, store.DBID{}, store.Retention{})
+	var tb tailBatches
+	if es, wait := tb.take(a, 5, 10); es != nil || wait != nil {
+		t.Fatalf("first take: %v, %v; want to read", relayIndexes(es), wait)
+	}
+	_, wait := tb.take(a, 5, 10)
+	if wait == nil {
+		t.Fatal("a second stream at the same index was not told to wait")
+	}
+	if es, w := tb.take(a, 3, 10); es != nil || w != nil {
+		t.Error("a stream at another index was told to wait")
+	}
+	tb.put(a, 3, relayEntries(3, 4)) // that one's read: not the awaited one
+	select {
+	case <-wait:
+		t.Fatal("another index's read ended the wait")
+	default:
+	}
+	tb.put(a, 5, relayEntries(5, 9))
+	select {
+	case <-wait:
+	default:
+		t.Fatal("the read's end did not end the wait")
+	}
+	if es, _ := tb.take(a, 6, 10); !equalIndexes(relayIndexes(es), []uint64{6, 7, 8, 9}) {
+		t.Fatalf("take after the read: %v", relayIndexes(es))
+	}
+	tb.put(a, 1, relayEntries(1, 3)) // a lagging stream's batch: the tip stays
+	if es, _ := tb.take(a, 9, 10); !equalIndexes(relayIndexes(es), []uint64{9}) {
+		t.Errorf("after an older batch: %v", relayIndexes(es))
+	}
+	// A read that found nothing (or failed) ends the wait too, and the
+	// waiter then reads itself.
+	tb.take(a, 10, 10)
+	_, wait = tb.take(a, 10, 10)
+	tb.put(a, 10, nil)
+	select {
+	case <-wait:
+	default:
+		t.Fatal("an empty read did not end the wait")
+	}
+	if es, w := tb.take(a, 10, 10); es != nil || w != nil {
+		t.Error("after an empty read the next stream was not told to read")
+	}
+	tb.put(a, 10, nil)
+
+	if es, w := tb.take(b, 6, 10); es != nil || w != nil {
+		t.Errorf("another store of the same name: %v, %v", relayIndexes(es), w)
+	}
+	tb.put(b, 6, relayEntries(6, 7))
+	if es, w := tb.take(a, 9, 10); es != nil || w != nil {
+		t.Errorf("the replaced store took %v, %v", relayIndexes(es), w)
+	}
+}
+
+// The streams of several children at a root's tip read each new entry
+// from the log once between them, not once each.
+func TestStreamsAtTipShareLogReads(t *testing.T) {
+	var reads atomic.Int64
+	testHookReadLog = func(next, applied uint64) { reads.Add(1) }
+	t.Cleanup(func() { testHookReadLog = nil })
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
+	rootAddr := startServer(t, root, NewProcessID(), nil)
+	const children, writes = 4, 30
+	var leaves []*store.Store
+	for range children {
+		st := openStore(t, "", name, root.DBID(), store.Retention{})
+		startReplica(t, st, NewProcessID(), []string{rootAddr}, nil)
+		leaves = append(leaves, st)
+	}
+	for _, st := range leaves {
+		waitCaughtUp(t, st, root)
+	}
+	before := reads.Load()
+	for i := range writes {
+		idx := write(t, root, fmt.Sprintf("k%d", i), "v")
+		for _, st := range leaves {
+			waitFor(t, "a child to apply the write", 30*time.Second, func() bool { return st.AppliedIndex() >= idx })
+		}
+	}
+	for _, st := range leaves {
+		assertSame(t, root, st)
+	}
+	// Each child's stream read once per entry before the streams shared
+	// their reads: children × writes (120 here). Now one read per entry,
+	// and at most one more per child that fell out of step.
+	if n := reads.Load() - before; n > writes+children {
+		t.Errorf("%d log reads for %d writes to %d children", n, writes, children)
+	}
+}
