@@ -142,12 +142,17 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 func (cn *conn) readLog(ctx context.Context, st *store.Store, next, applied uint64) ([]wal.Entry, error) {
 	cfg := cn.s.cfg
 	for {
-		entries, wait := cn.s.tails.take(st, next, cfg.MaxBatchEntries)
+		entries, wait, mine := cn.s.tails.take(st, next, cfg.MaxBatchEntries)
 		if entries != nil {
 			return entries, nil
 		}
 		if wait == nil {
-			break
+			if testHookReadLog != nil {
+				testHookReadLog(next, applied)
+			}
+			entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
+			cn.s.tails.put(st, mine, next, entries)
+			return entries, err
 		}
 		select {
 		case <-wait:
@@ -155,12 +160,6 @@ func (cn *conn) readLog(ctx context.Context, st *store.Store, next, applied uint
 			return nil, ctx.Err()
 		}
 	}
-	if testHookReadLog != nil {
-		testHookReadLog(next, applied)
-	}
-	entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
-	cn.s.tails.put(st, next, entries)
-	return entries, err
 }
 
 // testHookReadLog, when set by a test, runs before a stream reads the log

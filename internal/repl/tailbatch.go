@@ -35,11 +35,12 @@ type tailBatch struct {
 
 // take returns the held entries of st from next on, at most maxEntries.
 // If none are held, it returns a channel to wait on when another stream
-// is reading the log from next (then take again), or nil and nil: the
-// caller reads the log itself and must then call put, even with nothing.
-// A held batch was read within the server's byte bound, and so is any
-// part of it.
-func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) ([]wal.Entry, <-chan struct{}) {
+// is reading the log from next (then take again); otherwise the caller
+// reads the log itself and must then call put with mine, even with
+// nothing read (mine is nil if another index is being read). A held
+// batch was read within the server's byte bound, and so is any part of
+// it.
+func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entries []wal.Entry, wait <-chan struct{}, mine *tailBatch) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.m[st.Name()]
@@ -51,34 +52,32 @@ func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) ([]wal.
 		t.m[st.Name()] = b
 	}
 	if es := batchFrom(b.entries, next, maxEntries); es != nil {
-		return es, nil
+		return es, nil, nil
 	}
 	switch b.reading {
 	case next:
-		return nil, b.done
+		return nil, b.done, nil
 	case 0:
 		b.reading, b.done = next, make(chan struct{})
+		return nil, nil, b
 	}
-	return nil, nil // another index is being read: read it yourself
+	return nil, nil, nil // another index is being read: read it alone
 }
 
 // put offers a batch st's log returned from next (possibly none); it is
 // held if it ends after the held one (a stream catching up from further
-// back does not displace the tip). It ends the read take let the caller
-// make, if it was that one.
-func (t *tailBatches) put(st *store.Store, next uint64, batch []wal.Entry) {
+// back does not displace the tip). It ends the read take gave the caller
+// (mine, if not nil), waking the streams waiting for it, even if st was
+// replaced meanwhile.
+func (t *tailBatches) put(st *store.Store, mine *tailBatch, next uint64, batch []wal.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := t.m[st.Name()]
-	if b == nil || b.st != st {
-		return // replaced meanwhile
-	}
-	if len(batch) > 0 && newerBatch(b.entries, batch) {
+	if b := t.m[st.Name()]; b != nil && b.st == st && len(batch) > 0 && newerBatch(b.entries, batch) {
 		b.entries = batch
 	}
-	if b.reading == next {
-		close(b.done)
-		b.reading, b.done = 0, nil
+	if mine != nil && mine.reading == next {
+		close(mine.done)
+		mine.reading, mine.done = 0, nil
 	}
 }
 

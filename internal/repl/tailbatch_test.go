@@ -42,62 +42,74 @@ func TestBatchFrom(t *testing.T) {
 
 // One stream reads the log from an index while the others that want it
 // wait for its batch; a database replaced under its name (a bootstrap
-// gives a new store) does not get the old store's batch.
+// gives a new store) does not get the old store's batch, and a read of
+// the old store still ends its waits.
 func TestTailBatches(t *testing.T) {
 	name := dbName(t)
 	a := openStore(t, "", name, store.DBID{}, store.Retention{})
 	b := openStore(t, "", name, store.DBID{}, store.Retention{})
 	var tb tailBatches
-	if es, wait := tb.take(a, 5, 10); es != nil || wait != nil {
-		t.Fatalf("first take: %v, %v; want to read", relayIndexes(es), wait)
+	es, wait, mine := tb.take(a, 5, 10)
+	if es != nil || wait != nil || mine == nil {
+		t.Fatalf("first take: %v, %v, %v; want to read", relayIndexes(es), wait, mine)
 	}
-	_, wait := tb.take(a, 5, 10)
-	if wait == nil {
+	if _, wait, _ = tb.take(a, 5, 10); wait == nil {
 		t.Fatal("a second stream at the same index was not told to wait")
 	}
-	if es, w := tb.take(a, 3, 10); es != nil || w != nil {
-		t.Error("a stream at another index was told to wait")
+	es, w, other := tb.take(a, 3, 10)
+	if es != nil || w != nil || other != nil {
+		t.Error("a stream at another index was told to wait, or took the read")
 	}
-	tb.put(a, 3, relayEntries(3, 4)) // that one's read: not the awaited one
+	tb.put(a, other, 3, relayEntries(3, 4)) // that one's read: not the awaited one
 	select {
 	case <-wait:
 		t.Fatal("another index's read ended the wait")
 	default:
 	}
-	tb.put(a, 5, relayEntries(5, 9))
+	tb.put(a, mine, 5, relayEntries(5, 9))
 	select {
 	case <-wait:
 	default:
 		t.Fatal("the read's end did not end the wait")
 	}
-	if es, _ := tb.take(a, 6, 10); !equalIndexes(relayIndexes(es), []uint64{6, 7, 8, 9}) {
+	if es, _, _ := tb.take(a, 6, 10); !equalIndexes(relayIndexes(es), []uint64{6, 7, 8, 9}) {
 		t.Fatalf("take after the read: %v", relayIndexes(es))
 	}
-	tb.put(a, 1, relayEntries(1, 3)) // a lagging stream's batch: the tip stays
-	if es, _ := tb.take(a, 9, 10); !equalIndexes(relayIndexes(es), []uint64{9}) {
+	tb.put(a, nil, 1, relayEntries(1, 3)) // a lagging stream's batch: the tip stays
+	if es, _, _ := tb.take(a, 9, 10); !equalIndexes(relayIndexes(es), []uint64{9}) {
 		t.Errorf("after an older batch: %v", relayIndexes(es))
 	}
 	// A read that found nothing (or failed) ends the wait too, and the
 	// waiter then reads itself.
-	tb.take(a, 10, 10)
-	_, wait = tb.take(a, 10, 10)
-	tb.put(a, 10, nil)
+	_, _, mine = tb.take(a, 10, 10)
+	_, wait, _ = tb.take(a, 10, 10)
+	tb.put(a, mine, 10, nil)
 	select {
 	case <-wait:
 	default:
 		t.Fatal("an empty read did not end the wait")
 	}
-	if es, w := tb.take(a, 10, 10); es != nil || w != nil {
+	es, w, mine = tb.take(a, 10, 10)
+	if es != nil || w != nil || mine == nil {
 		t.Error("after an empty read the next stream was not told to read")
 	}
-	tb.put(a, 10, nil)
-
-	if es, w := tb.take(b, 6, 10); es != nil || w != nil {
-		t.Errorf("another store of the same name: %v, %v", relayIndexes(es), w)
+	// The store is replaced while that read runs: its end still wakes
+	// the streams waiting for it, and the new store gets nothing of a's.
+	_, wait, _ = tb.take(a, 10, 10)
+	if es, w, m := tb.take(b, 6, 10); es != nil || w != nil || m == nil {
+		t.Errorf("another store of the same name: %v, %v, %v", relayIndexes(es), w, m)
 	}
-	tb.put(b, 6, relayEntries(6, 7))
-	if es, w := tb.take(a, 9, 10); es != nil || w != nil {
-		t.Errorf("the replaced store took %v, %v", relayIndexes(es), w)
+	tb.put(a, mine, 10, relayEntries(10, 11))
+	select {
+	case <-wait:
+	default:
+		t.Fatal("a read of the replaced store did not end its wait")
+	}
+	if es, _, _ := tb.take(b, 10, 10); es != nil {
+		t.Errorf("the new store took the old one's batch: %v", relayIndexes(es))
+	}
+	if es, _, _ := tb.take(a, 9, 10); es != nil {
+		t.Errorf("the replaced store took %v", relayIndexes(es))
 	}
 }
 
