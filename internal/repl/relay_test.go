@@ -222,9 +222,9 @@ func TestCutThroughForwardsBeforeCommit(t *testing.T) {
 // a root's child and for an intermediate's.
 func TestStreamAtTipDoesNotReadTheLog(t *testing.T) {
 	var reads, pastTip atomic.Int64
-	testHookReadLog = func(next, applied uint64) {
+	testHookReadLog = func(st *store.Store, next uint64) {
 		reads.Add(1)
-		if next > applied {
+		if next > st.AppliedIndex() { // the applied index only grows
 			pastTip.Add(1)
 		}
 	}
@@ -251,4 +251,23 @@ func TestStreamAtTipDoesNotReadTheLog(t *testing.T) {
 	if n := pastTip.Load(); n != 0 {
 		t.Errorf("%d of %d log reads were past the applied index", n, reads.Load())
 	}
+}
+
+// A stream waiting at the tip of a store that closes ends at its next
+// idle Progress, as one reading the log does, instead of sending stale
+// Progress for as long as its connection lasts.
+func TestStreamAtTipEndsWhenItsStoreCloses(t *testing.T) {
+	name := dbName(t)
+	root := openStore(t, "", name, store.DBID{}, store.Retention{})
+	rootAddr := startServer(t, root, NewProcessID(), nil)
+	replica := openStore(t, "", name, root.DBID(), store.Retention{})
+	writeN(t, root, "k", 3)
+	startReplica(t, replica, NewProcessID(), []string{rootAddr}, nil)
+	waitCaughtUp(t, replica, root)
+	conns := metricsOf(t).serverConns
+	if value(conns) != 1 {
+		t.Fatalf("%v connections to the server, want the replica's", value(conns))
+	}
+	root.Close()
+	waitFor(t, "the stream of the closed store to end", 30*time.Second, func() bool { return value(conns) == 0 })
 }

@@ -53,10 +53,10 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 				relayed = rl.changed()
 			}
 		}
-		// Past the applied index the relay has what there is and the log
-		// nothing yet: a stream at the tip waits without reading the store
-		// (a commit that lands meanwhile closes changed). The log has what
-		// the relay no longer holds.
+		// Past the applied index the relay has what there is, and the log
+		// at most a commit not yet published, which closes changed once it
+		// is: a stream at the tip waits without reading the store. The log
+		// has what the relay no longer holds.
 		applied := st.AppliedIndex()
 		var entries []wal.Entry
 		if rl != nil && next > applied {
@@ -65,7 +65,7 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		early := len(entries) > 0
 		if !early && next <= applied {
 			var err error
-			entries, err = cn.readLog(ctx, st, next, applied)
+			entries, err = cn.readLog(ctx, st, next)
 			if errors.Is(err, store.ErrLogTruncated) {
 				// Retention overtook a slow client.
 				cn.refuse(RefuseLogTruncated, "%v: bootstrap from a snapshot", err)
@@ -112,6 +112,11 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		case <-relayed:
 		case <-cn.path.wait():
 		case <-idle.C:
+			// A stream at the tip reads nothing: ask the store whether it
+			// is still open (a closed one ends the stream).
+			if _, err := st.ReadLog(next, 1, 1); errors.Is(err, store.ErrClosed) {
+				return err
+			}
 			p := &Progress{AppliedIndex: st.AppliedIndex()}
 			if t := st.AppliedTime(); !t.IsZero() {
 				p.AppliedTime = t.UnixNano()
@@ -136,10 +141,9 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 	}
 }
 
-// readLog reads st's log from next (applied is st's applied index, at
-// least next), or takes the batch another stream at the same position
-// read (tailBatches).
-func (cn *conn) readLog(ctx context.Context, st *store.Store, next, applied uint64) ([]wal.Entry, error) {
+// readLog reads st's log from next, at most st's applied index, or takes
+// the batch another stream at the same position read (tailBatches).
+func (cn *conn) readLog(ctx context.Context, st *store.Store, next uint64) ([]wal.Entry, error) {
 	cfg := cn.s.cfg
 	for {
 		entries, wait, mine := cn.s.tails.take(st, next, cfg.MaxBatchEntries)
@@ -148,23 +152,26 @@ func (cn *conn) readLog(ctx context.Context, st *store.Store, next, applied uint
 		}
 		if wait == nil {
 			if testHookReadLog != nil {
-				testHookReadLog(next, applied)
+				testHookReadLog(st, next)
 			}
 			entries, err := st.ReadLog(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
-			cn.s.tails.put(st, mine, next, entries)
+			cn.s.tails.put(st, mine, entries)
 			return entries, err
 		}
 		select {
-		case <-wait:
+		case <-wait.done:
+			if entries := wait.from(next, cfg.MaxBatchEntries); entries != nil {
+				return entries, nil
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// testHookReadLog, when set by a test, runs before a stream reads the log
-// from next, with the applied index it read.
-var testHookReadLog func(next, applied uint64)
+// testHookReadLog, when set by a test, runs before a stream reads st's
+// log from next.
+var testHookReadLog func(st *store.Store, next uint64)
 
 // batchHead trims a batch to what heads covers and returns the signed head
 // of its last entry, if any: the root signs it; a replica forwarding heads

@@ -14,11 +14,14 @@ import (
 // entries, and each read is a snapshot and an iterator of the store (a
 // root with 8 children spent a fifth of its CPU on them at 100 writes/s).
 // While one stream reads from an index, the others that want the same
-// index wait for its batch instead of reading too. Entries read from the
-// log are applied, and the same at a given index on every node, so any
-// stream may send them; they are shared read-only. A database's batch is
-// held by name with the store it came from, so that a store replaced
-// under the same name (a bootstrap) drops it.
+// index wait for that read and take its batch. Only one read of a
+// database is shared at a time: a stream reading from another index (one
+// catching up) reads alone. Entries read from the log are applied, and
+// the same at a given index on every node, so any stream may send them;
+// they are shared read-only. A database's batch is held by name with the
+// store it came from, so that a store closed and opened again under the
+// same name starts afresh. Each database keeps its newest batch (at most
+// one batch's bytes) while the server runs.
 type tailBatches struct {
 	mu sync.Mutex
 	m  map[string]*tailBatch // by database name
@@ -27,20 +30,25 @@ type tailBatches struct {
 type tailBatch struct {
 	st      *store.Store
 	entries []wal.Entry // the newest batch read
-	// reading is the index a stream is reading the log from now (0:
-	// none); done is closed when it has put its batch.
-	reading uint64
-	done    chan struct{}
+	reading *tailRead   // the read under way, shared; nil if none
+}
+
+// A tailRead is one stream's read of the log from next, which the other
+// streams at next wait for.
+type tailRead struct {
+	next    uint64
+	done    chan struct{} // closed once entries is set
+	entries []wal.Entry   // what the read returned (possibly none)
 }
 
 // take returns the held entries of st from next on, at most maxEntries.
-// If none are held, it returns a channel to wait on when another stream
-// is reading the log from next (then take again); otherwise the caller
-// reads the log itself and must then call put with mine, even with
-// nothing read (mine is nil if another index is being read). A held
-// batch was read within the server's byte bound, and so is any part of
-// it.
-func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entries []wal.Entry, wait <-chan struct{}, mine *tailBatch) {
+// If none are held and another stream is reading the log from next, it
+// returns that read: wait for its done, then take its entries with
+// (*tailRead).from. Otherwise the caller reads the log itself and must
+// then call put with mine, even with nothing read (mine is nil if
+// another index is being read). A held batch was read within the
+// server's byte bound, and so is any part of it.
+func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entries []wal.Entry, wait, mine *tailRead) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.m[st.Name()]
@@ -54,30 +62,43 @@ func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entrie
 	if es := batchFrom(b.entries, next, maxEntries); es != nil {
 		return es, nil, nil
 	}
-	switch b.reading {
-	case next:
-		return nil, b.done, nil
-	case 0:
-		b.reading, b.done = next, make(chan struct{})
-		return nil, nil, b
+	switch {
+	case b.reading == nil:
+		b.reading = &tailRead{next: next, done: make(chan struct{})}
+		return nil, nil, b.reading
+	case b.reading.next == next:
+		return nil, b.reading, nil
 	}
 	return nil, nil, nil // another index is being read: read it alone
 }
 
-// put offers a batch st's log returned from next (possibly none); it is
-// held if it ends after the held one (a stream catching up from further
-// back does not displace the tip). It ends the read take gave the caller
-// (mine, if not nil), waking the streams waiting for it, even if st was
-// replaced meanwhile.
-func (t *tailBatches) put(st *store.Store, mine *tailBatch, next uint64, batch []wal.Entry) {
+// from is the part of the read's batch from next on, at most maxEntries,
+// once done is closed; nil if the read found nothing there (or failed):
+// the caller then takes again.
+func (r *tailRead) from(next uint64, maxEntries int) []wal.Entry {
+	return batchFrom(r.entries, next, maxEntries)
+}
+
+// put ends the read take gave the caller (mine, if not nil) with the
+// batch st's log returned from next (possibly none), waking the streams
+// waiting for it, even if st's record was replaced meanwhile. The batch
+// is held if it ends at or after the held one (a stream catching up from
+// further back does not displace the tip).
+func (t *tailBatches) put(st *store.Store, mine *tailRead, batch []wal.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if b := t.m[st.Name()]; b != nil && b.st == st && len(batch) > 0 && newerBatch(b.entries, batch) {
-		b.entries = batch
+	b := t.m[st.Name()]
+	if b != nil && b.st == st {
+		if len(batch) > 0 && !olderBatch(b.entries, batch) {
+			b.entries = batch
+		}
+		if b.reading == mine {
+			b.reading = nil
+		}
 	}
-	if mine != nil && mine.reading == next {
+	if mine != nil {
+		mine.entries = batch
 		close(mine.done)
-		mine.reading, mine.done = 0, nil
 	}
 }
 
@@ -94,7 +115,7 @@ func batchFrom(batch []wal.Entry, next uint64, maxEntries int) []wal.Entry {
 	return out[:len(out):len(out)]
 }
 
-// newerBatch reports whether batch ends after held.
-func newerBatch(held, batch []wal.Entry) bool {
-	return len(held) == 0 || batch[len(batch)-1].Index > held[len(held)-1].Index
+// olderBatch reports whether batch (not empty) ends before held.
+func olderBatch(held, batch []wal.Entry) bool {
+	return len(held) > 0 && batch[len(batch)-1].Index < held[len(held)-1].Index
 }

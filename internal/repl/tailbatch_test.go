@@ -35,15 +35,25 @@ func TestBatchFrom(t *testing.T) {
 	if cap(part) != len(part) {
 		t.Errorf("part of cap %d for %d entries", cap(part), len(part))
 	}
-	if !newerBatch(nil, batch) || !newerBatch(relayEntries(5, 8), batch) || newerBatch(batch, relayEntries(3, 9)) || newerBatch(batch, relayEntries(1, 4)) {
-		t.Error("newerBatch: want true only for a batch ending after the held one")
+	if olderBatch(nil, batch) || olderBatch(relayEntries(5, 8), batch) || olderBatch(batch, relayEntries(3, 9)) || !olderBatch(batch, relayEntries(1, 4)) {
+		t.Error("olderBatch: want true only for a batch ending before the held one")
+	}
+}
+
+// done reports whether r's read has ended.
+func done(r *tailRead) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
 	}
 }
 
 // One stream reads the log from an index while the others that want it
-// wait for its batch; a database replaced under its name (a bootstrap
-// gives a new store) does not get the old store's batch, and a read of
-// the old store still ends its waits.
+// wait for that read and take its batch; a database whose store was
+// closed and opened again under its name does not get the old store's
+// batch, and a read of the old store still ends its waits.
 func TestTailBatches(t *testing.T) {
 	name := dbName(t)
 	a := openStore(t, "", name, store.DBID{}, store.Retention{})
@@ -53,63 +63,64 @@ func TestTailBatches(t *testing.T) {
 	if es != nil || wait != nil || mine == nil {
 		t.Fatalf("first take: %v, %v, %v; want to read", relayIndexes(es), wait, mine)
 	}
-	if _, wait, _ = tb.take(a, 5, 10); wait == nil {
-		t.Fatal("a second stream at the same index was not told to wait")
+	if _, wait, _ = tb.take(a, 5, 10); wait != mine {
+		t.Fatal("a second stream at the same index was not told to wait for the read")
 	}
 	es, w, other := tb.take(a, 3, 10)
 	if es != nil || w != nil || other != nil {
 		t.Error("a stream at another index was told to wait, or took the read")
 	}
-	tb.put(a, other, 3, relayEntries(3, 4)) // that one's read: not the awaited one
-	select {
-	case <-wait:
+	tb.put(a, other, relayEntries(3, 4)) // that one's read: not the awaited one
+	if done(wait) {
 		t.Fatal("another index's read ended the wait")
-	default:
 	}
-	tb.put(a, mine, 5, relayEntries(5, 9))
-	select {
-	case <-wait:
-	default:
+	tb.put(a, mine, relayEntries(5, 9))
+	if !done(wait) {
 		t.Fatal("the read's end did not end the wait")
 	}
-	if es, _, _ := tb.take(a, 6, 10); !equalIndexes(relayIndexes(es), []uint64{6, 7, 8, 9}) {
+	if es := wait.from(6, 10); !equalIndexes(relayIndexes(es), []uint64{6, 7, 8, 9}) {
+		t.Fatalf("the waiter's part of the read: %v", relayIndexes(es))
+	}
+	if es, _, _ := tb.take(a, 7, 2); !equalIndexes(relayIndexes(es), []uint64{7, 8}) {
 		t.Fatalf("take after the read: %v", relayIndexes(es))
 	}
-	tb.put(a, nil, 1, relayEntries(1, 3)) // a lagging stream's batch: the tip stays
+	tb.put(a, nil, relayEntries(1, 3)) // a lagging stream's batch: the tip stays
 	if es, _, _ := tb.take(a, 9, 10); !equalIndexes(relayIndexes(es), []uint64{9}) {
 		t.Errorf("after an older batch: %v", relayIndexes(es))
 	}
+	// A read whose batch is not held (it ends before the held one) still
+	// serves the streams that waited for it.
+	tb.put(a, nil, relayEntries(10, 12))
+	_, _, mine = tb.take(a, 8, 10) // 8 is not held any more
+	_, wait, _ = tb.take(a, 8, 10)
+	tb.put(a, mine, relayEntries(8, 11))
+	if es := wait.from(8, 10); !equalIndexes(relayIndexes(es), []uint64{8, 9, 10, 11}) {
+		t.Errorf("a waiter of a read not held: %v", relayIndexes(es))
+	}
 	// A read that found nothing (or failed) ends the wait too, and the
 	// waiter then reads itself.
-	_, _, mine = tb.take(a, 10, 10)
-	_, wait, _ = tb.take(a, 10, 10)
-	tb.put(a, mine, 10, nil)
-	select {
-	case <-wait:
-	default:
-		t.Fatal("an empty read did not end the wait")
+	_, _, mine = tb.take(a, 13, 10)
+	_, wait, _ = tb.take(a, 13, 10)
+	tb.put(a, mine, nil)
+	if !done(wait) || wait.from(13, 10) != nil {
+		t.Fatal("an empty read did not end the wait with nothing")
 	}
-	es, w, mine = tb.take(a, 10, 10)
+	es, w, mine = tb.take(a, 13, 10)
 	if es != nil || w != nil || mine == nil {
-		t.Error("after an empty read the next stream was not told to read")
+		t.Fatal("after an empty read the next stream was not told to read")
 	}
 	// The store is replaced while that read runs: its end still wakes
 	// the streams waiting for it, and the new store gets nothing of a's.
-	_, wait, _ = tb.take(a, 10, 10)
+	_, wait, _ = tb.take(a, 13, 10)
 	if es, w, m := tb.take(b, 6, 10); es != nil || w != nil || m == nil {
 		t.Errorf("another store of the same name: %v, %v, %v", relayIndexes(es), w, m)
 	}
-	tb.put(a, mine, 10, relayEntries(10, 11))
-	select {
-	case <-wait:
-	default:
-		t.Fatal("a read of the replaced store did not end its wait")
+	tb.put(a, mine, relayEntries(13, 14))
+	if !done(wait) || !equalIndexes(relayIndexes(wait.from(13, 10)), []uint64{13, 14}) {
+		t.Fatal("a read of the replaced store did not serve its waiter")
 	}
-	if es, _, _ := tb.take(b, 10, 10); es != nil {
+	if es, _, _ := tb.take(b, 13, 10); es != nil {
 		t.Errorf("the new store took the old one's batch: %v", relayIndexes(es))
-	}
-	if es, _, _ := tb.take(a, 9, 10); es != nil {
-		t.Errorf("the replaced store took %v", relayIndexes(es))
 	}
 }
 
@@ -117,7 +128,7 @@ func TestTailBatches(t *testing.T) {
 // from the log once between them, not once each.
 func TestStreamsAtTipShareLogReads(t *testing.T) {
 	var reads atomic.Int64
-	testHookReadLog = func(next, applied uint64) { reads.Add(1) }
+	testHookReadLog = func(*store.Store, uint64) { reads.Add(1) }
 	t.Cleanup(func() { testHookReadLog = nil })
 	name := dbName(t)
 	root := openStore(t, "", name, store.DBID{}, store.Retention{})
