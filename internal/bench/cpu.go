@@ -21,8 +21,10 @@ type PhaseCPU struct {
 	Ops int64 `json:"ops,omitempty"`
 	// Hops is the CPU time of each process further down a replication
 	// chain the target heads (the propagation scenario's intermediate,
-	// then its leaf); Server is the chain's root. Empty for other
-	// targets. These processes are part of Others too.
+	// then its leaf, which also answers the reader's gets until each
+	// write shows, so its share grows with the chain's delay); Server is
+	// the chain's root. Empty for other targets. These processes are part
+	// of Others too.
 	Hops []float64 `json:"hop_seconds,omitempty"`
 }
 
@@ -76,8 +78,11 @@ func sampleCPU(pid int, hops []int) cpuSample {
 		s.server, s.serverOK = processCPU(pid)
 	}
 	for _, h := range hops {
-		sec, ok := processCPU(h)
-		if h <= 0 || !ok {
+		sec, ok := 0.0, h > 0
+		if ok {
+			sec, ok = processCPU(h)
+		}
+		if !ok {
 			s.hops = nil
 			break
 		}

@@ -186,7 +186,9 @@
 // The propagation scenario's chains are several processes: its report
 // adds the CPU time per write of each (root, intermediate, leaf), of
 // the whole chain, and the chain's ratio to the Redis chain's; the root
-// alone is the "server" above, the others are part of "others".
+// alone is the "server" above, the others are part of "others". The
+// leaf also answers the reader's gets until each write shows, so its
+// share grows with the chain's delay.
 //
 // Only successful requests count in throughput and latency. Failed
 // requests, misses and wrong values are counted by kind, with a first
