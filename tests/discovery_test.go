@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,14 @@ type treeStatus struct {
 	Children   int    `json:"children"`
 	Bootstraps int    `json:"bootstraps"`
 	Applied    uint64 `json:"applied_index"`
+}
+
+// depthText is a reported depth for a message: the number, or "none".
+func depthText(d *int) string {
+	if d == nil {
+		return "none"
+	}
+	return strconv.Itoa(*d)
 }
 
 func treeStatusOf(p *proc) (treeStatus, error) {
@@ -87,7 +96,7 @@ func checkTree(root *proc, nodes map[string]*proc, maxChildren int) (map[string]
 			}
 		}
 		if sd := sts[src].Depth; st.Depth == nil || sd == nil || *st.Depth != *sd+1 {
-			return sts, fmt.Errorf("%s reports depth %v below %s at depth %v", name, st.Depth, src, sd)
+			return sts, fmt.Errorf("%s reports depth %s below %s at depth %s", name, depthText(st.Depth), src, depthText(sd))
 		}
 	}
 	return sts, nil
