@@ -115,17 +115,7 @@ func (rl *relay) changed() <-chan struct{} {
 func (rl *relay) read(from uint64, maxEntries, maxBytes int) []wal.Entry {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	es := rl.mu.entries
-	if len(es) == 0 || from < es[0].Index || from > es[len(es)-1].Index {
-		return nil
-	}
-	es = es[from-es[0].Index:]
-	n, size := 0, 0
-	for n < len(es) && n < maxEntries && (n == 0 || size < maxBytes) {
-		size += es[n].BodySize()
-		n++
-	}
-	return es[:n:n]
+	return batchFrom(rl.mu.entries, from, maxEntries, maxBytes)
 }
 
 // sent records that entries up to index went to a child from the relay.

@@ -74,10 +74,6 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 			if err != nil {
 				return fmt.Errorf("read log at %d: %w", next, err)
 			}
-			if len(entries) == 0 && rl != nil {
-				entries = rl.read(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
-				early = len(entries) > 0
-			}
 		}
 		if stop > 0 {
 			for len(entries) > 0 && entries[len(entries)-1].Index > stop {
@@ -112,10 +108,10 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 		case <-relayed:
 		case <-cn.path.wait():
 		case <-idle.C:
-			// A stream at the tip reads nothing: ask the store whether it
-			// is still open (a closed one ends the stream).
-			if _, err := st.ReadLog(next, 1, 1); errors.Is(err, store.ErrClosed) {
-				return err
+			// A stream at the tip reads nothing, which would have told it
+			// its store closed: a closed store ends the stream.
+			if st.Closed() {
+				return store.ErrClosed
 			}
 			p := &Progress{AppliedIndex: st.AppliedIndex()}
 			if t := st.AppliedTime(); !t.IsZero() {
@@ -146,7 +142,7 @@ func (cn *conn) stream(ctx context.Context, st *store.Store, next, stop uint64, 
 func (cn *conn) readLog(ctx context.Context, st *store.Store, next uint64) ([]wal.Entry, error) {
 	cfg := cn.s.cfg
 	for {
-		entries, wait, mine := cn.s.tails.take(st, next, cfg.MaxBatchEntries)
+		entries, wait, mine := cn.s.tails.take(st, next, cfg.MaxBatchEntries, cfg.MaxBatchBytes)
 		if entries != nil {
 			return entries, nil
 		}
@@ -160,7 +156,7 @@ func (cn *conn) readLog(ctx context.Context, st *store.Store, next uint64) ([]wa
 		}
 		select {
 		case <-wait.done:
-			if entries := wait.from(next, cfg.MaxBatchEntries); entries != nil {
+			if entries := wait.from(next, cfg.MaxBatchEntries, cfg.MaxBatchBytes); entries != nil {
 				return entries, nil
 			}
 		case <-ctx.Done():

@@ -41,14 +41,15 @@ type tailRead struct {
 	entries []wal.Entry   // what the read returned (possibly none)
 }
 
-// take returns the held entries of st from next on, at most maxEntries.
+// take returns the held entries of st from next on, within maxEntries and
+// maxBytes (batchFrom).
 // If none are held and another stream is reading the log from next, it
 // returns that read: wait for its done, then take its entries with
 // (*tailRead).from. Otherwise the caller reads the log itself and must
 // then call put with mine, even with nothing read (mine is nil if
 // another index is being read). A held batch was read within the
-// server's byte bound, and so is any part of it.
-func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entries []wal.Entry, wait, mine *tailRead) {
+// server's bounds.
+func (t *tailBatches) take(st *store.Store, next uint64, maxEntries, maxBytes int) (entries []wal.Entry, wait, mine *tailRead) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.m[st.Name()]
@@ -59,7 +60,7 @@ func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entrie
 		}
 		t.m[st.Name()] = b
 	}
-	if es := batchFrom(b.entries, next, maxEntries); es != nil {
+	if es := batchFrom(b.entries, next, maxEntries, maxBytes); es != nil {
 		return es, nil, nil
 	}
 	switch {
@@ -72,11 +73,11 @@ func (t *tailBatches) take(st *store.Store, next uint64, maxEntries int) (entrie
 	return nil, nil, nil // another index is being read: read it alone
 }
 
-// from is the part of the read's batch from next on, at most maxEntries,
-// once done is closed; nil if the read found nothing there (or failed):
-// the caller then takes again.
-func (r *tailRead) from(next uint64, maxEntries int) []wal.Entry {
-	return batchFrom(r.entries, next, maxEntries)
+// from is the part of the read's batch from next on (batchFrom), once
+// done is closed; nil if the read found nothing there (or failed): the
+// caller then takes again.
+func (r *tailRead) from(next uint64, maxEntries, maxBytes int) []wal.Entry {
+	return batchFrom(r.entries, next, maxEntries, maxBytes)
 }
 
 // put ends the read take gave the caller (mine, if not nil) with the
@@ -103,16 +104,20 @@ func (t *tailBatches) put(st *store.Store, mine *tailRead, batch []wal.Entry) {
 }
 
 // batchFrom is the part of batch (consecutive entries) from next on, at
-// most maxEntries, or nil.
-func batchFrom(batch []wal.Entry, next uint64, maxEntries int) []wal.Entry {
+// most maxEntries, ending once maxBytes of entry bodies are gathered (at
+// least one entry), or nil if batch does not hold next. The part cannot
+// be appended to over batch.
+func batchFrom(batch []wal.Entry, next uint64, maxEntries, maxBytes int) []wal.Entry {
 	if len(batch) == 0 || next < batch[0].Index || next > batch[len(batch)-1].Index {
 		return nil
 	}
-	out := batch[next-batch[0].Index:]
-	if len(out) > maxEntries {
-		out = out[:maxEntries]
+	es := batch[next-batch[0].Index:]
+	n, size := 0, 0
+	for n < len(es) && n < maxEntries && (n == 0 || size < maxBytes) {
+		size += es[n].BodySize()
+		n++
 	}
-	return out[:len(out):len(out)]
+	return es[:n:n]
 }
 
 // olderBatch reports whether batch (not empty) ends before held.

@@ -330,6 +330,9 @@ func (s *Store) Options() Options { return s.opts }
 // AppliedIndex is the index of the last durable entry.
 func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
 
+// Closed reports whether Close has begun: reads then fail with ErrClosed.
+func (s *Store) Closed() bool { return s.closed.Load() }
+
 // Head is the durable position of the database: the index, hash and time
 // of the last applied entry, read at one point in time.
 type Head struct {
