@@ -54,18 +54,19 @@ func (s *Set) ctlEvents(op, fd int, id uint64, events uint32) error {
 
 // Add starts reporting input on fd as id (not 0).
 func (s *Set) Add(fd int, id uint64) error {
-	if id == wakeID {
-		return errors.New("epoll: identifier 0 is reserved")
-	}
-	return s.ctl(unix.EPOLL_CTL_ADD, fd, id)
+	return s.add(fd, id, unix.EPOLLIN|unix.EPOLLRDHUP)
 }
 
 // AddOutput starts reporting room for output on fd as id (not 0).
 func (s *Set) AddOutput(fd int, id uint64) error {
+	return s.add(fd, id, unix.EPOLLOUT)
+}
+
+func (s *Set) add(fd int, id uint64, events uint32) error {
 	if id == wakeID {
 		return errors.New("epoll: identifier 0 is reserved")
 	}
-	return s.ctlEvents(unix.EPOLL_CTL_ADD, fd, id, unix.EPOLLOUT)
+	return s.ctlEvents(unix.EPOLL_CTL_ADD, fd, id, events)
 }
 
 // Remove stops reporting fd.
